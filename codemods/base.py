@@ -1,0 +1,133 @@
+"""The rule framework: one class per rule, with its code, message, fix safety and examples.
+
+A rule is a LibCST ``BatchableCSTVisitor``: every selected rule runs in one
+traversal of the file (TorchFix's model). It reports with ``self.report(node,
+fix=...)``; the engine turns reports into findings, positions and fixes.
+
+Each rule carries ``VALID`` and ``INVALID`` examples (Fixit's model); the test
+suite runs every one of them, so a rule's documentation cannot drift from its
+behaviour.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import libcst as cst
+
+from codemods.names import ImportTable
+from mpfix.findings import Fix, FixSafety
+from mpfix.policy import Policy
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Valid:
+    """Code the rule must leave alone."""
+
+    code: str
+    keras: int | None = None  # None: must hold on both generations
+    policy: str | None = None  # forces the project's policy, like [tool.mpfix] policy
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", textwrap.dedent(self.code).lstrip("\n"))
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Code the rule must flag; ``expected`` is the code after its fix (None: no fix)."""
+
+    code: str
+    expected: str | None = None
+    keras: int | None = None
+    policy: str | None = None
+    count: int = 1  # how many findings of this rule the example produces
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", textwrap.dedent(self.code).lstrip("\n"))
+        if self.expected is not None:
+            object.__setattr__(self, "expected", textwrap.dedent(self.expected).lstrip("\n"))
+
+
+@dataclass
+class Report:
+    """What a rule said about one node, before the engine resolves positions."""
+
+    node: cst.CSTNode
+    message: str
+    fix: Fix | None
+
+
+@dataclass
+class RuleContext:
+    """Facts about the file being checked, shared by every rule."""
+
+    module: cst.Module
+    path: "Path"
+    keras: int  # 2 or 3: the generation this file runs under
+    policy: Policy  # the mixed policy the module or its project sets
+    module_policy: Policy  # the mixed policy this module itself names
+    imports: ImportTable
+    reports: list[tuple["Rule", Report]] = field(default_factory=list)
+
+    @property
+    def float16(self) -> bool:
+        """True when tensors in this file can be float16 (a mixed_float16 policy is in play)."""
+        return self.policy is Policy.FLOAT16
+
+    def resolve(self, node: cst.BaseExpression) -> str | None:
+        return self.imports.resolve(node)
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+
+class Rule(cst.BatchableCSTVisitor):
+    """Base class of every mpfix rule. Subclasses set the class attributes below."""
+
+    code: ClassVar[str]
+    name: ClassVar[str]  # kebab-case
+    message: ClassVar[str]  # one sentence: what is wrong and what to do
+    fix_safety: ClassVar[FixSafety] = FixSafety.NONE
+    # Substrings of which at least one must appear in a file for the rule to run.
+    triggers: ClassVar[tuple[str, ...]]
+    # Only run where float16 compute is reachable (a mixed_float16 policy in play).
+    requires_float16: ClassVar[bool] = False
+    # Only run for these Keras generations.
+    keras_generations: ClassVar[tuple[int, ...]] = (2, 3)
+    # Ruff-style documentation: "What it does", "Why is this bad?", "Example", "Use instead".
+    explanation: ClassVar[str] = ""
+    VALID: ClassVar[list[Valid]] = []
+    INVALID: ClassVar[list[Invalid]] = []
+
+    def __init__(self, context: RuleContext) -> None:
+        super().__init__()
+        self.context = context
+
+    def report(
+        self,
+        node: cst.CSTNode,
+        message: str | None = None,
+        *,
+        fix: dict[cst.CSTNode, Any] | Fix | None = None,
+        safety: FixSafety | None = None,
+        description: str | None = None,
+        imports: tuple[str, ...] = (),
+    ) -> None:
+        """Report ``node``; ``fix`` maps original nodes to their replacements."""
+        if isinstance(fix, dict):
+            fix = Fix(
+                changes=fix,
+                safety=safety or self.fix_safety,
+                description=description or f"Fix {self.code}",
+                imports=imports,
+            )
+        self.context.reports.append((self, Report(node, message or self.message, fix)))
+
+    @classmethod
+    def doc(cls) -> str:
+        return textwrap.dedent(cls.explanation).strip()

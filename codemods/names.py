@@ -1,0 +1,140 @@
+"""Resolve names to dotted paths with a light table of the module's own imports.
+
+LibCST's ``QualifiedNameProvider`` costs about ten times the parse on real
+code (see DESIGN.md), and mixed-precision rules only need to know what a
+dotted expression such as ``mp.LossScaleOptimizer`` or ``tf.keras.optimizers.Adam``
+refers to. The table is flow-insensitive: every import anywhere in the file
+counts, which is what scripts that import inside ``main()`` need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import libcst as cst
+
+# Every spelling of Keras, mapped to one canonical prefix so rules can say
+# "keras.mixed_precision.LossScaleOptimizer" once.
+_KERAS_PREFIXES = (
+    "tensorflow.python.keras",
+    "tensorflow.keras",
+    "tensorflow.compat.v2.keras",
+    "tf_keras",
+    "keras.src",
+    "keras",
+)
+
+
+def dotted_name(node: cst.BaseExpression) -> str | None:
+    """``a.b.c`` for a Name/Attribute chain, else None."""
+    parts: list[str] = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def _module_name(node: cst.BaseExpression | None) -> str | None:
+    if node is None:
+        return None
+    return dotted_name(node)
+
+
+def canonical(qualified: str) -> str:
+    """Fold the spellings of Keras into ``keras.…`` and drop TF's ``compat.v2``."""
+    for prefix in _KERAS_PREFIXES:
+        if qualified == prefix or qualified.startswith(prefix + "."):
+            return "keras" + qualified[len(prefix):]
+    if qualified.startswith("tensorflow.compat.v2."):
+        return "tensorflow." + qualified[len("tensorflow.compat.v2."):]
+    return qualified
+
+
+def _statements(body: Iterable[cst.CSTNode]) -> Iterator[cst.CSTNode]:
+    """Walk statements (not expressions) of every nested block: cheap."""
+    for stmt in body:
+        yield stmt
+        inner = getattr(stmt, "body", None)
+        if isinstance(inner, cst.BaseSuite):
+            yield from _statements(getattr(inner, "body", ()))
+        elif isinstance(inner, (list, tuple)):
+            yield from _statements(inner)
+        for attr in ("orelse", "finalbody"):
+            other = getattr(stmt, attr, None)
+            if other is not None:
+                yield from _statements([other] if not isinstance(other, (list, tuple)) else other)
+        for handler in getattr(stmt, "handlers", ()) or ():
+            yield from _statements([handler])
+
+
+class ImportTable:
+    """Local name → dotted path, for every ``import``/``from … import`` in a module."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.aliases: dict[str, str] = {}
+        self.modules: set[str] = set()
+        for stmt in _statements(module.body):
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Import):
+                        self._add_import(small)
+                    elif isinstance(small, cst.ImportFrom):
+                        self._add_import_from(small)
+
+    def _add_import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            full = dotted_name(alias.name)
+            if full is None:
+                continue
+            self.modules.add(full)
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self.aliases[alias.asname.name.value] = full
+            else:
+                head = full.split(".")[0]
+                self.aliases.setdefault(head, head)
+
+    def _add_import_from(self, node: cst.ImportFrom) -> None:
+        if node.relative:
+            return
+        base = _module_name(node.module)
+        if base is None:
+            return
+        self.modules.add(base)
+        if isinstance(node.names, cst.ImportStar):
+            return
+        for alias in node.names:
+            name = dotted_name(alias.name)
+            if name is None:
+                continue
+            local = name
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+            self.aliases[local] = f"{base}.{name}"
+
+    def resolve(self, node: cst.BaseExpression) -> str | None:
+        """The canonical dotted path ``node`` refers to, or None if not imported."""
+        dotted = dotted_name(node)
+        if dotted is None:
+            return None
+        head, _, rest = dotted.partition(".")
+        base = self.aliases.get(head)
+        if base is None:
+            return None
+        return canonical(f"{base}.{rest}" if rest else base)
+
+    def imports_module(self, prefix: str) -> bool:
+        """True if some import names ``prefix`` or a submodule of it."""
+        return any(m == prefix or m.startswith(prefix + ".") for m in self.modules)
+
+    def local_name_for(self, qualified: str) -> str | None:
+        """The shortest expression in this module that spells ``qualified`` (raw, not canonical)."""
+        best: str | None = None
+        for local, full in self.aliases.items():
+            if qualified == full or qualified.startswith(full + "."):
+                spelled = local + qualified[len(full):]
+                if best is None or len(spelled) < len(best):
+                    best = spelled
+        return best

@@ -1,0 +1,74 @@
+"""The ``mpfix`` command line: check, diff, apply, rules, explain, verify.
+
+Subcommands are imported only when called, so ``mpfix check`` costs little more
+than ``import libcst`` and never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import sys
+from pathlib import Path
+
+import click
+
+from mpfix import __version__
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+class LazyGroup(click.Group):
+    """A group whose commands live in modules imported on first use (click's documented pattern)."""
+
+    def __init__(self, *args, lazy: dict[str, str], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy:
+            module_name, attr = self.lazy[name].split(":")
+            return getattr(importlib.import_module(module_name), attr)
+        return super().get_command(ctx, name)
+
+
+LAZY_COMMANDS = {
+    "check": "mpfix.commands:check",
+    "diff": "mpfix.commands:diff",
+    "apply": "mpfix.commands:apply",
+    "rules": "mpfix.commands:rules",
+    "explain": "mpfix.commands:explain",
+    "verify": "mpfix.verify.cli:verify",
+    "instrument": "mpfix.verify.instrument:instrument",
+}
+
+
+@click.group(cls=LazyGroup, lazy=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="mpfix")
+def cli() -> None:
+    """Find, fix and verify TensorFlow/Keras mixed-precision bugs.
+
+    \b
+    mpfix check PATHS    report findings (exit 1 when there are any)
+    mpfix diff PATHS     show the fixes as a unified diff; writes nothing
+    mpfix apply PATHS    write the fixes (--unsafe-fixes for behaviour-changing ones)
+    mpfix verify SCRIPT  run a training script briefly and judge its loss
+    mpfix rules          list the rules; mpfix explain CODE for one
+    """
+
+
+def main() -> None:
+    try:
+        cli(prog_name="mpfix")
+    except KeyboardInterrupt:  # pragma: no cover - interactive only
+        click.echo("mpfix: interrupted", err=True)
+        sys.exit(130)
+
+
+def unified_diff(path: str, old: str, new: str) -> str:
+    return "".join(difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True),
+        fromfile=f"a/{path}", tofile=f"b/{path}"))

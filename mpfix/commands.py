@@ -1,0 +1,192 @@
+"""The linting subcommands: check, diff, apply, rules, explain."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import click
+
+from mpfix import config as config_mod
+from mpfix.cli import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, unified_diff
+from mpfix.output import FORMATS, Report, display_path, render
+from mpfix.output.text import summary
+
+
+def _split_codes(values: tuple[str, ...]) -> tuple[str, ...] | None:
+    if not values:
+        return None
+    return tuple(c.strip().upper() for v in values for c in v.split(",") if c.strip())
+
+
+def common_options(func):
+    """Options shared by check, diff and apply."""
+
+    @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+    @click.option("--select", multiple=True, help="Rule codes or prefixes to enable (comma-separated; ALL).")
+    @click.option("--extend-select", multiple=True, help="Codes to enable on top of the configured selection.")
+    @click.option("--ignore", multiple=True, help="Rule codes or prefixes to disable.")
+    @click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Also apply fixes that change behaviour.")
+    @click.option("--keras", type=click.Choice(["auto", "2", "3"]), default=None,
+                  help="Keras generation to write fixes for (auto: from installed packages).")
+    @click.option("--policy", type=click.Choice(["mixed_float16", "mixed_bfloat16", "float32"]), default=None,
+                  help="Assume this dtype policy for the checked project.")
+    @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+    @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
+    @click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary.")
+    @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                  help="pyproject.toml to read [tool.mpfix] from (default: the nearest one).")
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def _settings(paths, config_path, select, extend_select, ignore, unsafe_fixes, keras, policy):
+    start = paths[0] if paths else Path.cwd()
+    pyproject = config_path or config_mod.find_pyproject(start if start.exists() else Path.cwd())
+    settings = config_mod.load(pyproject)
+    return settings.with_overrides(
+        select=_split_codes(select), extend_select=_split_codes(extend_select), ignore=_split_codes(ignore),
+        unsafe_fixes=unsafe_fixes, keras=keras, policy=policy,
+    )
+
+
+def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select, ignore,
+        unsafe_fixes, keras, policy, **extra):
+    """Shared body of check/diff/apply: settings → discovery → runner → (results, report)."""
+    from mpfix import selection
+    from mpfix.discovery import discover
+    from mpfix.engine import Options
+    from mpfix.findings import FileError
+    from mpfix.runner import Job, Mode, process_all
+
+    try:
+        settings = _settings(paths, config_path, select, extend_select, ignore, unsafe_fixes, keras, policy)
+        rules = selection.select(settings.select, settings.ignore, settings.extend_select)
+    except config_mod.ConfigError as exc:
+        click.echo(f"mpfix: error: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    paths = list(paths) or [Path(".")]
+    errors: list[FileError] = []
+    for p in paths:
+        if not p.exists() and not p.is_symlink():
+            errors.append(FileError(str(p), "no such file or directory"))
+    files = list(discover([p for p in paths if p.exists()], exclude=settings.exclude))
+    base = settings.config_file.parent if settings.config_file else Path.cwd()
+    ignored_for = {f: selection.ignored_for_file(f, settings.per_file_ignores, base) for f in files}
+    job = Job(
+        rule_codes=tuple(r.code for r in rules),
+        options=Options(keras=settings.keras, policy=settings.policy, unsafe_fixes=settings.unsafe_fixes),
+        mode=Mode(mode_name),
+        want_edits=fmt in ("json", "full"),
+        max_file_bytes=settings.max_file_bytes,
+    )
+    results = process_all(files, job, ignored_for)
+    for r in results:
+        errors.extend(r.errors)
+    findings = [f for r in results for f in r.findings]
+    texts = {str(r.path): r.original for r in results if r.original is not None}
+    report = Report(findings=findings, errors=errors, unsafe_fixes=settings.unsafe_fixes,
+                    texts=texts, files_checked=len(files))
+    return results, report
+
+
+def _emit(fmt: str, report: Report, quiet: bool, **summary_args) -> None:
+    body = render(fmt, report)
+    if body:
+        click.echo(body)
+    if fmt in ("text", "full") and not quiet:
+        text = summary(report, **summary_args)
+        if text:
+            click.echo(text)
+
+
+@click.command()
+@common_options
+def check(paths, fmt, quiet, exit_zero, **kwargs):
+    """Report mixed-precision findings (exit 1 when there are any)."""
+    _, report = run("check", paths, fmt=fmt, quiet=quiet, **kwargs)
+    _emit(fmt, report, quiet)
+    if report.errors:
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_FINDINGS if report.findings and not exit_zero else EXIT_CLEAN)
+
+
+@click.command()
+@common_options
+def diff(paths, fmt, quiet, exit_zero, **kwargs):
+    """Show the fixes as a unified diff; nothing is written (exit 1 when there are changes)."""
+    results, report = run("diff", paths, fmt="text", quiet=quiet, **kwargs)
+    changed = [r for r in results if r.fixed is not None]
+    for r in changed:
+        click.echo(unified_diff(display_path(str(r.path)), r.original, r.fixed), nl=False)
+    for e in report.errors:
+        click.echo(f"{display_path(e.filename)}:{e.line}:{e.column}: {e.code} {e.message}", err=True)
+    if not quiet:
+        fixes = sum(r.applied for r in changed)
+        click.echo(f"Would fix {fixes} finding{'s' if fixes != 1 else ''} in {len(changed)} "
+                   f"file{'s' if len(changed) != 1 else ''}.", err=True)
+    if report.errors:
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_FINDINGS if changed and not exit_zero else EXIT_CLEAN)
+
+
+@click.command()
+@common_options
+@click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit 1 when files were changed.")
+def apply(paths, fmt, quiet, exit_zero, exit_non_zero_on_fix, **kwargs):
+    """Write the fixes in place (safe ones; unsafe ones too with --unsafe-fixes).
+
+    Exits 1 when findings remain that could not be fixed (or with
+    --exit-non-zero-on-fix when a file changed), 2 on errors.
+    """
+    results, report = run("apply", paths, fmt=fmt, quiet=quiet, **kwargs)
+    applied = sum(r.applied for r in results if r.written)
+    _emit(fmt, report, quiet, applied=applied, verb_fixed=True)
+    if report.errors:
+        sys.exit(EXIT_ERROR)
+    if exit_zero:
+        sys.exit(EXIT_CLEAN)
+    if report.findings or (exit_non_zero_on_fix and any(r.written for r in results)):
+        sys.exit(EXIT_FINDINGS)
+    sys.exit(EXIT_CLEAN)
+
+
+@click.command()
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True)
+def rules(fmt):
+    """List every rule: code, name, fix safety."""
+    import json
+
+    from codemods import all_rules
+    from mpfix.rule_docs import rules_table_markdown
+
+    found = all_rules()
+    if fmt == "markdown":
+        click.echo(rules_table_markdown(found))
+    elif fmt == "json":
+        click.echo(json.dumps([{"code": r.code, "name": r.name, "fix": str(r.fix_safety), "message": r.message,
+                                "keras": list(r.keras_generations), "requires_float16": r.requires_float16}
+                               for r in found], indent=2))
+    else:
+        width = max(len(r.name) for r in found)
+        for r in found:
+            click.echo(f"{r.code}  {r.name:<{width}}  {str(r.fix_safety):<6}  {r.message}")
+
+
+@click.command()
+@click.argument("code")
+def explain(code):
+    """Explain one rule: what it does, why it breaks, example, fix."""
+    from codemods import all_rules, rule_by_code
+    from mpfix.rule_docs import explain as explain_rule
+
+    rule = rule_by_code(code)
+    if rule is None:
+        valid = ", ".join(r.code for r in all_rules())
+        click.echo(f"mpfix: error: unknown rule code {code!r}; valid codes: {valid}", err=True)
+        sys.exit(EXIT_ERROR)
+    click.echo(explain_rule(rule))

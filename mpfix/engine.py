@@ -1,0 +1,324 @@
+"""Lint and fix one source text: prefilter → parse → all rules in one pass → findings/fixes.
+
+The engine owns parsing; rules never re-read or re-parse. Fixes are applied
+pass by pass (non-overlapping fixes together) until nothing changes; every
+intermediate text must parse and compile, or nothing is returned as fixed.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from codemods import Rule, RuleContext
+from codemods.names import ImportTable
+from mpfix import policy as policies
+from mpfix import suppression
+from mpfix.findings import Edit, FileError, Finding, Fix, FixSafety, Position
+from mpfix.target import generation_for
+
+MAX_FIX_PASSES = 10
+
+_PY2_HINTS = (
+    re.compile(r"^\s*print\s+[^\s(=.,)\]]"),
+    re.compile(r"^\s*exec\s+['\"]"),
+    re.compile(r"^\s*except\s+[\w.]+\s*,\s*\w+\s*:"),
+    re.compile(r"^\s*raise\s+\w+\s*,"),
+)
+
+
+class FixError(Exception):
+    """A fix produced code that does not parse or compile, or fixes did not converge."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the engine needs to know besides the rules."""
+
+    keras: str = "auto"
+    policy: str | None = None  # configured policy (forces float16 reachability)
+    unsafe_fixes: bool = False
+    project_policy: bool = True  # look at the rest of the project for a mixed policy
+
+
+@dataclass
+class LintResult:
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[FileError] = field(default_factory=list)
+    fixed_text: str | None = None  # set when fixing changed the text
+    applied: int = 0  # how many fixes were applied
+
+
+def _syntax_error(path: str, text: str, exc: cst.ParserSyntaxError) -> FileError:
+    line = exc.raw_line
+    lines = text.splitlines()
+    source_line = lines[line - 1] if 0 < line <= len(lines) else ""
+    message = f"SyntaxError: {exc.message}"
+    if any(p.search(source_line) for p in _PY2_HINTS):
+        message += " (this looks like Python 2; mpfix checks Python 3 code)"
+    return FileError(filename=path, message=message, line=line, column=exc.raw_column + 1)
+
+
+class Engine:
+    """Runs a fixed set of rules over source texts."""
+
+    def __init__(self, rules: tuple[type[Rule], ...], options: Options) -> None:
+        self.rules = rules
+        self.options = options
+        self._triggers = {r: tuple(r.triggers) for r in rules}
+
+    # -- rule selection for one file -------------------------------------------------
+    def _policy(self, text: str, path: Path) -> tuple[policies.Policy, policies.Policy]:
+        module_policy = policies.policy_in_text(text)
+        if self.options.policy == "mixed_float16":
+            return policies.Policy.FLOAT16, module_policy
+        if self.options.policy == "mixed_bfloat16":
+            return policies.Policy.BFLOAT16, module_policy
+        if self.options.policy == "float32":
+            return policies.Policy.NONE, module_policy
+        if module_policy is not policies.Policy.NONE or not self.options.project_policy:
+            return module_policy, module_policy
+        return policies.policy_in_project(policies.project_root(path)), module_policy
+
+    def _candidates(self, text: str, ignored: tuple[str, ...]) -> list[type[Rule]]:
+        return [
+            r for r in self.rules
+            if not any(r.code.startswith(code) for code in ignored)
+            and any(t in text for t in self._triggers[r])
+        ]
+
+    # -- one pass ----------------------------------------------------------------------
+    def _run(self, text: str, path: Path, rules: list[type[Rule]]) -> tuple[cst.Module, MetadataWrapper, RuleContext, list[type[Rule]]]:
+        module = cst.parse_module(text)
+        imports = ImportTable(module)
+        keras = generation_for(self.options.keras, imports.imports_module("tf_keras"))
+        policy, module_policy = self._policy(text, path) if any(r.requires_float16 for r in rules) else (
+            policies.policy_in_text(text), policies.policy_in_text(text))
+        context = RuleContext(module=module, path=path, keras=keras, policy=policy,
+                              module_policy=module_policy, imports=imports)
+        active = [
+            r for r in rules
+            if keras in r.keras_generations and (not r.requires_float16 or context.float16)
+        ]
+        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        if active:
+            wrapper.visit_batched([r(context) for r in active])
+        return module, wrapper, context, active
+
+    def _findings(self, text: str, path: Path, wrapper: MetadataWrapper, context: RuleContext) -> list[Finding]:
+        if not context.reports:
+            return []
+        positions = wrapper.resolve(PositionProvider)
+        suppressions = suppression.parse(text)
+        findings = []
+        for rule, report in context.reports:
+            span = positions.get(report.node)
+            start = Position(span.start.line, span.start.column + 1) if span else Position(1, 1)
+            end = Position(span.end.line, span.end.column + 1) if span else start
+            if suppressions.suppresses(rule.code, start.line, end.line):
+                continue
+            findings.append(Finding(code=rule.code, message=report.message, filename=str(path),
+                                    start=start, end=end, fix=report.fix, node=report.node))
+        findings.sort(key=lambda f: (f.start.line, f.start.column, f.code))
+        return findings
+
+    # -- public ------------------------------------------------------------------------
+    def lint(self, text: str, path: Path, *, fix: bool = False, edits: bool = False,
+             ignored: tuple[str, ...] = ()) -> LintResult:
+        """Findings for ``text``; with ``fix``, also the fixed text (fixes applied until stable)."""
+        name = str(path)
+        rules = self._candidates(text, ignored)
+        if not rules:
+            return LintResult()
+        try:
+            module, wrapper, context, _ = self._run(text, path, rules)
+        except cst.ParserSyntaxError as exc:
+            return LintResult(errors=[_syntax_error(name, text, exc)])
+        except RecursionError:
+            return LintResult(errors=[FileError(name, "file is nested too deeply for the parser")])
+        findings = self._findings(text, path, wrapper, context)
+        if edits:
+            for finding in findings:
+                if finding.fix is not None and finding.fix.changes:
+                    finding.edits = _edits_for(module, text, wrapper, finding.fix)
+        result = LintResult(findings=findings)
+        if fix:
+            try:
+                result = self._fix_until_stable(text, path, rules, findings, module, wrapper)
+            except FixError as exc:
+                result.errors.append(FileError(name, f"internal error: {exc}; nothing was written"))
+        for finding in result.findings:
+            finding.node = None
+            if finding.fix is not None:
+                finding.fix = Fix(changes={}, safety=finding.fix.safety,
+                                  description=finding.fix.description, imports=finding.fix.imports)
+        return result
+
+    def _fix_until_stable(self, text, path, rules, findings, module, wrapper) -> LintResult:
+        original_compiles = _compiles(text, str(path))
+        applied = 0
+        current = text
+        for _ in range(MAX_FIX_PASSES):
+            fixes = [f.fix for f in findings if f.fixable(self.options.unsafe_fixes)]
+            if not fixes:
+                return LintResult(findings=findings, fixed_text=current if current != text else None, applied=applied)
+            new_text, count = apply_fixes(module, wrapper, fixes)
+            if new_text == current:
+                return LintResult(findings=findings, fixed_text=current if current != text else None, applied=applied)
+            _validate(new_text, str(path), original_compiles)
+            applied += count
+            current = new_text
+            module, wrapper, context, _ = self._run(current, path, rules)
+            findings = self._findings(current, path, wrapper, context)
+        raise FixError(f"fixes did not converge after {MAX_FIX_PASSES} passes")
+
+
+def _compiles(text: str, filename: str) -> bool:
+    try:
+        compile(text, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _validate(text: str, filename: str, must_compile: bool) -> None:
+    try:
+        cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        raise FixError(f"a fix produced code that does not parse ({exc.message} at line {exc.raw_line})") from exc
+    if must_compile and not _compiles(text, filename):
+        raise FixError("a fix produced code that does not compile")
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, changes: dict) -> None:
+        super().__init__()
+        self.changes = changes
+
+    def on_leave(self, original_node, updated_node):
+        replacement = self.changes.get(original_node, _MISSING)
+        if replacement is _MISSING:
+            return updated_node
+        return replacement
+
+
+_MISSING = object()
+
+
+def _span(positions, node):
+    code_range = positions.get(node)
+    if code_range is None:
+        return None
+    return (code_range.start.line, code_range.start.column), (code_range.end.line, code_range.end.column)
+
+
+def _overlaps(a, b) -> bool:
+    if a is None or b is None:
+        return True
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def apply_fixes(module: cst.Module, wrapper: MetadataWrapper, fixes: list[Fix]) -> tuple[str, int]:
+    """Apply the fixes whose nodes do not overlap an earlier fix's; return (code, count)."""
+    positions = wrapper.resolve(PositionProvider)
+    taken: list = []
+    changes: dict = {}
+    imports: list[str] = []
+    count = 0
+    for fix in fixes:
+        spans = [_span(positions, node) for node in fix.changes]
+        if any(_overlaps(s, t) for s in spans for t in taken):
+            continue  # applied in a later pass, on the re-parsed result
+        taken.extend(spans)
+        changes.update(fix.changes)
+        imports.extend(i for i in fix.imports if i not in imports)
+        count += 1
+    new_module = module.visit(_Replace(changes))
+    if imports:
+        new_module = add_imports(new_module, imports)
+    return new_module.code, count
+
+
+def add_imports(module: cst.Module, statements: list[str]) -> cst.Module:
+    """Add whole import statements missing from the module, after its last top-level import."""
+    existing = {module.code_for_node(s).strip() for s in module.body if _is_import(s)}
+    missing = [s for s in statements if s not in existing]
+    if not missing:
+        return module
+    body = list(module.body)
+    index = 0
+    for i, stmt in enumerate(body):
+        if _is_import(stmt) or (i == 0 and _is_docstring(stmt)):
+            index = i + 1
+        elif index:
+            break
+    new = [cst.parse_statement(s + module.default_newline, config=module.config_for_parsing) for s in missing]
+    return module.with_changes(body=body[:index] + new + body[index:])
+
+
+def _is_import(stmt: cst.CSTNode) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and all(
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+
+
+def _is_docstring(stmt: cst.CSTNode) -> bool:
+    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
+
+
+def _offset_to_position(line_starts: list[int], offset: int) -> Position:
+    import bisect
+
+    line = bisect.bisect_right(line_starts, offset) - 1
+    return Position(line + 1, offset - line_starts[line] + 1)
+
+
+def _line_starts(text: str) -> list[int]:
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    return starts
+
+
+def _edits_for(module: cst.Module, text: str, wrapper: MetadataWrapper, fix: Fix) -> list[Edit]:
+    """The fix as textual edits (Ruff's JSON ``fix.edits``): minimal changed regions."""
+    new_text, _ = apply_fixes(module, wrapper, [fix])
+    return text_edits(text, new_text)
+
+
+def text_edits(old: str, new: str) -> list[Edit]:
+    """Minimal edits turning ``old`` into ``new``, one per changed region."""
+    starts = _line_starts(old)
+    old_lines = old.splitlines(keepends=True)
+    new_lines = new.splitlines(keepends=True)
+    edits: list[Edit] = []
+    matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        a = "".join(old_lines[i1:i2])
+        b = "".join(new_lines[j1:j2])
+        prefix = 0
+        while prefix < min(len(a), len(b)) and a[prefix] == b[prefix]:
+            prefix += 1
+        suffix = 0
+        while suffix < min(len(a), len(b)) - prefix and a[len(a) - 1 - suffix] == b[len(b) - 1 - suffix]:
+            suffix += 1
+        begin = starts[i1] + prefix
+        end = starts[i1] + len(a) - suffix
+        edits.append(Edit(_offset_to_position(starts, begin), _offset_to_position(starts, end),
+                          b[prefix: len(b) - suffix]))
+    return edits
+
+
+def fix_safety_of(findings: list[Finding]) -> dict[FixSafety, int]:
+    counts: dict[FixSafety, int] = {}
+    for f in findings:
+        counts[f.fix_safety] = counts.get(f.fix_safety, 0) + 1
+    return counts

@@ -1,0 +1,96 @@
+"""The data that flows from rules to output: findings, fixes and their safety."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+
+class FixSafety(str, enum.Enum):
+    """How much a fix may change behaviour (Ruff's applicability)."""
+
+    SAFE = "safe"  # keeps behaviour; applied by default
+    UNSAFE = "unsafe"  # changes behaviour on purpose; needs --unsafe-fixes
+    NONE = "none"  # report only
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class Fix:
+    """Node replacements in one module, applied together or not at all.
+
+    ``changes`` maps an original node (by identity) to its replacement, which
+    may be a node, ``cst.RemoveFromParent()`` or a ``cst.FlattenSentinel``.
+    ``imports`` are whole import statements (``"import tensorflow as tf"``) the
+    fixed code needs; they are added at the top when missing.
+    """
+
+    changes: dict["cst.CSTNode", Any]
+    safety: FixSafety
+    description: str
+    imports: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Position:
+    line: int  # 1-based
+    column: int  # 1-based, like Ruff's output
+
+
+@dataclass
+class Edit:
+    """One textual change: replace ``start``..``end`` with ``content``."""
+
+    start: Position
+    end: Position
+    content: str
+
+
+@dataclass
+class Finding:
+    """One problem found in one file."""
+
+    code: str
+    message: str
+    filename: str
+    start: Position
+    end: Position
+    fix: Fix | None = None
+    # Textual form of the fix, filled in by the engine for output that needs it.
+    edits: list[Edit] = field(default_factory=list)
+    cell: int | None = None  # notebook cell (1-based), when the file is a notebook
+    node: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def line(self) -> int:
+        return self.start.line
+
+    @property
+    def column(self) -> int:
+        return self.start.column
+
+    @property
+    def fix_safety(self) -> FixSafety:
+        return self.fix.safety if self.fix is not None else FixSafety.NONE
+
+    def fixable(self, unsafe_fixes: bool) -> bool:
+        if self.fix is None or self.fix.safety is FixSafety.NONE:
+            return False
+        return self.fix.safety is FixSafety.SAFE or unsafe_fixes
+
+
+@dataclass
+class FileError:
+    """A file mpfix could not read, parse or fix (reported as MP000 / exit 2)."""
+
+    filename: str
+    message: str
+    line: int = 1
+    column: int = 1
+    code: str = "MP000"

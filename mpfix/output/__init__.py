@@ -1,0 +1,62 @@
+"""Render results for people (text, full) and tools (json, sarif, github)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from mpfix.findings import FileError, Finding
+
+FORMATS = ("text", "full", "json", "sarif", "github")
+
+
+@dataclass
+class Report:
+    """Everything an output format may show."""
+
+    findings: list[Finding]
+    errors: list[FileError]
+    unsafe_fixes: bool
+    texts: dict[str, str]  # filename → source text, for excerpts (full format)
+    files_checked: int
+
+
+def display_path(filename: str) -> str:
+    """Relative to the current folder when below it, as Ruff prints paths."""
+    try:
+        rel = os.path.relpath(filename)
+    except ValueError:
+        return filename
+    return filename if rel.startswith("..") else rel
+
+
+def render(fmt: str, report: Report) -> str:
+    if fmt in ("text", "full"):
+        from mpfix.output.text import render as render_text
+
+        return render_text(report, full=fmt == "full")
+    if fmt == "json":
+        from mpfix.output.json_format import render as render_json
+
+        return render_json(report)
+    if fmt == "sarif":
+        from mpfix.output.sarif import render as render_sarif
+
+        return render_sarif(report)
+    if fmt == "github":
+        from mpfix.output.github import render as render_github
+
+        return render_github(report)
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def location_label(filename: str, line: int, column: int, cell: int | None = None) -> str:
+    path = display_path(filename)
+    if cell is not None:
+        return f"{path}:cell {cell}:{line}:{column}"
+    return f"{path}:{line}:{column}"
+
+
+def absolute(filename: str) -> str:
+    return str(Path(filename).absolute())

@@ -1,0 +1,58 @@
+"""A JSON list with Ruff's keys, so tools that read ``ruff --output-format json`` read mpfix."""
+
+from __future__ import annotations
+
+import json
+
+from mpfix.findings import Edit, FileError, Finding
+from mpfix.output import Report, absolute
+from mpfix.rule_docs import rule_url
+
+
+def _loc(line: int, column: int) -> dict[str, int]:
+    return {"row": line, "column": column}
+
+
+def _edit(edit: Edit) -> dict:
+    return {"content": edit.content, "location": _loc(edit.start.line, edit.start.column),
+            "end_location": _loc(edit.end.line, edit.end.column)}
+
+
+def finding_dict(finding: Finding) -> dict:
+    fix = None
+    if finding.fix is not None:
+        fix = {
+            "applicability": str(finding.fix.safety),
+            "message": finding.fix.description,
+            "edits": [_edit(e) for e in finding.edits],
+        }
+    return {
+        "cell": finding.cell,
+        "code": finding.code,
+        "end_location": _loc(finding.end.line, finding.end.column),
+        "filename": absolute(finding.filename),
+        "fix": fix,
+        "location": _loc(finding.start.line, finding.start.column),
+        "message": finding.message,
+        "noqa_row": finding.start.line,
+        "url": rule_url(finding.code),
+    }
+
+
+def error_dict(error: FileError) -> dict:
+    return {
+        "cell": None,
+        "code": error.code,
+        "end_location": _loc(error.line, error.column),
+        "filename": absolute(error.filename),
+        "fix": None,
+        "location": _loc(error.line, error.column),
+        "message": error.message,
+        "noqa_row": None,
+        "url": rule_url(error.code),
+    }
+
+
+def render(report: Report) -> str:
+    items = [error_dict(e) for e in report.errors] + [finding_dict(f) for f in report.findings]
+    return json.dumps(items, indent=2)

@@ -1,0 +1,85 @@
+"""SARIF 2.1.0, for GitHub code scanning and other SARIF consumers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from codemods import all_rules
+from mpfix import __version__
+from mpfix.output import Report
+from mpfix.rule_docs import rule_url
+
+SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def _uri(filename: str) -> str:
+    path = Path(filename)
+    try:
+        return path.absolute().relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return path.absolute().as_uri()
+
+
+def _rule_descriptor(rule) -> dict:
+    return {
+        "id": rule.code,
+        "name": rule.name,
+        "shortDescription": {"text": rule.message.replace("{", "").replace("}", "")},
+        "fullDescription": {"text": rule.doc() or rule.message},
+        "help": {"text": rule.doc() or rule.message, "markdown": rule.doc() or rule.message},
+        "helpUri": rule_url(rule.code),
+        "defaultConfiguration": {"level": "error"},
+        "properties": {"fix": str(rule.fix_safety)},
+    }
+
+
+def _region(line: int, column: int, end_line: int, end_column: int) -> dict:
+    return {"startLine": line, "startColumn": column, "endLine": end_line, "endColumn": max(end_column, column)}
+
+
+def render(report: Report) -> str:
+    rules = list(all_rules())
+    index = {r.code: i for i, r in enumerate(rules)}
+    descriptors = [_rule_descriptor(r) for r in rules]
+    descriptors.append({
+        "id": "MP000", "name": "syntax-error",
+        "shortDescription": {"text": "File could not be read or parsed"},
+        "fullDescription": {"text": "mpfix could not read, decode or parse this file, so it was not checked."},
+        "defaultConfiguration": {"level": "error"},
+    })
+    index["MP000"] = len(descriptors) - 1
+    results = []
+    for e in report.errors:
+        results.append({
+            "ruleId": e.code, "ruleIndex": index[e.code], "level": "error",
+            "message": {"text": e.message},
+            "locations": [{"physicalLocation": {
+                "artifactLocation": {"uri": _uri(e.filename), "uriBaseId": "%SRCROOT%"},
+                "region": _region(e.line, e.column, e.line, e.column),
+            }}],
+        })
+    for f in report.findings:
+        results.append({
+            "ruleId": f.code, "ruleIndex": index[f.code], "level": "error",
+            "message": {"text": f.message},
+            "locations": [{"physicalLocation": {
+                "artifactLocation": {"uri": _uri(f.filename), "uriBaseId": "%SRCROOT%"},
+                "region": _region(f.start.line, f.start.column, f.end.line, f.end.column),
+            }}],
+        })
+    sarif = {
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "mpfix",
+                "version": __version__,
+                "informationUri": "https://github.com/mpfix/mpfix",
+                "rules": descriptors,
+            }},
+            "originalUriBaseIds": {"%SRCROOT%": {"uri": Path.cwd().as_uri() + "/"}},
+            "results": results,
+        }],
+    }
+    return json.dumps(sarif, indent=2)

@@ -1,0 +1,60 @@
+"""Bytes ↔ text for Python sources, keeping what users care about byte for byte.
+
+The encoding (PEP 263 cookie), a UTF-8 BOM and the newline style all survive
+a round trip: LibCST keeps each line's own ending, and we re-encode with the
+encoding we decoded with and put the BOM back.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import tokenize
+from dataclasses import dataclass
+
+
+class SourceError(Exception):
+    """A file that is not Python source we can read."""
+
+    def __init__(self, message: str, line: int = 1, column: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.column = column
+
+
+@dataclass(frozen=True)
+class Source:
+    text: str
+    encoding: str  # codec name used to decode, without "-sig"
+    bom: bool
+
+    def encode(self, text: str) -> bytes:
+        data = text.encode(self.encoding)
+        return codecs.BOM_UTF8 + data if self.bom else data
+
+
+def decode(data: bytes) -> Source:
+    """Decode Python source bytes; raise SourceError with a clear message otherwise."""
+    if b"\x00" in data:
+        raise SourceError("not a Python source file: it contains NUL bytes (binary?)")
+    bom = data.startswith(codecs.BOM_UTF8)
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:
+        raise SourceError(f"cannot read encoding declaration: {exc.msg if hasattr(exc, 'msg') else exc}") from exc
+    if encoding == "utf-8-sig":
+        encoding = "utf-8"
+    body = data[len(codecs.BOM_UTF8):] if bom else data
+    try:
+        text = body.decode(encoding)
+    except UnicodeDecodeError as exc:
+        line = body[: exc.start].count(b"\n") + 1
+        column = exc.start - (body.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise SourceError(
+            f"cannot decode as {encoding}: byte 0x{body[exc.start]:02x} is invalid "
+            "(declare the file's encoding with a `# -*- coding: ... -*-` line)",
+            line,
+            column,
+        ) from exc
+    return Source(text=text, encoding=encoding, bom=bom)

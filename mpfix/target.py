@@ -1,0 +1,73 @@
+"""Which Keras generation a file runs under, decided without importing TensorFlow.
+
+Keras 2 and Keras 3 LossScaleOptimizers are not interchangeable (see
+KERAS_API.md): a fix written for the wrong one is a crash or a silent
+32768× update, so every fix is written for the generation found here.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from importlib import metadata
+
+KERAS2 = 2
+KERAS3 = 3
+DEFAULT = KERAS3  # what a fresh `pip install tensorflow` runs today
+
+_TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-macos", "tf-nightly", "tf-nightly-cpu")
+
+
+def _version(dist: str) -> tuple[int, ...] | None:
+    try:
+        raw = metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+    parts: list[int] = []
+    for piece in raw.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def _legacy_keras_requested() -> bool:
+    return os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes")
+
+
+@functools.lru_cache(maxsize=1)
+def installed_generation() -> int | None:
+    """The Keras generation ``import tensorflow as tf; tf.keras`` gives here, or None."""
+    for dist in _TF_DISTRIBUTIONS:
+        tf_version = _version(dist)
+        if tf_version is None:
+            continue
+        if tf_version < (2, 16):
+            return KERAS2
+        if _legacy_keras_requested() and _version("tf-keras") is not None:
+            return KERAS2
+        return KERAS3
+    keras_version = _version("keras")
+    if keras_version is not None:
+        return KERAS3 if keras_version >= (3,) else KERAS2
+    return None
+
+
+def describe_installed() -> str:
+    gen = installed_generation()
+    if gen is None:
+        return f"no TensorFlow/Keras installed: assuming Keras {DEFAULT}"
+    return f"Keras {gen} (from installed packages)"
+
+
+def generation_for(configured: str | int | None, imports_tf_keras: bool) -> int:
+    """Keras generation for one file.
+
+    A file that imports ``tf_keras`` runs Keras 2 whatever is installed or
+    configured; otherwise ``--keras``/``[tool.mpfix] keras`` win, then the
+    installed packages, then today's default.
+    """
+    if imports_tf_keras:
+        return KERAS2
+    if configured not in (None, "auto"):
+        return int(configured)
+    return installed_generation() or DEFAULT
