@@ -72,6 +72,7 @@ class RuleContext:
     policy: Policy  # the mixed policy the module or its project sets
     module_policy: Policy  # the mixed policy this module itself names
     imports: ImportTable
+    loss_scale: float | None = None  # --loss-scale N: write a fixed loss scale instead of dynamic
     reports: list[tuple["Rule", Report]] = field(default_factory=list)
 
     @property

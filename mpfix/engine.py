@@ -45,6 +45,7 @@ class Options:
     policy: str | None = None  # configured policy (forces float16 reachability)
     unsafe_fixes: bool = False
     project_policy: bool = True  # look at the rest of the project for a mixed policy
+    loss_scale: float | None = None  # write fixed-scale LossScaleOptimizer fixes (--loss-scale)
 
 
 @dataclass
@@ -101,7 +102,7 @@ class Engine:
         policy, module_policy = self._policy(text, path) if any(r.requires_float16 for r in rules) else (
             policies.policy_in_text(text), policies.policy_in_text(text))
         context = RuleContext(module=module, path=path, keras=keras, policy=policy,
-                              module_policy=module_policy, imports=imports)
+                              module_policy=module_policy, imports=imports, loss_scale=self.options.loss_scale)
         active = [
             r for r in rules
             if keras in r.keras_generations and (not r.requires_float16 or context.float16)
