@@ -35,6 +35,9 @@ def common_options(func):
     @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
     @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
     @click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary.")
+    @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+                  help="Worker processes (default: one per core).")
+    @click.option("--no-cache", is_flag=True, help="Ignore and do not write the .mpfix_cache of clean results.")
     @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                   help="pyproject.toml to read [tool.mpfix] from (default: the nearest one).")
     @functools.wraps(func)
@@ -55,7 +58,7 @@ def _settings(paths, config_path, select, extend_select, ignore, unsafe_fixes, k
 
 
 def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select, ignore,
-        unsafe_fixes, keras, policy, **extra):
+        unsafe_fixes, keras, policy, jobs=None, no_cache=False, accept=None, loss_scale=None):
     """Shared body of check/diff/apply: settings → discovery → runner → (results, report)."""
     from mpfix import selection
     from mpfix.discovery import discover
@@ -79,12 +82,16 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
     ignored_for = {f: selection.ignored_for_file(f, settings.per_file_ignores, base) for f in files}
     job = Job(
         rule_codes=tuple(r.code for r in rules),
-        options=Options(keras=settings.keras, policy=settings.policy, unsafe_fixes=settings.unsafe_fixes),
+        options=Options(keras=settings.keras, policy=settings.policy, unsafe_fixes=settings.unsafe_fixes,
+                        loss_scale=loss_scale),
         mode=Mode(mode_name),
         want_edits=fmt in ("json", "full"),
         max_file_bytes=settings.max_file_bytes,
     )
-    results = process_all(files, job, ignored_for)
+    from mpfix.runner import is_terminal
+
+    results = process_all(files, job, ignored_for, jobs=jobs, cache=not no_cache and accept is None,
+                          progress=is_terminal() and not quiet, accept=accept)
     for r in results:
         errors.extend(r.errors)
     findings = [f for r in results for f in r.findings]
@@ -137,13 +144,22 @@ def diff(paths, fmt, quiet, exit_zero, **kwargs):
 @click.command()
 @common_options
 @click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit 1 when files were changed.")
-def apply(paths, fmt, quiet, exit_zero, exit_non_zero_on_fix, **kwargs):
+@click.option("-i", "--interactive", is_flag=True, help="Show each fix as a diff and ask y/n/q before applying it.")
+@click.option("--loss-scale", type=click.FloatRange(min=1.0), default=None,
+              help="Write a fixed loss scale N instead of dynamic loss scaling (a last resort; see `mpfix explain MP101`).")
+def apply(paths, fmt, quiet, exit_zero, exit_non_zero_on_fix, interactive, loss_scale, **kwargs):
     """Write the fixes in place (safe ones; unsafe ones too with --unsafe-fixes).
 
     Exits 1 when findings remain that could not be fixed (or with
     --exit-non-zero-on-fix when a file changed), 2 on errors.
     """
-    results, report = run("apply", paths, fmt=fmt, quiet=quiet, **kwargs)
+    accept = None
+    if interactive:
+        from mpfix.interactive import Reviewer
+
+        accept = Reviewer()
+        kwargs["jobs"] = 1
+    results, report = run("apply", paths, fmt=fmt, quiet=quiet, accept=accept, loss_scale=loss_scale, **kwargs)
     applied = sum(r.applied for r in results if r.written)
     _emit(fmt, report, quiet, applied=applied, verb_fixed=True)
     if report.errors:

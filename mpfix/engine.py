@@ -11,6 +11,7 @@ import ast
 import difflib
 import re
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 import libcst as cst
@@ -31,6 +32,9 @@ _PY2_HINTS = (
     re.compile(r"^\s*except\s+[\w.]+\s*,\s*\w+\s*:"),
     re.compile(r"^\s*raise\s+\w+\s*,"),
 )
+
+
+Accept = Callable[[Finding, str, str], bool]
 
 
 class FixError(Exception):
@@ -131,8 +135,12 @@ class Engine:
 
     # -- public ------------------------------------------------------------------------
     def lint(self, text: str, path: Path, *, fix: bool = False, edits: bool = False,
-             ignored: tuple[str, ...] = ()) -> LintResult:
-        """Findings for ``text``; with ``fix``, also the fixed text (fixes applied until stable)."""
+             ignored: tuple[str, ...] = (), accept: Accept | None = None) -> LintResult:
+        """Findings for ``text``; with ``fix``, also the fixed text (fixes applied until stable).
+
+        ``accept(finding, before, after)`` is asked about each fix in turn (``apply
+        --interactive``); fixes it declines are left out and not asked again.
+        """
         name = str(path)
         rules = self._candidates(text, ignored)
         if not rules:
@@ -151,7 +159,7 @@ class Engine:
         result = LintResult(findings=findings)
         if fix:
             try:
-                result = self._fix_until_stable(text, path, rules, findings, module, wrapper)
+                result = self._fix_until_stable(text, path, rules, findings, module, wrapper, accept)
             except FixError as exc:
                 result.errors.append(FileError(name, f"internal error: {exc}; nothing was written"))
         for finding in result.findings:
@@ -161,12 +169,22 @@ class Engine:
                                   description=finding.fix.description, imports=finding.fix.imports)
         return result
 
-    def _fix_until_stable(self, text, path, rules, findings, module, wrapper) -> LintResult:
+    def _fix_until_stable(self, text, path, rules, findings, module, wrapper, accept=None) -> LintResult:
         original_compiles = _compiles(text, str(path))
         applied = 0
         current = text
+        declined: set[tuple[str, str]] = set()
         for _ in range(MAX_FIX_PASSES):
-            fixes = [f.fix for f in findings if f.fixable(self.options.unsafe_fixes)]
+            fixes = []
+            for f in findings:
+                if not f.fixable(self.options.unsafe_fixes) or (f.code, f.message) in declined:
+                    continue
+                if accept is not None:
+                    after, _ = apply_fixes(module, wrapper, [f.fix])
+                    if not accept(f, current, after):
+                        declined.add((f.code, f.message))
+                        continue
+                fixes.append(f.fix)
             if not fixes:
                 return LintResult(findings=findings, fixed_text=current if current != text else None, applied=applied)
             new_text, count = apply_fixes(module, wrapper, fixes)

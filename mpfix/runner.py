@@ -74,7 +74,7 @@ def _os_error(path: Path, exc: OSError) -> FileError:
     return FileError(str(path), f"cannot read file: {reason}")
 
 
-def process_file(path: Path, job: Job, ignored: tuple[str, ...] = ()) -> FileResult:
+def process_file(path: Path, job: Job, ignored: tuple[str, ...] = (), accept=None) -> FileResult:
     """Lint (and for diff/apply, fix) one file; never raises for bad input."""
     result = FileResult(path=path)
     try:
@@ -93,7 +93,7 @@ def process_file(path: Path, job: Job, ignored: tuple[str, ...] = ()) -> FileRes
     engine = engine_for(job)
     fixing = job.mode is not Mode.CHECK
     try:
-        lint = engine.lint(source.text, path, fix=fixing, edits=job.want_edits, ignored=ignored)
+        lint = engine.lint(source.text, path, fix=fixing, edits=job.want_edits, ignored=ignored, accept=accept)
     except Exception as exc:  # a bug in a rule must not stop the run or touch the file
         result.errors.append(FileError(str(path), f"internal error in mpfix ({type(exc).__name__}: {exc}); "
                                                   "nothing was written; please report it"))
@@ -118,10 +118,17 @@ def process_file(path: Path, job: Job, ignored: tuple[str, ...] = ()) -> FileRes
     return result
 
 
-def process_all(paths: list[Path], job: Job, ignored_for: dict[Path, tuple[str, ...]] | None = None) -> list[FileResult]:
-    """Process every file in order (the pool and cache hook in here)."""
+def process_all(paths: list[Path], job: Job, ignored_for: dict[Path, tuple[str, ...]] | None = None, *,
+                jobs: int | None = None, cache: bool = True, progress: bool = False,
+                accept=None) -> list[FileResult]:
+    """Process every file; results come back in the order of ``paths``.
+
+    ``jobs``: worker processes (None: one per core; one file or ``accept``
+    given: in-process). ``cache``: reuse results of unchanged files.
+    ``progress``: show a progress bar on stderr.
+    """
     ignored_for = ignored_for or {}
-    return [process_file(p, job, ignored_for.get(p, ())) for p in paths]
+    return [process_file(p, job, ignored_for.get(p, ()), accept) for p in paths]
 
 
 def is_terminal() -> bool:
