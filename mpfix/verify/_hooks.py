@@ -1,0 +1,356 @@
+"""Child side: hooks on TensorFlow and Keras that measure every optimizer step.
+
+What is hooked and why:
+
+* ``tf.GradientTape.gradient``: the target is the loss (Keras 3 ``fit`` and custom loops
+  both take the gradient of the loss). When the target is a tensor returned by
+  ``scale_loss`` (Keras 3) or ``get_scaled_loss`` (Keras 2) the unscaled loss that went in
+  is recorded instead.
+* optimizer ``apply_gradients``/``apply`` (Keras 3 base optimizer and
+  ``LossScaleOptimizer``; Keras 2 optimizers, legacy optimizers and both Keras 2 loss
+  scale optimizers): one call of the outermost optimizer is one step. The gradients are
+  summarised in-graph (non-finite count, exact-zero count, sum of squares) and written
+  with the pending loss and the current loss scale as one row of the channel.
+* ``tf.function`` calls (``Function.__call__``) and Keras ``fit``/``train_on_batch``:
+  after an outermost call returns to eager code, new rows are read, and the run is
+  stopped when enough steps were seen or a non-finite loss appeared.
+
+The inner optimizer of a loss scale optimizer is never measured (its caller was), so a
+step is counted once whatever the nesting.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+import weakref
+
+import tensorflow as tf
+from tensorflow.python.eager.polymorphic_function import polymorphic_function
+
+from mpfix.verify._channel import FIELDS, MAX_REPLICAS, Channel
+
+
+class StopVerify(BaseException):
+    """Raised into the user's script to end it; a BaseException so ``except Exception``
+    in the script does not swallow it."""
+
+
+def _replica_id():
+    ctx = tf.distribute.get_replica_context()
+    if ctx is None:
+        return tf.constant(0, tf.int32)
+    rid = ctx.replica_id_in_sync_group
+    return tf.math.floormod(tf.cast(rid, tf.int32), MAX_REPLICAS)
+
+
+def _flat_tensors(structure):
+    return [t for t in tf.nest.flatten(structure) if t is not None]
+
+
+def _gradient_summary(grads, scale):
+    """In-graph totals over all gradients: elements, non-finite, exact zeros, sum of
+    squares of the finite entries divided by ``scale`` (the loss scale still in them)."""
+    elements, nonfinite, zeros, sumsq = [], [], [], []
+    for g in grads:
+        if g is None:
+            continue
+        if isinstance(g, tf.IndexedSlices):
+            g = g.values
+        g = tf.convert_to_tensor(g)
+        if not g.dtype.is_floating:
+            continue
+        g32 = tf.cast(g, tf.float32)
+        finite = tf.math.is_finite(g32)
+        elements.append(tf.cast(tf.size(g32), tf.float32))
+        nonfinite.append(tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.float32)))
+        zeros.append(tf.reduce_sum(tf.cast(tf.equal(g32, 0.0), tf.float32)))
+        unscaled = tf.where(finite, g32, tf.zeros_like(g32)) / scale
+        sumsq.append(tf.reduce_sum(tf.square(unscaled)))
+    if not elements:
+        zero = tf.constant(0.0)
+        return zero, zero, zero, zero
+    return tf.add_n(elements), tf.add_n(nonfinite), tf.add_n(zeros), tf.add_n(sumsq)
+
+
+class Recorder:
+    """Collects steps, writes them as JSON-lines events, decides when to stop."""
+
+    def __init__(self, emit, max_steps: int, locate: bool = False) -> None:
+        self.emit = emit
+        self.max_steps = max_steps
+        self.locate = locate
+        self.channel = Channel()
+        self.steps = 0
+        self.stop_reason: str | None = None
+        self.entries: set[str] = set()
+        self._local = threading.local()
+        self._scaled: dict[int, tuple] = {}
+        self._dynamic_scaled: set[int] = set()
+        self._inner: "weakref.WeakSet" = weakref.WeakSet()
+        self._optimizers: dict[int, int] = {}
+        self._last_seq: dict[int, float] = {}
+        self._errors: set[str] = set()
+        # Each Keras generation adds one: optimizer -> (scale, dynamic, grads_scaled) or None.
+        self.scale_resolvers: list = []
+
+    def guarded(self, where: str, fn, *args) -> None:
+        """A failing measurement must not break the user's step: report it once."""
+        try:
+            fn(*args)
+        except Exception as exc:
+            if where not in self._errors:
+                self._errors.add(where)
+                self.emit({"event": "hook-error", "where": where, "error": repr(exc)[:500]})
+
+    # --- depth guard: only the outermost optimizer call of a thread is a step ---
+    def _depth(self) -> int:
+        return getattr(self._local, "depth", 0)
+
+    def _enter(self) -> None:
+        self._local.depth = self._depth() + 1
+
+    def _leave(self) -> None:
+        self._local.depth = self._depth() - 1
+
+    def _scale_info(self, optimizer):
+        for resolve in self.scale_resolvers:
+            info = resolve(optimizer)
+            if info is not None:
+                return info
+        return 1.0, False, False
+
+    # --- scaled losses ---
+    def note_scaled(self, scaled, loss, dynamic: bool) -> None:
+        # Strong references keep the ids from being reused until the next step.
+        self._scaled[id(scaled)] = (scaled, loss)
+        if dynamic:
+            self._dynamic_scaled.add(id(scaled))
+
+    def is_dynamic_scaled(self, target) -> bool:
+        return id(target) in self._dynamic_scaled
+
+    def note_inner(self, optimizer) -> None:
+        self._inner.add(optimizer)
+
+    # --- tape ---
+    def on_gradient(self, target) -> None:
+        values = []
+        for t in _flat_tensors(target):
+            entry = self._scaled.get(id(t))
+            loss = entry[1] if entry is not None else t
+            try:
+                values.append(tf.reduce_mean(tf.cast(loss, tf.float32)))
+            except (TypeError, ValueError):
+                return
+        if not values:
+            return
+        self.channel.set_loss(_replica_id(), tf.add_n(values))
+
+    # --- optimizer ---
+    def on_apply(self, optimizer, grads) -> None:
+        index = self._optimizers.setdefault(id(optimizer), len(self._optimizers))
+        scale, dynamic, grads_scaled = self._scale_info(optimizer)
+        scale = tf.cast(tf.convert_to_tensor(scale), tf.float32)
+        divisor = scale if grads_scaled else tf.constant(1.0)
+        elements, nonfinite, zeros, sumsq = _gradient_summary(grads, divisor)
+        replica = _replica_id()
+        loss, seq = self.channel.pending_loss(replica)
+        row = tf.stack(
+            [
+                tf.cast(replica, tf.float32),
+                tf.constant(float(index)),
+                loss,
+                seq,
+                scale,
+                tf.constant(1.0 if dynamic else 0.0),
+                elements,
+                nonfinite,
+                zeros,
+                sumsq,
+            ]
+        )
+        self.channel.write(row)
+        self._scaled.clear()
+        self._dynamic_scaled.clear()
+
+    # --- reading rows back ---
+    def flush(self, may_stop: bool = True) -> None:
+        for raw in self.channel.drain():
+            self._record(dict(zip(FIELDS, raw)))
+        if may_stop and self.stop_reason is not None and threading.current_thread() is threading.main_thread():
+            raise StopVerify(self.stop_reason)
+
+    def _record(self, row: dict) -> None:
+        if int(row["replica"]) != 0 or self.stop_reason is not None:
+            return
+        optimizer = int(row["optimizer"])
+        seq = row["loss_seq"]
+        fresh = seq > 0 and seq != self._last_seq.get(optimizer)
+        self._last_seq[optimizer] = seq
+        loss = row["loss"] if fresh else None
+        elements = row["elements"]
+        nonfinite = row["nonfinite"]
+        dynamic = bool(row["dynamic"])
+        step = {
+            "event": "step",
+            "step": self.steps,
+            "optimizer": optimizer,
+            "loss": _json_float(loss),
+            "loss_scale": _json_float(row["scale"]),
+            "dynamic": dynamic,
+            "skipped": dynamic and nonfinite > 0,
+            "grad_elements": int(elements),
+            "nonfinite_fraction": nonfinite / elements if elements else 0.0,
+            "zero_fraction": row["zeros"] / elements if elements else 0.0,
+            "grad_norm": _json_float(math.sqrt(row["sumsq"])),
+        }
+        self.emit(step)
+        self.steps += 1
+        if loss is not None and not math.isfinite(loss):
+            self.stop_reason = "non-finite loss"
+        elif nonfinite > 0 and not dynamic:
+            # Applied, not skipped: the weights are now non-finite.
+            self.stop_reason = "non-finite gradients applied"
+        elif self.steps >= self.max_steps:
+            self.stop_reason = "steps"
+
+
+def _json_float(x):
+    """JSON has no NaN/Inf: encode them as strings the parent decodes."""
+    if x is None:
+        return None
+    x = float(x)
+    if math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+# ---------------------------------------------------------------- patching
+
+
+def _wrap(owner, name, make):
+    original = owner.__dict__.get(name)
+    if original is None or getattr(original, "__mpfix_original__", None) is not None:
+        return
+    wrapper = make(original)
+    functools.update_wrapper(wrapper, original)
+    wrapper.__mpfix_original__ = original
+    setattr(owner, name, wrapper)
+
+
+class _NumericsPause:
+    """Under ``--locate``: no check_numerics while a dynamic loss scaler runs, because
+    its overflows are expected (the step is skipped and the scale halved)."""
+
+    def __init__(self, active: bool) -> None:
+        self.active = active
+
+    def __enter__(self):
+        if self.active:
+            tf.debugging.disable_check_numerics()
+
+    def __exit__(self, *exc):
+        if self.active:
+            tf.debugging.enable_check_numerics()
+        return False
+
+
+def install_core(rec: Recorder) -> None:
+    """Hooks that do not depend on the Keras generation."""
+
+    def make_gradient(original):
+        def gradient(self, target, *args, **kwargs):
+            if rec._depth() == 0:
+                rec.guarded("gradient", rec.on_gradient, target)
+            dynamic = rec.locate and any(rec.is_dynamic_scaled(t) for t in _flat_tensors(target))
+            with _NumericsPause(dynamic):
+                return original(self, target, *args, **kwargs)
+
+        return gradient
+
+    _wrap(tf.GradientTape, "gradient", make_gradient)
+
+    def make_call(original):
+        def __call__(self, *args, **kwargs):
+            eager = tf.executing_eagerly()
+            result = original(self, *args, **kwargs)
+            if eager and rec._depth() == 0:
+                rec.flush()
+            return result
+
+        return __call__
+
+    _wrap(polymorphic_function.Function, "__call__", make_call)
+
+
+def _make_apply(rec: Recorder, grads_of):
+    """Wrapper factory for apply_gradients/apply; ``grads_of(args, kwargs)`` returns
+    (grads, new_args, new_kwargs) with iterators materialised."""
+
+    def make(original):
+        def method(self, *args, **kwargs):
+            outer = rec._depth() == 0 and self not in rec._inner
+            if not outer:
+                rec._enter()
+                try:
+                    return original(self, *args, **kwargs)
+                finally:
+                    rec._leave()
+            grads, args, kwargs = grads_of(args, kwargs)
+            _, dynamic, _ = rec._scale_info(self)
+            rec._enter()
+            try:
+                with _NumericsPause(rec.locate and dynamic):
+                    # Measured before the update: the scale read is the one this step's
+                    # loss was multiplied by (an unbuilt Keras 3 scaler reports its initial
+                    # scale, as its own scale_loss does; tf.function retraces once the
+                    # optimizer has built its variables).
+                    rec.guarded("apply", rec.on_apply, self, grads)
+                    result = original(self, *args, **kwargs)
+            finally:
+                rec._leave()
+            if tf.executing_eagerly():
+                rec.flush()
+            return result
+
+        return method
+
+    return make
+
+
+def _grads_from_pairs(args, kwargs):
+    if args:
+        pairs = list(args[0])
+        args = (pairs,) + tuple(args[1:])
+    else:
+        pairs = list(kwargs["grads_and_vars"])
+        kwargs = dict(kwargs, grads_and_vars=pairs)
+    return [g for g, _ in pairs], args, kwargs
+
+
+def _grads_from_list(args, kwargs):
+    if args:
+        grads = list(args[0])
+        args = (grads,) + tuple(args[1:])
+    else:
+        grads = list(kwargs["grads"])
+        kwargs = dict(kwargs, grads=grads)
+    return grads, args, kwargs
+
+
+def _make_entry(rec: Recorder, entry: str):
+    def make(original):
+        def method(self, *args, **kwargs):
+            rec.entries.add(entry)
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                if tf.executing_eagerly() and rec._depth() == 0:
+                    rec.flush(may_stop=False)
+            # The stop check happens on the next call or boundary.
+
+        return method
+
+    return make
