@@ -7,9 +7,7 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import pathspec
-
-SUFFIXES = (".py",)  # notebooks join when mpfix.notebooks lands
+SUFFIXES = (".py", ".ipynb")
 
 # Folders no user wants linted: environments, builds, caches, VCS metadata.
 SKIPPED_DIRS = frozenset({
@@ -32,20 +30,36 @@ def _excluded(path: Path, patterns: tuple[str, ...]) -> bool:
     )
 
 
+def _identity(path: Path) -> Path:
+    """The real path, for de-duplication; the absolute path when it cannot be resolved.
+
+    A symlink loop makes ``Path.resolve`` raise RuntimeError (Python < 3.13):
+    such a file is still yielded once, and reading it reports the loop.
+    """
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path.absolute()
+
+
 class _GitIgnores:
     """``.gitignore`` files of one git work tree, read once each."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._specs: dict[Path, pathspec.PathSpec | None] = {}
+        self._specs: dict[Path, object | None] = {}
 
-    def _spec(self, folder: Path) -> pathspec.PathSpec | None:
+    def _spec(self, folder: Path):
         if folder not in self._specs:
             spec = None
             gitignore = folder / ".gitignore"
             if gitignore.is_file():
                 try:
                     lines = gitignore.read_text(encoding="utf-8", errors="replace").splitlines()
+                    # Imported here: pathspec pulls in asyncio (~25 ms), which
+                    # one-file runs (pre-commit passes files, not folders) never need.
+                    import pathspec
+
                     spec = pathspec.PathSpec.from_lines("gitwildmatch", lines)
                 except OSError:
                     spec = None
@@ -82,16 +96,16 @@ def discover(paths: Iterable[Path], exclude: tuple[str, ...] = ()) -> Iterator[P
     for given in paths:
         given = Path(given)
         if given.is_dir():
-            root = given.resolve()
+            root = _identity(given)
             git_root = _git_root(root)
             ignores = _GitIgnores(git_root) if git_root is not None else None
             for found in _walk(given, root, ignores, exclude):
-                key = found.resolve()
+                key = _identity(found)
                 if key not in seen:
                     seen.add(key)
                     yield found
         else:
-            key = given.resolve() if given.exists() else given.absolute()
+            key = _identity(given)
             if key not in seen and not _excluded(given, exclude):
                 seen.add(key)
                 yield given

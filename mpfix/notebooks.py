@@ -1,0 +1,369 @@
+"""Jupyter notebooks: check and fix the code cells of an ``.ipynb`` file.
+
+The code cells are linted together as one module, because a notebook's cells
+share one namespace: ``import tensorflow as tf`` in cell 1 is what makes
+``tf.function`` in cell 5 TensorFlow's. Each cell is preceded by a marker
+statement, so findings map back to ``(cell, line in cell)`` and fixed text
+splits back into cells.
+
+IPython syntax (``%time``, ``%%capture``, ``!pip install``, ``x = !ls``,
+``obj?``) is not Python: each such line is masked to a ``pass`` placeholder of
+the same indentation before parsing and restored, byte for byte, afterwards.
+Cell magics whose body is not Python (``%%bash``, ``%%writefile``…) skip the
+cell. A cell that still does not parse is reported (MP000) and left out; the
+others are checked.
+
+Notebooks are read and validated with nbformat. They are written with
+nbformat's own writer when that reproduces the file exactly (Jupyter's
+layout); otherwise with the JSON layout the file already has (indent, key
+order, ASCII escapes), checked first to reproduce the original byte for byte.
+Either way only the ``source`` of changed cells differs; if neither layout
+reproduces the file, mpfix reports the findings and refuses to rewrite it.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import io
+import json
+import re
+import tokenize
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from mpfix.findings import Edit, FileError, Finding, Position
+
+MISSING_NBFORMAT = ("cannot check notebooks: nbformat is not installed "
+                    "(pip install 'mpfix[notebooks]', or skip them with [tool.mpfix] exclude = [\"*.ipynb\"])")
+
+# Cell magics whose body is Python (IPython runs it): only the magic line is masked.
+PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug", "tensorflow_version"})
+
+_MARKER = "__mpfix_cell_{}__"
+_MARKER_LINE = re.compile(r"^__mpfix_cell_(\d+)__\r?\n?$")
+_PLACEHOLDER = "pass  # __mpfix_ipython_{}__"
+_PLACEHOLDER_LINE = re.compile(r"^[ \t]*pass  # __mpfix_ipython_(\d+)__(\r?\n)?$")
+
+# Lines IPython rewrites before Python sees them (only at the start of a logical line).
+_MAGIC = re.compile(r"^[ \t]*[%!]")
+_HELP = re.compile(r"^[ \t]*(\?{1,2}[\w.*]+|[\w.*]+\?{1,2})[ \t]*(#.*)?$")
+_ASSIGN_FROM_MAGIC = re.compile(r"^[ \t]*[A-Za-z_][\w.]*(?:[ \t]*,[ \t]*[A-Za-z_][\w.]*)*[ \t]*=[ \t]*[%!]")
+_CELL_MAGIC = re.compile(r"^%%(\w+)")
+
+
+@dataclass
+class _Cell:
+    index: int  # 0-based position among all cells of the notebook
+    masked: str  # Python text with IPython lines masked, ending in "\n"
+    originals: dict[int, str]  # placeholder id → original line (with its newline)
+    trailing_newline: bool  # whether the cell's source ended with "\n"
+
+    @property
+    def number(self) -> int:
+        return self.index + 1
+
+
+def _logical_line_starts_here(previous: list[str]) -> bool:
+    """Whether the text so far is complete, so the next line starts a new statement."""
+    if not previous:
+        return True
+    try:
+        for _ in tokenize.generate_tokens(io.StringIO("".join(previous)).readline):
+            pass
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return False  # open bracket, open triple-quoted string or a trailing backslash
+    return True
+
+
+def _is_ipython_line(line: str) -> bool:
+    return bool(_MAGIC.match(line) or _HELP.match(line) or _ASSIGN_FROM_MAGIC.match(line))
+
+
+def mask(source: str, counter: list[int]) -> tuple[str, dict[int, str]] | None:
+    """(masked text, originals) for one cell's source; None when the cell is not Python."""
+    lines = source.splitlines(keepends=True)
+    originals: dict[int, str] = {}
+    out: list[str] = []
+    for number, line in enumerate(lines):
+        if number == 0:
+            cell_magic = _CELL_MAGIC.match(line)
+            if cell_magic is not None and cell_magic.group(1) not in PYTHON_CELL_MAGICS:
+                return None  # %%bash, %%writefile, %%html…: the body is not Python
+        if _is_ipython_line(line) and _logical_line_starts_here(out):
+            key = counter[0]
+            counter[0] += 1
+            originals[key] = line
+            indent = line[: len(line) - len(line.lstrip(" \t"))]
+            newline = line[len(line.rstrip("\r\n")):]
+            out.append(indent + _PLACEHOLDER.format(key) + newline)
+        else:
+            out.append(line)
+    text = "".join(out)
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return text, originals
+
+
+def unmask(text: str, originals: dict[int, str]) -> str | None:
+    """The text with every placeholder restored; None if a fix lost or copied one."""
+    seen: set[int] = set()
+    out = []
+    for line in text.splitlines(keepends=True):
+        match = _PLACEHOLDER_LINE.match(line)
+        if match is not None and int(match.group(1)) in originals:
+            key = int(match.group(1))
+            if key in seen:
+                return None
+            seen.add(key)
+            restored = originals[key]
+            if not restored.endswith(("\n", "\r")) and match.group(2):
+                restored += match.group(2)
+            out.append(restored)
+        else:
+            out.append(line)
+    if seen != set(originals):
+        return None
+    return "".join(out)
+
+
+class _Combined:
+    """The code cells joined into one module, each after a marker line."""
+
+    def __init__(self, cells: list[_Cell]) -> None:
+        self.cells = cells
+        self.by_number = {c.number: c for c in cells}
+        parts = []
+        for cell in cells:
+            parts.append(_MARKER.format(cell.number) + "\n")
+            parts.append(cell.masked)
+        self.text = "".join(parts)
+
+    def marker_lines(self, text: str) -> list[tuple[int, int]] | None:
+        """[(line of the marker, cell number)] in ``text``, or None if markers were disturbed."""
+        found = []
+        for number, line in enumerate(text.splitlines(keepends=True), 1):
+            match = _MARKER_LINE.match(line)
+            if match is not None:
+                found.append((number, int(match.group(1))))
+        if [cell for _, cell in found] != [c.number for c in self.cells]:
+            return None
+        return found
+
+    def locate(self, markers: list[tuple[int, int]], line: int) -> tuple[int, int]:
+        """(cell number, line within the cell) of a line of the combined text."""
+        cell, start = markers[0][1], markers[0][0]
+        for marker_line, number in markers:
+            if marker_line < line:
+                cell, start = number, marker_line
+            else:
+                break
+        return cell, max(1, line - start)
+
+    def split(self, text: str) -> dict[int, str] | None:
+        """Cell number → unmasked cell text; None if the text no longer maps onto the cells."""
+        markers = self.marker_lines(text)
+        if markers is None:
+            return None
+        lines = text.splitlines(keepends=True)
+        result: dict[int, str] = {}
+        bounds = [line for line, _ in markers] + [len(lines) + 1]
+        for i, (marker_line, number) in enumerate(markers):
+            body = lines[marker_line: bounds[i + 1] - 1]
+            if i == 0:
+                body = lines[: marker_line - 1] + body  # imports a fix put above the first marker
+            restored = unmask("".join(body), self.by_number[number].originals)
+            if restored is None:
+                return None
+            result[number] = restored
+        return result
+
+    def readable(self, text: str) -> str:
+        """The code cells as a percent-format script (``# %% cell N``), for review diffs."""
+        cells = self.split(text)
+        if cells is None:
+            return text
+        return "".join(f"# %% cell {number}\n{body}" for number, body in cells.items())
+
+
+def _map_position(combined: _Combined, markers, position: Position) -> tuple[int, Position]:
+    cell, line = combined.locate(markers, position.line)
+    return cell, Position(line, position.column)
+
+
+def _map_finding(combined: _Combined, markers, finding: Finding) -> Finding:
+    cell, start = _map_position(combined, markers, finding.start)
+    _, end = _map_position(combined, markers, finding.end)
+    edits = []
+    for edit in finding.edits:
+        _, s = _map_position(combined, markers, edit.start)
+        _, e = _map_position(combined, markers, edit.end)
+        edits.append(Edit(s, e, edit.content))
+    return replace(finding, start=start, end=end, cell=cell, edits=edits)
+
+
+# -- reading and writing --------------------------------------------------------------------
+def _read(text: str, path: Path):
+    """(nbformat node, raw JSON dict) or a FileError."""
+    try:
+        import nbformat
+    except ImportError:
+        return FileError(str(path), MISSING_NBFORMAT)
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return FileError(str(path), f"not a notebook: invalid JSON ({exc.msg})", exc.lineno, exc.colno)
+    if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
+        return FileError(str(path), "not a notebook: no list of cells (only nbformat 4 notebooks are checked)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. MissingIDFieldWarning: ids are added in memory only
+            node = nbformat.reads(text, as_version=nbformat.NO_CONVERT, capture_validation_error={})
+    except Exception as exc:  # nbformat raises several unrelated types for bad input
+        return FileError(str(path), f"not a notebook nbformat can read: {exc}")
+    return node, raw
+
+
+def _layouts(text: str):
+    """JSON layouts to try, most likely first: (indent, sort_keys, ensure_ascii)."""
+    second = text.split("\n", 2)[1] if text.count("\n") >= 2 else ""
+    indent = len(second) - len(second.lstrip(" "))
+    indents = [indent] if indent else [1, 2, 4]
+    ascii_options = [False, True] if text.isascii() else [False]
+    return [(i, s, a) for i in indents for s in (True, False) for a in ascii_options]
+
+
+def _dump(raw: dict, layout, newline_at_end: bool) -> str:
+    indent, sort_keys, ensure_ascii = layout
+    out = json.dumps(raw, indent=indent, sort_keys=sort_keys, ensure_ascii=ensure_ascii, separators=(",", ": "))
+    return out + "\n" if newline_at_end else out
+
+
+def _nbformat_writes(node) -> str:
+    import nbformat
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return nbformat.writes(node, version=nbformat.NO_CONVERT)
+
+
+def _writer(text: str, node, raw: dict):
+    """A function (changed sources → new file text) that reproduces ``text`` exactly, or None."""
+    newline_at_end = text.endswith("\n")
+    try:
+        canonical = _nbformat_writes(node)
+    except Exception:
+        canonical = None
+    if canonical is not None and canonical + ("\n" if newline_at_end else "") == text:
+        def write_with_nbformat(sources: dict[int, str]) -> str:
+            new = copy.deepcopy(node)
+            for index, source in sources.items():
+                new.cells[index].source = source
+            return _nbformat_writes(new) + ("\n" if newline_at_end else "")
+        return write_with_nbformat
+    for layout in _layouts(text):
+        if _dump(raw, layout, newline_at_end) == text:
+            def write_with_layout(sources: dict[int, str], layout=layout) -> str:
+                new = copy.deepcopy(raw)
+                for index, source in sources.items():
+                    cell = new["cells"][index]
+                    cell["source"] = source.splitlines(keepends=True) if isinstance(cell["source"], list) else source
+                return _dump(new, layout, newline_at_end)
+            return write_with_layout
+    return None
+
+
+def _source(cell: dict) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+# -- the runner's entry point ---------------------------------------------------------------
+def process_notebook(path: Path, source, job, ignored: tuple[str, ...] = (), accept=None):
+    """Lint (and for diff/apply, fix) one notebook; never raises for bad input."""
+    from mpfix.runner import FileResult, Mode, engine_for
+    from mpfix.writer import write_atomic
+
+    result = FileResult(path=path)
+    read = _read(source.text, path)
+    if isinstance(read, FileError):
+        result.errors.append(read)
+        return result
+    node, raw = read
+
+    counter = [0]
+    cells: list[_Cell] = []
+    for index, cell in enumerate(raw["cells"]):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        text = _source(cell)
+        masked = mask(text, counter)
+        if masked is None or not masked[0].strip():
+            continue
+        try:
+            compile(masked[0], f"cell {index + 1}", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+                    dont_inherit=True)
+        except SyntaxError as exc:
+            result.errors.append(FileError(str(path), f"cell {index + 1}: SyntaxError: {exc.msg}; cell not checked",
+                                           exc.lineno or 1, exc.offset or 1))
+            continue
+        cells.append(_Cell(index, masked[0], masked[1], text.endswith("\n")))
+    if not cells:
+        return result
+
+    combined = _Combined(cells)
+    engine = engine_for(job)
+    fixing = job.mode is not Mode.CHECK
+    review = None
+    if accept is not None:
+        def review(finding: Finding, before: str, after: str) -> bool:
+            markers = combined.marker_lines(before)
+            shown = _map_finding(combined, markers, finding) if markers else finding
+            return accept(shown, combined.readable(before), combined.readable(after))
+    try:
+        lint = engine.lint(combined.text, path, fix=fixing, edits=job.want_edits, ignored=ignored, accept=review)
+    except Exception as exc:  # a bug in a rule must not stop the run or touch the file
+        result.errors.append(FileError(str(path), f"internal error in mpfix ({type(exc).__name__}: {exc}); "
+                                                  "nothing was written; please report it"))
+        return result
+    markers = combined.marker_lines(combined.text)
+    result.findings = [_map_finding(combined, markers, f) for f in lint.findings]
+    for error in lint.errors:
+        cell, line = combined.locate(markers, error.line)
+        result.errors.append(replace(error, message=f"cell {cell}: {error.message}", line=line))
+    if lint.fixed_text is None or lint.errors:
+        return result
+    # Findings after fixing are positioned in the fixed text.
+    fixed_markers = combined.marker_lines(lint.fixed_text)
+    fixed_cells = combined.split(lint.fixed_text)
+    if fixed_markers is None or fixed_cells is None:
+        result.errors.append(FileError(str(path), "fixes could not be mapped back onto the notebook's cells; "
+                                                  "nothing was written"))
+        return result
+    result.findings = [_map_finding(combined, fixed_markers, f) for f in lint.findings]
+    sources: dict[int, str] = {}
+    for cell in cells:
+        new = fixed_cells[cell.number]
+        if not cell.trailing_newline and new.endswith("\n"):
+            new = new[:-1]
+        if new != _source(raw["cells"][cell.index]):
+            sources[cell.index] = new
+    if not sources:
+        return result
+    writer = _writer(source.text, node, raw)
+    if writer is None:
+        result.errors.append(FileError(str(path), "the notebook's JSON layout is not one mpfix can reproduce exactly, "
+                                                  "so it was not rewritten (open and save it in Jupyter, then rerun)"))
+        return result
+    new_text = writer(sources)
+    result.original = source.text
+    result.fixed = new_text
+    result.applied = lint.applied
+    if job.mode is Mode.APPLY:
+        try:
+            write_atomic(path, source.encode(new_text))
+            result.written = True
+        except OSError as exc:
+            result.errors.append(FileError(str(path), f"cannot write file: {exc.strerror or exc}; nothing was written"))
+    return result

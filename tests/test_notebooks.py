@@ -1,0 +1,217 @@
+"""Notebooks: checked and fixed cell by cell, IPython syntax untouched, the rest byte for byte."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from click.testing import CliRunner
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from mpfix.cli import cli
+from mpfix.notebooks import MISSING_NBFORMAT, _Cell, _Combined, mask, unmask
+
+RELAX = "@tf.function(experimental_relax_shapes=True)"
+
+
+def _notebook() -> nbformat.NotebookNode:
+    nb = new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb.cells = [
+        new_markdown_cell("# Training\nThe `experimental_relax_shapes` argument is mentioned in prose only."),
+        new_code_cell("%matplotlib inline\nimport tensorflow as tf\n!pip install -q tf-keras"),
+        new_code_cell("%%capture\n" + RELAX + "\ndef warmup(x):\n    return x", execution_count=2),
+        new_code_cell(
+            RELAX + "\ndef train_step(x):\n    %time y = x * 2\n    return x\ntrain_step?",
+            execution_count=3,
+            outputs=[new_output("stream", name="stdout", text="CPU times: user 3 µs\nWall time: 5 µs\n"),
+                     new_output("display_data", data={"image/png": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"},
+                                metadata={"needs_background": "light"})],
+            metadata={"tags": ["keep-me"], "scrolled": True},
+        ),
+        new_code_cell("%%bash\necho experimental_relax_shapes"),
+        new_code_cell("files = !ls\ntf.config.experimental_run_functions_eagerly(True)"),
+    ]
+    return nb
+
+
+def _write(path: Path, nb) -> str:
+    nbformat.write(nb, str(path))
+    return path.read_text(encoding="utf-8")
+
+
+def _mpfix(*args: str, cwd: Path):
+    """Run the real CLI in ``cwd`` (in-process: one libcst import for the whole module)."""
+    import os
+
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(cli, [*args, "--jobs", "1", "--no-cache"], catch_exceptions=False)
+    finally:
+        os.chdir(old)
+
+
+def test_findings_name_the_cell_and_the_line_in_it(tmp_path):
+    _write(tmp_path / "train.ipynb", _notebook())
+    result = _mpfix("check", "train.ipynb", cwd=tmp_path)
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.splitlines() if "MP30" in line]
+    # Cell 3 (%%capture body) and cell 4 resolve `tf` through cell 2's import; cell 5 is bash.
+    assert [line.split(": ", 1)[0] for line in lines] == [
+        "train.ipynb:cell 3:2:14", "train.ipynb:cell 4:1:14", "train.ipynb:cell 6:2:1"]
+    assert "MP306" in lines[0] and "MP306" in lines[1] and "MP307" in lines[2]
+
+
+def test_json_output_fills_the_cell_key(tmp_path):
+    _write(tmp_path / "train.ipynb", _notebook())
+    result = _mpfix("check", "--format", "json", "train.ipynb", cwd=tmp_path)
+    items = json.loads(result.output)
+    assert [(i["cell"], i["location"]["row"], i["location"]["column"], i["code"]) for i in items] == [
+        (3, 2, 14, "MP306"), (4, 1, 14, "MP306"), (6, 2, 1, "MP307")]
+    edit = items[1]["fix"]["edits"][0]
+    assert edit == {"content": "reduce_retracing", "location": {"row": 1, "column": 14},
+                    "end_location": {"row": 1, "column": 39}}
+
+
+def _changed_lines(before: str, after: str) -> list[tuple[str, str]]:
+    old, new = before.splitlines(), after.splitlines()
+    pairs = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
+        if tag != "equal":
+            assert tag == "replace" and i2 - i1 == j2 - j1, (old[i1:i2], new[j1:j2])
+            pairs.extend(zip(old[i1:i2], new[j1:j2]))
+    return pairs
+
+
+def test_apply_changes_only_the_fixed_source_lines(tmp_path):
+    path = tmp_path / "train.ipynb"
+    before = _write(path, _notebook())
+    result = _mpfix("apply", "train.ipynb", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "Fixed 3 findings." in result.output
+    after = path.read_text(encoding="utf-8")
+    assert _changed_lines(before, after) == [
+        (f'    "{RELAX}\\n",', '    "@tf.function(reduce_retracing=True)\\n",'),
+        (f'    "{RELAX}\\n",', '    "@tf.function(reduce_retracing=True)\\n",'),
+        ('    "tf.config.experimental_run_functions_eagerly(True)"', '    "tf.config.run_functions_eagerly(True)"'),
+    ]
+    old_nb, new_nb = json.loads(before), json.loads(after)
+    for old_cell, new_cell in zip(old_nb["cells"], new_nb["cells"]):
+        assert {k: v for k, v in old_cell.items() if k != "source"} == {k: v for k, v in new_cell.items() if k != "source"}
+    # IPython lines come back exactly as they were.
+    sources = ["".join(c["source"]) for c in new_nb["cells"]]
+    assert sources[1] == "%matplotlib inline\nimport tensorflow as tf\n!pip install -q tf-keras"
+    assert sources[3].endswith("    %time y = x * 2\n    return x\ntrain_step?")
+    assert sources[4] == "%%bash\necho experimental_relax_shapes"
+    assert sources[5].startswith("files = !ls\n")
+    second = _mpfix("apply", "train.ipynb", cwd=tmp_path)
+    assert second.exit_code == 0 and path.read_text(encoding="utf-8") == after
+    assert _mpfix("check", "train.ipynb", cwd=tmp_path).exit_code == 0
+
+
+def test_diff_shows_what_apply_would_write(tmp_path):
+    path = tmp_path / "train.ipynb"
+    before = _write(path, _notebook())
+    result = _mpfix("diff", "train.ipynb", cwd=tmp_path)
+    assert result.exit_code == 1
+    assert '+    "@tf.function(reduce_retracing=True)\\n",' in result.output
+    assert path.read_text(encoding="utf-8") == before
+
+
+def test_other_json_layouts_are_kept(tmp_path):
+    # Colab and some editors write two-space indents and keep insertion order, not sorted keys.
+    nb = json.loads(nbformat.writes(_notebook()))
+    nb = {"nbformat": nb["nbformat"], "nbformat_minor": nb["nbformat_minor"], "metadata": nb["metadata"],
+          "cells": [{"cell_type": c["cell_type"], "source": "".join(c["source"]), "metadata": c["metadata"],
+                     **({"outputs": c["outputs"], "execution_count": c["execution_count"]} if c["cell_type"] == "code" else {}),
+                     "id": c["id"]} for c in nb["cells"]]}
+    before = json.dumps(nb, indent=2, ensure_ascii=True)  # no newline at the end either
+    path = tmp_path / "colab.ipynb"
+    path.write_text(before, encoding="utf-8")
+    assert _mpfix("apply", "colab.ipynb", cwd=tmp_path).exit_code == 0
+    after = path.read_text(encoding="utf-8")
+    assert not after.endswith("\n") and "\\u00b5" in after  # ASCII escapes of "µ" kept
+    changed = _changed_lines(before, after)
+    assert len(changed) == 3 and all("source" in old for old, _ in changed)
+    assert "reduce_retracing" in changed[0][1] and "run_functions_eagerly(True)" in changed[2][1]
+
+
+def test_a_layout_that_cannot_be_reproduced_is_not_rewritten(tmp_path):
+    text = nbformat.writes(_notebook()).replace('": ', '" : ')  # hand-edited spacing
+    path = tmp_path / "odd.ipynb"
+    path.write_text(text, encoding="utf-8")
+    result = _mpfix("apply", "odd.ipynb", cwd=tmp_path)
+    assert result.exit_code == 2
+    assert "not rewritten" in result.output
+    assert path.read_text(encoding="utf-8") == text
+    assert _mpfix("check", "odd.ipynb", cwd=tmp_path).exit_code == 1  # findings still reported
+
+
+def test_a_cell_that_does_not_parse_is_reported_and_the_rest_checked(tmp_path):
+    nb = _notebook()
+    nb.cells.insert(2, new_code_cell("def broken(:\n    pass"))
+    _write(tmp_path / "broken.ipynb", nb)
+    result = _mpfix("check", "broken.ipynb", cwd=tmp_path)
+    assert result.exit_code == 2
+    assert "broken.ipynb:1:12: MP000 cell 3: SyntaxError" in result.output
+    assert "broken.ipynb:cell 5:1:14: MP306" in result.output
+
+
+def test_not_a_notebook_is_an_error_not_a_crash(tmp_path):
+    (tmp_path / "bad.ipynb").write_text("{not json", encoding="utf-8")
+    result = _mpfix("check", "bad.ipynb", cwd=tmp_path)
+    assert result.exit_code == 2 and "not a notebook: invalid JSON" in result.output
+
+
+def test_folders_are_searched_for_notebooks_but_not_checkpoints(tmp_path):
+    _write(tmp_path / "train.ipynb", _notebook())
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    _write(tmp_path / ".ipynb_checkpoints" / "train-checkpoint.ipynb", _notebook())
+    result = _mpfix("check", ".", cwd=tmp_path)
+    assert result.output.count("train.ipynb:cell") == 3
+    assert "checkpoint" not in result.output
+
+
+def test_missing_nbformat_is_explained(tmp_path):
+    _write(tmp_path / "train.ipynb", _notebook())
+    code = ("import sys; sys.modules['nbformat'] = None\n"  # what `import nbformat` sees when it is not installed
+            "from mpfix.cli import main; sys.argv = ['mpfix', 'check', '-j', '1', '--no-cache', 'train.ipynb']; main()")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert MISSING_NBFORMAT in result.stdout
+
+
+@pytest.mark.parametrize("line", [
+    "%time x = f()\n", "!pip install foo\n", "files = !ls\n", "a, b = %sx echo 1 2\n", "model.fit?\n",
+    "??tf.function\n", "%%capture\n",
+])
+def test_ipython_lines_are_masked_and_restored(line):
+    masked, originals = mask(line + "y = 1\n", [0])
+    compile(masked, "cell", "exec")
+    assert list(originals.values()) == [line]
+    assert unmask(masked, originals) == line + "y = 1\n"
+
+
+@pytest.mark.parametrize("source", [
+    "x = (a\n     % b)\n",  # a modulo on a continuation line is Python
+    's = """\n!not a shell line\n%not a magic\n"""\n',
+    "print(a != b)\n",
+])
+def test_python_that_looks_like_ipython_is_left_alone(source):
+    masked, originals = mask(source, [0])
+    assert originals == {} and masked == source
+
+
+def test_cells_split_back_with_an_import_inserted_above_the_first_cell():
+    counter = [0]
+    cells = [_Cell(1, *mask("%load_ext foo\nx = 1\n", counter), True), _Cell(3, *mask("y = 2\n", counter), True)]
+    combined = _Combined(cells)
+    fixed = "import tensorflow as tf\n" + combined.text.replace("y = 2", "y = 3")
+    assert combined.split(fixed) == {2: "import tensorflow as tf\n%load_ext foo\nx = 1\n", 4: "y = 3\n"}
+    # A fix that loses a cell marker cannot be mapped back: nothing is written.
+    assert combined.split(fixed.replace("__mpfix_cell_4__\n", "")) is None
