@@ -8,6 +8,10 @@ import tempfile
 from pathlib import Path
 
 
+class ReadOnlyError(PermissionError):
+    """The file is read-only: nobody may write it, or we may not."""
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Replace ``path``'s content with ``data``; on any failure the old file is intact.
 
@@ -15,9 +19,12 @@ def write_atomic(path: Path, data: bytes) -> None:
     user's tree stay links.
     """
     target = Path(os.path.realpath(path))
-    mode = stat.S_IMODE(target.stat().st_mode)
-    if not os.access(target, os.W_OK):
-        raise PermissionError(f"{path}: file is read-only; nothing was written")
+    st = target.stat()
+    mode = stat.S_IMODE(st.st_mode)
+    # The mode bits as well as access(): root may write anything, but a file
+    # that no one may write was made read-only on purpose.
+    if not mode & 0o222 or not os.access(target, os.W_OK):
+        raise ReadOnlyError(f"{path}: file is read-only")
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".mpfix-tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -25,6 +32,12 @@ def write_atomic(path: Path, data: bytes) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
+        if hasattr(os, "chown") and (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+            # Run as root (a CI container) on a user's file: keep its owner.
+            try:
+                os.chown(tmp, st.st_uid, st.st_gid)
+            except OSError:
+                pass
         os.replace(tmp, target)
     except BaseException:
         # Also on KeyboardInterrupt: the temp file goes, the original was never touched.

@@ -1,0 +1,211 @@
+"""A cache of clean results (Ruff's model): files known to have nothing to report are not parsed again.
+
+Only *clean* results are stored — no findings, no errors, nothing to fix — so a
+cache entry is just a key: a hash of the file's bytes together with everything
+else that can change what mpfix says about those bytes:
+
+* the settings (one cache file per settings hash): mpfix's version, a
+  fingerprint of the rule and engine modules (size + mtime, so an edited or
+  newly installed rule invalidates the cache even before the version is bumped),
+  the selected rule codes, the engine options and the Keras generation that
+  ``--keras auto`` resolves to on this machine;
+* per file: the codes ``per-file-ignores`` switches off, and the project's mixed
+  policy when it can matter (see ``Keyer.key``).
+
+The mode (check/diff/apply) is left out on purpose: a file with no findings has
+nothing to fix, so the three modes agree on it.
+
+Entries live in ``.mpfix_cache/<version>/<settings-hash>`` under the project
+root (or ``$MPFIX_CACHE_DIR``), written atomically; the folder holds a
+``.gitignore`` of ``*`` so it never shows up in ``git status``. A cache that
+cannot be read or written is silently not used: it only ever saves time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mpfix import __version__
+
+CACHE_DIR_NAME = ".mpfix_cache"
+ENV_CACHE_DIR = "MPFIX_CACHE_DIR"
+_MAGIC = b"MPFIXC1\n"
+_DIGEST = 16
+# Past this many entries a cache file keeps only what the current run used,
+# so edits that accumulate over months cannot grow it without bound.
+MAX_ENTRIES = 200_000
+_PROJECT_MARKERS = ("pyproject.toml", ".git")
+
+
+def cache_dir_for(files: list[Path], cwd: Path | None = None) -> Path:
+    """``$MPFIX_CACHE_DIR``, else ``.mpfix_cache`` in the project that holds ``files``.
+
+    The project is the nearest folder with a ``pyproject.toml`` or ``.git`` above
+    the files' common folder; the current directory when there is none.
+    """
+    override = os.environ.get(ENV_CACHE_DIR)
+    if override:
+        return Path(override)
+    cwd = cwd or Path.cwd()
+    if files:
+        try:
+            common = Path(os.path.commonpath([os.path.abspath(f.parent) for f in files]))
+        except ValueError:  # different drives (Windows)
+            common = cwd
+        for folder in [common, *common.parents]:
+            if any((folder / marker).exists() for marker in _PROJECT_MARKERS):
+                return folder / CACHE_DIR_NAME
+    return cwd / CACHE_DIR_NAME
+
+
+def _code_fingerprint() -> list[tuple[str, int, int]]:
+    """(name, size, mtime) of the modules whose code decides findings."""
+    import codemods
+    import mpfix
+
+    entries = []
+    for package in (codemods, mpfix):
+        for folder in package.__path__:
+            try:
+                names = sorted(os.listdir(folder))
+            except OSError:
+                continue
+            for name in names:
+                if name.endswith(".py"):
+                    try:
+                        st = os.stat(os.path.join(folder, name))
+                    except OSError:
+                        continue
+                    entries.append((f"{package.__name__}/{name}", st.st_size, st.st_mtime_ns))
+    return entries
+
+
+def settings_key(job) -> str:
+    """Hash of everything besides the file that decides a result (see the module docstring)."""
+    from mpfix.target import generation_for
+
+    parts = (
+        __version__,
+        _code_fingerprint(),
+        sorted(job.rule_codes),
+        repr(job.options),
+        generation_for(job.options.keras, False),
+    )
+    return hashlib.blake2b(repr(parts).encode(), digest_size=_DIGEST).hexdigest()
+
+
+@dataclass
+class Keyer:
+    """Computes per-file cache keys; picklable, so workers can use it too."""
+
+    settings: str
+    clean: frozenset[bytes] = frozenset()
+    # Triggers of the rules that run only where float16 is reachable. The
+    # project's policy can change their findings, and so the key, only when
+    # one of them is a prefilter candidate (the engine's rule for consulting
+    # the project, engine._run/_policy). A file that names a policy itself
+    # still gets the project's in its key: one scan per project, never stale.
+    float16_triggers: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    project_policy: bool = False
+    _roots: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def key(self, path: Path, data: bytes, ignored: tuple[str, ...] = ()) -> bytes:
+        digest = hashlib.blake2b(data, digest_size=_DIGEST)
+        digest.update(b"\0" + ",".join(ignored).encode())
+        digest.update(b"\0" + self._project_policy(path, data, ignored).encode())
+        return digest.digest()
+
+    def _project_policy(self, path: Path, data: bytes, ignored: tuple[str, ...]) -> str:
+        if not self.project_policy or not self.float16_triggers:
+            return ""
+        # Bytes, not decoded text: the triggers and policy names are ASCII, and
+        # a false positive here only costs a project scan, never a wrong key.
+        if not any(
+            not any(code.startswith(i) for i in ignored) and any(t.encode() in data for t in triggers)
+            for code, triggers in self.float16_triggers
+        ):
+            return ""
+        from mpfix import policy as policies
+
+        folder = str(path.parent)
+        root = self._roots.get(folder)
+        if root is None:
+            root = self._roots[folder] = str(policies.project_root(path))
+        return str(policies.policy_in_project(Path(root)))
+
+
+class Cache:
+    """The set of clean keys for one settings hash, loaded once and saved once per run."""
+
+    def __init__(self, directory: Path, job) -> None:
+        self.directory = directory
+        self.keyer = _keyer_for(job)
+        self.file = directory / __version__ / self.keyer.settings
+        self.loaded = self._load()
+        self.keyer.clean = frozenset(self.loaded)
+        self.used: set[bytes] = set()
+
+    def _load(self) -> set[bytes]:
+        try:
+            data = self.file.read_bytes()
+        except OSError:
+            return set()
+        body = data[len(_MAGIC):]
+        if not data.startswith(_MAGIC) or len(body) % _DIGEST:
+            return set()  # written by another format or damaged: start afresh
+        return {body[i:i + _DIGEST] for i in range(0, len(body), _DIGEST)}
+
+    def hit(self, key: bytes) -> bool:
+        if key in self.keyer.clean:
+            self.used.add(key)
+            return True
+        return False
+
+    def add(self, keys) -> None:
+        self.used.update(keys)
+
+    def save(self) -> None:
+        """Write the union of old and new entries atomically; failures are ignored (it is a cache)."""
+        entries = self.loaded | self.used
+        if len(entries) > MAX_ENTRIES:
+            entries = self.used
+        if entries == self.loaded:
+            return
+        try:
+            _ensure_folder(self.directory)
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.file.parent)
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(_MAGIC + b"".join(sorted(entries)))
+                os.replace(tmp, self.file)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
+        except OSError:
+            pass
+
+
+def _ensure_folder(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    gitignore = directory / ".gitignore"
+    if not gitignore.exists():
+        gitignore.write_text("# Created by mpfix: the cache of clean results is local to this machine.\n*\n")
+
+
+def _keyer_for(job) -> Keyer:
+    from mpfix.runner import rules_for
+
+    rules = rules_for(job)
+    return Keyer(
+        settings=settings_key(job),
+        float16_triggers=tuple((r.code, tuple(r.triggers)) for r in rules if r.requires_float16),
+        project_policy=job.options.policy is None and job.options.project_policy,
+    )
