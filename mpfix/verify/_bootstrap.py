@@ -74,10 +74,25 @@ def _frames(tb) -> list[dict]:
     out = []
     for frame in traceback.extract_tb(tb):
         filename = os.path.abspath(frame.filename)
-        if filename.startswith(here) or filename == runpy.__file__:
+        if filename.startswith(here) or frame.filename.startswith("<frozen"):
             continue
         out.append({"file": filename, "line": frame.lineno, "function": frame.name, "code": frame.line or ""})
     return out
+
+
+def _numerics_summary(text: str) -> str:
+    """check_numerics messages embed whole input tensors: keep the header, dtype, shape,
+    counts and (for ops inside graphs) the stack trace of the op's creation."""
+    keep, skipping = [], False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("Input tensors"):
+            skipping = True
+        elif stripped.startswith("Stack trace of op's creation") or stripped.startswith(": Tensor had"):
+            skipping = False
+        if not skipping and stripped:
+            keep.append(line.rstrip())
+    return "\n".join(keep)[:6000]
 
 
 def _is_numerics_error(exc: BaseException) -> bool:
@@ -178,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         status = {"event": "end", "status": "exit", "code": code if isinstance(code, int) else (0 if code is None else 1)}
     except BaseException as exc:  # the script's own failure is a verdict, not our error
         if config.get("locate") and _is_numerics_error(exc):
-            emit({"event": "numerics", "message": str(exc)[:4000], "frames": _frames(exc.__traceback__)})
+            emit({"event": "numerics", "message": _numerics_summary(str(exc)), "frames": _frames(exc.__traceback__)})
             status = {"event": "end", "status": "located"}
         else:
             emit(
@@ -194,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         rec.flush(may_stop=False)
     except Exception as exc:
         emit({"event": "hook-error", "where": "final flush", "error": repr(exc)[:500]})
-    status.update(steps=rec.steps, entries=sorted(rec.entries))
+    status.update(steps=rec.steps, entries=sorted(rec.entries), keras=sorted(rec.generations))
     emit(status)
     return 0
 

@@ -85,6 +85,7 @@ class Recorder:
         self.steps = 0
         self.stop_reason: str | None = None
         self.entries: set[str] = set()
+        self.generations: set[int] = set()
         self._local = threading.local()
         self._scaled: dict[int, tuple] = {}
         self._dynamic_scaled: set[int] = set()
@@ -204,7 +205,8 @@ class Recorder:
             "grad_elements": int(elements),
             "nonfinite_fraction": nonfinite / elements if elements else 0.0,
             "zero_fraction": row["zeros"] / elements if elements else 0.0,
-            "grad_norm": _json_float(math.sqrt(row["sumsq"])),
+            # Any non-finite entry makes the global norm non-finite.
+            "grad_norm": _json_float(math.sqrt(row["sumsq"]) if nonfinite == 0 else math.inf),
         }
         self.emit(step)
         self.steps += 1
@@ -285,7 +287,7 @@ def install_core(rec: Recorder) -> None:
     _wrap(polymorphic_function.Function, "__call__", make_call)
 
 
-def _make_apply(rec: Recorder, grads_of):
+def _make_apply(rec: Recorder, grads_of, generation: int):
     """Wrapper factory for apply_gradients/apply; ``grads_of(args, kwargs)`` returns
     (grads, new_args, new_kwargs) with iterators materialised."""
 
@@ -299,6 +301,7 @@ def _make_apply(rec: Recorder, grads_of):
                 finally:
                     rec._leave()
             grads, args, kwargs = grads_of(args, kwargs)
+            rec.generations.add(generation)
             _, dynamic, _ = rec._scale_info(self)
             rec._enter()
             try:

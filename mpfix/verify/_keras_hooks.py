@@ -89,8 +89,8 @@ def install_keras3(rec: Recorder, mode: str, policy: str) -> None:
     rec.scale_resolvers.append(scale_info)
 
     for cls in (base, lso):
-        _wrap(cls, "apply_gradients", _make_apply(rec, _grads_from_pairs))
-        _wrap(cls, "apply", _make_apply(rec, _grads_from_list))
+        _wrap(cls, "apply_gradients", _make_apply(rec, _grads_from_pairs, 3))
+        _wrap(cls, "apply", _make_apply(rec, _grads_from_list, 3))
 
         def make_scale(original, dynamic=cls is lso):
             def scale_loss(self, loss):
@@ -147,7 +147,7 @@ def install_keras2(rec: Recorder, mode: str, policy: str) -> None:
     rec.scale_resolvers.append(scale_info)
 
     for cls in (optimizer_module._BaseOptimizer, optimizer_module.Optimizer, optimizer_v2.OptimizerV2, *scalers):
-        _wrap(cls, "apply_gradients", _make_apply(rec, _grads_from_pairs))
+        _wrap(cls, "apply_gradients", _make_apply(rec, _grads_from_pairs, 2))
 
     def make_scaled(original):
         def get_scaled_loss(self, loss):

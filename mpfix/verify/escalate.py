@@ -1,0 +1,83 @@
+"""Parent side: the documented last resorts, shown when a verdict stays bad.
+
+Two exist (Keras mixed-precision guide, and docs/verify.md):
+
+* a fixed loss scale: Keras 3 ``loss_scale_factor=N`` on the optimizer without a
+  ``LossScaleOptimizer`` (and ``auto_scale_loss=False`` in ``compile``); Keras 2
+  ``LossScaleOptimizer(opt, dynamic=False, initial_scale=N)``, whose caveat is that a step
+  with non-finite gradients is then applied, not skipped;
+* running the offending layer in float32 (``dtype="float32"``), when ``--locate`` found it.
+"""
+
+from __future__ import annotations
+
+# A power of two well below 65504 / typical gradient magnitudes, the usual choice for
+# a fixed scale; the user tunes it.
+FIXED_SCALE = 1024
+
+
+def fixed_scale_edit(keras: int | None, scale: int = FIXED_SCALE) -> str:
+    if keras == 2:
+        return (
+            f"fixed loss scale (Keras 2): optimizer = tf.keras.mixed_precision.LossScaleOptimizer("
+            f"optimizer, dynamic=False, initial_scale={scale})\n"
+            "  caveat: with a fixed scale a step whose gradients are non-finite is APPLIED "
+            "(weights become inf/NaN), never skipped"
+        )
+    return (
+        f"fixed loss scale (Keras 3): optimizer = keras.optimizers.Adam(..., loss_scale_factor={scale}) "
+        "with no LossScaleOptimizer around it; with fit, also model.compile(..., auto_scale_loss=False)\n"
+        "  caveat: a step whose gradients are non-finite is then applied, not skipped"
+    )
+
+
+def float32_layer_edit(location) -> str | None:
+    if location is None or location.frame is None:
+        return None
+    return (
+        f"run the layer at {location.where} in float32: pass dtype=\"float32\" to that layer's "
+        "constructor (inputs are cast to float32 and it outputs float32); or compute that "
+        "expression in float32 with tf.cast(..., tf.float32) and cast back to the input dtype"
+    )
+
+
+def escalation(report) -> list[str]:
+    verdict = report.verdict
+    if not verdict.bad or verdict.name in ("crashed", "timeout", "no-steps"):
+        return []
+    keras = report.keras
+    out = []
+    layer = float32_layer_edit(report.location)
+    if verdict.name == "non-finite":
+        if layer:
+            out.append(layer)
+        elif not report.options.locate:
+            out.append("re-run with --locate to find the first op that produced NaN/Inf")
+        if "loss" not in verdict.evidence.get("in", ""):
+            # Only gradients overflowed: a smaller, fixed scale can keep them finite. A
+            # non-finite loss comes from the forward pass, which no loss scale touches.
+            out.append(fixed_scale_edit(keras))
+    elif verdict.name == "stalled":
+        last = verdict.evidence.get("last_scale")
+        if last is not None and last <= 1.0:
+            # Overflow even at scale 1: scaling cannot help, the forward/backward math must
+            # leave float16.
+            out.append(
+                "gradients overflow even at loss scale 1.0: a scale cannot fix this; find the "
+                "float16 op that overflows (exp, sums of squares, large constants) and run it in "
+                "float32 (dtype=\"float32\" on its layer)"
+            )
+        else:
+            out.append(fixed_scale_edit(keras))
+    elif verdict.name == "underflow":
+        out.append(
+            "scale the loss: `mpfix apply` adds a dynamic LossScaleOptimizer and the scale_loss "
+            "(Keras 3) / get_scaled_loss + get_unscaled_gradients (Keras 2) calls"
+        )
+        out.append(fixed_scale_edit(keras))
+    elif verdict.name == "diverged":
+        if layer:
+            out.append(layer)
+        out.append(fixed_scale_edit(keras))
+        out.append("or keep the precision-sensitive part (loss, normalisation, softmax) in float32")
+    return out

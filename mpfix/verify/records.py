@@ -1,0 +1,143 @@
+"""Parent side: what one child run produced, read back from its JSON-lines file.
+
+Never imports TensorFlow. Non-finite numbers travel as the strings "nan", "inf", "-inf"
+(JSON has no NaN) and are decoded to floats here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+def _number(value):
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return float(value)
+    return float(value)
+
+
+def json_number(value):
+    """Inverse of ``_number`` for writing reports."""
+    if value is None or (isinstance(value, float) and math.isfinite(value)) or isinstance(value, int):
+        return value
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+
+
+@dataclass
+class Step:
+    step: int
+    loss: float | None
+    loss_scale: float | None
+    dynamic: bool
+    skipped: bool
+    nonfinite_fraction: float
+    zero_fraction: float
+    grad_norm: float | None
+    optimizer: int = 0
+
+    @property
+    def loss_finite(self) -> bool:
+        return self.loss is None or math.isfinite(self.loss)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        for key in ("loss", "loss_scale", "grad_norm"):
+            data[key] = json_number(data[key])
+        return data
+
+
+@dataclass
+class RunResult:
+    """One child process: the mixed run or the float32 baseline."""
+
+    mode: str
+    steps: list[Step] = field(default_factory=list)
+    start: dict | None = None
+    end: dict | None = None
+    crash: dict | None = None
+    numerics: dict | None = None
+    errors: list[dict] = field(default_factory=list)
+    returncode: int | None = None
+    timed_out: bool = False
+    elapsed: float = 0.0
+    stderr_tail: str = ""
+
+    @property
+    def finite_losses(self) -> list[float]:
+        return [s.loss for s in self.steps if s.loss is not None and math.isfinite(s.loss)]
+
+    @property
+    def keras(self) -> list[int]:
+        return list((self.end or {}).get("keras", []))
+
+    @property
+    def device(self) -> str | None:
+        return (self.start or {}).get("device")
+
+    def to_json(self) -> dict:
+        return {
+            "mode": self.mode,
+            "device": self.device,
+            "keras": self.keras,
+            "returncode": self.returncode,
+            "timed_out": self.timed_out,
+            "elapsed_s": round(self.elapsed, 3),
+            "end": self.end,
+            "crash": self.crash,
+            "numerics": self.numerics,
+            "hook_errors": self.errors,
+            "steps": [s.to_json() for s in self.steps],
+        }
+
+
+def read_events(path: Path) -> list[dict]:
+    events = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return events
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            # A line cut short by a killed child: everything before it is still valid.
+            break
+    return events
+
+
+def parse_run(mode: str, events: list[dict]) -> RunResult:
+    run = RunResult(mode=mode)
+    for event in events:
+        kind = event.get("event")
+        if kind == "step":
+            run.steps.append(
+                Step(
+                    step=int(event["step"]),
+                    loss=_number(event.get("loss")),
+                    loss_scale=_number(event.get("loss_scale")),
+                    dynamic=bool(event.get("dynamic")),
+                    skipped=bool(event.get("skipped")),
+                    nonfinite_fraction=float(event.get("nonfinite_fraction", 0.0)),
+                    zero_fraction=float(event.get("zero_fraction", 0.0)),
+                    grad_norm=_number(event.get("grad_norm")),
+                    optimizer=int(event.get("optimizer", 0)),
+                )
+            )
+        elif kind == "start":
+            run.start = event
+        elif kind == "end":
+            run.end = event
+        elif kind == "crash":
+            run.crash = event
+        elif kind == "numerics":
+            run.numerics = event
+        elif kind in ("hook-error", "error"):
+            run.errors.append(event)
+    return run

@@ -1,0 +1,86 @@
+"""Parent side: the terminal summary of a verify run."""
+
+from __future__ import annotations
+
+import math
+
+from mpfix.verify.records import RunResult
+
+MAX_TRAJECTORY = 8
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return f"{x:.4g}"
+
+
+def scale_trajectory(run: RunResult) -> str:
+    """Distinct consecutive loss-scale values, e.g. '32768 -> 16384 -> ... -> 1'."""
+    values: list[float] = []
+    for s in run.steps:
+        if s.loss_scale is not None and (not values or values[-1] != s.loss_scale):
+            values.append(s.loss_scale)
+    if len(values) > MAX_TRAJECTORY:
+        values = values[: MAX_TRAJECTORY // 2] + [None] + values[-MAX_TRAJECTORY // 2 :]
+    return " -> ".join("..." if v is None else f"{v:.10g}" for v in values) or "n/a"
+
+
+def run_lines(label: str, run: RunResult) -> list[str]:
+    losses = [s.loss for s in run.steps if s.loss is not None]
+    zeros = [s.zero_fraction for s in run.steps]
+    skipped = sum(s.skipped for s in run.steps)
+    line = f"  {label:<8} steps {len(run.steps):>4}"
+    if losses:
+        line += f"  loss {_fmt(losses[0])} -> {_fmt(losses[-1])}"
+    line += f"  skipped {skipped}"
+    if zeros:
+        line += f"  zero-grad {sum(zeros) / len(zeros):.1%}"
+    lines = [line, f"  {'':<8} loss scale {scale_trajectory(run)}"]
+    if run.device:
+        lines[0] += f"  [{run.device}]"
+    if run.errors:
+        lines.append(f"  {'':<8} hook errors: " + "; ".join(e.get("error", e.get("message", "")) for e in run.errors))
+    return lines
+
+
+def render(report, title: str | None = None) -> str:
+    v = report.verdict
+    out = []
+    if title:
+        out.append(title)
+    out.append(f"{report.script.name}: {v.name.upper()} (exit {v.exit_code}) - {v.summary}")
+    out.extend(run_lines("mixed", report.mixed))
+    if report.baseline is not None:
+        out.extend(run_lines("float32", report.baseline))
+    device = report.mixed.device
+    if device and report.options.device == "auto":
+        out.append(f"  device: {device} (auto)")
+    for note in v.notes:
+        out.append(f"  note: {note}")
+    if report.location is not None:
+        loc = report.location
+        text = f"  first NaN/Inf: {loc.where}"
+        if loc.op:
+            text += f" (op {loc.op})"
+        if loc.rule:
+            text += f" - {loc.rule}"
+            if loc.rule_message:
+                text += f": {loc.rule_message}"
+        out.append(text)
+    if report.escalation:
+        out.append("  if the static fixes did not help:")
+        out.extend("    - " + line.replace("\n", "\n      ") for line in report.escalation)
+    return "\n".join(out)
+
+
+def render_before_after(pair) -> str:
+    return "\n\n".join(
+        [
+            render(pair.before, "before (original)"),
+            render(pair.after, "after (patched)"),
+            f"verdict: {pair.before.verdict.name} -> {pair.after.verdict.name}",
+        ]
+    )

@@ -1,0 +1,315 @@
+"""Parent side: run the user's script in child processes and judge it.
+
+Public entry points (no TensorFlow is imported here):
+
+* ``verify(script, args=(), **options) -> Report``: the mixed run, the float32 baseline
+  and, under ``locate=True``, the check_numerics re-run after a non-finite verdict.
+* ``before_after(original, patched, args=(), **options) -> BeforeAfter``: both scripts
+  verified with the same options; one float32 baseline (of the patched script) is shared,
+  since a fix is not meant to change what float32 does. ``BeforeAfter.exit_code`` is the
+  patched script's.
+
+Options (all keyword, defaults in ``Options``): steps, seed, timeout (seconds per child),
+baseline, policy ("script", "mixed_float16", "mixed_bfloat16"), device ("auto", "cpu",
+"gpu"), python (interpreter for the child), locate, jobs (1: children one after the other;
+2: mixed and baseline at once), env (extra environment for the child), progress (a
+callable taking one line of text, or None).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Callable
+
+from mpfix.verify.records import RunResult, parse_run, read_events
+from mpfix.verify.verdict import Verdict, judge
+
+POLICIES = ("script", "mixed_float16", "mixed_bfloat16")
+DEVICES = ("auto", "cpu", "gpu")
+# The bootstrap's exit status when --device gpu finds no GPU.
+EXIT_NO_GPU = 3
+# SIGTERM first so TensorFlow can release the device; SIGKILL after this grace period.
+KILL_GRACE_S = 3.0
+
+
+class VerifyError(Exception):
+    """A problem with the request itself (no GPU for --device gpu, missing script)."""
+
+
+@dataclass
+class Options:
+    steps: int = 50
+    seed: int = 0
+    timeout: float = 600.0
+    baseline: bool = True
+    policy: str = "script"
+    device: str = "auto"
+    python: str = sys.executable
+    locate: bool = False
+    jobs: int = 1
+    env: dict = field(default_factory=dict)
+    progress: Callable[[str], None] | None = None
+
+    @classmethod
+    def from_kwargs(cls, **kwargs) -> "Options":
+        known = {f.name for f in fields(cls)}
+        unknown = set(kwargs) - known
+        if unknown:
+            raise TypeError(f"unknown verify option(s): {', '.join(sorted(unknown))}")
+        options = cls(**kwargs)
+        if options.policy not in POLICIES:
+            raise VerifyError(f"--policy must be one of {', '.join(POLICIES)}")
+        if options.device not in DEVICES:
+            raise VerifyError(f"--device must be one of {', '.join(DEVICES)}")
+        if options.steps < 1:
+            raise VerifyError("--steps must be at least 1")
+        return options
+
+
+@dataclass
+class Location:
+    """Where --locate found the first NaN/Inf."""
+
+    op: str | None
+    frame: dict | None
+    where: str
+    rule: str | None = None
+    rule_message: str | None = None
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        return {
+            "op": self.op,
+            "file": (self.frame or {}).get("file"),
+            "line": (self.frame or {}).get("line"),
+            "code": (self.frame or {}).get("code"),
+            "where": self.where,
+            "rule": self.rule,
+            "rule_message": self.rule_message,
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class Report:
+    script: Path
+    args: list[str]
+    options: Options
+    mixed: RunResult
+    baseline: RunResult | None
+    verdict: Verdict
+    location: Location | None = None
+    located_run: RunResult | None = None
+    escalation: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code
+
+    @property
+    def keras(self) -> int | None:
+        generations = self.mixed.keras or (self.baseline.keras if self.baseline else [])
+        return max(generations) if generations else None
+
+
+@dataclass
+class BeforeAfter:
+    before: Report
+    after: Report
+
+    @property
+    def exit_code(self) -> int:
+        return self.after.exit_code
+
+
+def _package_root() -> str:
+    # mpfix may not be installed for the child's interpreter (--python): put the folder
+    # holding the package first on its path.
+    return str(Path(__file__).resolve().parents[2])
+
+
+def child_env(options: Options) -> dict:
+    env = dict(os.environ)
+    env.update(options.env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
+    if options.device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = "-1"
+    if options.jobs > 1:
+        # Two TensorFlow processes on one GPU: each would otherwise reserve all memory.
+        env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+class _Child:
+    """One running child process, in its own session so the whole group can be killed."""
+
+    def __init__(self, script: Path, args, mode: str, options: Options, workdir: Path, locate: bool) -> None:
+        self.mode = mode
+        self.options = options
+        self.records = workdir / f"{mode}{'-locate' if locate else ''}.jsonl"
+        config = {
+            "script": str(script),
+            "args": list(args),
+            "records": str(self.records),
+            "mode": "float32" if mode == "float32" else "mixed",
+            "policy": options.policy,
+            "steps": options.steps,
+            "seed": options.seed,
+            "locate": locate,
+            "device": options.device,
+        }
+        config_path = workdir / f"{mode}{'-locate' if locate else ''}.json"
+        config_path.write_text(json.dumps(config), encoding="utf-8")
+        self.stdout = open(workdir / f"{mode}.stdout", "wb")
+        self.stderr_path = workdir / f"{mode}.stderr"
+        self.stderr = open(self.stderr_path, "wb")
+        self.started = time.monotonic()
+        self.timed_out = False
+        self.proc = subprocess.Popen(
+            [options.python, "-m", "mpfix.verify._bootstrap", "--config", str(config_path)],
+            cwd=str(script.parent),
+            env=child_env(options),
+            stdin=subprocess.DEVNULL,
+            stdout=self.stdout,
+            stderr=self.stderr,
+            start_new_session=True,
+        )
+        self._seen = 0
+
+    def poll(self) -> bool:
+        if self.proc.poll() is not None:
+            return True
+        if time.monotonic() - self.started > self.options.timeout:
+            self.timed_out = True
+            self.kill()
+            return True
+        return False
+
+    def kill(self) -> None:
+        _kill_group(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_group(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def progress_line(self) -> str | None:
+        events = read_events(self.records)
+        steps = [e for e in events if e.get("event") == "step"]
+        if len(steps) == self._seen or not steps:
+            return None
+        self._seen = len(steps)
+        last = steps[-1]
+        return f"[{self.mode}] step {len(steps)}/{self.options.steps} loss {last.get('loss')} scale {last.get('loss_scale')}"
+
+    def result(self) -> RunResult:
+        # Whatever the script left running in its group (data loader workers, helpers)
+        # goes with it.
+        _kill_group(self.proc.pid, signal.SIGKILL)
+        self.stdout.close()
+        self.stderr.close()
+        run = parse_run(self.mode, read_events(self.records))
+        run.returncode = self.proc.returncode
+        run.timed_out = self.timed_out
+        run.elapsed = time.monotonic() - self.started
+        try:
+            run.stderr_tail = self.stderr_path.read_bytes()[-4000:].decode("utf-8", "replace")
+        except OSError:
+            pass
+        return run
+
+
+def _kill_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_children(script: Path, args, modes: list[tuple[str, bool]], options: Options, workdir: Path) -> list[RunResult]:
+    """Run children (``(mode, locate)`` pairs), ``options.jobs`` at a time."""
+    results: dict[int, RunResult] = {}
+    queue = list(enumerate(modes))
+    running: list[tuple[int, _Child]] = []
+    try:
+        while queue or running:
+            while queue and len(running) < max(1, options.jobs):
+                index, (mode, locate) = queue.pop(0)
+                running.append((index, _Child(script, args, mode, options, workdir, locate)))
+            time.sleep(0.1)
+            for item in list(running):
+                index, child = item
+                if options.progress is not None:
+                    line = child.progress_line()
+                    if line:
+                        options.progress(line)
+                if child.poll():
+                    running.remove(item)
+                    results[index] = child.result()
+                    _raise_if_no_gpu(results[index])
+    finally:
+        for _, child in running:
+            child.kill()
+    return [results[i] for i in range(len(modes))]
+
+
+def _raise_if_no_gpu(run: RunResult) -> None:
+    for error in run.errors:
+        if error.get("kind") == "no-gpu":
+            raise VerifyError("--device gpu: no GPU is visible to TensorFlow in the child process")
+
+
+def verify(script, args=(), **kwargs) -> Report:
+    options = Options.from_kwargs(**kwargs)
+    script = Path(script).resolve()
+    if not script.is_file():
+        raise VerifyError(f"no such script: {script}")
+    with tempfile.TemporaryDirectory(prefix="mpfix-verify-") as tmp:
+        return _verify_in(script, list(args), options, Path(tmp), baseline_run=None)
+
+
+def _verify_in(script: Path, args: list[str], options: Options, workdir: Path, baseline_run) -> Report:
+    modes = [("mixed", False)]
+    if options.baseline and baseline_run is None:
+        modes.append(("float32", False))
+    runs = run_children(script, args, modes, options, workdir)
+    mixed = runs[0]
+    baseline = runs[1] if len(runs) > 1 else baseline_run
+    verdict = judge(mixed, baseline, script)
+    report = Report(script, args, options, mixed, baseline, verdict)
+    if options.locate and verdict.name == "non-finite":
+        from mpfix.verify.locate import locate_from_run
+
+        located = run_children(script, args, [("mixed", True)], options, workdir)[0]
+        report.located_run = located
+        report.location = locate_from_run(located, script)
+    from mpfix.verify.escalate import escalation
+
+    report.escalation = escalation(report)
+    return report
+
+
+def before_after(original, patched, args=(), **kwargs) -> BeforeAfter:
+    """Verify ``original`` and ``patched`` with the same options and arguments."""
+    options = Options.from_kwargs(**kwargs)
+    original, patched = Path(original).resolve(), Path(patched).resolve()
+    for path in (original, patched):
+        if not path.is_file():
+            raise VerifyError(f"no such script: {path}")
+    with tempfile.TemporaryDirectory(prefix="mpfix-verify-") as tmp:
+        after_dir, before_dir = Path(tmp) / "after", Path(tmp) / "before"
+        after_dir.mkdir()
+        before_dir.mkdir()
+        after = _verify_in(patched, list(args), options, after_dir, None)
+        before = _verify_in(original, list(args), options, before_dir, after.baseline)
+    return BeforeAfter(before, after)
