@@ -188,19 +188,18 @@ def attribute_uses(module: cst.Module, name: str) -> tuple[list[cst.Name], dict[
 # ``opt``, ``optimizer``, ``self.optimizer``, ``gen_opt``, ``lso``, ``model.optimizer``...
 _OPTIMIZER_NAME = re.compile(r"(^|_)(opt|optim|optimizer|optimiser|lso|loss_scale_optimizer|optimizer\d+|opt\d+)$",
                              re.IGNORECASE)
-_OPTIMIZER_FACTORIES = re.compile(r"(LossScaleOptimizer|optimizers\.\w+)$")
 
 
-def optimizer_names(module: cst.Module, context: RuleContext) -> set[str]:
-    """Dotted targets assigned an optimizer or LossScaleOptimizer somewhere in the module."""
+def optimizer_names(module: cst.Module, context: RuleContext, *, lso_only: bool = False) -> set[str]:
+    """Dotted targets assigned an optimizer (or only a LossScaleOptimizer) somewhere in the module."""
     names: set[str] = set()
     for assign in _assignments(module):
         value = assign.value
         if not isinstance(value, cst.Call):
             continue
         resolved = context.resolve(value.func) or ""
-        if resolved.startswith("keras.optimizers.") or resolved.endswith("LossScaleOptimizer") or (
-                resolved.endswith("enable_mixed_precision_graph_rewrite")):
+        lso = resolved.endswith("LossScaleOptimizer") or resolved.endswith("enable_mixed_precision_graph_rewrite")
+        if lso or (not lso_only and resolved.startswith("keras.optimizers.")):
             for target in assign.targets:
                 dotted = _dotted(target.target)
                 if dotted:

@@ -1,0 +1,463 @@
+"""API drift, part 2: the loss-scaling methods and attributes of the other Keras generation (MP303, MP304).
+
+Keras 2 scales a custom loop with ``get_scaled_loss`` + ``get_unscaled_gradients``
+and reads the scale as ``optimizer.loss_scale``; Keras 3 has ``scale_loss``,
+unscales inside ``apply_gradients`` and reads ``optimizer.dynamic_scale``. Each
+spelling is an ``AttributeError`` on the other generation. These rules only
+translate calls that are there; missing scaling is MP101–MP103's business.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from codemods import _api_table as table
+from codemods.base import Invalid, Rule, Valid
+from codemods.mp_api_support import is_optimizer_like, optimizer_names
+from codemods.names import dotted_name
+from mpfix.findings import FixSafety
+
+_ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.List, cst.Tuple, cst.Dict, cst.Set,
+           cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.SimpleString, cst.Integer, cst.Float)
+
+
+def _method_call(node: cst.Call, method: str) -> bool:
+    return (isinstance(node.func, cst.Attribute) and node.func.attr.value == method
+            and len(node.args) == 1 and node.args[0].keyword is None and not node.args[0].star)
+
+
+def _defines(module: cst.Module, name: str) -> bool:
+    """True if the module defines a function ``name`` (a custom optimizer, not Keras')."""
+    return bool(m.findall(module, m.FunctionDef(name=m.Name(name))))
+
+
+def _unwrapped(value: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(value, _ATOMIC) or value.lpar:
+        return value
+    return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+class Keras2ScalingOnKeras3(Rule):
+    code = "MP303"
+    name = "keras2-scaling-on-keras3"
+    message = "Loss-scaling method of the other Keras generation; use the target generation's method"
+    fix_safety = FixSafety.SAFE
+    triggers = ("get_scaled_loss", "get_unscaled_gradients", "scale_loss(")
+    explanation = """
+        ## What it does
+        Where Keras 3 runs, finds `optimizer.get_scaled_loss(loss)` and
+        `optimizer.get_unscaled_gradients(grads)`; where Keras 2 runs (including any file that
+        imports `tf_keras`), finds `optimizer.scale_loss(loss)`.
+
+        ## Why is this bad?
+        Each is an `AttributeError` on the other generation, raised at the first training step.
+        The TF mixed-precision guide still shows the Keras 2 form, so scripts copied from it stop
+        working when `tf.keras` becomes Keras 3 (TF 2.16). Keras 3's `apply_gradients` unscales
+        the gradients itself, so the unscale call has no Keras 3 counterpart; Keras 2's does not,
+        so moving to Keras 2 needs both calls.
+
+        ## Example
+        ```python
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+            scaled_loss = optimizer.get_scaled_loss(loss)
+        scaled_grads = tape.gradient(scaled_loss, model.trainable_variables)
+        grads = optimizer.get_unscaled_gradients(scaled_grads)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        ```
+
+        ## Use instead
+        On Keras 3:
+        ```python
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+            scaled_loss = optimizer.scale_loss(loss)
+        scaled_grads = tape.gradient(scaled_loss, model.trainable_variables)
+        grads = scaled_grads
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        ```
+
+        ## Fix safety
+        Safe towards Keras 3 (every Keras 3 optimizer has `scale_loss`, and a LossScaleOptimizer
+        unscales in `apply_gradients`). Towards Keras 2 the fix is safe when the optimizer is
+        built as a `LossScaleOptimizer` in the same file, unsafe otherwise (a bare Keras 2
+        optimizer has no `get_scaled_loss`); where mpfix cannot find the `tape.gradient` of the
+        scaled loss, it reports without a fix.
+    """
+    VALID = [
+        Valid("""
+            import tensorflow as tf
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x))
+                    scaled_loss = optimizer.scale_loss(loss)
+                grads = tape.gradient(scaled_loss, model.trainable_variables)
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        """, keras=3),
+        # Keras 2 code (the TF Model Garden imports tf_keras): correct there, left alone.
+        Valid("""
+            import tf_keras
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    scaled_loss = optimizer.get_scaled_loss(loss_fn(y, model(x)))
+                grads = optimizer.get_unscaled_gradients(tape.gradient(scaled_loss, model.trainable_variables))
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        """),
+        # A custom optimizer defining the method itself.
+        Valid("""
+            class MyScaler:
+                def get_scaled_loss(self, loss):
+                    return loss * 8
+
+            scaled = MyScaler().get_scaled_loss(1.0)
+        """, keras=3),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import tensorflow as tf
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x))
+                    scaled_loss = optimizer.get_scaled_loss(loss)
+                scaled_grads = tape.gradient(scaled_loss, model.trainable_variables)
+                grads = optimizer.get_unscaled_gradients(scaled_grads)
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            """
+            import tensorflow as tf
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x))
+                    scaled_loss = optimizer.scale_loss(loss)
+                scaled_grads = tape.gradient(scaled_loss, model.trainable_variables)
+                grads = scaled_grads
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            keras=3, count=2,
+        ),
+        # Unscaling in place: the statement has nothing left to do on Keras 3.
+        Invalid(
+            """
+            def train_step(self, data):
+                with tf.GradientTape() as tape:
+                    scaled = self.optimizer.get_scaled_loss(self.compute_loss(data))
+                grads = tape.gradient(scaled, self.trainable_variables)
+                grads = self.optimizer.get_unscaled_gradients(grads)
+                self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+            """,
+            """
+            def train_step(self, data):
+                with tf.GradientTape() as tape:
+                    scaled = self.optimizer.scale_loss(self.compute_loss(data))
+                grads = tape.gradient(scaled, self.trainable_variables)
+                self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+            """,
+            keras=3, count=2,
+        ),
+        Invalid(
+            """
+            import tensorflow as tf
+
+            opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD())
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x))
+                    scaled_loss = opt.scale_loss(loss)
+                grads = tape.gradient(scaled_loss, model.trainable_variables)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            """
+            import tensorflow as tf
+
+            opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD())
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x))
+                    scaled_loss = opt.get_scaled_loss(loss)
+                grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, model.trainable_variables))
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            keras=2,
+        ),
+        # Scaling written straight into the gradient call.
+        Invalid(
+            """
+            import tf_keras
+
+            opt = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD())
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x))
+                    grads = tape.gradient(opt.scale_loss(loss), model.trainable_variables)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            """
+            import tf_keras
+
+            opt = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD())
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x))
+                    grads = opt.get_unscaled_gradients(tape.gradient(opt.get_scaled_loss(loss), model.trainable_variables))
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+        ),
+        # No gradient of the scaled loss in sight: reported, not guessed.
+        Invalid(
+            """
+            def scaled(loss):
+                return optimizer.scale_loss(loss)
+            """,
+            keras=2,
+        ),
+    ]
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._in_place: set[cst.Call] = set()  # ``g = opt.get_unscaled_gradients(g)``: drop the statement
+        self._statement_of: dict[cst.Call, cst.SimpleStatementLine] = {}
+        self._done: set[cst.Call] = set()
+        self._custom = {name: _defines(context.module, name)
+                        for name in ("get_scaled_loss", "get_unscaled_gradients", "scale_loss")}
+
+    # -- Keras 3: Keras 2 calls ---------------------------------------------------------
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        if self.context.keras != table.KERAS3 or len(node.body) != 1:
+            return
+        assign = node.body[0]
+        if (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.value, cst.Call)
+                and _method_call(assign.value, "get_unscaled_gradients")):
+            target = dotted_name(assign.targets[0].target)
+            if target is not None and target == dotted_name(assign.value.args[0].value):
+                self._in_place.add(assign.value)
+                self._statement_of[assign.value] = node
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.context.keras == table.KERAS3:
+            self._keras2_call_on_keras3(node)
+
+    def _keras2_call_on_keras3(self, node: cst.Call) -> None:
+        if _method_call(node, "get_scaled_loss") and not self._custom["get_scaled_loss"]:
+            assert isinstance(node.func, cst.Attribute)
+            new = table.member_target("get_scaled_loss", table.KERAS3)
+            self.report(node, f"`get_scaled_loss` does not exist in Keras 3; use `{new}`",
+                        fix={node.func.attr: node.func.attr.with_changes(value=new)},
+                        description=f"Use `{new}`")
+        elif _method_call(node, "get_unscaled_gradients") and not self._custom["get_unscaled_gradients"]:
+            assert table.member_target("get_unscaled_gradients", table.KERAS3) == table.REMOVE_CALL
+            message = ("`get_unscaled_gradients` does not exist in Keras 3: `apply_gradients` of a "
+                       "LossScaleOptimizer unscales by itself")
+            if node in self._in_place:
+                fix = {self._statement_of[node]: cst.RemoveFromParent()}
+            else:
+                fix = {node: _unwrapped(node.args[0].value)}
+            self.report(node, message, fix=fix, description="Drop the unscale call")
+
+    # -- Keras 2: Keras 3 calls ---------------------------------------------------------
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if self.context.keras == table.KERAS2 and not self._custom["scale_loss"]:
+            self._keras3_calls_on_keras2(node)
+
+    def visit_Module(self, node: cst.Module) -> None:
+        if self.context.keras == table.KERAS2 and not self._custom["scale_loss"]:
+            self._keras3_calls_on_keras2(node)
+
+    def _keras3_calls_on_keras2(self, scope: cst.CSTNode) -> None:
+        # Inner functions are searched again from their own visit_FunctionDef; _done keeps one report.
+        calls = [c for c in m.findall(scope, m.Call()) if isinstance(c, cst.Call) and _method_call(c, "scale_loss")]
+        if isinstance(scope, cst.Module):
+            calls = [c for c in calls if not self._inside_function(scope, c)]
+        if not calls:
+            return
+        gradients = [c for c in m.findall(scope, m.Call(func=m.Attribute(attr=m.Name("gradient"))))
+                     if isinstance(c, cst.Call) and c.args]
+        assigned = {
+            a.value: dotted_name(a.targets[0].target)
+            for a in m.findall(scope, m.Assign()) if isinstance(a, cst.Assign) and len(a.targets) == 1
+        }
+        unscales = bool(m.findall(scope, m.Call(func=m.Attribute(attr=m.Name("get_unscaled_gradients")))))
+        lsos = optimizer_names(self.context.module, self.context, lso_only=True)
+        for call in calls:
+            if call in self._done:
+                continue
+            self._done.add(call)
+            self._report_keras3_scaling(call, gradients, assigned.get(call), unscales, lsos)
+
+    def _inside_function(self, module: cst.Module, call: cst.Call) -> bool:
+        for function in m.findall(module, m.FunctionDef()):
+            if any(c is call for c in m.findall(function, m.Call())):
+                return True
+        return False
+
+    def _report_keras3_scaling(self, call: cst.Call, gradients: list[cst.Call], scaled_name: str | None,
+                               unscales: bool, lsos: set[str]) -> None:
+        assert isinstance(call.func, cst.Attribute)
+        receiver = call.func.value
+        renamed_func = call.func.with_changes(attr=call.func.attr.with_changes(value="get_scaled_loss"))
+        message = "`scale_loss` is Keras 3; Keras 2 scales with `get_scaled_loss` and unscales with " \
+                  "`get_unscaled_gradients`"
+        safety = FixSafety.SAFE if dotted_name(receiver) in lsos else FixSafety.UNSAFE
+        changes: dict[cst.CSTNode, cst.CSTNode] = {}
+        for gradient in gradients:
+            first = gradient.args[0].value
+            direct = first is call
+            by_name = scaled_name is not None and dotted_name(first) == scaled_name
+            if not (direct or by_name):
+                continue
+            new_gradient = gradient
+            if direct:
+                new_gradient = gradient.with_changes(args=[
+                    gradient.args[0].with_changes(value=call.with_changes(func=renamed_func)), *gradient.args[1:]])
+            changes[gradient] = cst.Call(
+                func=cst.Attribute(value=receiver, attr=cst.Name("get_unscaled_gradients")),
+                args=[cst.Arg(new_gradient)])
+        if unscales:
+            changes = {}  # the loop already unscales somewhere: rename only
+        elif not changes:
+            self.report(call, message + " (mpfix cannot find the `tape.gradient` of this scaled loss)")
+            return
+        if not any(call is g.args[0].value for g in gradients if g in changes):
+            changes[call.func] = renamed_func
+        self.report(call, message, fix=changes, safety=safety,
+                    description="Use `get_scaled_loss` and `get_unscaled_gradients`")
+
+
+class LossScaleAttribute(Rule):
+    code = "MP304"
+    name = "loss-scale-attribute"
+    message = "The current loss scale has another name in this Keras generation"
+    fix_safety = FixSafety.SAFE
+    triggers = (".loss_scale", ".dynamic_scale")
+    explanation = """
+        ## What it does
+        Finds `optimizer.loss_scale` where Keras 3 runs and `optimizer.dynamic_scale` where
+        Keras 2 runs (including TF ≤ 2.3's `optimizer.loss_scale()` call), on expressions that
+        name an optimizer (`opt`, `optimizer`, `self.optimizer`, a name assigned a Keras
+        optimizer or `LossScaleOptimizer`).
+
+        ## Why is this bad?
+        Keras 3's LossScaleOptimizer keeps its current scale in `dynamic_scale`; Keras 2's in
+        `loss_scale`. The other name is an `AttributeError`, typically in a logging line that
+        runs only every N steps, long after training started.
+
+        ## Example
+        ```python
+        tf.summary.scalar("loss_scale", optimizer.loss_scale, step=step)
+        ```
+
+        ## Use instead
+        ```python
+        tf.summary.scalar("loss_scale", optimizer.dynamic_scale, step=step)  # Keras 3
+        ```
+
+        ## Fix safety
+        Safe: the same value under its name in the target generation. Keras 3 creates
+        `dynamic_scale` when the optimizer is built (its first `apply_gradients`).
+    """
+    VALID = [
+        Valid("""
+            print(optimizer.dynamic_scale)
+        """, keras=3),
+        Valid("""
+            print(optimizer.loss_scale)
+        """, keras=2),
+        # Not an optimizer: a config object or an old Policy.
+        Valid("""
+            print(config.loss_scale, policy.loss_scale, args.dynamic_scale)
+        """),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import tensorflow as tf
+
+            opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+            tf.summary.scalar("loss_scale", opt.loss_scale, step=step)
+            """,
+            """
+            import tensorflow as tf
+
+            opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+            tf.summary.scalar("loss_scale", opt.dynamic_scale, step=step)
+            """,
+            keras=3,
+        ),
+        Invalid(
+            """
+            print(float(self.optimizer.dynamic_scale))
+            """,
+            """
+            print(float(self.optimizer.loss_scale))
+            """,
+            keras=2,
+        ),
+        # TF 2.1-2.3: the scale was a LossScale object, called to read it.
+        Invalid(
+            """
+            print("scale", model.optimizer.loss_scale())
+            """,
+            """
+            print("scale", model.optimizer.dynamic_scale)
+            """,
+            keras=3,
+        ),
+        Invalid(
+            """
+            print("scale", model.optimizer.loss_scale())
+            """,
+            """
+            print("scale", model.optimizer.loss_scale)
+            """,
+            keras=2,
+        ),
+    ]
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._skip: set[cst.CSTNode] = set()
+        self._known = optimizer_names(context.module, context)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._skip.add(node.target)  # writing the scale is not a read to rename
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._skip.add(node.target)
+
+    def _target_name(self, attribute: cst.Attribute) -> str | None:
+        if attribute.attr.value not in ("loss_scale", "dynamic_scale"):
+            return None
+        if not is_optimizer_like(attribute.value, self._known):
+            return None
+        return table.member_target(attribute.attr.value, self.context.keras)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "loss_scale" and not node.args):
+            return
+        if not is_optimizer_like(func.value, self._known):
+            return
+        self._skip.add(func)
+        new = table.member_target("loss_scale", self.context.keras) or "loss_scale"
+        replacement = func.with_changes(attr=func.attr.with_changes(value=new))
+        self.report(node, f"`optimizer.loss_scale()` is TF ≤ 2.3; read `optimizer.{new}`",
+                    fix={node: replacement}, description=f"Read `{new}`")
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node in self._skip:
+            return
+        new = self._target_name(node)
+        if new is None:
+            return
+        old = node.attr.value
+        self.report(node, f"`optimizer.{old}` does not exist in Keras {self.context.keras}; use `optimizer.{new}`",
+                    fix={node.attr: node.attr.with_changes(value=new)}, description=f"Use `{new}`")
