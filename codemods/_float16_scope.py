@@ -1,0 +1,575 @@
+"""Where float16 tensors can reach in a module, and what kind of value an expression holds.
+
+Under ``mixed_float16`` a layer's inputs, activations and ``self.kernel`` read
+as float16 inside ``Layer.call``; whatever the model returns flows into
+``train_step`` bodies, custom loops (``@tf.function``) and loss functions.
+Everything else in a file (configs, schedules, FLOP counters, optimizer
+arguments) is plain Python or float32, and float16 numerics rules must not
+flag it. This module decides, once per file, which function bodies are
+*regions* float16 can reach, and gives rules a cheap, flow-insensitive guess of
+each expression's kind:
+
+- ``TENSOR``: a tensor whose dtype follows the policy (may be float16);
+- ``F32``: explicitly float32 (``tf.cast(x, tf.float32)``, ``tf.ones(n)``) — safe
+  from float16 overflow, but an ``InvalidArgumentError`` when mixed with float16;
+- ``INT``: integer/bool tensors (``tf.shape(x)``), ``PY``: Python numbers;
+- ``UNKNOWN``: anything we cannot tell (attributes such as ``self.epsilon``,
+  results of unknown calls at module level). Rules never flag on UNKNOWN alone.
+
+No scope metadata is used (10x the parse cost, see DESIGN.md): regions are
+found by walking function definitions, names by a per-region assignment table.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass, field
+from enum import Enum
+
+import libcst as cst
+
+from codemods.names import dotted_name
+
+FLOAT16_MAX = 65504.0
+FLOAT16_SMALLEST_NORMAL = 2.0 ** -14  # ≈ 6.1e-5
+# A float16-safe additive mask: exp(-3e4) is 0 and two of them still sum below 65504.
+SAFE_MASK = "3e4"
+# A float16-safe epsilon: a normal float16 number (≥ 6.1e-5), so it neither vanishes nor
+# makes x / eps overflow for |x| ≤ 6.5 (1e-8 becomes 0; 1e-7 a subnormal 1.19e-7).
+SAFE_EPSILON = "1e-4"
+
+
+class Kind(Enum):
+    TENSOR = "tensor"
+    F32 = "float32"
+    INT = "int"
+    PY = "python"
+    UNKNOWN = "unknown"
+
+
+def to_float16(value: float) -> float:
+    """``value`` rounded to float16 exactly as TensorFlow converts a Python float (inf on overflow)."""
+    try:
+        return struct.unpack("<e", struct.pack("<e", value))[0]
+    except OverflowError:
+        # struct refuses values that round past 65504; IEEE round-to-nearest gives inf.
+        return float("inf") if value > 0 else float("-inf")
+
+
+def describe_float16(value: float) -> str:
+    """What ``value`` becomes in float16, in words: ``0.0``, ``-inf``, ``a subnormal 1.19e-07``."""
+    half = to_float16(value)
+    if half == 0.0:
+        return "0.0"
+    if half in (float("inf"), float("-inf")):
+        return "-inf" if half < 0 else "inf"
+    if abs(half) < FLOAT16_SMALLEST_NORMAL:
+        return f"a subnormal {half:.3g}"
+    return f"{half:.5g}"
+
+
+def epsilon_vanishes(value: float) -> bool:
+    """True if a positive epsilon becomes 0 in float16, or a subnormal more than 10% off.
+
+    1e-8 and 1e-12 become 0.0 (smallest subnormal ≈ 6e-8); 1e-7 becomes 1.19e-7 (19% off,
+    and x / 1.19e-7 overflows for |x| > 0.008). 1e-6 is a subnormal within 1.3%, and
+    1e-5/1e-6 layer-norm epsilons are common and harmless, so they are not flagged.
+    """
+    if not 0.0 < value < FLOAT16_SMALLEST_NORMAL:
+        return False
+    half = to_float16(value)
+    return half == 0.0 or abs(half - value) / value > 0.10
+
+
+_FLOAT32_DTYPES = {"tensorflow.float32", "tensorflow.dtypes.float32", "numpy.float32", "tensorflow.float64",
+                   "tensorflow.dtypes.float64", "numpy.float64"}
+_INT_DTYPES = re.compile(r"(^|\.)u?int(8|16|32|64)$|(^|\.)bool$")
+_PYTHON_FUNCS = {"len", "int", "float", "round", "abs", "sum", "min", "max", "range", "pow", "divmod", "bool", "str"}
+_INT_OPS = {"shape", "size", "rank", "argmax", "argmin", "range", "math.argmax", "math.argmin", "equal",
+            "not_equal", "greater", "less", "greater_equal", "less_equal", "logical_and", "logical_or",
+            "logical_not", "math.equal", "math.greater", "math.less", "sequence_mask", "where_v2",
+            "math.count_nonzero", "searchsorted", "unique", "math.logical_and", "math.logical_not"}
+# TF ops that create a float32 tensor unless given a dtype.
+_CREATE_OPS = {"constant", "ones", "zeros", "fill", "eye", "linspace", "random.normal", "random.uniform",
+               "random.truncated_normal", "convert_to_tensor", "math.linspace"}
+# Ops whose result has the dtype of their first argument.
+_LIKE_OPS = {"ones_like", "zeros_like", "identity", "stop_gradient"}
+LOSS_NAME = re.compile(r"loss|penalt|regulari", re.IGNORECASE)
+_STEP_NAME = re.compile(r"(^|_)(train|test|eval|val|predict|valid|validation)?_?step(_fn)?$|^step_fn$")
+_GUARD = re.compile(r"float16|half|fp16|bfloat16|\.dtype|compute_dtype|mixed")
+
+
+def dtype_kind(node: cst.BaseExpression, resolve) -> Kind:
+    """The kind a dtype argument (``tf.float32``, ``"float32"``, ``x.dtype``) produces."""
+    if isinstance(node, cst.SimpleString):
+        text = node.evaluated_value
+        if text in ("float32", "float64", "double"):
+            return Kind.F32
+        if _INT_DTYPES.search(text or ""):
+            return Kind.INT
+        return Kind.TENSOR
+    name = resolve(node) or dotted_name(node) or ""
+    if name in _FLOAT32_DTYPES or name in ("float",):
+        return Kind.F32
+    if _INT_DTYPES.search(name) or name == "int":
+        return Kind.INT
+    return Kind.TENSOR
+
+
+def number(node: cst.BaseExpression) -> float | None:
+    """The value of a numeric literal (with unary minus), ``float("inf")``, ``np.inf`` … or None."""
+    sign = 1.0
+    while isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+        if isinstance(node.operator, cst.Minus):
+            sign = -sign
+        node = node.expression
+    if isinstance(node, (cst.Float, cst.Integer)):
+        try:
+            return sign * float(node.evaluated_value)
+        except (ValueError, OverflowError):
+            return None
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "float" \
+            and len(node.args) == 1 and isinstance(node.args[0].value, cst.SimpleString):
+        text = (node.args[0].value.evaluated_value or "").strip().lower()
+        if text in ("inf", "+inf", "-inf", "infinity", "-infinity"):
+            return sign * float(text)
+        return None
+    dotted = dotted_name(node) if isinstance(node, cst.Attribute) else None
+    if dotted and dotted.split(".")[-1] == "inf" and dotted.split(".")[0] in ("np", "numpy", "math", "jnp"):
+        return sign * float("inf")
+    if dotted and re.search(r"float(32|64)\.(min|max)$", dotted):
+        return sign * (-3.4e38 if dotted.endswith("min") else 3.4e38)
+    return None
+
+
+def is_float_literal(node: cst.BaseExpression) -> bool:
+    """Float literals and infinities; integers are index arithmetic far more often than masks."""
+    while isinstance(node, cst.UnaryOperation):
+        node = node.expression
+    return not isinstance(node, cst.Integer) and number(node) is not None
+
+
+@dataclass
+class Region:
+    """A function body (or the module's top-level code) float16 tensors can reach."""
+
+    node: cst.CSTNode
+    kind: str  # "layer-call", "train-step", "loss", "tf-function", "helper", "module"
+    in_class: bool = False  # a method: ``self.compute_dtype`` is available
+    dtype_aware: bool = False  # tests a dtype against float16 somewhere: its constants are guarded
+    env: dict[str, Kind] = field(default_factory=dict)
+    assigned: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.node.name.value if isinstance(self.node, cst.FunctionDef) else "<module>"
+
+
+class _Collector(cst.CSTVisitor):
+    """One walk of a region: parents, guarded nodes, assignments (nested classes excluded)."""
+
+    def __init__(self, analysis: "Float16Scope", region: Region) -> None:
+        super().__init__()
+        self.analysis = analysis
+        self.region = region
+        self.guard_depth = 0
+        self.guard_nodes: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        analysis = self.analysis
+        if node is not self.region.node:
+            if isinstance(node, cst.ClassDef):
+                return False
+            if self.region.kind == "module" and isinstance(node, cst.FunctionDef):
+                return False
+        for child in node.children:
+            analysis.parent[child] = node
+        analysis.region_of[node] = self.region
+        if self.guard_depth:
+            analysis.guarded.add(node)
+        test = getattr(node, "test", None) if isinstance(node, (cst.If, cst.IfExp, cst.While)) else None
+        if test is not None and _GUARD.search(analysis.module.code_for_node(test)):
+            self.guard_depth += 1
+            self.guard_nodes.append(node)
+            if isinstance(node, cst.If) and re.search(r"float16|half|fp16", analysis.module.code_for_node(test)):
+                self.region.dtype_aware = True
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                self._bind(target.target, node.value)
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)) and node.value is not None:
+            self._bind(node.target, node.value)
+        elif isinstance(node, (cst.For, cst.CompFor)):
+            self._bind(node.target, node.iter, iterating=True)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if self.guard_nodes and self.guard_nodes[-1] is original_node:
+            self.guard_nodes.pop()
+            self.guard_depth -= 1
+
+    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression, iterating: bool = False) -> None:
+        if isinstance(target, cst.Name):
+            if iterating:
+                # for v in model.trainable_variables: float32 variables, safe to reduce.
+                code = self.analysis.module.code_for_node(value)
+                kind_value: cst.BaseExpression = (cst.Name("__float32_variable__") if re.search(r"variables|weights", code)
+                                                  else cst.Name("__element__"))
+                self.region.assigned.setdefault(target.value, []).append(kind_value)
+            else:
+                self.region.assigned.setdefault(target.value, []).append(value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                if isinstance(element.value, cst.Name):
+                    self.region.assigned.setdefault(element.value.value, []).append(cst.Name("__element__"))
+
+
+class Float16Scope:
+    """Regions of one module float16 can reach, with parent links and name kinds inside them."""
+
+    def __init__(self, module: cst.Module, resolve) -> None:
+        self.module = module
+        self.resolve = resolve
+        self.parent: dict[cst.CSTNode, cst.CSTNode] = {}
+        self.region_of: dict[cst.CSTNode, Region] = {}
+        self.guarded: set[cst.CSTNode] = set()
+        self.regions: list[Region] = []
+        self.module_constants: dict[str, cst.BaseExpression] = {}
+        self.classes: dict[str, cst.ClassDef] = {}
+        self._find_regions()
+
+    # -- regions -------------------------------------------------------------------
+    def _find_regions(self) -> None:
+        functions: dict[str, cst.FunctionDef] = {}
+        methods: dict[cst.ClassDef, dict[str, cst.FunctionDef]] = {}
+        seeds: list[tuple[cst.FunctionDef, str, cst.ClassDef | None]] = []
+        counts: dict[str, int] = {}
+        for stmt in self.module.body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                        name = small.targets[0].target.value
+                        counts[name] = counts.get(name, 0) + 1
+                        self.module_constants[name] = small.value
+        self.module_constants = {k: v for k, v in self.module_constants.items() if counts[k] == 1 and number(v) is not None}
+
+        def walk_functions(body, owner: cst.ClassDef | None) -> None:
+            for stmt in body:
+                if isinstance(stmt, cst.ClassDef):
+                    self.classes[stmt.name.value] = stmt
+                    methods[stmt] = {}
+                    walk_functions(stmt.body.body, stmt)
+                elif isinstance(stmt, cst.FunctionDef):
+                    if owner is None:
+                        functions[stmt.name.value] = stmt
+                    else:
+                        methods[owner][stmt.name.value] = stmt
+                    kind = self._seed_kind(stmt, owner)
+                    if kind:
+                        seeds.append((stmt, kind, owner))
+                    if isinstance(stmt.body, cst.IndentedBlock):
+                        # @tf.function train steps are often defined inside main().
+                        walk_functions(stmt.body.body, None)
+                elif isinstance(stmt, (cst.If, cst.Try, cst.With)) and isinstance(stmt.body, cst.IndentedBlock):
+                    walk_functions(stmt.body.body, owner)
+
+        walk_functions(self.module.body, None)
+        seen: set[cst.FunctionDef] = set()
+        queue = list(seeds)
+        while queue:
+            func, kind, owner = queue.pop(0)
+            if func in seen:
+                continue
+            seen.add(func)
+            region = Region(node=func, kind=kind, in_class=owner is not None)
+            self._add_region(region)
+            # Helpers called from a region see the same tensors.
+            for call in _calls_in(func):
+                target = None
+                if isinstance(call.func, cst.Name):
+                    target = functions.get(call.func.value)
+                    if target is None and owner is not None:
+                        target = None
+                elif (isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
+                      and call.func.value.value == "self" and owner is not None):
+                    target = methods[owner].get(call.func.attr.value)
+                if target is not None and target not in seen:
+                    helper_owner = owner if target in methods.get(owner, {}).values() else None
+                    queue.append((target, "helper", helper_owner))
+        self._add_region(Region(node=self.module, kind="module"))
+
+    def _seed_kind(self, func: cst.FunctionDef, owner: cst.ClassDef | None) -> str | None:
+        name = func.name.value
+        for decorator in func.decorators:
+            target = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
+            if self.resolve(target) == "tensorflow.function":
+                return "tf-function"
+        if owner is not None and name == "call":
+            return "layer-call"
+        if name in ("train_step", "test_step", "predict_step", "compute_loss") or _STEP_NAME.search(name):
+            return "train-step"
+        if owner is not None and name == "__call__" and LOSS_NAME.search(owner.name.value):
+            return "loss"
+        params = [p.name.value for p in func.params.params]
+        if "loss" in name.lower() and [p for p in params if p not in ("self", "cls")]:
+            return "loss"
+        if "y_pred" in params:
+            return "loss"
+        return None
+
+    def _add_region(self, region: Region) -> None:
+        self.regions.append(region)
+        region.node.visit(_Collector(self, region))
+        if isinstance(region.node, cst.FunctionDef):
+            params = region.node.params
+            for param in [*params.posonly_params, *params.params, *params.kwonly_params]:
+                pname = param.name.value
+                if pname in ("self", "cls"):
+                    region.env[pname] = Kind.UNKNOWN
+                elif param.default is not None and not isinstance(param.default, cst.Name):
+                    region.env[pname] = Kind.PY
+                elif param.annotation is not None and self.module.code_for_node(param.annotation.annotation) in (
+                        "int", "float", "bool", "str"):
+                    region.env[pname] = Kind.PY
+                elif "training" in pname or pname.startswith(("num_", "n_")):
+                    region.env[pname] = Kind.PY
+                else:
+                    region.env[pname] = Kind.TENSOR
+        for name, values in region.assigned.items():
+            region.env.setdefault(name, Kind.UNKNOWN)
+            kinds = {self.kind(value, region) for value in values}
+            if {Kind.F32, Kind.TENSOR} <= kinds:
+                # x = tf.cast(x, tf.float32) … x = tf.cast(x, dtype): flow matters, we cannot tell.
+                region.env[name] = Kind.UNKNOWN
+            else:
+                region.env[name] = _join_all(kinds)
+
+    # -- queries -------------------------------------------------------------------
+    @property
+    def all_calls(self) -> list[cst.Call]:
+        """Every call in the module, regions or not (layers are built outside ``call``)."""
+        if not hasattr(self, "_all_calls"):
+            collector = _Calls(into_classes=True)
+            self.module.visit(collector)
+            self._all_calls = collector.calls
+        return self._all_calls
+
+    def in_region(self, node: cst.CSTNode) -> Region | None:
+        return self.region_of.get(node)
+
+    def is_guarded(self, node: cst.CSTNode) -> bool:
+        region = self.region_of.get(node)
+        return node in self.guarded or bool(region and region.dtype_aware)
+
+    def ancestors(self, node: cst.CSTNode):
+        node = self.parent.get(node)
+        while node is not None:
+            yield node
+            node = self.parent.get(node)
+
+    def constant(self, node: cst.BaseExpression, region: Region | None) -> tuple[float, cst.BaseExpression] | None:
+        """``(value, literal node)`` of a literal, or of a name bound once to a literal."""
+        value = number(node)
+        if value is not None:
+            return value, node
+        if isinstance(node, cst.Name):
+            values = region.assigned.get(node.value) if region else None
+            if values:
+                if len(values) == 1 and number(values[0]) is not None:
+                    return number(values[0]), values[0]
+                return None
+            if region and node.value in region.env:
+                return None  # a parameter
+            literal = self.module_constants.get(node.value)
+            if literal is not None:
+                return number(literal), literal
+        return None
+
+    def kind(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> Kind:
+        if depth > 30:
+            return Kind.UNKNOWN
+        deeper = depth + 1
+        if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString,
+                             cst.FormattedString)):
+            return Kind.PY
+        if number(node) is not None:
+            return Kind.PY
+        if isinstance(node, cst.Name):
+            if node.value in ("True", "False", "None"):
+                return Kind.PY
+            if node.value == "__float32_variable__":
+                return Kind.F32
+            if node.value == "__element__":
+                return Kind.UNKNOWN
+            if node.value in region.env:
+                return region.env[node.value]
+            if node.value in self.module_constants:
+                return Kind.PY
+            return Kind.UNKNOWN
+        if isinstance(node, cst.UnaryOperation):
+            return self.kind(node.expression, region, deeper)
+        if isinstance(node, cst.BinaryOperation):
+            if isinstance(node.operator, cst.MatrixMultiply):
+                return _join(self.kind(node.left, region, deeper), self.kind(node.right, region, deeper))
+            return _join(self.kind(node.left, region, deeper), self.kind(node.right, region, deeper))
+        if isinstance(node, (cst.Comparison, cst.BooleanOperation)):
+            return Kind.PY if all(self.kind(n, region, deeper) is Kind.PY for n in _comparison_parts(node)) else Kind.INT
+        if isinstance(node, cst.IfExp):
+            return _join(self.kind(node.body, region, deeper), self.kind(node.orelse, region, deeper))
+        if isinstance(node, cst.Attribute):
+            if node.attr.value in ("shape", "ndim", "dtype", "compute_dtype", "variable_dtype", "name", "rank"):
+                return Kind.PY
+            return Kind.UNKNOWN
+        if isinstance(node, cst.Subscript):
+            base = self.kind(node.value, region, deeper)
+            return base
+        if isinstance(node, (cst.List, cst.Tuple, cst.Dict, cst.Set, cst.ListComp, cst.GeneratorExp, cst.Lambda)):
+            return Kind.UNKNOWN
+        if isinstance(node, cst.Call):
+            return self._call_kind(node, region, deeper)
+        return Kind.UNKNOWN
+
+    def _call_kind(self, node: cst.Call, region: Region, depth: int) -> Kind:
+        resolved = self.resolve(node.func) or ""
+        func_name = dotted_name(node.func) or ""
+        if isinstance(node.func, cst.Name) and node.func.value in _PYTHON_FUNCS and not resolved:
+            return Kind.PY
+        if resolved.startswith(("math.", "numpy.", "random.", "time.")) or func_name.startswith(("np.", "math.")):
+            return Kind.PY
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("numpy", "item", "as_list", "get_shape", "tolist",
+                                                                              "num_elements"):
+            return Kind.PY
+        op = None
+        for prefix in ("tensorflow.", "keras.ops.", "keras.backend."):
+            if resolved.startswith(prefix):
+                op = resolved[len(prefix):]
+                break
+        if op is None:
+            if resolved.startswith("keras.layers.") or resolved.startswith("keras."):
+                return Kind.UNKNOWN  # constructors
+            if region.kind == "module":
+                return Kind.UNKNOWN
+            return Kind.TENSOR  # a layer, model or helper called on tensors
+        short = op.split(".")[-1]
+        dtype_arg = _argument(node, "dtype", 1 if short in ("cast", "saturate_cast") else None)
+        if short in ("cast", "saturate_cast"):
+            return dtype_kind(dtype_arg.value, self.resolve) if dtype_arg else Kind.UNKNOWN
+        if op in _CREATE_OPS or short in ("constant", "ones", "zeros", "convert_to_tensor"):
+            if dtype_arg is not None:
+                return dtype_kind(dtype_arg.value, self.resolve)
+            if short == "convert_to_tensor" and node.args:
+                first = self.kind(node.args[0].value, region, depth)
+                return first if first is not Kind.PY else Kind.F32
+            if short == "constant" and node.args and isinstance(node.args[0].value, cst.Integer):
+                return Kind.INT
+            return Kind.F32
+        if op in _INT_OPS or short in ("shape", "size", "rank", "argmax", "argmin", "range"):
+            if short == "range" and dtype_arg is not None:
+                return dtype_kind(dtype_arg.value, self.resolve)
+            return Kind.INT
+        if short in _LIKE_OPS:
+            if dtype_arg is not None:
+                return dtype_kind(dtype_arg.value, self.resolve)
+            return self.kind(node.args[0].value, region, depth) if node.args else Kind.UNKNOWN
+        if op.startswith(("dtypes.", "float", "int")) or short in ("float32", "float16"):
+            return Kind.PY
+        kinds = [self.kind(a.value, region, depth) for a in node.args if a.keyword is None][:3]
+        if not kinds:
+            return Kind.UNKNOWN
+        joined = _join_all(set(kinds))
+        if joined is Kind.PY:
+            return Kind.F32  # tf.sqrt(2.0): a float32 tensor
+        return joined
+
+
+def _comparison_parts(node):
+    if isinstance(node, cst.Comparison):
+        return [node.left, *[c.comparator for c in node.comparisons]]
+    return [node.left, node.right]
+
+
+def _join(a: Kind, b: Kind) -> Kind:
+    if Kind.TENSOR in (a, b):
+        return Kind.TENSOR
+    if Kind.UNKNOWN in (a, b):
+        return Kind.UNKNOWN
+    if Kind.F32 in (a, b):
+        return Kind.F32
+    if Kind.INT in (a, b):
+        return Kind.INT
+    return Kind.PY
+
+
+def _join_all(kinds: set[Kind]) -> Kind:
+    result = Kind.PY
+    for k in kinds or {Kind.UNKNOWN}:
+        result = _join(result, k)
+    return result
+
+
+def _argument(call: cst.Call, keyword: str, position: int | None) -> cst.Arg | None:
+    for i, arg in enumerate(call.args):
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg
+        if position is not None and arg.keyword is None and arg.star == "" and i == position:
+            return arg
+    return None
+
+
+argument = _argument
+
+
+class _Calls(cst.CSTVisitor):
+    def __init__(self, into_classes: bool = False) -> None:
+        super().__init__()
+        self.calls: list[cst.Call] = []
+        self.into_classes = into_classes
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return self.into_classes
+
+
+def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    collector = _Calls()
+    node.visit(collector)
+    return collector.calls
+
+
+def float16_scope(context) -> Float16Scope:
+    """The module's analysis, computed once per file and shared by every float16 rule."""
+    cached = context.__dict__.get("_float16_scope")
+    if cached is None or cached.module is not context.module:
+        cached = Float16Scope(context.module, context.resolve)
+        context.__dict__["_float16_scope"] = cached
+    return cached
+
+
+def arithmetic_root(scope: Float16Scope, node: cst.CSTNode) -> cst.CSTNode:
+    """The outermost arithmetic expression ``node`` is part of (``scores + (1 - m) * -1e9``)."""
+    current = node
+    parent = scope.parent.get(current)
+    while isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation)) and not isinstance(
+            getattr(parent, "operator", None), (cst.MatrixMultiply,)):
+        current = parent
+        parent = scope.parent.get(current)
+    return current
+
+
+def tf_spelling(context) -> tuple[str, tuple[str, ...]]:
+    """How the file spells the ``tensorflow`` module, and the import to add if it cannot."""
+    local = context.imports.local_name_for("tensorflow")
+    if local and "." not in local:
+        return local, ()
+    return "tf", ("import tensorflow as tf",)
+
+
+def expr(code: str) -> cst.BaseExpression:
+    return cst.parse_expression(code)
+
+
+def is_simple(node: cst.BaseExpression) -> bool:
+    """A name or attribute chain: repeating it (``x.dtype``) evaluates nothing twice."""
+    return dotted_name(node) is not None
