@@ -44,7 +44,7 @@ _NOT_OPTIMIZERS = {"schedules", "legacy", "experimental", "Optimizer", "serializ
 class Statement:
     """A statement of a scope, with the compound statements around it (inside the scope)."""
 
-    node: cst.BaseStatement
+    node: cst.BaseStatement = field(repr=False)
     parents: tuple[cst.BaseStatement, ...]
     conditional: bool  # under an if/else, try handler or while of this scope
 
@@ -58,16 +58,16 @@ class Tape:
 
 @dataclass
 class GradientCall:
-    call: cst.Call
+    call: cst.Call = field(repr=False)
     statement: Statement
     tape: str | None  # None for tf.gradients
-    target: cst.BaseExpression  # the loss the gradient is taken of
+    target: cst.BaseExpression = field(repr=False)  # the loss the gradient is taken of
     index: int = 0
 
 
 @dataclass
 class ApplyCall:
-    call: cst.Call
+    call: cst.Call = field(repr=False)
     statement: Statement
     optimizer: str  # the optimizer expression as written: "optimizer", "self.optimizer"
     gradients: set[int] = field(default_factory=set)  # indices of GradientCalls feeding it
@@ -75,7 +75,7 @@ class ApplyCall:
 
 @dataclass
 class ScaleCall:
-    call: cst.Call
+    call: cst.Call = field(repr=False)
     statement: Statement
     method: str  # scale_loss / get_scaled_loss / get_unscaled_gradients
     optimizer: str
@@ -86,10 +86,10 @@ class ScaleCall:
 class OptimizerBuild:
     """Where an optimizer (or LossScaleOptimizer) is constructed."""
 
-    call: cst.Call
+    call: cst.Call = field(repr=False)
     target: str  # what it is assigned to: "optimizer", "self.opt", or "factory()" for a factory
     qualified: str  # canonical name of the constructor
-    scope: "Scope"
+    scope: "Scope" = field(repr=False)
     statement: Statement | None
 
     @property
@@ -103,11 +103,11 @@ class OptimizerBuild:
 
 @dataclass
 class Scope:
-    node: cst.Module | cst.FunctionDef
+    node: cst.Module | cst.FunctionDef = field(repr=False)
     name: str
     class_name: str | None
     params: list[str]
-    statements: list[Statement] = field(default_factory=list)
+    statements: list[Statement] = field(default_factory=list, repr=False)
 
 
 @dataclass
@@ -437,7 +437,9 @@ def _analyse(context: RuleContext) -> Analysis:
         local_scales: list[ScaleCall] = []
         for st, call, ifexp in calls:
             func = call.func
-            if isinstance(func, cst.Attribute):
+            if call.args and resolve(func) == "tensorflow.gradients":
+                gradients.append(GradientCall(call, st, None, call.args[0].value, len(gradients)))
+            elif isinstance(func, cst.Attribute):
                 owner = dotted_name(func.value)
                 method = func.attr.value
                 if method == "gradient" and isinstance(func.value, cst.Name) and func.value.value in tapes and call.args:
@@ -446,8 +448,6 @@ def _analyse(context: RuleContext) -> Analysis:
                     applies.append(ApplyCall(call, st, owner))
                 elif method in SCALE_METHODS + (UNSCALE_METHOD,) and owner is not None:
                     local_scales.append(ScaleCall(call, st, method, owner, ifexp or st.conditional))
-            elif resolve(func) == "tensorflow.gradients" and call.args:
-                gradients.append(GradientCall(call, st, None, call.args[0].value, len(gradients)))
         scale_calls.extend(local_scales)
         if not gradients or not applies:
             continue
@@ -597,11 +597,22 @@ def _trace_argument(context, scope, scopes, optimizer, builds, compiled_models):
                     continue
                 arg = _keyword(call, optimizer) or next(
                     (a for i, a in enumerate(x for x in call.args if x.keyword is None) if i == index), None)
+                if arg is not None and isinstance(arg.value, cst.Call) \
+                        and _is_optimizer_constructor(context.resolve(arg.value.func)):
+                    # Built right in the call: `train(model, keras.optimizers.Adam(), data)`.
+                    results.append((OptimizerBuild(arg.value, optimizer, context.resolve(arg.value.func),
+                                                   caller, st), False))
+                    continue
                 text = dotted_name(arg.value) if arg is not None else None
                 if text is None:
                     return None, False
                 results.append(_trace(context, caller, scopes, text, builds, compiled_models, depth=1))
-    if results and all(r == results[0] for r in results):
+    def same(a, b) -> bool:
+        if a[1] != b[1]:
+            return False
+        return a[0] is b[0] or (a[0] is not None and b[0] is not None and a[0].call is b[0].call)
+
+    if results and all(same(r, results[0]) for r in results):
         return results[0]
     return None, False
 

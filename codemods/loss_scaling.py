@@ -451,7 +451,24 @@ class OptimizerNotWrapped(Rule):
 
             train(build_model(), keras.optimizers.Adam(), data)
             """,
-            None,
+            """
+            import keras
+            import tensorflow as tf
+
+            keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+            def train(model, optimizer, data):
+                for x, y in data:
+                    with tf.GradientTape() as tape:
+                        loss = model.compute_loss(x, y, model(x))
+                        scaled_loss = optimizer.scale_loss(loss)
+                    grads = tape.gradient(scaled_loss, model.trainable_variables)
+                    optimizer.apply(grads, model.trainable_variables)
+
+
+            train(build_model(), keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam()), data)
+            """,
             keras=3,
         ),
         # Built in another module: reported without a guess.
@@ -480,8 +497,8 @@ class OptimizerNotWrapped(Rule):
             if flow.wrapped is None:
                 self.report(
                     flow.apply.call,
-                    f"Loss is not scaled for `{flow.optimizer}` under mixed_float16 and mpfix cannot see where "
-                    f"it is built (another module, or passed in): wrap it in LossScaleOptimizer where it is "
+                    f"Loss is not scaled under mixed_float16 and mpfix cannot see where `{flow.optimizer}` is "
+                    f"built (another module, or passed in): wrap it in LossScaleOptimizer where it is "
                     f"built and scale the loss in {_where(flow)}",
                 )
                 continue
@@ -1102,11 +1119,15 @@ class LossTermAfterScaling(Rule):
                 if not self._is_scale(value, method) or not isinstance(small.targets[0].target, cst.Name):
                     continue
                 name = small.targets[0].target.value
-                for later in statements[i + 1:]:
+                for j, later in enumerate(statements[i + 1:], start=i + 1):
                     term = self._term_added(later, name)
                     if term is not None:
                         fix = None
-                        if later.parents == st.parents and name not in names_in(term):
+                        # Folding the term into the scaling evaluates it earlier: only when nothing it
+                        # reads changes in between, and the term is not under a branch the scaling is not.
+                        reads = names_in(term)
+                        if name not in reads and set(later.parents) <= set(st.parents) and not any(
+                                assigns_name(mid.node, n) for mid in statements[i + 1:j] for n in reads):
                             fix = {value: self._with_term(value, term), later.node: cst.RemoveFromParent()}
                         self.report(term, fix=fix, description="Add the term before scaling")
                         break

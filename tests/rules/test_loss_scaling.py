@@ -1,0 +1,343 @@
+"""Loss scaling in custom training loops (MP101–MP108): fixture pairs, must-not-flag list, edge cases.
+
+Fixture pairs live in ``fixtures/loss_scaling/NAME.kN.in.py`` → ``NAME.kN.out.py``: the input is
+fixed with every MP1xx rule (unsafe fixes on) for Keras generation N and must give the output
+exactly, and the output must be left alone by a second run.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from codemods import all_rules
+from codemods._training_step import training_steps
+from codemods.base import RuleContext
+from codemods.names import ImportTable
+from mpfix.engine import Engine, Options
+from mpfix.policy import Policy, policy_in_text
+
+import libcst as cst
+
+FIXTURES = Path(__file__).parent / "fixtures" / "loss_scaling"
+MP1 = tuple(r for r in all_rules() if r.code.startswith("MP1"))
+
+
+def lint(code: str, keras: int, *, fix: bool = True, loss_scale: float | None = None, policy: str | None = None,
+         rules=MP1):
+    engine = Engine(rules, Options(keras=str(keras), policy=policy, unsafe_fixes=True, project_policy=False,
+                                   loss_scale=loss_scale))
+    return engine.lint(textwrap.dedent(code).lstrip("\n"), Path("script.py"), fix=fix)
+
+
+def codes(result) -> list[str]:
+    return sorted(f.code for f in result.findings)
+
+
+def _pairs():
+    for source in sorted(FIXTURES.glob("*.in.py")):
+        stem = source.name[: -len(".in.py")]
+        name, _, gen = stem.rpartition(".k")
+        yield pytest.param(source, source.with_name(f"{stem}.out.py"), int(gen), id=stem)
+
+
+@pytest.mark.parametrize(("source", "expected", "keras"), list(_pairs()))
+def test_fixture_pair(source: Path, expected: Path, keras: int):
+    loss_scale = 1024.0 if "fixed_scale" in source.name else None
+    assert lint(source.read_text(), keras, fix=False, loss_scale=loss_scale).findings, "the input must be flagged"
+    result = lint(source.read_text(), keras, loss_scale=loss_scale)
+    assert not result.errors, result.errors
+    assert result.fixed_text == expected.read_text()
+    again = lint(expected.read_text(), keras, loss_scale=loss_scale)
+    assert again.fixed_text is None
+    assert [f.code for f in again.findings if f.fix is not None] == []
+
+
+def test_every_rule_has_a_fixture_or_example_on_both_generations():
+    # Keras-3-only and Keras-2-only rules aside, each fixable rule is exercised on both.
+    generations: dict[str, set[int]] = {}
+    for rule in MP1:
+        for example in rule.INVALID:
+            for gen in ([example.keras] if example.keras else [2, 3]):
+                if gen in rule.keras_generations:
+                    generations.setdefault(rule.code, set()).add(gen)
+    for rule in MP1:
+        assert generations.get(rule.code) == set(rule.keras_generations), rule.code
+
+
+# ----------------------------------------------------------------- must not flag (both generations)
+MUST_NOT_FLAG = {
+    "minimize-with-tape": """
+        import tensorflow as tf
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+        optimizer.minimize(loss, model.trainable_variables, tape=tape)
+    """,
+    "isinstance-guard": """
+        import tensorflow as tf
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        optimizer = make_optimizer()
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+            if isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer):
+                loss = optimizer.scale_loss(loss)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    """,
+    "conditional-expression": """
+        import tensorflow as tf
+        import tf_keras
+        tf_keras.mixed_precision.set_global_policy("mixed_float16")
+        opt = tf_keras.optimizers.Adam()
+        if amp:
+            opt = tf_keras.mixed_precision.LossScaleOptimizer(opt)
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+            scaled = opt.get_scaled_loss(loss) if amp else loss
+        grads = tape.gradient(scaled, model.trainable_variables)
+        grads = opt.get_unscaled_gradients(grads) if amp else grads
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+    """,
+    "tf-keras-correct": """
+        import tensorflow as tf
+        import tf_keras
+        tf_keras.mixed_precision.set_global_policy("mixed_float16")
+        optimizer = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.1))
+
+        @tf.function
+        def train_step(x, y):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+                scaled_loss = optimizer.get_scaled_loss(loss)
+            scaled_grads = tape.gradient(scaled_loss, model.trainable_variables)
+            grads = optimizer.get_unscaled_gradients(scaled_grads)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    """,
+    "compile-fit": """
+        import tensorflow as tf
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        model = tf.keras.Sequential([tf.keras.layers.Dense(10), tf.keras.layers.Activation("softmax", dtype="float32")])
+        model.compile(optimizer=tf.keras.optimizers.Adam(), loss="sparse_categorical_crossentropy")
+        model.fit(x, y, epochs=2)
+    """,
+    "float32-only": """
+        import tensorflow as tf
+        optimizer = tf.keras.optimizers.Adam()
+        for x, y in data:
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    """,
+    "bfloat16": """
+        import tensorflow as tf
+        tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+        optimizer = tf.keras.optimizers.Adam()
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    """,
+    "unrelated-apply": """
+        import pandas as pd
+        import tensorflow as tf
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        frame = pd.DataFrame(rows)
+        frame.apply(print)
+    """,
+}
+
+# Per generation (the scaling API differs): re-entering the tape to scale is recorded.
+REENTER_TAPE = {
+    3: """
+        import tensorflow as tf
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+        with tape:
+            scaled = optimizer.scale_loss(loss)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    """,
+    2: """
+        import tensorflow as tf
+        import tf_keras
+        tf_keras.mixed_precision.set_global_policy("mixed_float16")
+        optimizer = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.Adam())
+        tape = tf.GradientTape()
+        with tape:
+            loss = loss_fn(y, model(x))
+        with tape:
+            scaled = optimizer.get_scaled_loss(loss)
+        grads = optimizer.get_unscaled_gradients(tape.gradient(scaled, model.trainable_variables))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    """,
+}
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+@pytest.mark.parametrize("name", sorted(MUST_NOT_FLAG))
+def test_must_not_flag(name: str, keras: int):
+    code = MUST_NOT_FLAG[name]
+    if name == "isinstance-guard" and keras == 2:
+        code = code.replace("scale_loss", "get_scaled_loss")
+    result = lint(code, keras, fix=False)
+    assert not result.errors
+    assert codes(result) == []
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_reentered_tape_is_recorded(keras: int):
+    result = lint(REENTER_TAPE[keras], keras, fix=False)
+    assert codes(result) == []
+    # ...while scaling after the block without re-entering is MP104.
+    broken = textwrap.dedent(REENTER_TAPE[keras]).replace("with tape:\n    scaled", "for _ in range(1):\n    scaled")
+    assert broken != textwrap.dedent(REENTER_TAPE[keras])
+    assert "MP104" in codes(lint(broken, keras, fix=False))
+
+
+# ----------------------------------------------------------------- generation boundaries
+KERAS2_API_ON_KERAS3 = """
+    import tensorflow as tf
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x))
+        scaled_loss = optimizer.get_scaled_loss(loss)
+    grads = tape.gradient(scaled_loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+
+def test_keras2_api_on_keras3_is_left_to_mp303():
+    # On Keras 3 `get_scaled_loss` is an AttributeError that MP303 migrates; no MP1xx double report.
+    assert codes(lint(KERAS2_API_ON_KERAS3, 3, fix=False)) == []
+    # The same file under Keras 2 is missing its unscale: MP103, and the fix is safe.
+    result = lint(KERAS2_API_ON_KERAS3, 2, fix=False)
+    assert codes(result) == ["MP103"]
+    assert str(result.findings[0].fix.safety) == "safe"
+
+
+def test_keras3_dynamic_false_is_left_to_mp302():
+    code = """
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(), dynamic=False, initial_scale=128)
+    """
+    assert codes(lint(code, 3, fix=False)) == []
+    assert codes(lint(code, 2, fix=False)) == ["MP107"]
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_unknown_optimizer_is_reported_without_a_guess(keras: int):
+    code = """
+        import tensorflow as tf
+        from training.config import optimizer
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    """
+    result = lint(code, keras)
+    assert codes(result) == ["MP101"]
+    assert result.findings[0].fix is None
+    assert "cannot see where `optimizer` is built" in result.findings[0].message
+    assert result.fixed_text is None
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_bfloat16_project_never_gets_an_lso(keras: int):
+    code = MUST_NOT_FLAG["float32-only"]
+    assert codes(lint(code, keras, policy="mixed_bfloat16")) == []
+    # ...and one that has an LSO loses it (MP108), leaving code without scaling calls on Keras 2.
+    with_lso = """
+        import tensorflow as tf
+        tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+    """
+    assert codes(lint(with_lso, keras, fix=False)) == ["MP108"]
+    assert "LossScaleOptimizer" not in lint(with_lso, keras).fixed_text
+
+
+# ----------------------------------------------------------------- --loss-scale N (fixed scale)
+PLAIN_STEP = """
+    import tensorflow as tf
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    optimizer = tf.keras.optimizers.SGD(0.1)
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+
+def test_fixed_loss_scale_keras3_uses_loss_scale_factor():
+    # Keras 3 refuses LossScaleOptimizer(dynamic=False); the fixed form is loss_scale_factor (verified:
+    # scale_loss multiplies by it and apply_gradients divides it back out).
+    result = lint(PLAIN_STEP, 3, loss_scale=1024)
+    assert "optimizer = tf.keras.optimizers.SGD(0.1, loss_scale_factor=1024.0)" in result.fixed_text
+    assert "LossScaleOptimizer" not in result.fixed_text
+    assert "scaled_loss = optimizer.scale_loss(loss)" in result.fixed_text
+    assert lint(result.fixed_text, 3, loss_scale=1024).fixed_text is None
+
+
+def test_fixed_loss_scale_keras2_uses_dynamic_false():
+    result = lint(PLAIN_STEP, 2, loss_scale=1024)
+    assert ("optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1), "
+            "dynamic=False, initial_scale=1024.0)") in result.fixed_text
+    assert "grads = optimizer.get_unscaled_gradients(tape.gradient(scaled_loss," in result.fixed_text
+    # The fixed scale is what was asked for; MP107 still says what it costs (report only).
+    assert [f.code for f in lint(result.fixed_text, 2).findings] == ["MP107"]
+
+
+# ----------------------------------------------------------------- the step finder itself
+def _analysis(code: str, keras: int = 3):
+    module = cst.parse_module(textwrap.dedent(code))
+    text = module.code
+    context = RuleContext(module=module, path=Path("x.py"), keras=keras, policy=policy_in_text(text),
+                          module_policy=policy_in_text(text), imports=ImportTable(module))
+    return training_steps(context)
+
+
+def test_finder_links_each_gradient_to_its_optimizer_through_clipping():
+    analysis = _analysis(FIXTURES.joinpath("gan_persistent_tape.k3.in.py").read_text())
+    pairs = sorted((f.optimizer, f.build.target, f.wrapped) for f in analysis.flows)
+    assert pairs == [("discriminator_optimizer", "discriminator_optimizer", False),
+                     ("generator_optimizer", "generator_optimizer", False)]
+    assert all(analysis.tape_of(f).persistent for f in analysis.flows)
+
+
+def test_finder_handles_nested_tapes_and_compiled_self_optimizer():
+    code = """
+        import tensorflow as tf
+        class M(tf.keras.Model):
+            def train_step(self, data):
+                x, y = data
+                with tf.GradientTape() as outer, tf.GradientTape() as inner:
+                    loss = self.compute_loss(x, y, self(x))
+                grads = outer.gradient(loss, self.trainable_variables)
+                self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+    """
+    (flow,) = _analysis(code).flows
+    assert flow.scope.name == "train_step" and flow.gradient.tape == "outer"
+    assert flow.compiled and flow.wrapped is True
+
+
+def test_finder_ignores_apply_that_gradients_do_not_reach():
+    code = """
+        import tensorflow as tf
+        with tf.GradientTape() as tape:
+            loss = f(x)
+        grads = tape.gradient(loss, params)
+        table.apply(normalise)
+        optimizer.apply(grads, params)
+    """
+    (flow,) = _analysis(code).flows
+    assert flow.optimizer == "optimizer"
