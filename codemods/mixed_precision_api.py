@@ -340,7 +340,7 @@ class ExperimentalMixedPrecisionApi(Rule):
 _LSO_NAMES = (table.LSO, f"{table.EXPERIMENTAL}.LossScaleOptimizer")
 
 
-class _Intent:
+class Intent:
     """What an old LossScaleOptimizer call asked for: dynamic (optionally tuned) or a fixed scale."""
 
     def __init__(self, fixed: cst.BaseExpression | None = None,
@@ -363,6 +363,30 @@ class _Intent:
         if self.growth is not None:
             args.append(keyword_arg("dynamic_growth_steps", self.growth))
         return args
+
+
+def loss_scale_intent(value: cst.BaseExpression) -> Intent | None:
+    """What an old ``loss_scale`` value asked for; None when mpfix cannot read it."""
+    text = string_value(value)
+    if text is not None:
+        return Intent() if text == "dynamic" else None
+    if number_value(value) is not None or isinstance(value, cst.BinaryOperation) and all(
+            number_value(side) is not None for side in (value.left, value.right)):
+        return Intent(fixed=value)
+    if isinstance(value, cst.Call):
+        func = dotted_name(value.func) or ""
+        last = func.rpartition(".")[2]
+        if last == "FixedLossScale":
+            found = find_arg(value, keyword="loss_scale_value", position=0)
+            return Intent(fixed=found[1].value) if found else None
+        if last == "DynamicLossScale":
+            initial = find_arg(value, keyword="initial_loss_scale", position=0)
+            growth = find_arg(value, keyword="increment_period", position=1)
+            multiplier = find_arg(value, keyword="multiplier", position=2)
+            lost = "its `multiplier` has no equivalent: the scale now doubles/halves" if multiplier else None
+            return Intent(initial=initial[1].value if initial else None,
+                           growth=growth[1].value if growth else None, lost=lost)
+    return None
 
 
 class LegacyLossScaleArguments(Rule):
@@ -573,7 +597,7 @@ class LegacyLossScaleArguments(Rule):
                 self.report(arg, message, fix=fix, description="Drop `dynamic=False`")
 
     def _legacy_loss_scale(self, node: cst.Call, index: int, arg: cst.Arg) -> None:
-        intent = self._intent(arg.value)
+        intent = loss_scale_intent(arg.value)
         spelled = "positional `\"dynamic\"`" if arg.keyword is None else "`loss_scale=`"
         if intent is None:
             self.report(arg, f"`LossScaleOptimizer` no longer takes {spelled}; mpfix cannot read this loss scale: "
@@ -587,25 +611,3 @@ class LegacyLossScaleArguments(Rule):
             message += f" ({intent.lost})"
         self.report(arg, message, fix={node: rewrite_args(node, {index: intent.arguments(keras)})},
                     description=f"Rewrite for Keras {keras}")
-
-    def _intent(self, value: cst.BaseExpression) -> _Intent | None:
-        text = string_value(value)
-        if text is not None:
-            return _Intent() if text == "dynamic" else None
-        if number_value(value) is not None or isinstance(value, cst.BinaryOperation) and all(
-                number_value(side) is not None for side in (value.left, value.right)):
-            return _Intent(fixed=value)
-        if isinstance(value, cst.Call):
-            func = dotted_name(value.func) or ""
-            last = func.rpartition(".")[2]
-            if last == "FixedLossScale":
-                found = find_arg(value, keyword="loss_scale_value", position=0)
-                return _Intent(fixed=found[1].value) if found else None
-            if last == "DynamicLossScale":
-                initial = find_arg(value, keyword="initial_loss_scale", position=0)
-                growth = find_arg(value, keyword="increment_period", position=1)
-                multiplier = find_arg(value, keyword="multiplier", position=2)
-                lost = "its `multiplier` has no equivalent: the scale now doubles/halves" if multiplier else None
-                return _Intent(initial=initial[1].value if initial else None,
-                               growth=growth[1].value if growth else None, lost=lost)
-        return None
