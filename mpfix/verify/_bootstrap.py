@@ -116,6 +116,26 @@ def _set_seeds(seed: int) -> None:
     tf.random.set_seed(seed)
 
 
+def _global_policies() -> dict:
+    """The global dtype policy of each Keras generation loaded, for the record."""
+    out = {}
+    if "keras" in sys.modules:
+        try:
+            from keras.src.dtype_policies import dtype_policy
+
+            out["keras3"] = dtype_policy.dtype_policy().name
+        except Exception:
+            pass
+    if "tf_keras" in sys.modules:
+        try:
+            from tf_keras.src.mixed_precision import policy
+
+            out["keras2"] = policy.global_policy().name
+        except Exception:
+            pass
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) != 2 or argv[0] != "--config":
@@ -209,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         rec.flush(may_stop=False)
     except Exception as exc:
         emit({"event": "hook-error", "where": "final flush", "error": repr(exc)[:500]})
-    status.update(steps=rec.steps, entries=sorted(rec.entries), keras=sorted(rec.generations))
+    status.update(steps=rec.steps, entries=sorted(rec.entries), keras=sorted(rec.generations), policies=_global_policies())
     emit(status)
     return 0
 

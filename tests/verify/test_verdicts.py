@@ -1,0 +1,164 @@
+"""Verdicts on real training scripts (real TensorFlow on CPU, a few seconds each)."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import pytest
+
+from conftest import verify_script
+from mpfix.verify.verdict import EXIT_CODES
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def mask_report():
+    return verify_script("mask_nan.py", locate=True)
+
+
+@pytest.fixture(scope="module")
+def fit_report():
+    return verify_script("healthy_fit.py")
+
+
+def test_minus_1e9_mask_is_non_finite_at_step_0(mask_report):
+    v = mask_report.verdict
+    assert v.name == "non-finite"
+    assert v.exit_code == EXIT_CODES["non-finite"] == 10
+    assert v.evidence["step"] == 0
+    assert "loss" in v.evidence["in"]
+    assert math.isnan(mask_report.mixed.steps[0].loss)
+    # float32 is fine on the same script: the bug is float16's -1e9 -> -inf.
+    assert all(math.isfinite(x) for x in mask_report.baseline.finite_losses)
+    assert len(mask_report.baseline.steps) == 12
+
+
+def test_locate_names_the_mask_line(mask_report):
+    loc = mask_report.location
+    assert loc is not None and loc.frame is not None
+    assert loc.frame["file"].endswith("mask_nan.py")
+    assert loc.frame["line"] == 28
+    assert "-1e9" in loc.frame["code"]
+    assert loc.op == "Mul"
+    # Escalation points at that layer, and not at a loss scale (the NaN is in the
+    # forward pass, which no scale touches).
+    assert any("mask_nan.py:28" in e and 'dtype="float32"' in e for e in mask_report.escalation)
+    assert not any("loss_scale_factor" in e for e in mask_report.escalation)
+
+
+@pytest.mark.keras2
+def test_keras2_all_steps_skipped_is_stalled():
+    report = verify_script("k2_softmax_stall.py", steps=20, env={"TF_USE_LEGACY_KERAS": "1"})
+    v = report.verdict
+    assert v.name == "stalled", v.summary
+    assert report.exit_code == 11
+    assert report.mixed.keras == [2]
+    assert v.evidence["skipped"] == 20
+    # Keras 2 halves from 32768 down to its floor of 1.0 and stays there.
+    scales = [s.loss_scale for s in report.mixed.steps]
+    assert scales[0] == 32768.0 and scales[-1] == 1.0 and scales[-3:] == [1.0, 1.0, 1.0]
+    losses = report.mixed.finite_losses
+    assert len(losses) == 20 and max(losses) == min(losses)
+    # float32 trains: nothing skipped, the loss moves.
+    assert not any(s.skipped for s in report.baseline.steps)
+    assert max(report.baseline.finite_losses) != min(report.baseline.finite_losses)
+    assert any("scale cannot fix" in e for e in report.escalation)
+
+
+def test_keras3_loop_without_scaling_underflows():
+    report = verify_script("k3_underflow.py")
+    v = report.verdict
+    assert v.name == "underflow", v.summary
+    assert report.exit_code == 12
+    assert v.evidence["zero_fraction"] > 0.9
+    assert v.evidence["float32_zero_fraction"] < 0.1
+    assert report.mixed.keras == [3]
+    assert not any(s.dynamic for s in report.mixed.steps)
+
+
+def test_healthy_fit_with_baseline(fit_report):
+    v = fit_report.verdict
+    assert v.name == "healthy", v.summary
+    assert fit_report.exit_code == 0
+    assert len(fit_report.mixed.steps) == 12 and len(fit_report.baseline.steps) == 12
+    assert fit_report.mixed.end["entries"] == ["fit"]
+    # The baseline really ran in float32 although the script sets mixed_float16, and the
+    # loss scaler compile() would add is absent there.
+    assert fit_report.mixed.end["policies"]["keras3"] == "mixed_float16"
+    assert fit_report.baseline.end["policies"]["keras3"] == "float32"
+    assert all(s.dynamic and s.loss_scale == 32768.0 for s in fit_report.mixed.steps)
+    assert not any(s.dynamic for s in fit_report.baseline.steps)
+    # Same seed, same data: the two runs start from the same loss (float16 rounding aside).
+    assert fit_report.mixed.steps[0].loss == pytest.approx(fit_report.baseline.steps[0].loss, rel=1e-2)
+
+
+def test_healthy_custom_loop_in_tf_function():
+    report = verify_script("healthy_loop.py")
+    assert report.verdict.name == "healthy", report.verdict.summary
+    mixed, base = report.mixed, report.baseline
+    assert len(mixed.steps) == 12
+    assert mixed.end["entries"] == []  # no fit: the tape/optimizer hooks measured it
+    # Losses are unscaled (the LSO multiplies by 32768 before the tape sees it).
+    assert mixed.steps[0].loss == pytest.approx(base.steps[0].loss, rel=1e-2)
+    assert mixed.finite_losses[-1] < mixed.finite_losses[0]
+    # The baseline's LossScaleOptimizer is a pass-through at scale 1.
+    assert {s.loss_scale for s in base.steps} == {1.0}
+
+
+def test_forced_bfloat16_policy():
+    report = verify_script("healthy_loop.py", policy="mixed_bfloat16", steps=4)
+    assert report.mixed.end["policies"]["keras3"] == "mixed_bfloat16"
+    assert report.baseline.end["policies"]["keras3"] == "float32"
+    assert report.verdict.name == "healthy", report.verdict.summary
+
+
+def test_script_exception_is_crashed_with_last_frame():
+    report = verify_script("raises.py", baseline=False)
+    v = report.verdict
+    assert v.name == "crashed"
+    assert report.exit_code == 14
+    assert v.evidence["type"] == "ValueError"
+    frame = v.evidence["frame"]
+    assert frame["file"].endswith("raises.py") and frame["function"] == "load_batches"
+    assert "reshape" in frame["code"]
+
+
+def test_timeout_kills_the_process_group(tmp_path):
+    pid_file = tmp_path / "helper.pid"
+    started = time.monotonic()
+    report = verify_script("sleeps.py", str(pid_file), baseline=False, timeout=6)
+    assert time.monotonic() - started < 30
+    assert report.verdict.name == "timeout"
+    assert report.exit_code == 15
+    helper = int(pid_file.read_text())
+    # The helper the script started is gone too (not re-parented and left running).
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _alive(helper):
+        time.sleep(0.1)
+    assert not _alive(helper)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_mirrored_strategy_on_two_logical_cpus():
+    report = verify_script("mirrored.py", steps=8)
+    assert report.verdict.name == "healthy", report.verdict.summary
+    assert len(report.mixed.steps) == 8  # one record per step, not one per replica
+    assert all(s.dynamic for s in report.mixed.steps)
+    assert report.mixed.crash is None and report.baseline.crash is None
+
+
+def test_no_steps():
+    report = verify_script("no_steps.py", baseline=False)
+    assert report.verdict.name == "no-steps"
+    assert report.exit_code == 16
+    assert "mpfix verify main.py -- train" in report.verdict.summary
