@@ -23,6 +23,8 @@ def _is_virtualenv(folder: Path) -> bool:
 
 
 def _excluded(path: Path, patterns: tuple[str, ...]) -> bool:
+    if not patterns:
+        return False
     text = path.as_posix()
     return any(
         fnmatch.fnmatch(text, pattern) or fnmatch.fnmatch(path.name, pattern) or fnmatch.fnmatch(text, f"*/{pattern}")
@@ -43,19 +45,21 @@ def _identity(path: Path) -> Path:
 
 
 class _GitIgnores:
-    """``.gitignore`` files of one git work tree, read once each."""
+    """``.gitignore`` files of one git work tree (or of a folder named explicitly), read once each."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self._specs: dict[Path, object | None] = {}
+        self.root = str(root)
+        self._specs: dict[str, object | None] = {}
+        self._chains: dict[str, tuple] = {}
 
-    def _spec(self, folder: Path):
+    def _spec(self, folder: str):
         if folder not in self._specs:
             spec = None
-            gitignore = folder / ".gitignore"
-            if gitignore.is_file():
+            gitignore = os.path.join(folder, ".gitignore")
+            if os.path.isfile(gitignore):
                 try:
-                    lines = gitignore.read_text(encoding="utf-8", errors="replace").splitlines()
+                    with open(gitignore, encoding="utf-8", errors="replace") as handle:
+                        lines = handle.read().splitlines()
                     # Imported here: pathspec pulls in asyncio (~25 ms), which
                     # one-file runs (pre-commit passes files, not folders) never need.
                     import pathspec
@@ -66,22 +70,36 @@ class _GitIgnores:
             self._specs[folder] = spec
         return self._specs[folder]
 
-    def ignored(self, path: Path, is_dir: bool) -> bool:
-        folder = path.parent
-        while True:
-            spec = self._spec(folder)
-            if spec is not None:
-                rel = path.relative_to(folder).as_posix() + ("/" if is_dir else "")
-                if spec.match_file(rel):
-                    return True
-            if folder == self.root or folder.parent == folder:
-                return False
-            folder = folder.parent
+    def _chain(self, folder: str) -> tuple:
+        """(prefix length, spec) of every .gitignore from ``folder`` up to the root, once per folder."""
+        chain = self._chains.get(folder)
+        if chain is None:
+            found = []
+            current = folder
+            while True:
+                spec = self._spec(current)
+                if spec is not None:
+                    found.append((len(current.rstrip(os.sep)) + 1, spec))
+                parent = os.path.dirname(current)
+                if current == self.root or parent == current:
+                    break
+                current = parent
+            chain = self._chains[folder] = tuple(found)
+        return chain
+
+    def ignored(self, path: Path | str, is_dir: bool) -> bool:
+        text = str(path)
+        suffix = "/" if is_dir else ""
+        for start, spec in self._chain(os.path.dirname(text)):
+            rel = text[start:].replace(os.sep, "/") + suffix
+            if spec.match_file(rel):
+                return True
+        return False
 
 
 def _git_root(path: Path) -> Path | None:
     for parent in [path, *path.parents]:
-        if (parent / ".git").exists():
+        if os.path.exists(os.path.join(parent, ".git")):
             return parent
     return None
 
@@ -90,49 +108,65 @@ def discover(paths: Iterable[Path], exclude: tuple[str, ...] = ()) -> Iterator[P
     """Yield the ``.py``/``.ipynb`` files under ``paths``, each once, in a stable order.
 
     Files named explicitly are always yielded (pre-commit passes exactly the
-    files it wants checked), unless an ``exclude`` glob names them.
+    files it wants checked), unless an ``exclude`` glob names them. A folder
+    named explicitly is walked even when a ``.gitignore`` above it ignores it
+    (only the ``.gitignore`` files inside it then apply): the user asked for it.
     """
-    seen: set[Path] = set()
+    seen: set[str] = set()
     for given in paths:
         given = Path(given)
         if given.is_dir():
             root = _identity(given)
             git_root = _git_root(root)
             ignores = _GitIgnores(git_root) if git_root is not None else None
-            for found in _walk(given, root, ignores, exclude):
-                key = _identity(found)
+            if ignores is not None and root != git_root and ignores.ignored(root, is_dir=True):
+                ignores = _GitIgnores(root)
+            for found, key in _walk(given, root, ignores, exclude):
                 if key not in seen:
                     seen.add(key)
                     yield found
         else:
-            key = _identity(given)
+            key = str(_identity(given))
             if key not in seen and not _excluded(given, exclude):
                 seen.add(key)
                 yield given
 
 
-def _walk(folder: Path, resolved: Path, ignores: _GitIgnores | None, exclude: tuple[str, ...]) -> Iterator[Path]:
-    # os.walk(followlinks=False) cannot loop on symlinked folders.
-    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
-        current = Path(dirpath)
-        current_resolved = resolved / current.relative_to(folder)
-        kept = []
-        for name in sorted(dirnames):
-            sub = current / name
-            if name in SKIPPED_DIRS or name.endswith(".egg-info") or _is_virtualenv(sub):
+def _walk(folder: Path, resolved: Path, ignores: _GitIgnores | None, exclude: tuple[str, ...]) -> Iterator[tuple[Path, str]]:
+    """(file, its identity) under ``folder``: a folder's files first, then its subfolders, sorted.
+
+    Symlinked folders are not entered (no loops, no files seen twice); a
+    symlinked file is yielded (reading it reports a broken link or a loop).
+    Identities come from the resolved folder, so only symlinks cost a realpath.
+    """
+    try:
+        with os.scandir(folder) as scan:
+            entries = sorted(scan, key=lambda e: e.name)
+    except OSError:
+        return
+    subfolders = []
+    for entry in entries:
+        name = entry.name
+        try:
+            is_dir = entry.is_dir()
+            is_link = entry.is_symlink()
+        except OSError:
+            is_dir, is_link = False, True
+        if is_dir:
+            if is_link or name in SKIPPED_DIRS or name.endswith(".egg-info"):
                 continue
-            if _excluded(sub, exclude):
+            sub = folder / name
+            if _is_virtualenv(sub) or _excluded(sub, exclude):
                 continue
-            if ignores is not None and ignores.ignored(current_resolved / name, is_dir=True):
+            if ignores is not None and ignores.ignored(os.path.join(resolved, name), is_dir=True):
                 continue
-            kept.append(name)
-        dirnames[:] = kept
-        for name in sorted(filenames):
-            if not name.endswith(SUFFIXES):
-                continue
-            file = current / name
+            subfolders.append((sub, resolved / name))
+        elif name.endswith(SUFFIXES):
+            file = folder / name
             if _excluded(file, exclude):
                 continue
-            if ignores is not None and ignores.ignored(current_resolved / name, is_dir=False):
+            if ignores is not None and ignores.ignored(os.path.join(resolved, name), is_dir=False):
                 continue
-            yield file
+            yield file, (str(_identity(file)) if is_link else os.path.join(resolved, name))
+    for sub, sub_resolved in subfolders:
+        yield from _walk(sub, sub_resolved, ignores, exclude)

@@ -138,7 +138,7 @@ def process_file(path: Path, job: Job, ignored: tuple[str, ...] = (), accept=Non
     if path.suffix == ".ipynb":
         from mpfix import notebooks
 
-        result = notebooks.process_notebook(path, source, job, ignored)
+        result = notebooks.process_notebook(path, source, job, ignored, accept)
         if key is not None and result.clean and result.fixed is None and not result.written:
             result.clean_keys = (key,)
         return result
