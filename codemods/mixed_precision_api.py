@@ -569,16 +569,20 @@ class LegacyLossScaleArguments(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.context.resolve(node.func) not in _LSO_NAMES:
+        resolved = self.context.resolve(node.func)
+        if resolved not in _LSO_NAMES:
             return
         keras = self.context.keras
+        # The experimental LSO's second argument was ``loss_scale`` in both generations' days.
+        experimental = resolved != table.LSO
         legacy = find_arg(node, keyword=table.LEGACY_LSO_KEYWORD)
         positional = find_arg(node, position=1)
         if legacy is not None:
             self._legacy_loss_scale(node, *legacy)
         elif positional is not None and string_value(positional[1].value) is not None:
             self._legacy_loss_scale(node, *positional)
-        elif positional is not None and keras == table.KERAS2 and number_value(positional[1].value) is not None:
+        elif positional is not None and (keras == table.KERAS2 or experimental) and (
+                number_value(positional[1].value) is not None):
             self._legacy_loss_scale(node, *positional)
         elif keras == table.KERAS3 and positional is not None and bool_value(positional[1].value) is not None:
             index, arg = positional

@@ -16,7 +16,13 @@ import libcst.matchers as m
 from codemods import _api_table as table
 from codemods.base import Invalid, Rule, Valid
 from codemods.mixed_precision_api import Intent, loss_scale_intent
-from codemods.mp_api_support import find_arg, mixed_precision_spelling, rewrite_args, string_value
+from codemods.mp_api_support import (
+    find_arg,
+    mixed_precision_spelling,
+    optimizer_names,
+    rewrite_args,
+    string_value,
+)
 from codemods.names import dotted_name
 from mpfix.findings import FixSafety
 from mpfix.policy import Policy
@@ -255,7 +261,8 @@ class GraphRewrite(Rule):
         if unused:
             message += " (its return value, the loss-scaled optimizer, is unused)"
             target = optimizer[1].value
-            if dotted_name(target) is not None:
+            wrapped = optimizer_names(self.context.module, self.context, lso_only=True)
+            if dotted_name(target) is not None and dotted_name(target) not in wrapped:
                 new = [statement.with_changes(body=[cst.Assign(targets=[cst.AssignTarget(target)], value=lso)])]
             else:
                 new = []

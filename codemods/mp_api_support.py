@@ -11,6 +11,7 @@ import libcst as cst
 from libcst import MaybeSentinel
 
 from codemods.base import RuleContext
+from codemods.names import dotted_name
 
 _NO_SPACE = cst.SimpleWhitespace("")
 _ONE_SPACE = cst.SimpleWhitespace(" ")
@@ -199,7 +200,9 @@ def optimizer_names(module: cst.Module, context: RuleContext, *, lso_only: bool 
             continue
         resolved = context.resolve(value.func) or ""
         lso = resolved.endswith("LossScaleOptimizer") or resolved.endswith("enable_mixed_precision_graph_rewrite")
-        if lso or (not lso_only and resolved.startswith("keras.optimizers.")):
+        # ``build_optimizer()``/``create_optimizer()`` factories count as optimizers too.
+        factory = "optimizer" in (dotted_name(value.func) or "").rpartition(".")[2].lower()
+        if lso or (not lso_only and (resolved.startswith("keras.optimizers.") or factory)):
             for target in assign.targets:
                 dotted = _dotted(target.target)
                 if dotted:
@@ -214,8 +217,6 @@ def _assignments(module: cst.Module) -> list[cst.Assign]:
 
 
 def _dotted(node: cst.BaseExpression) -> str | None:
-    from codemods.names import dotted_name
-
     return dotted_name(node)
 
 
