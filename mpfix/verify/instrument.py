@@ -1,0 +1,62 @@
+"""``mpfix instrument``: put NaN/Inf guards and a loss-scale print into the user's own
+GradientTape training step, for users who want the check in their code.
+
+Importing this module imports click only; LibCST is loaded when the command runs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from pathlib import Path
+
+import click
+
+EXIT_ERROR = 2
+
+
+@click.command("instrument", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--diff", "mode", flag_value="diff", default=True, help="Print a unified diff (default).")
+@click.option("--write", "mode", flag_value="write", help="Write SCRIPT's copy as <name>_instrumented.py beside it.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the instrumented copy here.")
+@click.option(
+    "--keras",
+    type=click.Choice(["2", "3"]),
+    default="3",
+    show_default=True,
+    help="Loss-scale attribute to print (loss_scale on 2, dynamic_scale on 3); a file importing tf_keras is always 2.",
+)
+def instrument(script: Path, mode: str, output: Path | None, keras: str) -> None:
+    """Insert tf.debugging.check_numerics on the loss before and after scaling, and a
+    per-step tf.print of the loss scale, into SCRIPT's GradientTape training step. The
+    original file is never modified."""
+    import libcst
+
+    from mpfix.verify.instrument_transform import instrument_source
+
+    source = script.read_text(encoding="utf-8")
+    try:
+        new, changed = instrument_source(source, keras=int(keras))
+    except (libcst.ParserSyntaxError, SyntaxError) as exc:
+        click.echo(f"mpfix instrument: error: {script}: cannot parse: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    if not changed:
+        click.echo(f"mpfix instrument: {script}: no GradientTape training step found (or already instrumented)", err=True)
+    if output is None and mode == "write":
+        output = script.with_name(script.stem + "_instrumented.py")
+    if output is not None:
+        output.write_text(new, encoding="utf-8")
+        click.echo(f"wrote {output} ({changed} training step(s) instrumented)")
+        return
+    diff = difflib.unified_diff(
+        source.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        fromfile=str(script),
+        tofile=f"{script} (instrumented)",
+    )
+    sys.stdout.writelines(diff)
+
+
+if __name__ == "__main__":
+    instrument()

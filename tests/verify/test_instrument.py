@@ -1,0 +1,88 @@
+"""mpfix instrument: the LibCST transform, its command, and the instrumented scripts
+running for real."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import SCRIPTS
+from mpfix.verify.instrument import instrument
+from mpfix.verify.instrument_transform import instrument_source
+
+
+def test_keras3_step_gets_both_checks_and_dynamic_scale():
+    new, changed = instrument_source((SCRIPTS / "healthy_loop.py").read_text())
+    assert changed == 1
+    lines = [line.strip() for line in new.splitlines()]
+    i = lines.index("scaled_loss = optimizer.scale_loss(loss)")
+    assert lines[i - 1] == 'loss = tf.debugging.check_numerics(loss, "loss before scaling")'
+    assert lines[i + 1] == 'scaled_loss = tf.debugging.check_numerics(scaled_loss, "loss after scaling")'
+    j = lines.index("optimizer.apply_gradients(zip(grads, model.trainable_variables))")
+    assert lines[j + 1] == 'tf.print("loss scale:", optimizer.dynamic_scale)'
+    compile(new, "healthy_loop.py", "exec")
+
+
+def test_tf_keras_file_is_keras2_whatever_the_option():
+    new, changed = instrument_source((SCRIPTS / "k2_loop.py").read_text(), keras=3)
+    assert changed == 1
+    assert 'tf.print("loss scale:", optimizer.loss_scale)' in new
+    assert "dynamic_scale" not in new
+    assert "optimizer.get_scaled_loss(loss)" in new
+
+
+def test_second_run_changes_nothing():
+    once, _ = instrument_source((SCRIPTS / "healthy_loop.py").read_text())
+    twice, changed = instrument_source(once)
+    assert changed == 0 and twice == once
+
+
+def test_unscaled_loop_gets_a_loss_check_and_import_is_added_after_future():
+    source = (
+        '"""doc"""\nfrom __future__ import annotations\nfrom tensorflow import GradientTape\n\n'
+        "def step(f, v):\n    with GradientTape() as t:\n        l = f()\n    return t.gradient(l, v)\n"
+    )
+    new, changed = instrument_source(source)
+    assert changed == 1
+    assert new.splitlines()[1] == "from __future__ import annotations"
+    assert "import tensorflow as tf" in new
+    assert '        l = tf.debugging.check_numerics(l, "loss")' in new
+    compile(new, "x.py", "exec")
+
+
+def test_command_diff_and_output(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(instrument, [str(SCRIPTS / "healthy_loop.py")])
+    assert result.exit_code == 0
+    assert '+        loss = tf.debugging.check_numerics(loss, "loss before scaling")' in result.output
+    out = tmp_path / "copy.py"
+    result = runner.invoke(instrument, [str(SCRIPTS / "healthy_loop.py"), "-o", str(out)])
+    assert result.exit_code == 0 and out.exists()
+    compile(out.read_text(), str(out), "exec")
+
+
+def test_command_rejects_unparsable_file(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def (:\n")
+    result = CliRunner().invoke(instrument, [str(bad)])
+    assert result.exit_code == 2
+    assert "cannot parse" in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "scale"), [("healthy_loop.py", "32768"), pytest.param("k2_loop.py", "32768", marks=pytest.mark.keras2)])
+def test_instrumented_script_runs_and_prints_the_scale(tmp_path, name, scale):
+    new, _ = instrument_source((SCRIPTS / name).read_text())
+    path = tmp_path / name
+    path.write_text(new)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(
+        [sys.executable, str(path), "--steps", "3"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    printed = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("loss scale:")]
+    assert printed == [f"loss scale: {scale}"] * 3

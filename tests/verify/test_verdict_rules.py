@@ -1,0 +1,101 @@
+"""Verdict thresholds on synthetic step records (no TensorFlow)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from mpfix.verify.records import RunResult, Step, parse_run
+from mpfix.verify.verdict import judge
+
+SCRIPT = Path(__file__).parent / "scripts" / "healthy_fit.py"
+END = {"event": "end", "status": "stopped"}
+
+
+def run(losses, *, mode="mixed", scale=32768.0, dynamic=True, skipped=False, zeros=0.0, nonfinite=0.0):
+    steps = [
+        Step(i, loss, scale if not callable(scale) else scale(i), dynamic, skipped, nonfinite, zeros, 1.0)
+        for i, loss in enumerate(losses)
+    ]
+    return RunResult(mode, steps=steps, end=dict(END))
+
+
+def falling(n=10, start=2.0, rate=0.9):
+    return [start * rate**i for i in range(n)]
+
+
+def test_healthy_when_close_to_float32():
+    v = judge(run(falling()), run(falling(), mode="float32"), SCRIPT)
+    assert v.name == "healthy" and v.exit_code == 0
+
+
+def test_diverged_above_ten_percent_of_the_loss_magnitude():
+    base = run(falling(), mode="float32")
+    slightly = run([x * 1.05 for x in falling()])
+    assert judge(slightly, base, SCRIPT).name == "healthy"
+    far = run([2.0] * 5 + [1.9] * 5)
+    v = judge(far, base, SCRIPT)
+    assert v.name == "diverged" and v.exit_code == 13
+    assert v.evidence["relative_difference"] > 0.1
+
+
+def test_underflow_needs_a_gap_to_float32():
+    base_zero = run(falling(), mode="float32", zeros=0.4)
+    assert judge(run(falling(), zeros=0.6), base_zero, SCRIPT).name == "healthy"
+    v = judge(run(falling(), zeros=0.95), base_zero, SCRIPT)
+    assert v.name == "underflow" and v.exit_code == 12
+    # Without a baseline only an overwhelming share counts.
+    assert judge(run(falling(), zeros=0.8), None, SCRIPT).name == "healthy"
+    assert judge(run(falling(), zeros=0.95), None, SCRIPT).name == "underflow"
+
+
+def test_stalled_when_the_scaler_skips_the_second_half():
+    scales = lambda i: max(32768.0 / 2**i, 1.0)  # noqa: E731
+    v = judge(run([3.0] * 20, scale=scales, skipped=True, nonfinite=1.0), None, SCRIPT)
+    assert v.name == "stalled" and v.exit_code == 11
+    assert v.evidence["last_scale"] == 1.0 and "floor" in v.summary
+
+
+def test_stalled_when_keras3_scale_collapses():
+    v = judge(run(falling(), scale=lambda i: 2.0**-20), None, SCRIPT)
+    assert v.name == "stalled" and "collapsed" in v.summary
+
+
+def test_frozen_loss_is_stalled_only_if_float32_moves():
+    frozen = run([1.5] * 8)
+    assert judge(frozen, run(falling(8), mode="float32"), SCRIPT).name == "stalled"
+    assert judge(frozen, run([1.5] * 8, mode="float32"), SCRIPT).name == "healthy"
+
+
+def test_non_finite_reports_first_step_and_what():
+    r = run([1.0, 0.9, float("nan"), float("nan")])
+    v = judge(r, None, SCRIPT)
+    assert v.name == "non-finite" and v.evidence["step"] == 2 and v.evidence["in"] == "loss"
+    # Non-finite gradients applied (no dynamic scaler) with a finite loss.
+    g = run([1.0, 0.9], dynamic=False, nonfinite=0.5)
+    v = judge(g, None, SCRIPT)
+    assert v.name == "non-finite" and v.evidence["in"] == "gradients" and v.evidence["step"] == 0
+
+
+def test_skipped_overflow_steps_are_not_non_finite():
+    r = run(falling(), skipped=False)
+    r.steps[0].skipped, r.steps[0].nonfinite_fraction = True, 1.0
+    assert judge(r, None, SCRIPT).name == "healthy"
+
+
+def test_child_dying_silently_is_crashed():
+    r = RunResult("mixed", end=None, returncode=-9, stderr_tail="Killed\n")
+    v = judge(r, None, SCRIPT)
+    assert v.name == "crashed" and "exit status -9" in v.summary
+
+
+def test_records_decode_non_finite_strings_and_stop_at_torn_line(tmp_path):
+    from mpfix.verify.records import read_events
+
+    path = tmp_path / "r.jsonl"
+    path.write_text(
+        '{"event": "step", "step": 0, "loss": "nan", "loss_scale": "inf", "grad_norm": "-inf"}\n{"event": "st'
+    )
+    r = parse_run("mixed", read_events(path))
+    assert len(r.steps) == 1 and math.isnan(r.steps[0].loss)
+    assert r.steps[0].loss_scale == math.inf and r.steps[0].grad_norm == -math.inf
