@@ -9,6 +9,8 @@ translate calls that are there; missing scaling is MP101–MP103's business.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -36,6 +38,16 @@ def _unwrapped(value: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(value, _ATOMIC) or value.lpar:
         return value
     return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+@dataclass
+class _Scope:
+    """What one function (or the module body) holds that the Keras 2 translation needs."""
+
+    scale_calls: list[cst.Call] = field(default_factory=list)
+    gradients: list[cst.Call] = field(default_factory=list)
+    assigned: dict[cst.Call, str | None] = field(default_factory=dict)
+    unscales: bool = False
 
 
 class Keras2ScalingOnKeras3(Rule):
@@ -226,9 +238,13 @@ class Keras2ScalingOnKeras3(Rule):
         super().__init__(context)
         self._in_place: set[cst.Call] = set()  # ``g = opt.get_unscaled_gradients(g)``: drop the statement
         self._statement_of: dict[cst.Call, cst.SimpleStatementLine] = {}
-        self._done: set[cst.Call] = set()
-        self._custom = {name: _defines(context.module, name)
-                        for name in ("get_scaled_loss", "get_unscaled_gradients", "scale_loss")}
+        self._custom_cache: dict[str, bool] = {}
+
+    def _custom(self, method: str) -> bool:
+        """The module defines ``method`` itself (a custom optimizer): computed on first need."""
+        if method not in self._custom_cache:
+            self._custom_cache[method] = _defines(self.context.module, method)
+        return self._custom_cache[method]
 
     # -- Keras 3: Keras 2 calls ---------------------------------------------------------
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
@@ -245,15 +261,17 @@ class Keras2ScalingOnKeras3(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if self.context.keras == table.KERAS3:
             self._keras2_call_on_keras3(node)
+        else:
+            self._collect_keras2(node)
 
     def _keras2_call_on_keras3(self, node: cst.Call) -> None:
-        if _method_call(node, "get_scaled_loss") and not self._custom["get_scaled_loss"]:
+        if _method_call(node, "get_scaled_loss") and not self._custom("get_scaled_loss"):
             assert isinstance(node.func, cst.Attribute)
             new = table.member_target("get_scaled_loss", table.KERAS3)
             self.report(node, f"`get_scaled_loss` does not exist in Keras 3; use `{new}`",
                         fix={node.func.attr: node.func.attr.with_changes(value=new)},
                         description=f"Use `{new}`")
-        elif _method_call(node, "get_unscaled_gradients") and not self._custom["get_unscaled_gradients"]:
+        elif _method_call(node, "get_unscaled_gradients") and not self._custom("get_unscaled_gradients"):
             assert table.member_target("get_unscaled_gradients", table.KERAS3) == table.REMOVE_CALL
             message = ("`get_unscaled_gradients` does not exist in Keras 3: `apply_gradients` of a "
                        "LossScaleOptimizer unscales by itself")
@@ -264,40 +282,43 @@ class Keras2ScalingOnKeras3(Rule):
             self.report(node, message, fix=fix, description="Drop the unscale call")
 
     # -- Keras 2: Keras 3 calls ---------------------------------------------------------
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if self.context.keras == table.KERAS2 and not self._custom["scale_loss"]:
-            self._keras3_calls_on_keras2(node)
-
+    # One traversal collects, per function, what the Keras 2 translation needs; the module's end
+    # decides (searching each function's subtree again would cost several parses on big files).
     def visit_Module(self, node: cst.Module) -> None:
-        if self.context.keras == table.KERAS2 and not self._custom["scale_loss"]:
-            self._keras3_calls_on_keras2(node)
+        self._scopes: list[_Scope] = [_Scope()]
+        self._all_scopes: list[_Scope] = list(self._scopes)
 
-    def _keras3_calls_on_keras2(self, scope: cst.CSTNode) -> None:
-        # Inner functions are searched again from their own visit_FunctionDef; _done keeps one report.
-        calls = [c for c in m.findall(scope, m.Call()) if isinstance(c, cst.Call) and _method_call(c, "scale_loss")]
-        if isinstance(scope, cst.Module):
-            calls = [c for c in calls if not self._inside_function(scope, c)]
-        if not calls:
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        scope = _Scope()
+        self._scopes.append(scope)
+        self._all_scopes.append(scope)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._scopes.pop()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) == 1 and isinstance(node.value, cst.Call):
+            self._scopes[-1].assigned[node.value] = dotted_name(node.targets[0].target)
+
+    def _collect_keras2(self, node: cst.Call) -> None:
+        scope = self._scopes[-1]
+        if _method_call(node, "scale_loss"):
+            scope.scale_calls.append(node)
+        elif isinstance(node.func, cst.Attribute) and node.args:
+            if node.func.attr.value == "gradient":
+                scope.gradients.append(node)
+            elif node.func.attr.value == "get_unscaled_gradients":
+                scope.unscales = True
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        if self.context.keras != table.KERAS2 or not any(s.scale_calls for s in self._all_scopes):
             return
-        gradients = [c for c in m.findall(scope, m.Call(func=m.Attribute(attr=m.Name("gradient"))))
-                     if isinstance(c, cst.Call) and c.args]
-        assigned = {
-            a.value: dotted_name(a.targets[0].target)
-            for a in m.findall(scope, m.Assign()) if isinstance(a, cst.Assign) and len(a.targets) == 1
-        }
-        unscales = bool(m.findall(scope, m.Call(func=m.Attribute(attr=m.Name("get_unscaled_gradients")))))
+        if self._custom("scale_loss"):
+            return
         lsos = optimizer_names(self.context.module, self.context, lso_only=True)
-        for call in calls:
-            if call in self._done:
-                continue
-            self._done.add(call)
-            self._report_keras3_scaling(call, gradients, assigned.get(call), unscales, lsos)
-
-    def _inside_function(self, module: cst.Module, call: cst.Call) -> bool:
-        for function in m.findall(module, m.FunctionDef()):
-            if any(c is call for c in m.findall(function, m.Call())):
-                return True
-        return False
+        for scope in self._all_scopes:
+            for call in scope.scale_calls:
+                self._report_keras3_scaling(call, scope.gradients, scope.assigned.get(call), scope.unscales, lsos)
 
     def _report_keras3_scaling(self, call: cst.Call, gradients: list[cst.Call], scaled_name: str | None,
                                unscales: bool, lsos: set[str]) -> None:
@@ -425,7 +446,13 @@ class LossScaleAttribute(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         self._skip: set[cst.CSTNode] = set()
-        self._known = optimizer_names(context.module, context)
+        self._known_cache: set[str] | None = None
+
+    @property
+    def _known(self) -> set[str]:
+        if self._known_cache is None:
+            self._known_cache = optimizer_names(self.context.module, self.context)
+        return self._known_cache
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
         self._skip.add(node.target)  # writing the scale is not a read to rename
