@@ -23,6 +23,7 @@ not a plain name at the gradient call.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -151,55 +152,78 @@ class Analysis:
 
 
 # --------------------------------------------------------------------------- helpers
-class _Names(cst.CSTVisitor):
-    """Names read in an expression (not attribute fields, not nested function bodies)."""
+# LibCST's visitor machinery rebuilds each node it passes; these rules only read, and walking
+# the dataclass fields directly is several times cheaper (the analysis runs on every file that
+# mentions GradientTape).
+_SKIP_FIELDS = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after",
+                "trailing_whitespace", "header", "footer", "equal", "dot", "colon", "star", "operator",
+                "asynchronous", "newline", "indent", "prefix", "quote")
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
-    def __init__(self) -> None:
-        self.names: set[str] = set()
 
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
+def _fields(node: cst.CSTNode) -> tuple[str, ...]:
+    kind = type(node)
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = tuple(f.name for f in dataclasses.fields(kind) if not f.name.startswith(_SKIP_FIELDS))
+        _FIELDS[kind] = names
+    return names
 
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
-        return False
+
+def _children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    for name in _fields(node):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, cst.CSTNode):
+                    yield item
+
+
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """``node`` and every node below it (pre-order)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(list(_children(current))))
 
 
 def names_in(node: cst.CSTNode | None) -> set[str]:
+    """Names read in an expression (attribute fields excluded: ``a.b`` reads ``a``)."""
+    found: set[str] = set()
     if node is None:
-        return set()
-    visitor = _Names()
-    node.visit(visitor)
-    return visitor.names
-
-
-class _Calls(cst.CSTVisitor):
-    """Calls in a statement (not inside nested function or class definitions)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[cst.Call, bool]] = []  # (call, inside an IfExp)
-        self._ifexp = 0
-
-    def visit_FunctionDef(self, node) -> bool:
-        return False
-
-    def visit_ClassDef(self, node) -> bool:
-        return False
-
-    def visit_IfExp(self, node) -> None:
-        self._ifexp += 1
-
-    def leave_IfExp(self, node) -> None:
-        self._ifexp -= 1
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append((node, self._ifexp > 0))
+        return found
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Name):
+            found.add(current.value)
+        elif isinstance(current, cst.Attribute):
+            stack.append(current.value)
+        else:
+            stack.extend(_children(current))
+    return found
 
 
 def calls_in(node: cst.CSTNode) -> list[tuple[cst.Call, bool]]:
-    visitor = _Calls()
-    node.visit(visitor)
-    return visitor.calls
+    """Calls in source order, each with whether it sits inside ``x if c else y`` (not in nested defs)."""
+    found: list[tuple[cst.Call, bool]] = []
+    stack: list[tuple[cst.CSTNode, bool]] = [(node, False)]
+    while stack:
+        current, ifexp = stack.pop()
+        if isinstance(current, (cst.FunctionDef, cst.ClassDef)) and current is not node:
+            continue
+        if isinstance(current, cst.Call):
+            found.append((current, ifexp))
+        inner = ifexp or isinstance(current, cst.IfExp)
+        stack.extend((child, inner) for child in reversed(list(_children(current))))
+    return found
+
+
+def contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
+    return any(node is inner for node in walk(outer))
 
 
 def assigned_targets(stmt: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.BaseExpression | None]]:
@@ -393,7 +417,9 @@ def _analyse(context: RuleContext) -> Analysis:
     for build in list(builds):
         if build.scope.node is not module:
             for st in build.scope.statements:
-                for small in getattr(st.node, "body", ()):
+                if not isinstance(st.node, cst.SimpleStatementLine):
+                    continue
+                for small in st.node.body:
                     if isinstance(small, cst.Return) and isinstance(small.value, cst.Name) and small.value.value == build.target:
                         factories.setdefault(build.scope.name, build.call)
     # Assignments from a factory call count as builds (the wrap goes into the factory).
@@ -567,19 +593,7 @@ def _trace(context, scope: Scope, scopes: list[Scope], optimizer: str, builds: l
 
 
 def _encloses(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
-    if outer is inner or not isinstance(outer, cst.FunctionDef):
-        return False
-    found = False
-
-    class _Find(cst.CSTVisitor):
-        def on_visit(self, node) -> bool:
-            nonlocal found
-            if node is inner:
-                found = True
-            return not found
-
-    outer.body.visit(_Find())
-    return found
+    return outer is not inner and isinstance(outer, cst.FunctionDef) and contains(outer.body, inner)
 
 
 def _trace_argument(context, scope, scopes, optimizer, builds, compiled_models):

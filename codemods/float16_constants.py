@@ -234,7 +234,20 @@ class Float16OverflowConstant(Rule):
     def _meets_float16(self, scope, node: cst.CSTNode, region: Region) -> bool:
         root = arithmetic_root(scope, node)
         if root is not node:
-            return scope.kind(root, region) is Kind.TENSOR
+            # Climb until the constant meets a tensor: `tf.cast(m, tf.float32) * 1e6` meets float32
+            # first (fine in float32; mixing that with float16 is MP206's error, not an overflow).
+            current = node
+            while current is not root:
+                parent = scope.parent.get(current)
+                if isinstance(parent, cst.BinaryOperation):
+                    sibling = parent.right if parent.left is current else parent.left
+                    kind = scope.kind(sibling, region)
+                    if kind is Kind.TENSOR:
+                        return True
+                    if kind in (Kind.F32, Kind.INT):
+                        return False
+                current = parent
+            return False
         parent = scope.parent.get(node)
         if isinstance(parent, cst.Arg):
             call = scope.parent.get(parent)

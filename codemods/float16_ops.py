@@ -9,6 +9,8 @@ an ``InvalidArgumentError`` under ``mixed_float16``.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from codemods._float16_scope import (
@@ -218,6 +220,10 @@ def _stable_exp_argument(context, node: cst.BaseExpression) -> bool:
             return True
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) and isinstance(node.expression, cst.Call):
         return (_op(context, node.expression.func) or "").split(".")[-1] in ("abs", "square", "relu", "softplus")
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Divide, cst.Multiply)) and \
+            isinstance(node.left, cst.UnaryOperation) and isinstance(node.left.operator, cst.Minus):
+        # exp(-d² / (2σ²)): a Gaussian, bounded by 1.
+        return bool(re.search(r"square|\*\*\s*2|distance|dist", context.code(node.left)))
     if isinstance(node, cst.Call):
         return (_op(context, node.func) or "").split(".")[-1] in ("log_softmax", "log_sigmoid", "log_softmax_v2")
     return False
@@ -324,10 +330,11 @@ class Float16ExpOverflow(Rule):
                 self.report(call, f"`{self.context.code(call.func)}` of a float16 tensor is inf from 11.1 up; "
                                   "cast the input to float32 and keep the result float32 until it is back in range")
             elif op in _POWS and len(call.args) >= 2:
+                # Only literal exponents say the result grows: pow(1 - p, gamma) (focal losses) and
+                # pow(10000., i / d) (positional encodings) stay in range, and were most of the
+                # tf-models findings when every pow was flagged.
                 exponent = number(call.args[1].value)
-                if exponent is not None and 0 <= exponent <= 2:
-                    continue
-                if Kind.TENSOR not in (scope.kind(x, region), scope.kind(call.args[1].value, region)):
+                if exponent is None or 0 <= exponent <= 2 or scope.kind(x, region) is not Kind.TENSOR:
                     continue
                 self.report(call, "`pow` on float16 tensors overflows past 65504 (or underflows below 6e-8); "
                                   "compute it in float32")
@@ -495,6 +502,8 @@ class HardcodedFloat32InFloat16Compute(Rule):
         for binop, region in list(scope.region_of.items()):
             if not isinstance(binop, cst.BinaryOperation) or not region.in_class or region.kind not in ("layer-call", "helper"):
                 continue
+            if not self._is_layer_method(scope, region):
+                continue
             if isinstance(binop.operator, (cst.BitAnd, cst.BitOr, cst.BitXor, cst.LeftShift, cst.RightShift)):
                 continue
             kinds = (scope.kind(binop.left, region), scope.kind(binop.right, region))
@@ -515,3 +524,22 @@ class HardcodedFloat32InFloat16Compute(Rule):
             self.report(f32, f"`{self.context.code(f32)}` is float32 and meets a float16 tensor under mixed_float16 "
                              "(InvalidArgumentError: no implicit promotion); use `self.compute_dtype`",
                         fix=fix, description="Use the layer's compute dtype")
+
+    def _is_layer_method(self, scope, region: Region) -> bool:
+        """Loss classes' ``call`` see float32 labels: only Keras layers and models autocast to float16."""
+        owner = next((a for a in scope.ancestors(region.node) if isinstance(a, cst.ClassDef)), None)
+        if owner is None:
+            for cls in scope.classes.values():
+                if any(stmt is region.node for stmt in cls.body.body):
+                    owner = cls
+                    break
+        if owner is None:
+            return False
+        for base in owner.bases:
+            resolved = self.context.resolve(base.value) or ""
+            if resolved.startswith("keras.losses") or "Loss" in self.context.code(base.value):
+                return False
+            if resolved.startswith(("keras.layers", "keras.Model", "keras.models", "keras.Layer")) or \
+                    re.search(r"Layer|Model|Block|Network|Encoder|Decoder|Head|Attention", self.context.code(base.value)):
+                return True
+        return False

@@ -46,6 +46,10 @@ class _Models(cst.CSTVisitor):
         self.frames: list[dict] = [{"assigned": {}, "sequential": {}}]
         self.heads: list[tuple[str, cst.Call, cst.CSTNode | None]] = []  # (form, constructor, applied/statement)
 
+    def visit_ClassDef(self, node) -> bool:
+        # A Sequential inside a layer class is a sub-block (ASPP, MLP), not the model's output.
+        return False
+
     def visit_FunctionDef(self, node) -> None:
         self.frames.append({"assigned": {}, "sequential": {}})
 
@@ -283,7 +287,8 @@ class Float16ModelOutput(Rule):
 
 
 def _is_keras_loss_function(resolved: str) -> bool:
-    if not resolved.startswith(("keras.losses.", "keras.metrics.")):
+    # keras.metrics.* functions (accuracies) are reported, not differentiated: not flagged.
+    if not resolved.startswith("keras.losses."):
         return False
     last = resolved.split(".")[-1]
     return last[:1].islower() and last not in ("get", "serialize", "deserialize", "Reduction")

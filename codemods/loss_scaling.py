@@ -31,6 +31,7 @@ from codemods._training_step import (
     Statement,
     assigned_targets,
     assigns_name,
+    contains,
     in_tape,
     names_in,
     target_names,
@@ -62,21 +63,6 @@ def _same_scope(statement: Statement, flow: Flow) -> bool:
     return any(st is statement for st in flow.scope.statements)
 
 
-def _contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
-    if outer is inner:
-        return True
-    found = False
-
-    class _Find(cst.CSTVisitor):
-        def on_visit(self, node) -> bool:
-            nonlocal found
-            found = found or node is inner
-            return not found
-
-    outer.visit(_Find())
-    return found
-
-
 def _index(flow: Flow) -> dict[int, int]:
     return {id(st.node): i for i, st in enumerate(flow.scope.statements)}
 
@@ -106,7 +92,7 @@ def _anchor(analysis: Analysis, flow: Flow, loss: str) -> cst.BaseStatement | No
             continue
         for stmt in with_node.body.body:
             if order.get(id(stmt), grad_at) < grad_at and assigns_name(stmt, loss) \
-                    and not _contains(stmt, flow.gradient.call):
+                    and not contains(stmt, flow.gradient.call):
                 best = stmt
     return best
 
@@ -135,7 +121,7 @@ def scaling_changes(context, analysis: Analysis, flow: Flow) -> dict | None:
     if not isinstance(target, cst.Name):
         return None
     anchor = _anchor(analysis, flow, target.value)
-    if anchor is None or _contains(anchor, grad.call):
+    if anchor is None or contains(anchor, grad.call):
         return None
     base = target.value
     scaled = _fresh_name(flow, base + "_scaled" if base.startswith("scaled") else "scaled_" + base)
