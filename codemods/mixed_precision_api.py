@@ -14,7 +14,7 @@ import libcst.matchers as m
 
 from codemods import _api_table as table
 from codemods.base import Invalid, Rule, Valid
-from codemods.mp_api_support import (
+from codemods._mp_api_support import (
     attribute_uses,
     bool_value,
     find_arg,

@@ -16,7 +16,7 @@ import libcst.matchers as m
 from codemods import _api_table as table
 from codemods.base import Invalid, Rule, Valid
 from codemods.mixed_precision_api import Intent, loss_scale_intent
-from codemods.mp_api_support import (
+from codemods._mp_api_support import (
     find_arg,
     mixed_precision_spelling,
     optimizer_names,

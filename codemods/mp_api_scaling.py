@@ -16,7 +16,7 @@ import libcst.matchers as m
 
 from codemods import _api_table as table
 from codemods.base import Invalid, Rule, Valid
-from codemods.mp_api_support import is_optimizer_like, optimizer_names
+from codemods._mp_api_support import is_optimizer_like, optimizer_names
 from codemods.names import dotted_name
 from mpfix.findings import FixSafety
 
