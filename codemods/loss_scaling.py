@@ -152,6 +152,10 @@ def lso_spelling(context, build_call: cst.Call) -> tuple[str, tuple[str, ...]]:
         local = imports.local_name_for(f"{family}.mixed_precision.LossScaleOptimizer")
         if local is not None:
             return local, ()
+    if families[0] == "tf_keras":
+        return "tf_keras.mixed_precision.LossScaleOptimizer", ("import tf_keras",)
+    if families[0] == "keras":
+        return "keras.mixed_precision.LossScaleOptimizer", ("import keras",)
     return "tf.keras.mixed_precision.LossScaleOptimizer", ("import tensorflow as tf",)
 
 
@@ -477,14 +481,18 @@ class OptimizerNotWrapped(Rule):
             return
         analysis, flows = _flows(self.context)
         groups: dict[int, list[Flow]] = {}
+        unknown_seen: set[int] = set()
         for flow in flows:
             if flow.scale is not None or flow.wrapped is True:
                 continue
             if flow.wrapped is None:
+                if id(flow.apply.call) in unknown_seen:
+                    continue
+                unknown_seen.add(id(flow.apply.call))
                 self.report(
                     flow.apply.call,
                     f"Loss is not scaled under mixed_float16 and mpfix cannot see where `{flow.optimizer}` is "
-                    f"built (another module, or passed in): wrap it in LossScaleOptimizer where it is "
+                    f"built (another module, a container, or passed through several calls): wrap it in LossScaleOptimizer where it is "
                     f"built and scale the loss in {_where(flow)}",
                 )
                 continue
@@ -685,16 +693,28 @@ class LossNotScaled(Rule):
         if self.context.policy is Policy.BFLOAT16:
             return  # MP108: the LSO itself is the problem there
         analysis, flows = _flows(self.context)
+        # One finding per update: an update fed by several gradients (SAM-style steps) gets one fix.
+        by_apply: dict[int, list[Flow]] = {}
         for flow in flows:
             if flow.scale is not None or flow.wrapped is not True:
                 continue
             if flow.compiled and not self.context.float16:
                 continue  # compile only wraps under mixed_float16
+            by_apply.setdefault(id(flow.apply.call), []).append(flow)
+        for group in by_apply.values():
+            flow = group[0]
+            fix: dict | None = {}
+            for member in group:
+                step = scaling_changes(self.context, analysis, member)
+                if step is None or any(k in fix for k in step):
+                    fix = None
+                    break
+                fix.update(step)
             self.report(
                 flow.apply.call,
                 f"`{flow.optimizer}` scales losses but the gradient in {_where(flow)} is taken of the unscaled "
                 f"loss; compute `{flow.optimizer}.{_scale_method(self.context.keras)}(loss)` inside the tape",
-                fix=scaling_changes(self.context, analysis, flow),
+                fix=fix,
                 description="Scale the loss inside the tape",
             )
 

@@ -341,3 +341,56 @@ def test_finder_ignores_apply_that_gradients_do_not_reach():
     """
     (flow,) = _analysis(code).flows
     assert flow.optimizer == "optimizer"
+
+
+def test_update_fed_by_two_gradients_is_one_finding_with_one_fix():
+    # Sharpness-aware minimisation takes a gradient to perturb the weights, then the real one.
+    code = """
+        import tensorflow as tf
+        import tf_keras
+        tf_keras.mixed_precision.set_global_policy("mixed_float16")
+
+        class SAM(tf_keras.Model):
+            def train_step(self, data):
+                x, y = data
+                with tf.GradientTape() as tape:
+                    loss = self.compiled_loss(y, self(x))
+                first = tape.gradient(loss, self.trainable_variables)
+                eps = [g / tf.norm(g) for g in first]
+                with tf.GradientTape() as tape:
+                    loss = self.compiled_loss(y, self(x, training=True))
+                second = tape.gradient(loss, self.trainable_variables)
+                grads = [a + 0 * b for a, b in zip(second, eps)]
+                self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+    """
+    found = lint(code, 2, fix=False)
+    assert codes(found) == ["MP102"]
+    fixed = lint(code, 2).fixed_text
+    assert fixed.count("scaled_loss = self.optimizer.get_scaled_loss(loss)") == 2
+    assert fixed.count("self.optimizer.get_unscaled_gradients(tape.gradient(scaled_loss,") == 2
+
+
+def test_lso_spelling_uses_the_files_own_imports_or_adds_its_keras():
+    # The file can already spell it (`tf.keras...`): no import is added.
+    code = textwrap.dedent(PLAIN_STEP).replace("import tensorflow as tf", "import tensorflow as tf\nfrom keras import optimizers") \
+        .replace("tf.keras.optimizers.SGD", "optimizers.SGD")
+    fixed = lint(code, 3).fixed_text
+    assert "optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizers.SGD(0.1))" in fixed
+    assert fixed.count("import") == code.count("import")
+    # A Keras-only file gets `import keras`, not TensorFlow's spelling.
+    keras_only = """
+        from keras import mixed_precision, optimizers
+        from tensorflow import GradientTape
+        mixed_precision.set_global_policy("mixed_float16")
+        opt = optimizers.SGD(0.1)
+        with GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+    """
+    fixed = lint(keras_only, 3).fixed_text
+    assert "opt = mixed_precision.LossScaleOptimizer(optimizers.SGD(0.1))" in fixed
+    fixed = lint(keras_only.replace("from keras import mixed_precision, optimizers",
+                                    "from keras import optimizers\n        from keras.mixed_precision import set_global_policy")
+                 .replace("mixed_precision.set_global_policy", "set_global_policy"), 3).fixed_text
+    assert "import keras\n" in fixed and "opt = keras.mixed_precision.LossScaleOptimizer(optimizers.SGD(0.1))" in fixed
