@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import fnmatch
+import functools
 import os
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -22,14 +23,46 @@ def _is_virtualenv(folder: Path) -> bool:
     return (folder / "pyvenv.cfg").is_file()
 
 
+@functools.lru_cache(maxsize=256)
+def _glob(pattern: str) -> re.Pattern[str]:
+    """A glob as a regex where ``*``/``?`` stay within one path component and ``**`` spans folders.
+
+    (``fnmatch``'s ``*`` also matches ``/``: ``test_*.py`` then excluded every
+    file under a folder named ``test_something/``.)
+    """
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        char = pattern[i]
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[" and "]" in pattern[i + 2:]:
+            end = pattern.index("]", i + 2)
+            body = pattern[i + 1:end]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+            i = end
+        else:
+            out.append(re.escape(char))
+        i += 1
+    return re.compile("".join(out))
+
+
 def _excluded(path: Path, patterns: tuple[str, ...]) -> bool:
+    """Whether a glob matches the path's name or any tail of it that starts at a folder boundary."""
     if not patterns:
         return False
-    text = path.as_posix()
-    return any(
-        fnmatch.fnmatch(text, pattern) or fnmatch.fnmatch(path.name, pattern) or fnmatch.fnmatch(text, f"*/{pattern}")
-        for pattern in patterns
-    )
+    parts = [p for p in path.as_posix().split("/") if p not in ("", ".")]
+    tails = ["/".join(parts[i:]) for i in range(len(parts))]
+    return any(_glob(pattern.strip("/")).fullmatch(tail) for pattern in patterns for tail in tails)
 
 
 def _identity(path: Path) -> Path:
@@ -64,7 +97,7 @@ class _GitIgnores:
                     # one-file runs (pre-commit passes files, not folders) never need.
                     import pathspec
 
-                    spec = pathspec.PathSpec.from_lines("gitwildmatch", lines)
+                    spec = pathspec.GitIgnoreSpec.from_lines(lines)
                 except OSError:
                     spec = None
             self._specs[folder] = spec
