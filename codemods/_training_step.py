@@ -633,11 +633,10 @@ def _trace_argument(context, scope, scopes, optimizer, builds, compiled_models):
 
 def training_steps(context: RuleContext) -> Analysis:
     """The training-step analysis of ``context``'s module, computed once per file."""
-    cached = getattr(context, "_mpfix_training_steps", None)
-    if cached is None or cached[0] is not context.module:
-        cached = (context.module, _analyse(context))
-        context._mpfix_training_steps = cached  # type: ignore[attr-defined]
-    return cached[1]
+    analysis = context.cache.get("training_steps")
+    if analysis is None:
+        analysis = context.cache["training_steps"] = _analyse(context)
+    return analysis
 
 
 def in_tape(analysis: Analysis, flow: Flow, statement: Statement) -> bool:

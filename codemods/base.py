@@ -73,6 +73,8 @@ class RuleContext:
     module_policy: Policy  # the mixed policy this module itself names
     imports: ImportTable
     loss_scale: float | None = None  # --loss-scale N: write a fixed loss scale instead of dynamic
+    # Per-file analysis shared by several rules (e.g. the training-step finder), keyed by its owner.
+    cache: dict[str, Any] = field(default_factory=dict)
     reports: list[tuple["Rule", Report]] = field(default_factory=list)
 
     @property

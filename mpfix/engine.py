@@ -22,7 +22,7 @@ from codemods.names import ImportTable
 from mpfix import policy as policies
 from mpfix import suppression
 from mpfix.findings import Edit, FileError, Finding, Fix, FixSafety, Position
-from mpfix.target import generation_for
+from mpfix.target import generation_for, selects_legacy_keras
 
 MAX_FIX_PASSES = 10
 
@@ -102,7 +102,8 @@ class Engine:
     def _run(self, text: str, path: Path, rules: list[type[Rule]]) -> tuple[cst.Module, MetadataWrapper, RuleContext, list[type[Rule]]]:
         module = cst.parse_module(text)
         imports = ImportTable(module)
-        keras = generation_for(self.options.keras, imports.imports_module("tf_keras"))
+        keras = generation_for(self.options.keras,
+                               imports.imports_module("tf_keras") or selects_legacy_keras(text))
         policy, module_policy = self._policy(text, path) if any(r.requires_float16 for r in rules) else (
             policies.policy_in_text(text), policies.policy_in_text(text))
         context = RuleContext(module=module, path=path, keras=keras, policy=policy,

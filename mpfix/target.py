@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from importlib import metadata
 
 KERAS2 = 2
@@ -59,14 +60,26 @@ def describe_installed() -> str:
     return f"Keras {gen} (from installed packages)"
 
 
-def generation_for(configured: str | int | None, imports_tf_keras: bool) -> int:
+# A script that selects legacy Keras itself, before importing TensorFlow:
+# os.environ["TF_USE_LEGACY_KERAS"] = "1" / os.environ.setdefault("TF_USE_LEGACY_KERAS", "1").
+_SETS_LEGACY_KERAS = re.compile(
+    r"""TF_USE_LEGACY_KERAS['"]\s*(?:\]\s*=|,)\s*['"](?:1|true|True|yes)['"]""")
+
+
+def selects_legacy_keras(text: str) -> bool:
+    """True if the source sets ``TF_USE_LEGACY_KERAS`` to a true value itself."""
+    return "TF_USE_LEGACY_KERAS" in text and _SETS_LEGACY_KERAS.search(text) is not None
+
+
+def generation_for(configured: str | int | None, keras2_file: bool) -> int:
     """Keras generation for one file.
 
-    A file that imports ``tf_keras`` runs Keras 2 whatever is installed or
-    configured; otherwise ``--keras``/``[tool.mpfix] keras`` win, then the
-    installed packages, then today's default.
+    A file that imports ``tf_keras`` or sets ``TF_USE_LEGACY_KERAS=1`` itself
+    (``keras2_file``) runs Keras 2 whatever is installed or configured;
+    otherwise ``--keras``/``[tool.mpfix] keras`` win, then the installed
+    packages, then today's default.
     """
-    if imports_tf_keras:
+    if keras2_file:
         return KERAS2
     if configured not in (None, "auto"):
         return int(configured)

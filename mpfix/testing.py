@@ -10,14 +10,15 @@ from mpfix.engine import Engine, LintResult, Options
 
 def lint_snippet(code: str, select: tuple[str, ...] | str = ("ALL",), *, keras: int | str = 3,
                  policy: str | None = None, fix: bool = False, unsafe_fixes: bool = True,
-                 filename: str = "snippet.py") -> LintResult:
+                 loss_scale: float | None = None, filename: str = "snippet.py") -> LintResult:
     """Lint ``code`` (dedented) as if it were a file; the project around it is not consulted."""
     from mpfix import selection
 
     if isinstance(select, str):
         select = (select,)
     rules = selection.select(select, ())
-    engine = Engine(rules, Options(keras=str(keras), policy=policy, unsafe_fixes=unsafe_fixes, project_policy=False))
+    engine = Engine(rules, Options(keras=str(keras), policy=policy, unsafe_fixes=unsafe_fixes,
+                                    project_policy=False, loss_scale=loss_scale))
     return engine.lint(textwrap.dedent(code).lstrip("\n"), Path(filename), fix=fix, edits=True)
 
 

@@ -46,9 +46,20 @@ def test_installed_generation(monkeypatch, versions, legacy, expected):
 
 def test_tf_keras_import_means_keras2_whatever_is_configured(monkeypatch):
     _fake_versions(monkeypatch, {"tensorflow": "2.21.0"})
-    assert target.generation_for("3", imports_tf_keras=True) == 2
-    assert target.generation_for("auto", imports_tf_keras=False) == 3
-    assert target.generation_for("2", imports_tf_keras=False) == 2
+    assert target.generation_for("3", keras2_file=True) == 2
+    assert target.generation_for("auto", keras2_file=False) == 3
+    assert target.generation_for("2", keras2_file=False) == 2
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ('os.environ["TF_USE_LEGACY_KERAS"] = "1"', True),
+    ("os.environ['TF_USE_LEGACY_KERAS']='true'", True),
+    ('os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")', True),
+    ('os.environ["TF_USE_LEGACY_KERAS"] = "0"', False),
+    ('print(os.environ.get("TF_USE_LEGACY_KERAS"))', False),
+])
+def test_script_that_selects_legacy_keras_itself(line, expected):
+    assert target.selects_legacy_keras(f"import os\n{line}\nimport tensorflow as tf\n") is expected
 
 
 def test_installed_packages_here_are_detected():
