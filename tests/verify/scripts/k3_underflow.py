@@ -14,14 +14,14 @@ args = parser.parse_args()
 keras.mixed_precision.set_global_policy("mixed_float16")
 
 rng = np.random.default_rng(2)
-x = rng.normal(size=(2048, 64)).astype("float32")
+x = rng.normal(size=(256, 32)).astype("float32")
 y = (x[:, :1] * 0.01).astype("float32")
 
 model = keras.Sequential(
     [
-        keras.Input((64,)),
-        keras.layers.Dense(256, activation="relu"),
-        keras.layers.Dense(256, activation="relu"),
+        keras.Input((32,)),
+        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dense(64, activation="relu"),
         keras.layers.Dense(1, dtype="float32"),
     ]
 )
