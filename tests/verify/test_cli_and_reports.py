@@ -11,7 +11,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from conftest import SCRIPTS, verify_script
+from verify_helpers import SCRIPTS, verify_script
 from mpfix.verify import report_html, report_json
 from mpfix.verify.cli import verify
 

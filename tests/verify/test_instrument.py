@@ -11,7 +11,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from conftest import SCRIPTS
+from verify_helpers import SCRIPTS
 from mpfix.verify.instrument import instrument
 from mpfix.verify.instrument_transform import instrument_source
 

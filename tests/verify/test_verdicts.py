@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import verify_script
+from verify_helpers import verify_script
 from mpfix.verify.verdict import EXIT_CODES
 
 pytestmark = pytest.mark.slow

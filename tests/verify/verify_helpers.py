@@ -1,17 +1,11 @@
-"""Fixtures for mpfix verify's tests: real TensorFlow children on CPU, few steps."""
+"""Shared helpers for mpfix verify's tests (a uniquely named module: ``conftest`` is
+ambiguous next to tests/conftest.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 SCRIPTS = Path(__file__).parent / "scripts"
-
-
-@pytest.fixture(scope="session")
-def scripts() -> Path:
-    return SCRIPTS
 
 
 def verify_script(name: str, *args: str, **options):
