@@ -147,11 +147,15 @@ def diff(paths, fmt, quiet, exit_zero, **kwargs):
 @click.option("-i", "--interactive", is_flag=True, help="Show each fix as a diff and ask y/n/q before applying it.")
 @click.option("--loss-scale", type=click.FloatRange(min=1.0), default=None,
               help="Write a fixed loss scale N instead of dynamic loss scaling (a last resort; see `mpfix explain MP101`).")
-def apply(paths, fmt, quiet, exit_zero, exit_non_zero_on_fix, interactive, loss_scale, **kwargs):
+@click.option("--verify", "verify_script", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="After fixing, run this training script before and after the fixes (`mpfix verify`) "
+                   "and exit with the fixed script's verdict code.")
+def apply(paths, fmt, quiet, exit_zero, exit_non_zero_on_fix, interactive, loss_scale, verify_script, **kwargs):
     """Write the fixes in place (safe ones; unsafe ones too with --unsafe-fixes).
 
     Exits 1 when findings remain that could not be fixed (or with
-    --exit-non-zero-on-fix when a file changed), 2 on errors.
+    --exit-non-zero-on-fix when a file changed), 2 on errors. With --verify,
+    exits with the verdict code of the fixed script (see `mpfix verify --help`).
     """
     accept = None
     if interactive:
@@ -159,16 +163,49 @@ def apply(paths, fmt, quiet, exit_zero, exit_non_zero_on_fix, interactive, loss_
 
         accept = Reviewer()
         kwargs["jobs"] = 1
+    original = verify_script.read_bytes() if verify_script is not None else None
+    if verify_script is not None and not paths:
+        paths = (verify_script,)
     results, report = run("apply", paths, fmt=fmt, quiet=quiet, accept=accept, loss_scale=loss_scale, **kwargs)
     applied = sum(r.applied for r in results if r.written)
     _emit(fmt, report, quiet, applied=applied, verb_fixed=True)
     if report.errors:
         sys.exit(EXIT_ERROR)
+    if verify_script is not None:
+        sys.exit(_verify_before_after(verify_script, original))
     if exit_zero:
         sys.exit(EXIT_CLEAN)
     if report.findings or (exit_non_zero_on_fix and any(r.written for r in results)):
         sys.exit(EXIT_FINDINGS)
     sys.exit(EXIT_CLEAN)
+
+
+def _verify_before_after(script: Path, original: bytes) -> int:
+    """Run ``script`` as it was (``original``) and as it is now; print both verdicts."""
+    from mpfix.verify import report_text
+    from mpfix.verify.run import VerifyError, before_after
+    from mpfix.verify.run import verify as run_verify
+
+    try:
+        if script.read_bytes() == original:
+            click.echo(f"\n{display_path(str(script))} was not changed; verifying it as it is.")
+            result = run_verify(script, [])
+            click.echo(report_text.render(result))
+            return result.exit_code
+        # The "before" copy sits beside the script so its relative imports and data paths still work.
+        before = script.with_name(f".{script.stem}.mpfix-before{script.suffix}")
+        before.write_bytes(original)
+        try:
+            result = before_after(before, script, [])
+        finally:
+            before.unlink(missing_ok=True)
+        result.before.script = script  # report the user's file name, not the temporary copy's
+    except VerifyError as exc:
+        click.echo(f"mpfix apply --verify: error: {exc}", err=True)
+        return EXIT_ERROR
+    click.echo("")
+    click.echo(report_text.render_before_after(result))
+    return result.exit_code
 
 
 @click.command()
