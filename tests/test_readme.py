@@ -1,6 +1,6 @@
 """The README stays true: its rule table, its quickstart commands and its pasted output.
 
-``python tests/test_readme.py --write`` regenerates the rule table and the output of every
+``python tests/test_readme.py --write`` regenerates the rule table, docs/rules.md and the output of every
 ``mpfix check``/``diff``/``apply`` command in the README's console blocks (``mpfix verify``
 output runs TensorFlow: paste it by hand; tests/test_samples.py checks its verdicts).
 """
@@ -66,6 +66,24 @@ def rules_table() -> str:
     return rules_table_markdown(all_rules())
 
 
+RULES_DOC = ROOT / "docs" / "rules.md"
+
+
+def rules_doc() -> str:
+    """docs/rules.md: every rule's documentation, anchored where ``rule_url`` (JSON ``url``) points."""
+    from codemods import all_rules
+
+    parts = ["# mpfix rules\n\nGenerated from the rule classes by `python tests/test_readme.py --write`; "
+             "`mpfix explain CODE` prints the same text.\n"]
+    for rule in all_rules():
+        gens = ", ".join(str(g) for g in rule.keras_generations)
+        scope = "; only where a mixed_float16 policy is in play" if rule.requires_float16 else ""
+        body = re.sub(r"^(#+) ", r"#\1 ", rule.doc().strip(), flags=re.MULTILINE)
+        parts.append(f'<a id="{rule.code.lower()}"></a>\n## {rule.code} {rule.name}\n\n'
+                     f"Fix: {rule.fix_safety}. Keras: {gens}{scope}.\n\n{body}\n")
+    return "\n".join(parts)
+
+
 def _env() -> dict:
     env = dict(os.environ)
     env.pop("FORCE_COLOR", None)
@@ -91,6 +109,13 @@ def test_rule_table_is_current():
     text = README.read_text(encoding="utf-8")
     table = text.split(RULES_START, 1)[1].split(RULES_END, 1)[0].strip()
     assert table == rules_table(), "README rule table is stale: run `python tests/test_readme.py --write`"
+
+
+def test_rules_doc_is_current():
+    from mpfix.rule_docs import rule_url
+
+    assert RULES_DOC.read_text(encoding="utf-8") == rules_doc(), "run `python tests/test_readme.py --write`"
+    assert rule_url("MP201").endswith("docs/rules.md#mp201") and '<a id="mp201"></a>' in rules_doc()
 
 
 def test_quickstart_is_two_commands_and_ci_runs_the_second():
@@ -139,6 +164,7 @@ def write() -> None:
         start, end = cmds[index].span
         text = text[: base + start] + outputs[index] + text[base + end:]
     README.write_text(text, encoding="utf-8")
+    RULES_DOC.write_text(rules_doc(), encoding="utf-8")
 
 
 if __name__ == "__main__":
