@@ -1,0 +1,136 @@
+"""--jobs: worker processes give the same results, in input order, as one process."""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import pickle
+from pathlib import Path
+
+import pytest
+from conftest import DEPRECATED, DEPRECATED_FIXED
+
+from codemods import all_rules
+from mpfix import runner
+from mpfix.engine import Options
+from mpfix.progress import Progress
+from mpfix.runner import FileResult, Job, Mode, process_all
+
+CLEAN = "def double(x):\n    return x * 2\n"
+
+
+def _job(mode: Mode = Mode.CHECK) -> Job:
+    return Job(rule_codes=tuple(r.code for r in all_rules()), options=Options(keras="3", unsafe_fixes=True),
+               mode=mode)
+
+
+def _mixed(folder: Path, count: int = 30) -> list[Path]:
+    """Clean files, files with findings and unreadable ones, interleaved."""
+    files = []
+    for i in range(count):
+        path = folder / f"m{i:02d}.py"
+        kind = i % 3
+        if kind == 0:
+            path.write_text(CLEAN + f"y = {i}\n")
+        elif kind == 1:
+            path.write_text(DEPRECATED + f"y = {i}\n")
+        else:
+            path.write_text(DEPRECATED + "def broken(:\n")  # has a trigger, so it is parsed
+        files.append(path)
+    return files
+
+
+def _summary(results: list[FileResult]) -> list[tuple]:
+    return [(r.path.name, [(f.code, f.line) for f in r.findings], [e.message for e in r.errors], r.fixed)
+            for r in results]
+
+
+def test_parallel_results_equal_sequential_ones_in_input_order(tmp_path: Path):
+    files = _mixed(tmp_path)
+    shuffled = files[::2] + files[1::2]  # order is the caller's, not the disk's
+    one = process_all(shuffled, _job(Mode.DIFF), jobs=1, cache=False)
+    two = process_all(shuffled, _job(Mode.DIFF), jobs=2, cache=False)
+    assert [r.path for r in two] == shuffled
+    assert _summary(two) == _summary(one)
+    assert sum(1 for r in two if r.errors) == 10 and sum(1 for r in two if r.fixed) == 10
+
+
+def test_parallel_apply_writes_every_file_once(tmp_path: Path):
+    files = [tmp_path / f"f{i}.py" for i in range(12)]
+    for path in files:
+        path.write_text(DEPRECATED)
+    results = process_all(files, _job(Mode.APPLY), jobs=2, cache=False)
+    assert all(r.written and r.applied == 2 for r in results)
+    assert all(path.read_text() == DEPRECATED_FIXED for path in files)
+
+
+def test_job_and_results_cross_process_boundaries(tmp_path: Path):
+    (path,) = _mixed(tmp_path, 2)[1:]
+    checked = process_all([path], _job(Mode.CHECK), jobs=1, cache=False)
+    fixed = process_all([path], _job(Mode.DIFF), jobs=1, cache=False)
+    assert checked[0].findings and fixed[0].fixed
+    job = _job()
+    assert pickle.loads(pickle.dumps(job)) == job
+    for results in (checked, fixed):
+        assert _summary(pickle.loads(pickle.dumps(results))) == _summary(results)
+
+
+def test_spawned_workers_build_their_own_engine(tmp_path: Path, monkeypatch):
+    # macOS and threaded hosts get "spawn": nothing is inherited, everything must pickle.
+    monkeypatch.setattr(runner, "_pool_context", lambda: multiprocessing.get_context("spawn"))
+    files = _mixed(tmp_path, 6)
+    assert _summary(process_all(files, _job(), jobs=2, cache=False)) == \
+        _summary(process_all(files, _job(), jobs=1, cache=False))
+
+
+@pytest.mark.parametrize("case", ["jobs=1", "one file", "interactive"])
+def test_no_pool_where_it_cannot_pay_off(tmp_path: Path, monkeypatch, case: str):
+    def no_pool():
+        raise AssertionError("a process pool was started")
+
+    monkeypatch.setattr(runner, "_pool_context", no_pool)
+    files = _mixed(tmp_path, 4)
+    asked = []
+    if case == "jobs=1":
+        results = process_all(files, _job(), jobs=1, cache=False)
+    elif case == "one file":
+        results = process_all(files[1:2], _job(), jobs=8, cache=False)
+    else:  # the accept callback is a closure over the terminal: it cannot cross to a worker
+        results = process_all(files, _job(Mode.DIFF), jobs=8,
+                              accept=lambda finding, before, after: asked.append(finding.code) or True)
+        assert sorted(asked) == ["MP306", "MP307"]
+        assert sum(1 for r in results if r.fixed) == 1
+        return
+    assert sum(1 for r in results if r.findings) == 1
+
+
+def test_chunks_keep_workers_busy_and_ipc_small():
+    assert runner._chunksize(1, 2) == 1
+    assert runner._chunksize(100, 2) == 3
+    assert runner._chunksize(1250, 2) == 32  # capped: one slow file cannot hold back a large chunk
+    assert runner._chunksize(1250, 2) * 2 * 16 <= 1250
+
+
+def test_progress_line_only_for_long_runs():
+    stream = io.StringIO()
+    with Progress(50, True, stream) as bar:
+        for _ in range(50):
+            bar.update()
+    text = stream.getvalue()
+    assert "\r" in text and "50/50 files" in text and text.endswith("\r")  # erased at the end
+    for total, enabled in ((50, False), (20, True)):
+        stream = io.StringIO()
+        with Progress(total, enabled, stream) as bar:
+            for _ in range(total):
+                bar.update()
+        assert stream.getvalue() == ""
+
+
+def test_process_all_shows_progress_on_stderr(tmp_path: Path, capsys):
+    files = [tmp_path / f"c{i}.py" for i in range(25)]
+    for path in files:
+        path.write_text(CLEAN)
+    process_all(files, _job(), jobs=2, cache=False, progress=True)
+    assert "25/25 files" in capsys.readouterr().err
+    process_all(files, _job(), jobs=2, cache=False, progress=False)
+    assert capsys.readouterr().err == ""
