@@ -114,3 +114,19 @@ def test_verify_before_and_after_the_fix(runs, name):
     if expected.codes:
         verdict, output = runs["verdicts"][(name, "after")]
         assert verdict == expected.after, output
+
+
+def test_readme_verify_examples_agree_with_the_measured_verdicts():
+    # The README pastes `mpfix verify --before-after` output; its verdict lines must say what
+    # this module measures (the runs above), so the walkthrough cannot promise another outcome.
+    import re
+
+    from test_readme import README, commands
+
+    shown = [c for c in commands(README.read_text(encoding="utf-8")) if c.line.startswith("mpfix verify")]
+    assert shown
+    for cmd in shown:
+        name = Path(cmd.line.split()[2]).name
+        verdict = re.search(r"^verdict: (\S+) -> (\S+)$", cmd.output, re.MULTILINE)
+        assert verdict is not None, cmd.line
+        assert verdict.groups() == (EXPECTED[name].before, EXPECTED[name].after), cmd.line
