@@ -215,3 +215,27 @@ def test_cells_split_back_with_an_import_inserted_above_the_first_cell():
     assert combined.split(fixed) == {2: "import tensorflow as tf\n%load_ext foo\nx = 1\n", 4: "y = 3\n"}
     # A fix that loses a cell marker cannot be mapped back: nothing is written.
     assert combined.split(fixed.replace("__mpfix_cell_4__\n", "")) is None
+
+
+def test_interactive_review_shows_cells_and_applies_only_accepted_fixes(tmp_path):
+    path = tmp_path / "train.ipynb"
+    before = _write(path, _notebook())
+    import os
+
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        result = CliRunner().invoke(cli, ["apply", "--interactive", "--no-cache", "train.ipynb"], input="y\nn\nn\n",
+                                    catch_exceptions=False)
+    finally:
+        os.chdir(old)
+    questions = result.output.split("Apply this fix?")
+    assert len(questions) == 4, result.output
+    assert "train.ipynb:cell 3:2:14: MP306" in questions[0]
+    # The diff shows the code cells as a percent-format script, not the masked module.
+    assert "# %% cell 3" in questions[0] and "-@tf.function(experimental_relax_shapes=True)" in questions[0]
+    assert "__mpfix" not in result.output
+    assert "train.ipynb:cell 4:1:14: MP306" in questions[1] and "train.ipynb:cell 6:2:1: MP307" in questions[2]
+    after = path.read_text(encoding="utf-8")
+    assert len(_changed_lines(before, after)) == 1
+    assert "".join(json.loads(after)["cells"][2]["source"]).startswith("%%capture\n@tf.function(reduce_retracing=True)")
