@@ -188,12 +188,13 @@ def process_file(path: Path, job: Job, ignored: tuple[str, ...] = (), accept=Non
 
 # -- many files ----------------------------------------------------------------------------
 
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so every write in progress cleans up (cli reports it)."""
+class Terminated(SystemExit):
+    """SIGTERM while files are processed: unwinds (every write in progress removes its temp file)
+    and exits 128 + 15, the status a shell expects of a terminated command."""
 
 
-def _raise_interrupted(signum, frame):
-    raise Interrupted()
+def _raise_terminated(signum, frame):
+    raise Terminated(128 + signum)
 
 
 def _exit_worker(signum, frame):
@@ -277,6 +278,9 @@ def process_all(paths: list[Path], job: Job, ignored_for: dict[Path, tuple[str, 
                     bar.update()
             else:
                 _run_pool(paths, todo, job, ignored_for, store, results, bar, workers)
+    except Terminated:
+        sys.stderr.write("mpfix: terminated; files already fixed keep their fixes, the rest are untouched\n")
+        raise
     finally:
         restore()
     if store is not None:
@@ -321,11 +325,11 @@ def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> No
 
 
 def _install_sigterm():
-    """While files are being written, SIGTERM unwinds like Ctrl-C (no temp file left behind)."""
+    """While files are being written, SIGTERM unwinds like Ctrl-C does (no temp file left behind)."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     try:
-        previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
     except (ValueError, OSError):
         return lambda: None
     return lambda: signal.signal(signal.SIGTERM, previous)
