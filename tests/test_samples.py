@@ -38,7 +38,7 @@ EXPECTED = {
     # ~99% of gradient entries exactly 0 without loss scaling.
     "k3_no_loss_scaling.py": Expected(frozenset({"MP101"}), "underflow", "healthy", 20),
     # Updates multiplied by 32768: the loss explodes, then every step is skipped.
-    "k2_half_done_scaling.py": Expected(frozenset({"MP103", "MP207"}), "stalled", "healthy", 10),
+    "k2_half_done_scaling.py": Expected(frozenset({"MP103"}), "stalled", "healthy", 10),
     # AttributeError on mixed_precision.experimental before the first step.
     "tf24_era_training.py": Expected(frozenset({"MP301", "MP302", "MP303", "MP306", "MP307"}), "crashed", "healthy", 10),
     # -1e9 → -inf in float16, 0 * -inf = NaN at step 0.
