@@ -83,6 +83,30 @@ class ImportTable:
                         self._add_import(small)
                     elif isinstance(small, cst.ImportFrom):
                         self._add_import_from(small)
+        self._add_alias_assignments(module.body)
+
+    def _add_alias_assignments(self, body: Iterable[cst.CSTNode]) -> None:
+        # `keras = tf.keras` / `layers = tf.keras.layers` at module level: common in scripts
+        # that predate `from tensorflow import keras`. A name bound more than once is ambiguous.
+        found: dict[str, str | None] = {}
+        for stmt in body:
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                continue
+            for small in stmt.body:
+                if (isinstance(small, cst.Assign) and len(small.targets) == 1
+                        and isinstance(small.targets[0].target, cst.Name)
+                        and isinstance(small.value, (cst.Attribute, cst.Name))):
+                    dotted = dotted_name(small.value)
+                    head = dotted.partition(".")[0] if dotted else None
+                    name = small.targets[0].target.value
+                    if head in self.aliases and name not in self.aliases:
+                        found[name] = None if name in found else self.aliases[head] + dotted[len(head):]
+                elif isinstance(small, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+                    targets = small.targets if isinstance(small, cst.Assign) else [small]
+                    for t in targets:
+                        if isinstance(t.target, cst.Name) and t.target.value in found:
+                            found[t.target.value] = None
+        self.aliases.update({name: path for name, path in found.items() if path is not None})
 
     def _add_import(self, node: cst.Import) -> None:
         for alias in node.names:

@@ -174,16 +174,20 @@ class Engine:
         original_compiles = _compiles(text, str(path))
         applied = 0
         current = text
-        declined: set[tuple[str, str]] = set()
+        # Declined fixes are remembered by code, message and the text of their line,
+        # which survives the line shifts that accepted fixes cause.
+        declined: set[tuple[str, str, str]] = set()
         for _ in range(MAX_FIX_PASSES):
             fixes = []
+            lines = current.splitlines()
             for f in findings:
-                if not f.fixable(self.options.unsafe_fixes) or (f.code, f.message) in declined:
+                key = (f.code, f.message, lines[f.line - 1].strip() if f.line <= len(lines) else "")
+                if not f.fixable(self.options.unsafe_fixes) or key in declined:
                     continue
                 if accept is not None:
                     after, _ = apply_fixes(module, wrapper, [f.fix])
                     if not accept(f, current, after):
-                        declined.add((f.code, f.message))
+                        declined.add(key)
                         continue
                 fixes.append(f.fix)
             if not fixes:

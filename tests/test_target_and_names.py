@@ -82,6 +82,9 @@ def _resolve(code: str, expr: str) -> str | None:
     ("import numpy as np", "np.exp", "numpy.exp"),
     ("import tensorflow as tf", "exp", None),
     ("from .models import tf", "tf.exp", None),
+    ("import tensorflow as tf\nkeras = tf.keras", "keras.mixed_precision.LossScaleOptimizer", "keras.mixed_precision.LossScaleOptimizer"),
+    ("import tensorflow as tf\nlayers = tf.keras.layers", "layers.Dense", "keras.layers.Dense"),
+    ("import tensorflow as tf\nexp = tf.exp\nexp = 3", "exp", None),  # rebound: ambiguous
 ])
 def test_import_table_resolves_aliases(code, expr, expected):
     assert _resolve(code, expr) == expected

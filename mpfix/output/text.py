@@ -47,7 +47,8 @@ def render(report: Report, *, full: bool) -> str:
         out.append(f"{location_label(finding.filename, finding.line, finding.column, finding.cell)}: "
                    f"{click.style(finding.code, fg='red', bold=True)}{marker} {finding.message}")
         if full:
-            text = report.texts.get(finding.filename)
+            # A notebook's text is its JSON while cell findings count lines within the cell.
+            text = report.texts.get(finding.filename) if finding.cell is None else None
             if text is not None:
                 out.extend(_excerpt(text, finding.line, finding.column, finding.end.line, finding.end.column))
             if finding.fix is not None:
