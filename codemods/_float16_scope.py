@@ -157,9 +157,15 @@ class Region:
     node: cst.CSTNode
     kind: str  # "layer-call", "train-step", "loss", "tf-function", "helper", "module"
     in_class: bool = False  # a method: ``self.compute_dtype`` is available
+    owner: cst.ClassDef | None = None
+    # A method of a Keras layer/model class (``call`` and what it calls): inputs are autocast to
+    # the compute dtype, so a hand-made float32 tensor there is a bug (MP206), not evidence.
+    layer_method: bool = False
     dtype_aware: bool = False  # tests a dtype against float16 somewhere: its constants are guarded
     env: dict[str, Kind] = field(default_factory=dict)
     assigned: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+    binops: list[cst.BinaryOperation] = field(default_factory=list)
+    params: dict[str, Kind] = field(default_factory=dict)  # kinds learnt from the file's call sites
 
     @property
     def name(self) -> str:
@@ -194,6 +200,8 @@ class _Collector(cst.CSTVisitor):
             self.guard_nodes.append(node)
             if isinstance(node, cst.If) and re.search(r"float16|half|fp16", analysis.module.code_for_node(test)):
                 self.region.dtype_aware = True
+        if isinstance(node, cst.BinaryOperation):
+            self.region.binops.append(node)
         if isinstance(node, cst.Assign):
             for target in node.targets:
                 self._bind(target.target, node.value)
@@ -236,6 +244,9 @@ class Float16Scope:
         self.regions: list[Region] = []
         self.module_constants: dict[str, cst.BaseExpression] = {}
         self.classes: dict[str, cst.ClassDef] = {}
+        # Names bound by imports (relative ones too): helpers from other files whose result
+        # dtype this file cannot see.
+        self.imported: set[str] = _imported_names(module)
         self._find_regions()
 
     # -- regions -------------------------------------------------------------------
@@ -281,7 +292,9 @@ class Float16Scope:
             if func in seen:
                 continue
             seen.add(func)
-            region = Region(node=func, kind=kind, in_class=owner is not None)
+            region = Region(node=func, kind=kind, in_class=owner is not None, owner=owner,
+                            layer_method=owner is not None and kind in ("layer-call", "helper")
+                            and self.is_layer_class(owner))
             self._add_region(region)
             # Helpers called from a region see the same tensors.
             for call in _calls_in(func):
@@ -297,7 +310,64 @@ class Float16Scope:
                     helper_owner = owner if target in methods.get(owner, {}).values() else None
                     queue.append((target, "helper", helper_owner))
         self._add_region(Region(node=self.module, kind="module"))
+        self._learn_parameters(functions, methods)
 
+    def is_layer_class(self, cls: cst.ClassDef) -> bool:
+        """A Keras layer or model class: its ``call`` sees tensors in the compute dtype.
+
+        Loss classes' ``call`` see float32 labels and (on Keras 3) float32 predictions."""
+        for base in cls.bases:
+            resolved = self.resolve(base.value) or ""
+            spelled = self.module.code_for_node(base.value)
+            if resolved.startswith("keras.losses") or "Loss" in spelled:
+                return False
+            if resolved.startswith(("keras.layers", "keras.Model", "keras.models", "keras.Layer")) or \
+                    re.search(r"Layer|Model|Block|Network|Encoder|Decoder|Head|Attention", spelled):
+                return True
+        return False
+
+    def _learn_parameters(self, functions, methods) -> None:
+        """Parameters every call site in the file passes a float32 tensor: float32, not float16.
+
+        tf-models tasks cast the model's outputs with ``tf.nest.map_structure(lambda x:
+        tf.cast(x, tf.float32), outputs)`` before ``self.build_losses(model_outputs=outputs)``;
+        without this, every loss term in ``build_losses`` looked float16. A call site outside
+        the regions (whose arguments we cannot judge) keeps the parameter as it was.
+        """
+        by_function = {r.node: r for r in self.regions if isinstance(r.node, cst.FunctionDef)}
+        if not by_function:
+            return
+        seen: dict[cst.FunctionDef, dict[str, set[Kind]]] = {}
+        for call in self.all_calls:
+            target = None
+            if isinstance(call.func, cst.Name):
+                target = functions.get(call.func.value)
+            elif isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and \
+                    call.func.value.value == "self":
+                name = call.func.attr.value
+                target = next((m[name] for m in methods.values() if name in m), None)
+            region = by_function.get(target) if target is not None else None
+            if region is None:
+                continue
+            caller = self.region_of.get(call)
+            names = [p.name.value for p in [*target.params.posonly_params, *target.params.params]]
+            if names and names[0] in ("self", "cls"):
+                names = names[1:]
+            kinds = seen.setdefault(target, {})
+            for i, arg in enumerate(call.args):
+                if arg.star:
+                    break
+                pname = arg.keyword.value if arg.keyword is not None else (names[i] if i < len(names) else None)
+                if pname is None:
+                    continue
+                kind = self.kind(arg.value, caller) if caller is not None and caller.kind != "module" else Kind.UNKNOWN
+                kinds.setdefault(pname, set()).add(kind)
+        for target, kinds in seen.items():
+            region = by_function[target]
+            learnt = {name: Kind.F32 for name, ks in kinds.items() if ks == {Kind.F32} and region.env.get(name) is Kind.TENSOR}
+            if learnt:
+                region.params.update(learnt)
+                self._compute_env(region)
     def _seed_kind(self, func: cst.FunctionDef, owner: cst.ClassDef | None) -> str | None:
         name = func.name.value
         for decorator in func.decorators:
@@ -320,6 +390,10 @@ class Float16Scope:
     def _add_region(self, region: Region) -> None:
         self.regions.append(region)
         region.node.visit(_Collector(self, region))
+        self._compute_env(region)
+
+    def _compute_env(self, region: Region) -> None:
+        region.env = {}
         if isinstance(region.node, cst.FunctionDef):
             params = region.node.params
             for param in [*params.posonly_params, *params.params, *params.kwonly_params]:
@@ -334,8 +408,15 @@ class Float16Scope:
                 elif "training" in pname or pname.startswith(("num_", "n_")):
                     region.env[pname] = Kind.PY
                 else:
-                    region.env[pname] = Kind.TENSOR
+                    region.env[pname] = region.params.get(pname, Kind.TENSOR)
+        self._assign_kinds(region)
+        if not region.layer_method and region.kind != "module":
+            self._float32_by_use(region)
+
+    def _assign_kinds(self, region: Region, fixed: set[str] = frozenset()) -> None:
         for name, values in region.assigned.items():
+            if name in fixed:
+                continue
             region.env.setdefault(name, Kind.UNKNOWN)
             kinds = {self.kind(value, region) for value in values}
             if {Kind.F32, Kind.TENSOR} <= kinds:
@@ -343,6 +424,55 @@ class Float16Scope:
                 region.env[name] = Kind.UNKNOWN
             else:
                 region.env[name] = _join_all(kinds)
+
+    def _float32_by_use(self, region: Region) -> None:
+        """Tensors that meet an explicit float32 tensor in arithmetic are float32 themselves.
+
+        TensorFlow never promotes, so outside a layer's ``call`` (where such a mix is MP206's
+        bug) code that runs at all proves the other operand float32: ``neg_log_iou * mask_``
+        with ``mask_ = tf.cast(mask, tf.float32)`` makes ``iou`` — and the box areas it is
+        computed from — float32, and their ``1e-8`` is not a float16 epsilon.
+        """
+        marked: set[str] = set()
+        for _ in range(3):
+            before = len(marked)
+            for binop in region.binops:
+                if isinstance(binop.operator, (cst.BitAnd, cst.BitOr, cst.BitXor, cst.LeftShift, cst.RightShift)):
+                    continue
+                left, right = self.kind(binop.left, region), self.kind(binop.right, region)
+                if left is Kind.F32 and right is Kind.TENSOR:
+                    self._mark_float32(binop.right, region, marked, 0)
+                elif right is Kind.F32 and left is Kind.TENSOR:
+                    self._mark_float32(binop.left, region, marked, 0)
+            if len(marked) == before:
+                break
+            self._assign_kinds(region, fixed=marked)
+
+    def _mark_float32(self, node: cst.BaseExpression, region: Region, marked: set[str], depth: int) -> None:
+        if depth > 12:
+            return
+        deeper = depth + 1
+        if isinstance(node, cst.Name):
+            if node.value in marked or region.env.get(node.value) is not Kind.TENSOR:
+                return
+            marked.add(node.value)
+            region.env[node.value] = Kind.F32
+            for value in region.assigned.get(node.value, []):
+                self._mark_float32(value, region, marked, deeper)
+        elif isinstance(node, cst.UnaryOperation):
+            self._mark_float32(node.expression, region, marked, deeper)
+        elif isinstance(node, cst.Subscript):
+            self._mark_float32(node.value, region, marked, deeper)
+        elif isinstance(node, cst.BinaryOperation):
+            self._mark_float32(node.left, region, marked, deeper)
+            self._mark_float32(node.right, region, marked, deeper)
+        elif isinstance(node, cst.Call):
+            resolved = self.resolve(node.func) or ""
+            if not resolved.startswith("tensorflow.") or resolved.split(".")[-1] in _NOT_ELEMENTWISE:
+                return
+            for arg in node.args:
+                if arg.keyword is None and not arg.star:
+                    self._mark_float32(arg.value, region, marked, deeper)
 
     # -- queries -------------------------------------------------------------------
     @property
@@ -409,9 +539,11 @@ class Float16Scope:
         if isinstance(node, cst.UnaryOperation):
             return self.kind(node.expression, region, deeper)
         if isinstance(node, cst.BinaryOperation):
-            if isinstance(node.operator, cst.MatrixMultiply):
-                return _join(self.kind(node.left, region, deeper), self.kind(node.right, region, deeper))
-            return _join(self.kind(node.left, region, deeper), self.kind(node.right, region, deeper))
+            left, right = self.kind(node.left, region, deeper), self.kind(node.right, region, deeper)
+            if not region.layer_method and {left, right} == {Kind.F32, Kind.TENSOR}:
+                # No implicit promotion: outside a layer's call (MP206's ground) a mix that runs is float32.
+                return Kind.F32
+            return _join(left, right)
         if isinstance(node, (cst.Comparison, cst.BooleanOperation)):
             return Kind.PY if all(self.kind(n, region, deeper) is Kind.PY for n in _comparison_parts(node)) else Kind.INT
         if isinstance(node, cst.IfExp):
@@ -439,11 +571,21 @@ class Float16Scope:
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("numpy", "item", "as_list", "get_shape", "tolist",
                                                                               "num_elements"):
             return Kind.PY
+        if resolved in ("tensorflow.nest.map_structure", "tensorflow.nest.map_structure_up_to") and node.args and \
+                isinstance(node.args[0].value, cst.Lambda):
+            # tf.nest.map_structure(lambda x: tf.cast(x, tf.float32), outputs)
+            body = node.args[0].value.body
+            return self.kind(body, region, depth) if isinstance(body, cst.Call) else Kind.UNKNOWN
         op = None
         for prefix in ("tensorflow.", "keras.ops.", "keras.backend."):
             if resolved.startswith(prefix):
                 op = resolved[len(prefix):]
                 break
+        head = func_name.split(".")[0]
+        if op is None and head in self.imported:
+            # A helper from another file (transformer_utils.get_padding, box_ops.compute_iou):
+            # its result's dtype is decided there. Keras layer classes called here are constructors.
+            return Kind.UNKNOWN
         if op is None:
             if resolved.startswith("keras.layers.") or resolved.startswith("keras."):
                 return Kind.UNKNOWN  # constructors
@@ -476,10 +618,49 @@ class Float16Scope:
         kinds = [self.kind(a.value, region, depth) for a in node.args if a.keyword is None][:3]
         if not kinds:
             return Kind.UNKNOWN
+        if not region.layer_method and {Kind.F32, Kind.TENSOR} <= set(kinds):
+            return Kind.F32  # tf.maximum(x, f32) only runs if x is float32 too
         joined = _join_all(set(kinds))
         if joined is Kind.PY:
             return Kind.F32  # tf.sqrt(2.0): a float32 tensor
         return joined
+
+
+# TF ops whose result's dtype is not their inputs' (casts, shapes, indices, comparisons).
+_NOT_ELEMENTWISE = {"cast", "saturate_cast", "shape", "size", "rank", "argmax", "argmin", "equal", "not_equal",
+                    "greater", "less", "greater_equal", "less_equal", "one_hot", "range", "gather_nd", "gather",
+                    "sequence_mask", "where", "map_structure", "convert_to_tensor", "constant"}
+
+
+def _imported_names(module: cst.Module) -> set[str]:
+    names: set[str] = set()
+
+    class _Imports(cst.CSTVisitor):
+        def visit_FunctionDef(self, node) -> bool:
+            return False
+
+        def visit_ClassDef(self, node) -> bool:
+            return False
+
+        def visit_Import(self, node: cst.Import) -> None:
+            for alias in node.names:
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    names.add(alias.asname.name.value)
+                else:
+                    names.add((dotted_name(alias.name) or "").split(".")[0])
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+            if isinstance(node.names, cst.ImportStar):
+                return
+            for alias in node.names:
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    names.add(alias.asname.name.value)
+                else:
+                    names.add(dotted_name(alias.name) or "")
+
+    module.visit(_Imports())
+    names.discard("")
+    return names
 
 
 def _comparison_parts(node):
@@ -540,10 +721,9 @@ def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
 
 def float16_scope(context) -> Float16Scope:
     """The module's analysis, computed once per file and shared by every float16 rule."""
-    cached = context.__dict__.get("_float16_scope")
+    cached = context.cache.get("float16_scope")
     if cached is None or cached.module is not context.module:
-        cached = Float16Scope(context.module, context.resolve)
-        context.__dict__["_float16_scope"] = cached
+        cached = context.cache["float16_scope"] = Float16Scope(context.module, context.resolve)
     return cached
 
 

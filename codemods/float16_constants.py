@@ -174,6 +174,29 @@ class Float16OverflowConstant(Rule):
                     return masked_softmax(tf.matmul(x, x, transpose_b=True), mask)
             """,
         ),
+        # tf-models multi_channel_attention: the mask is float32 here, but it meets the float16
+        # scores (MP206), and once it follows the compute dtype -100000.0 is -inf.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            class DocAttention(tf.keras.layers.Layer):
+                def call(self, probs, mask):
+                    mask = tf.cast(mask, tf.float32)
+                    adder = (1.0 - mask) * -100000.0
+                    return tf.nn.softmax(probs + adder)
+            """,
+            """
+            import tensorflow as tf
+
+            class DocAttention(tf.keras.layers.Layer):
+                def call(self, probs, mask):
+                    mask = tf.cast(mask, tf.float32)
+                    adder = (1.0 - mask) * -3e4
+                    return tf.nn.softmax(probs + adder)
+            """,
+            policy="mixed_float16",
+        ),
         # A module constant used in a layer: the definition is what changes.
         Invalid(
             """
@@ -231,11 +254,33 @@ class Float16OverflowConstant(Rule):
                 description=f"Use the float16-safe constant {'-' if value < 0 else ''}{SAFE_MASK}",
             )
 
+    def _float32_meets_float16(self, scope, node: cst.CSTNode, region: Region) -> bool:
+        """A float32 value in a layer method that later meets a float16 tensor (directly or by name)."""
+        current = node
+        parent = scope.parent.get(current)
+        while isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation)):
+            if isinstance(parent, cst.BinaryOperation):
+                sibling = parent.right if parent.left is current else parent.left
+                if scope.kind(sibling, region) is Kind.TENSOR:
+                    return True
+            current, parent = parent, scope.parent.get(parent)
+        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+            return False
+        name = parent.targets[0].target.value
+        for binop in region.binops:
+            for mine, other in ((binop.left, binop.right), (binop.right, binop.left)):
+                if isinstance(mine, cst.Name) and mine.value == name and scope.kind(other, region) is Kind.TENSOR:
+                    return True
+        return False
+
     def _meets_float16(self, scope, node: cst.CSTNode, region: Region) -> bool:
         root = arithmetic_root(scope, node)
         if root is not node:
             # Climb until the constant meets a tensor: `tf.cast(m, tf.float32) * 1e6` meets float32
-            # first (fine in float32; mixing that with float16 is MP206's error, not an overflow).
+            # first (fine in float32; mixing that with float16 is MP206's error, not an overflow) —
+            # unless, inside a layer's call, that float32 value goes on to meet the layer's float16
+            # tensors: MP206 then makes it the compute dtype, and the constant becomes inf with it
+            # (tf-models' multi_channel_attention: `(1.0 - mask32) * -100000.0` added to scores).
             current = node
             while current is not root:
                 parent = scope.parent.get(current)
@@ -244,8 +289,10 @@ class Float16OverflowConstant(Rule):
                     kind = scope.kind(sibling, region)
                     if kind is Kind.TENSOR:
                         return True
-                    if kind in (Kind.F32, Kind.INT):
+                    if kind is Kind.INT:
                         return False
+                    if kind is Kind.F32:
+                        return region.layer_method and self._float32_meets_float16(scope, parent, region)
                 current = parent
             return False
         parent = scope.parent.get(node)
@@ -330,6 +377,27 @@ class Float16UnderflowEpsilon(Rule):
             def report(flops):
                 print(flops * 1e-9, "GFLOPs")
         """),
+        # Label smoothing: `low` mixes with tf.cast(..., tf.float32), so it is float32 (TF never promotes).
+        Valid("""
+            import tensorflow as tf
+
+            def smoothing_loss(logits, labels, smoothing, vocab_size):
+                confidence = 1.0 - smoothing
+                low = (1.0 - confidence) / tf.cast(vocab_size - 1, tf.float32)
+                return -(confidence * tf.math.log(confidence) + low * tf.math.log(low + 1e-20))
+        """, policy="mixed_float16"),
+        # IoU: `neg_log_iou * mask32` only runs if iou, and the areas it is made of, are float32.
+        Valid("""
+            import tensorflow as tf
+
+            def iou_loss(pred, target, mask):
+                inter = tf.minimum(pred, target)
+                union = pred + target - inter
+                iou = inter / (union + 1e-8)
+                mask32 = tf.cast(mask, tf.float32)
+                neg_log_iou = -tf.math.log(iou)
+                return tf.reduce_sum(neg_log_iou * mask32)
+        """, policy="mixed_float16"),
         Valid("""
             import tensorflow as tf
 

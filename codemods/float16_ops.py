@@ -218,6 +218,11 @@ def _stable_exp_argument(context, node: cst.BaseExpression) -> bool:
             right = right.args[0].value
         if isinstance(right, cst.Call) and (_op(context, right.func) or "").split(".")[-1] in ("reduce_max", "max", "reduce_logsumexp", "logsumexp"):
             return True
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract) and \
+            _has_log_sigmoid_term(context, node.right):
+        # Focal-loss modulator (1 - p_t)^γ = exp(-γ·z·x - γ·log1p(exp(-x))): for labels z in {0, 1}
+        # the argument is -γ·log(1 + exp(±x)) ≤ 0 (tf-models' legacy detection losses).
+        return True
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) and isinstance(node.expression, cst.Call):
         return (_op(context, node.expression.func) or "").split(".")[-1] in ("abs", "square", "relu", "softplus")
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Divide, cst.Multiply)) and \
@@ -227,6 +232,19 @@ def _stable_exp_argument(context, node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.Call):
         return (_op(context, node.func) or "").split(".")[-1] in ("log_softmax", "log_sigmoid", "log_softmax_v2")
     return False
+
+
+def _has_log_sigmoid_term(context, node: cst.BaseExpression) -> bool:
+    """``node`` is ``k * log1p(exp(v))`` or ``k * softplus(v)``: a log(1 + e^v) term."""
+    while isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+        node = node.right if isinstance(node.right, cst.Call) else node.left
+    if not isinstance(node, cst.Call):
+        return False
+    short = (_op(context, node.func) or "").split(".")[-1]
+    if short == "softplus":
+        return True
+    inner = _first(node)
+    return short == "log1p" and isinstance(inner, cst.Call) and (_op(context, inner.func) or "").split(".")[-1] == "exp"
 
 
 class Float16ExpOverflow(Rule):
@@ -278,6 +296,14 @@ class Float16ExpOverflow(Rule):
             class Head(tf.keras.layers.Layer):
                 def call(self, log_var):
                     return tf.exp(0.5 * tf.cast(log_var, tf.float32))
+        """, policy="mixed_float16"),
+        # Focal-loss modulator: the argument is -γ·log(1 + e^±x) ≤ 0 for labels in {0, 1}.
+        Valid("""
+            import tensorflow as tf
+
+            def focal_loss(targets, logits, gamma=2.0):
+                neg_logits = -1.0 * logits
+                return tf.math.exp(gamma * targets * neg_logits - gamma * tf.math.softplus(neg_logits))
         """, policy="mixed_float16"),
     ]
     INVALID = [
@@ -500,9 +526,7 @@ class HardcodedFloat32InFloat16Compute(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         scope = float16_scope(self.context)
         for binop, region in list(scope.region_of.items()):
-            if not isinstance(binop, cst.BinaryOperation) or not region.in_class or region.kind not in ("layer-call", "helper"):
-                continue
-            if not self._is_layer_method(scope, region):
+            if not isinstance(binop, cst.BinaryOperation) or not region.layer_method:
                 continue
             if isinstance(binop.operator, (cst.BitAnd, cst.BitOr, cst.BitXor, cst.LeftShift, cst.RightShift)):
                 continue
@@ -524,22 +548,3 @@ class HardcodedFloat32InFloat16Compute(Rule):
             self.report(f32, f"`{self.context.code(f32)}` is float32 and meets a float16 tensor under mixed_float16 "
                              "(InvalidArgumentError: no implicit promotion); use `self.compute_dtype`",
                         fix=fix, description="Use the layer's compute dtype")
-
-    def _is_layer_method(self, scope, region: Region) -> bool:
-        """Loss classes' ``call`` see float32 labels: only Keras layers and models autocast to float16."""
-        owner = next((a for a in scope.ancestors(region.node) if isinstance(a, cst.ClassDef)), None)
-        if owner is None:
-            for cls in scope.classes.values():
-                if any(stmt is region.node for stmt in cls.body.body):
-                    owner = cls
-                    break
-        if owner is None:
-            return False
-        for base in owner.bases:
-            resolved = self.context.resolve(base.value) or ""
-            if resolved.startswith("keras.losses") or "Loss" in self.context.code(base.value):
-                return False
-            if resolved.startswith(("keras.layers", "keras.Model", "keras.models", "keras.Layer")) or \
-                    re.search(r"Layer|Model|Block|Network|Encoder|Decoder|Head|Attention", self.context.code(base.value)):
-                return True
-        return False

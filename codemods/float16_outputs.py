@@ -24,6 +24,8 @@ def _activation_name(node: cst.BaseExpression | None) -> str:
         return "linear"
     if isinstance(node, cst.SimpleString):
         return node.evaluated_value or "linear"
+    if isinstance(node, cst.Name) and node.value == "None":
+        return "linear"
     dotted = dotted_name(node) or ""
     return dotted.split(".")[-1] or "custom"
 
@@ -37,21 +39,42 @@ def _with_float32(call: cst.Call) -> cst.Call:
                                                        equal=_equal())])
 
 
+def _frame() -> dict:
+    # applied: names fed to another layer (`Dense(3)(x)`): a tensor that goes on is a feature, not
+    # an output; called: names called on tensors (`block(x)`): a Sequential used as a layer.
+    return {"assigned": {}, "sequential": {}, "applied": set(), "called": set(), "pending": []}
+
+
 class _Models(cst.CSTVisitor):
-    """Output layers of Sequential lists, ``model.add`` chains and functional ``Model(inputs, outputs)``."""
+    """Output layers of Sequential lists, ``model.add`` chains and functional ``Model(inputs, outputs)``.
+
+    Sub-blocks are left out: a ``Sequential`` passed on as an argument or list element
+    (``blocks.append(Sequential([...]))``) or called on tensors under a name that does not say
+    model, and a functional ``Model(inputs, x)`` whose ``x`` feeds another layer (a feature
+    sub-model next to the real one).
+    """
 
     def __init__(self, resolve) -> None:
         super().__init__()
         self.resolve = resolve
-        self.frames: list[dict] = [{"assigned": {}, "sequential": {}}]
+        self.frames: list[dict] = [_frame()]
+        self.stack: list[cst.CSTNode] = []
         self.heads: list[tuple[str, cst.Call, cst.CSTNode | None]] = []  # (form, constructor, applied/statement)
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.stack.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self.stack.pop()
 
     def visit_ClassDef(self, node) -> bool:
         # A Sequential inside a layer class is a sub-block (ASPP, MLP), not the model's output.
         return False
 
     def visit_FunctionDef(self, node) -> None:
-        self.frames.append({"assigned": {}, "sequential": {}})
+        self.frames.append(_frame())
 
     def leave_FunctionDef(self, node) -> None:
         self._close(self.frames.pop())
@@ -60,9 +83,23 @@ class _Models(cst.CSTVisitor):
         self._close(self.frames[0])
 
     def _close(self, frame) -> None:
-        for last in frame["sequential"].values():
-            if last is not None:
+        for name, last in frame["sequential"].items():
+            if last is not None and not _used_as_layer(name, frame):
                 self.heads.append(("add", *last))
+        for form, layer, where, name in frame["pending"]:
+            if form == "list" and name is not None and _used_as_layer(name, frame):
+                continue
+            if form == "applied" and name is not None and name in frame["applied"]:
+                continue
+            self.heads.append((form, layer, where))
+
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
+        # `output = Dense(3)(output)`: feeding the old value on says nothing about the new one.
+        for small in original_node.body:
+            if isinstance(small, cst.Assign):
+                for target in small.targets:
+                    if isinstance(target.target, cst.Name):
+                        self.frames[-1]["applied"].discard(target.target.value)
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         frame = self.frames[-1]
@@ -81,23 +118,46 @@ class _Models(cst.CSTVisitor):
                     frame["sequential"][call.func.value.value] = (call.args[0].value, node)
 
     def visit_Call(self, node: cst.Call) -> None:
+        frame = self.frames[-1]
+        if isinstance(node.func, cst.Call):
+            frame["applied"].update(a.value.value for a in node.args if isinstance(a.value, cst.Name))
+        elif isinstance(node.func, cst.Name):
+            frame["called"].add(node.func.value)
         resolved = self.resolve(node.func) or ""
         if resolved in ("keras.Sequential", "keras.models.Sequential"):
             layers = argument(node, "layers", 0)
+            parent = self.stack[-2] if len(self.stack) > 1 else None
+            if isinstance(parent, (cst.Arg, cst.Element)):
+                return  # a block inside another model or list
+            name = None
+            if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+                name = parent.targets[0].target.value
             if layers is not None and isinstance(layers.value, cst.List) and layers.value.elements:
                 last = layers.value.elements[-1].value
                 if isinstance(last, cst.Call):
-                    self.heads.append(("list", last, layers.value))
+                    frame["pending"].append(("list", last, layers.value, name))
         elif resolved in ("keras.Model", "keras.models.Model"):
             outputs = argument(node, "outputs", 1)
             if outputs is None:
                 return
             values = [e.value for e in outputs.value.elements] if isinstance(outputs.value, (cst.List, cst.Tuple)) else [outputs.value]
             for value in values:
+                name = None
                 if isinstance(value, cst.Name):
-                    value = self.frames[-1]["assigned"].get(value.value)
+                    name = value.value
+                    value = frame["assigned"].get(value.value)
                 if isinstance(value, cst.Call) and isinstance(value.func, cst.Call):
-                    self.heads.append(("applied", value.func, value))
+                    frame["pending"].append(("applied", value.func, value, name))
+
+
+def _used_as_layer(name: str, frame: dict) -> bool:
+    return name in frame["called"] and "model" not in name.lower()
+
+
+# Hidden-layer activations: a model ending in one is a feature extractor (a backbone or
+# sub-model feeding a head elsewhere), not a model output.
+_FEATURE_ACTIVATIONS = {"relu", "relu6", "elu", "selu", "gelu", "swish", "silu", "leaky_relu", "tanh", "mish",
+                        "hard_swish", "hard_silu"}
 
 
 class Float16ModelOutput(Rule):
@@ -151,6 +211,29 @@ class Float16ModelOutput(Rule):
             import tensorflow as tf
 
             model = tf.keras.Sequential([tf.keras.layers.Dense(64), tf.keras.layers.Dense(1)])
+        """),
+        # A feature sub-model next to the real one: its `x` goes on into the float32 head.
+        Valid("""
+            import tensorflow as tf
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+            inputs = tf.keras.Input((8,))
+            x = tf.keras.layers.Dense(16, activation="relu")(inputs)
+            logits = tf.keras.layers.Dense(4)(x)
+            probs = tf.keras.layers.Activation("softmax", dtype="float32")(logits)
+            features = tf.keras.Model(inputs, x)
+            model = tf.keras.Model(inputs, probs)
+        """),
+        # Sequential blocks inside a model (ConvNeXt's downsampling stages).
+        Valid("""
+            import tensorflow as tf
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+            def stages(x):
+                blocks = []
+                blocks.append(tf.keras.Sequential([tf.keras.layers.LayerNormalization(), tf.keras.layers.Conv2D(8, 2)]))
+                block = tf.keras.Sequential([tf.keras.layers.Conv2D(8, 3)])
+                return block(blocks[0](x))
         """),
     ]
     INVALID = [
@@ -224,9 +307,7 @@ class Float16ModelOutput(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        finder = _Models(self.context.resolve)
-        node.visit(finder)
-        for form, layer, where in finder.heads:
+        for form, layer, where in model_facts(self.context).heads:
             resolved = self.context.resolve(layer.func) or ""
             kind = resolved.split(".")[-1]
             if not resolved.startswith("keras.layers.") or kind not in _OUTPUT_LAYERS:
@@ -243,10 +324,13 @@ class Float16ModelOutput(Rule):
             activation = "softmax"
         else:
             activation = _activation_name(activation_arg.value if activation_arg else None)
+        if activation.lower() in _FEATURE_ACTIVATIONS:
+            return
         safety = FixSafety.SAFE if activation in _SAFE_HEADS else FixSafety.UNSAFE
         head = f"{activation} head" if activation != "linear" else "linear (regression/logits) head"
         message = f"`{self.context.code(layer.func)}` is the model's {head} and computes in float16; "
-        fused = kind != "Activation" and kind != "Softmax" and activation != "linear" and activation_arg is not None
+        fused = kind != "Activation" and kind != "Softmax" and activation != "linear" and activation_arg is not None \
+            and not (isinstance(activation_arg.value, cst.Name) and activation_arg.value.value == "None")
         fix: dict = {}
         if fused and isinstance(layer.func, cst.Attribute):
             activation_layer = cst.parse_expression(
@@ -286,12 +370,90 @@ class Float16ModelOutput(Rule):
                     description="Compute the output layer in float32")
 
 
+# The loss *functions* of keras.losses (Keras 3 and tf_keras): internal helpers reached through
+# keras' own modules (keras.losses.loss.squeeze_or_expand_to_same_rank) are not losses.
+_LOSS_FUNCTIONS = {
+    "KLD", "MAE", "MAPE", "MSE", "MSLE", "binary_crossentropy", "binary_focal_crossentropy", "categorical_crossentropy",
+    "categorical_focal_crossentropy", "categorical_generalized_cross_entropy", "categorical_hinge", "circle",
+    "cosine_similarity", "ctc", "dice", "hinge", "huber", "kl_divergence", "kld", "kullback_leibler_divergence",
+    "log_cosh", "logcosh", "mae", "mape", "mean_absolute_error", "mean_absolute_percentage_error",
+    "mean_squared_error", "mean_squared_logarithmic_error", "mse", "msle", "poisson", "sparse_categorical_crossentropy",
+    "squared_hinge", "tversky",
+}
+_MODEL_CONSTRUCTORS = ("keras.Sequential", "keras.models.Sequential", "keras.Model", "keras.models.Model")
+
+
 def _is_keras_loss_function(resolved: str) -> bool:
     # keras.metrics.* functions (accuracies) are reported, not differentiated: not flagged.
-    if not resolved.startswith("keras.losses."):
-        return False
-    last = resolved.split(".")[-1]
-    return last[:1].islower() and last not in ("get", "serialize", "deserialize", "Reduction")
+    parts = resolved.split(".")
+    return len(parts) == 3 and parts[:2] == ["keras", "losses"] and parts[2] in _LOSS_FUNCTIONS
+
+
+class _Bindings(cst.CSTVisitor):
+    """Every ``name = value`` / ``self.name = value`` in the module, and the functions and classes it defines."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.assigned: dict[str, list[cst.BaseExpression]] = {}
+        self.defined: set[str] = set()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.defined.add(node.name.value)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.defined.add(node.name.value)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            dotted = dotted_name(target.target)
+            if dotted:
+                self.assigned.setdefault(dotted, []).append(node.value)
+
+
+class _ModelFacts:
+    """What the file says about its models' outputs, computed once for MP205 and MP207."""
+
+    def __init__(self, context) -> None:
+        finder = _Models(context.resolve)
+        context.module.visit(finder)
+        self.heads = finder.heads
+        bindings = _Bindings()
+        context.module.visit(bindings)
+        self.assigned = bindings.assigned
+        self.defined = bindings.defined
+        self.float16_heads: list[cst.Call] = []
+        for _form, layer, _where in self.heads:
+            resolved = context.resolve(layer.func) or ""
+            if resolved.startswith("keras.layers.") and resolved.split(".")[-1] in _OUTPUT_LAYERS and \
+                    argument(layer, "dtype", None) is None and _head_activation(layer, resolved) not in _FEATURE_ACTIVATIONS:
+                self.float16_heads.append(layer)
+        # A layer built with dtype="float32" anywhere: the author put the output in float32.
+        self.says_float32 = False
+        for call in float16_scope(context).all_calls:
+            dtype = argument(call, "dtype", None)
+            if dtype is not None and "float32" in context.code(dtype.value) and \
+                    (context.resolve(call.func) or "").startswith("keras.layers."):
+                self.says_float32 = True
+                break
+
+
+def model_facts(context) -> _ModelFacts:
+    facts = context.cache.get("float16_models")
+    if facts is None or facts.module is not context.module:
+        facts = _ModelFacts(context)
+        facts.module = context.module
+        context.cache["float16_models"] = facts
+    return facts
+
+
+def _head_activation(layer: cst.Call, resolved: str) -> str:
+    kind = resolved.split(".")[-1]
+    if kind == "Activation":
+        return _activation_name(layer.args[0].value if layer.args else None).lower()
+    if kind == "Softmax":
+        return "softmax"
+    activation_arg = argument(layer, "activation", None)
+    return _activation_name(activation_arg.value if activation_arg else None).lower()
 
 
 class Float16LossFunction(Rule):
@@ -343,6 +505,50 @@ class Float16LossFunction(Rule):
             def train_step(model, x, y):
                 return loss_fn(y, model(x, training=True))
         """, keras=3, policy="mixed_float16"),
+        # The model built in this file has a float32 head: its predictions are float32.
+        Valid("""
+            import tensorflow as tf
+            from tensorflow import keras
+            keras.mixed_precision.set_global_policy("mixed_float16")
+
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"),
+                                      keras.layers.Dense(1, dtype="float32")])
+            loss_fn = keras.losses.MeanSquaredError()
+
+            @tf.function
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    predictions = model(x, training=True)
+                    loss = loss_fn(y, predictions)
+                return tape.gradient(loss, model.trainable_variables)
+        """),
+        # A model from another file's factory (tf-models' ResNet ends in a float32 softmax there):
+        # unknown, and unknown is silent.
+        Valid("""
+            import tensorflow as tf
+            from project.models import resnet50
+
+            class Runner:
+                def __init__(self):
+                    self.model = resnet50(num_classes=10)
+
+                def train_step(self, images, labels):
+                    logits = self.model(images, training=True)
+                    return tf.keras.losses.sparse_categorical_crossentropy(labels, logits)
+        """, policy="mixed_float16"),
+        # Outputs cast to float32 by every caller before the loss function sees them.
+        Valid("""
+            import tensorflow as tf
+
+            class Task:
+                def build_losses(self, labels, model_outputs):
+                    return tf.keras.losses.sparse_categorical_crossentropy(labels, model_outputs)
+
+                def train_step(self, inputs, labels, model):
+                    outputs = model(inputs, training=True)
+                    outputs = tf.nest.map_structure(lambda x: tf.cast(x, tf.float32), outputs)
+                    return self.build_losses(labels=labels, model_outputs=outputs)
+        """, policy="mixed_float16"),
     ]
     INVALID = [
         Invalid(
@@ -386,10 +592,41 @@ class Float16LossFunction(Rule):
             keras=2,
             policy="mixed_float16",
         ),
+        # Built here with a float16 regression head, and a Keras 2 loss that does not cast.
+        Invalid(
+            """
+            import tensorflow as tf
+            import tf_keras as keras
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
+            loss_fn = keras.losses.MeanSquaredError()
+
+            @tf.function
+            def train_step(x, y):
+                predictions = model(x, training=True)
+                return loss_fn(y, predictions)
+            """,
+            """
+            import tensorflow as tf
+            import tf_keras as keras
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
+            loss_fn = keras.losses.MeanSquaredError()
+
+            @tf.function
+            def train_step(x, y):
+                predictions = model(x, training=True)
+                return loss_fn(y, tf.cast(predictions, tf.float32))
+            """,
+            keras=2,
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
         scope = float16_scope(self.context)
+        facts = model_facts(self.context)
         instances = self._loss_instances(scope) if self.context.keras == 2 else set()
         for call, region in list(scope.region_of.items()):
             if not isinstance(call, cst.Call) or region.kind == "module":
@@ -404,11 +641,70 @@ class Float16LossFunction(Rule):
             pred = argument(call, "y_pred", 1)
             if pred is None or scope.kind(pred.value, region) is not Kind.TENSOR:
                 continue
+            why = self._float16_evidence(facts, pred.value, region)
+            if why is None:
+                continue
             tf, imports = tf_spelling(self.context)
             template = cst.parse_expression(f"{tf}.cast(__p__, {tf}.float32)")
             cast = template.with_changes(args=[template.args[0].with_changes(value=pred.value), template.args[1]])
-            self.report(call, f"{what}: float16 predictions give a float16 loss (inf past 65504); cast `y_pred` to float32",
+            self.report(call, f"{what}, and {why}: a float16 loss is inf past 65504; cast `y_pred` to float32",
                         fix={pred.value: cast}, imports=imports, description="Cast y_pred to float32")
+
+    def _model_callee(self, facts: _ModelFacts, node: cst.BaseExpression, region, depth: int = 0) -> str | None:
+        """``model`` for ``model(x)`` (directly or through a name bound once to it): a model's raw output."""
+        if isinstance(node, cst.Name) and depth < 3:
+            values = region.assigned.get(node.value, [])
+            return self._model_callee(facts, values[0], region, depth + 1) if len(values) == 1 else None
+        if not isinstance(node, cst.Call):
+            return None
+        callee = dotted_name(node.func)
+        if callee is None:
+            return None
+        if callee == "self":
+            # self(x) in a Model subclass's train_step.
+            return callee if region.in_class and region.kind == "train-step" else None
+        if "model" in callee.split(".")[-1].lower() or any(
+                isinstance(v, cst.Call) and (self.context.resolve(v.func) or "") in _MODEL_CONSTRUCTORS
+                for v in facts.assigned.get(callee, [])):
+            return callee
+        return None
+
+    def _float16_evidence(self, facts: _ModelFacts, pred: cst.BaseExpression, region) -> str | None:
+        """Why the predictions are float16, or None when the file cannot tell (then: silent).
+
+        Only a model's raw output counts. A model built in this file is judged by its head
+        (MP205's finder); a model passed in as a parameter follows the Keras default — the
+        last layer computes in the policy's float16 — unless the file builds some layer with
+        ``dtype="float32"``; a model made by a factory from another file (tf-models' ResNet,
+        whose softmax is float32 there) or any other value is unknown, and unknown is silent.
+        """
+        callee = self._model_callee(facts, pred, region)
+        if callee is None:
+            return None
+        values = facts.assigned.get(callee, [])
+        if values:
+            for value in values:
+                if not isinstance(value, cst.Call):
+                    return None
+                resolved = self.context.resolve(value.func) or ""
+                here = resolved in _MODEL_CONSTRUCTORS or (
+                    isinstance(value.func, cst.Name) and value.func.value in facts.defined)
+                if not here:
+                    return None
+            if facts.float16_heads:
+                head = facts.float16_heads[-1]
+                return f"`{callee}` is built here with a float16 output layer `{self.context.code(head.func)}`"
+            return None
+        params = region.node.params if isinstance(region.node, cst.FunctionDef) else None
+        names = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]} if params else set()
+        if callee != "self" and callee not in names:
+            return None
+        if facts.float16_heads:
+            head = facts.float16_heads[-1]
+            return f"this file builds a float16 output layer `{self.context.code(head.func)}`"
+        if facts.says_float32:
+            return None
+        return f"`{callee}`'s outputs are float16 under mixed_float16 unless its last layer is float32"
 
     def _loss_instances(self, scope) -> set[str]:
         names = set()

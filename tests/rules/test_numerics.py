@@ -227,3 +227,20 @@ def test_replacement_constants_are_float16_safe():
     eps = float(SAFE_EPSILON)
     assert to_float16(eps) >= 2.0 ** -14  # a normal float16 number
     assert to_float16(1.0 / eps) < 65504  # x / eps stays finite for |x| <= 1
+
+
+def test_scope_analysis_is_cached_on_the_context():
+    import libcst as cst
+
+    from codemods._float16_scope import float16_scope
+    from codemods.base import RuleContext
+    from codemods.names import ImportTable
+    from mpfix.policy import Policy
+
+    module = cst.parse_module("import tensorflow as tf\n")
+    context = RuleContext(module=module, path=Path("m.py"), keras=3, policy=Policy.FLOAT16,
+                          module_policy=Policy.FLOAT16, imports=ImportTable(module))
+    scope = float16_scope(context)
+    assert context.cache["float16_scope"] is scope
+    assert float16_scope(context) is scope
+    assert "_float16_scope" not in context.__dict__
