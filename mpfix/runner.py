@@ -198,7 +198,7 @@ def _raise_terminated(signum, frame):
 
 
 def _exit_worker(signum, frame):
-    # Pool.terminate() sends SIGTERM: unwind (write_atomic removes its temp file), then exit quietly.
+    # The parent stops workers with SIGTERM: unwind (write_atomic removes its temp file), then exit quietly.
     raise SystemExit(128 + signum)
 
 
@@ -217,7 +217,12 @@ def _init_worker(job: Job, keyer) -> None:
 
 def _work(task: tuple[Path, tuple[str, ...]]) -> FileResult:
     path, ignored = task
-    return process_file(path, _WORKER["job"], ignored, None, _WORKER["keyer"])
+    try:
+        return process_file(path, _WORKER["job"], ignored, None, _WORKER["keyer"])
+    except SystemExit as exc:
+        # SIGTERM mid-file: the write in progress has cleaned up while unwinding; the
+        # executor would report the exception and start the next file, so leave now.
+        os._exit(exc.code if isinstance(exc.code, int) else 1)
 
 
 def default_jobs() -> int:
@@ -310,6 +315,10 @@ def _lookup(paths, job, ignored_for, store, results, bar) -> list[int]:
 
 
 def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> None:
+    """Run ``todo`` in worker processes; a worker that dies (OOM killer, a crash in a C
+    extension) costs its files a second, in-process try instead of hanging the run."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
     from dataclasses import replace
 
     engine_for(job)  # built before forking, inherited by every worker
@@ -317,11 +326,28 @@ def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> No
     if store is not None:
         keyer = replace(store.keyer, clean=frozenset())  # lookups are done; workers only compute keys
     tasks = [(paths[i], ignored_for.get(paths[i], ())) for i in todo]
-    context = _pool_context()
-    with context.Pool(workers, initializer=_init_worker, initargs=(job, keyer)) as pool:
-        for i, result in zip(todo, pool.imap(_work, tasks, chunksize=_chunksize(len(tasks), workers))):
+    executor = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_init_worker,
+                                   initargs=(job, keyer))
+    try:
+        for i, result in zip(todo, executor.map(_work, tasks, chunksize=_chunksize(len(tasks), workers))):
             results[i] = result
             bar.update()
+    except BrokenProcessPool:
+        executor.shutdown(wait=False, cancel_futures=True)
+        for i in todo:
+            if results[i] is None:
+                results[i] = process_file(paths[i], job, ignored_for.get(paths[i], ()), None, keyer)
+                bar.update()
+    except BaseException:
+        # Ctrl-C or SIGTERM in the parent: stop the workers now. SIGTERM makes each
+        # one unwind its current file (no temp file left) and exit.
+        for process in list(getattr(executor, "_processes", {}).values()):
+            if process.is_alive():
+                process.terminate()
+        executor.shutdown(wait=False, cancel_futures=True)
+        raise
+    else:
+        executor.shutdown(wait=True)
 
 
 def _install_sigterm():

@@ -134,3 +134,23 @@ def test_process_all_shows_progress_on_stderr(tmp_path: Path, capsys):
     assert "25/25 files" in capsys.readouterr().err
     process_all(files, _job(), jobs=2, cache=False, progress=False)
     assert capsys.readouterr().err == ""
+
+
+def test_a_worker_that_dies_does_not_hang_the_run(tmp_path: Path, monkeypatch):
+    # The OOM killer or a crash in a C extension ends a worker without a word:
+    # its files are retried in-process instead of waiting forever for them.
+    import os
+
+    parent = os.getpid()
+    real = runner.process_file
+
+    def dying(path, *args, **kwargs):
+        if path.name == "m05.py" and os.getpid() != parent:
+            os._exit(9)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "process_file", dying)  # inherited by forked workers
+    files = _mixed(tmp_path, 12)
+    results = process_all(files, _job(), jobs=2, cache=False)
+    monkeypatch.setattr(runner, "process_file", real)
+    assert _summary(results) == _summary(process_all(files, _job(), jobs=1, cache=False))
