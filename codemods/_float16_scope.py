@@ -192,6 +192,7 @@ class _Collector(cst.CSTVisitor):
         for child in node.children:
             analysis.parent[child] = node
         analysis.region_of[node] = self.region
+        analysis.order[node] = len(analysis.order)
         if self.guard_depth:
             analysis.guarded.add(node)
         test = getattr(node, "test", None) if isinstance(node, (cst.If, cst.IfExp, cst.While)) else None
@@ -237,7 +238,8 @@ class Float16Scope:
 
     def __init__(self, module: cst.Module, resolve) -> None:
         self.module = module
-        self.resolve = resolve
+        self.resolve = lambda node: _without_compat(resolve(node))
+        self.order: dict[cst.CSTNode, int] = {}  # source order of region nodes
         self.parent: dict[cst.CSTNode, cst.CSTNode] = {}
         self.region_of: dict[cst.CSTNode, Region] = {}
         self.guarded: set[cst.CSTNode] = set()
@@ -312,6 +314,29 @@ class Float16Scope:
         self._add_region(Region(node=self.module, kind="module"))
         self._learn_parameters(functions, methods)
 
+    def _kind_at(self, node: cst.BaseExpression, at: cst.CSTNode, region: Region) -> Kind:
+        """The kind of ``node`` where ``at`` runs: a name's last assignment before it.
+
+        ``outputs = model(x)`` … ``outputs = tf.nest.map_structure(lambda x: tf.cast(x, tf.float32),
+        outputs)`` … ``self.build_losses(model_outputs=outputs)``: flow-insensitively ``outputs``
+        is both float16 and float32 (unknown); at the call it is the float32 one.
+        """
+        for _ in range(4):
+            if not (isinstance(node, cst.Name) and len(region.assigned.get(node.value, [])) > 1):
+                break
+            where = self.order.get(at, -1)
+            before = [v for v in region.assigned[node.value] if -1 < self.order.get(v, -1) < where]
+            if not before:
+                break
+            value = before[-1]
+            if isinstance(value, cst.Call) and self.resolve(value.func) == "tensorflow.nest.map_structure" and \
+                    len(value.args) == 2 and not isinstance(value.args[0].value, cst.Lambda):
+                # outputs = tf.nest.map_structure(tf.math.softmax, outputs): dtype unchanged.
+                node, at = value.args[1].value, value
+                continue
+            return self.kind(value, region)
+        return self.kind(node, region)
+
     def is_layer_class(self, cls: cst.ClassDef) -> bool:
         """A Keras layer or model class: its ``call`` sees tensors in the compute dtype.
 
@@ -360,7 +385,8 @@ class Float16Scope:
                 pname = arg.keyword.value if arg.keyword is not None else (names[i] if i < len(names) else None)
                 if pname is None:
                     continue
-                kind = self.kind(arg.value, caller) if caller is not None and caller.kind != "module" else Kind.UNKNOWN
+                kind = self._kind_at(arg.value, call, caller) if caller is not None and caller.kind != "module" \
+                    else Kind.UNKNOWN
                 kinds.setdefault(pname, set()).add(kind)
         for target, kinds in seen.items():
             region = by_function[target]
@@ -630,6 +656,13 @@ class Float16Scope:
 _NOT_ELEMENTWISE = {"cast", "saturate_cast", "shape", "size", "rank", "argmax", "argmin", "equal", "not_equal",
                     "greater", "less", "greater_equal", "less_equal", "one_hot", "range", "gather_nd", "gather",
                     "sequence_mask", "where", "map_structure", "convert_to_tensor", "constant"}
+
+
+def _without_compat(name: str | None) -> str | None:
+    """``tensorflow.compat.v1.float32`` is ``tensorflow.float32`` (``import tensorflow.compat.v1 as tf``)."""
+    if name and name.startswith(("tensorflow.compat.v1.", "tensorflow.compat.v2.")):
+        return "tensorflow." + name[len("tensorflow.compat.v1."):]
+    return name
 
 
 def _imported_names(module: cst.Module) -> set[str]:

@@ -144,6 +144,26 @@ MUST_NOT_FLAG = {
             def call(self, x):
                 return x * tf.cast(tf.shape(x)[-1], self.compute_dtype) ** -0.5
     """,
+    # tf-models transformer metrics: `import tensorflow.compat.v1 as tf` spells float32 too.
+    "compat-v1-label-smoothing": """
+        import tensorflow.compat.v1 as tf
+        def padded_cross_entropy_loss(logits, labels, smoothing, vocab_size):
+            confidence = 1.0 - smoothing
+            low_confidence = (1.0 - confidence) / tf.cast(vocab_size - 1, tf.float32)
+            return tf.log(low_confidence + 1e-20)
+    """,
+    # tf-models video classification: every caller casts the outputs to float32 (then softmaxes).
+    "caller-casts-outputs": """
+        import tensorflow as tf
+        class Task:
+            def build_losses(self, labels, model_outputs):
+                return -tf.reduce_sum(model_outputs * tf.math.log(model_outputs + 1e-8), -1)
+            def train_step(self, features, labels, model):
+                outputs = model(features, training=True)
+                outputs = tf.nest.map_structure(lambda x: tf.cast(x, tf.float32), outputs)
+                outputs = tf.nest.map_structure(tf.math.softmax, outputs)
+                return self.build_losses(model_outputs=outputs, labels=labels)
+    """,
     "focal-loss-pow": """
         import tensorflow as tf
         def focal_loss(y_true, y_pred, gamma=2.0):
