@@ -1,19 +1,30 @@
 """Overhead of ``mpfix verify`` (hooks + bootstrap, no baseline) over the script's own run.
 
-    python benchmarks/verify_overhead.py [SCRIPT] [--steps N] [--repeats R]
+    python benchmarks/verify_overhead.py [SCRIPT] [--steps N] [--repeats R] [--compare ROOT]
 
 Runs SCRIPT --steps N directly, then ``verify(SCRIPT, --no-baseline, steps=N)`` on the
-same script and arguments, R times each, alternating, and prints the medians and their
+same script and arguments, R times each, interleaved, and prints the medians and their
 ratio (goal: <= 1.1). verify's child skips interpreter teardown (os._exit), which alone
 can save TensorFlow seconds, so the script is also timed with the same shortcut: the
-ratio against that run is the honest cost of the bootstrap and the hooks. SCRIPT must accept ``--steps N`` and train exactly N steps. Both
-runs are on CPU (CUDA_VISIBLE_DEVICES=-1) so the comparison does not depend on a GPU.
+ratio against that run is the honest cost of the bootstrap and the hooks. SCRIPT must
+accept ``--steps N`` and train exactly N steps. Both runs are on CPU
+(CUDA_VISIBLE_DEVICES=-1) so the comparison does not depend on a GPU.
+
+Besides wall time it reports CPU time (user + system of the child processes): on a
+machine shared with other work, wall time varies by tens of percent from run to run while
+CPU time barely moves, so compare ratios from one invocation, and prefer the CPU ratio
+when the wall-time runs scatter.
+
+``--compare ROOT`` also times verify from another mpfix checkout (e.g. ``git worktree add
+/tmp/old HEAD~3``), interleaved with the others, for a before/after within one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -21,7 +32,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SCRIPT = ROOT / "tests" / "verify" / "scripts" / "healthy_fit.py"
+SCRIPTS = ROOT / "tests" / "verify" / "scripts"
+DEFAULT_SCRIPT = SCRIPTS / "healthy_fit.py"
 
 
 # Runs the script as __main__, then leaves without teardown, as verify's bootstrap does.
@@ -30,57 +42,90 @@ NO_TEARDOWN = (
     "runpy.run_path(sys.argv[0], run_name='__main__'); sys.stdout.flush(); os._exit(0)"
 )
 
+# Times one verify() call inside a fresh interpreter whose mpfix comes from ROOT; prints
+# the wall time of the call, the CPU time of its children and the steps measured.
+VERIFY = """
+import json, resource, sys, time
+from mpfix.verify.run import verify
+script, steps = sys.argv[1], int(sys.argv[2])
+start = time.perf_counter()
+report = verify(script, ["--steps", str(steps)], steps=steps, baseline=False, device="cpu")
+wall = time.perf_counter() - start
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "steps": len(report.mixed.steps),
+                  "verdict": report.verdict.name}))
+"""
 
-def time_direct(script: Path, steps: int, teardown: bool = True) -> float:
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="2")
+
+def _env(**extra) -> dict:
+    return dict(os.environ, CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="2", **extra)
+
+
+def time_direct(script: Path, steps: int, teardown: bool = True) -> tuple[float, float]:
     command = [sys.executable, str(script)] if teardown else [sys.executable, "-c", NO_TEARDOWN, str(script)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(
         [*command, "--steps", str(steps)],
         cwd=script.parent,
-        env=env,
+        env=_env(),
         check=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
-def time_verify(script: Path, steps: int) -> float:
-    sys.path.insert(0, str(ROOT))
-    from mpfix.verify.run import verify
-
-    start = time.perf_counter()
-    report = verify(script, ["--steps", str(steps)], steps=steps, baseline=False, device="cpu")
-    elapsed = time.perf_counter() - start
-    if len(report.mixed.steps) != steps:
-        raise SystemExit(f"verify measured {len(report.mixed.steps)} steps, expected {steps}")
-    return elapsed
+def time_verify(script: Path, steps: int, root: Path = ROOT) -> tuple[float, float]:
+    proc = subprocess.run(
+        [sys.executable, "-c", VERIFY, str(script), str(steps)],
+        env=_env(PYTHONPATH=str(root)),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if result["steps"] != steps:
+        raise SystemExit(f"verify ({root}) measured {result['steps']} steps, expected {steps}")
+    return result["wall"], result["cpu"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("script", nargs="?", type=Path, default=DEFAULT_SCRIPT)
     parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--compare", type=Path, help="another mpfix checkout to time verify from")
     args = parser.parse_args()
     script = args.script.resolve()
-    direct, bare, verified = [], [], []
+    runs = {
+        "direct": lambda: time_direct(script, args.steps),
+        "direct, no exit": lambda: time_direct(script, args.steps, teardown=False),
+        "verify": lambda: time_verify(script, args.steps),
+    }
+    if args.compare:
+        runs["verify (compare)"] = lambda: time_verify(script, args.steps, args.compare.resolve())
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
     for _ in range(args.repeats):
-        direct.append(time_direct(script, args.steps))
-        bare.append(time_direct(script, args.steps, teardown=False))
-        verified.append(time_verify(script, args.steps))
-    d, b, v = statistics.median(direct), statistics.median(bare), statistics.median(verified)
+        for name, run in runs.items():
+            times[name].append(run())
 
-    def runs(xs):
-        return ", ".join(f"{x:.2f}" for x in xs)
+    def med(name, i):
+        return statistics.median(t[i] for t in times[name])
 
-    print(f"script            {script.name}, {args.steps} steps, {args.repeats} runs each")
-    print(f"direct            median {d:.2f}s  runs {runs(direct)}")
-    print(f"direct, no exit   median {b:.2f}s  runs {runs(bare)}")
-    print(f"verify            median {v:.2f}s  runs {runs(verified)}")
-    print(f"ratio vs direct           {v / d:.3f}x")
-    print(f"ratio vs direct, no exit  {v / b:.3f}x (goal <= 1.1x)")
+    print(f"script  {script.name}, {args.steps} steps, {args.repeats} runs each (medians)")
+    print(f"{'':18s} {'wall s':>7s} {'cpu s':>7s}   wall runs")
+    for name in runs:
+        print(f"{name:18s} {med(name, 0):7.2f} {med(name, 1):7.2f}   " + ", ".join(f"{w:.2f}" for w, _ in times[name]))
+    bare = "direct, no exit"
+    for name in [n for n in runs if n.startswith("verify")]:
+        print(
+            f"{name} / {bare}: wall {med(name, 0) / med(bare, 0):.3f}x, "
+            f"cpu {med(name, 1) / med(bare, 1):.3f}x (goal <= 1.1x)"
+        )
+    print(f"verify / direct (with teardown): wall {med('verify', 0) / med('direct', 0):.3f}x")
 
 
 if __name__ == "__main__":

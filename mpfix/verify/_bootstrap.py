@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             status = {"event": "end", "status": "crashed"}
     try:
-        rec.flush(may_stop=False)
+        rec.flush(may_stop=False, force=True)
     except Exception as exc:
         emit({"event": "hook-error", "where": "final flush", "error": repr(exc)[:500]})
     status.update(steps=rec.steps, entries=sorted(rec.entries), keras=sorted(rec.generations), policies=_global_policies())

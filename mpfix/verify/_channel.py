@@ -3,14 +3,34 @@
 Inside a ``tf.function`` (and inside XLA clusters: Keras 3 ``fit`` compiles its train
 step with ``jit_compile=True`` by default on TensorFlow) the hooks only see symbolic
 tensors, and ``tf.py_function`` cannot run under XLA. So each measured step writes one
-row into a ring buffer held in two plain resource variables; the Python side reads the
-new rows after every outermost ``tf.function`` call returns (``flush``). In eager code the
-row is read at once.
+row into a ring buffer held in plain resource variables, and the Python side reads it
+back from eager code.
+
+Reading is the expensive part (every eager read is an op dispatch, and the whole ring
+buffer is a few hundred kB), so it is split in two:
+
+* after every outermost ``tf.function`` call the Python side reads only ``state``, four
+  int64 counters (``poll``: one raw ``ReadVariableOp``, about 10 µs on CPU): rows
+  written, steps, alarms (rows that must stop the run: a non-finite loss, or non-finite
+  gradients applied without a dynamic loss scaler) and the set of optimizers that
+  applied in the current step;
+* the rows themselves are read (``drain``) only when the Python side needs them: an
+  alarm, the step limit reached, a batch of rows waiting, some time passed, or the end
+  of the run (see ``Recorder.flush``).
+
+Steps: one apply of an optimizer that has not applied yet in the current step joins
+that step; an optimizer applying a second time starts the next step. With one optimizer
+every apply is a step; a GAN's discriminator and generator updates form one step; a
+critic updated five times per generator update gives five steps (the last holding the
+generator's row too).
+
+Only replica 0 of a distribution strategy writes (one row per step, not one per
+replica); the replica id is a constant of each replica's graph under
+``MirroredStrategy``, so the other replicas get no measuring ops at all.
 
 The variables are built as ``ResourceVariable`` directly, under ``tf.init_scope``: that
 lifts their creation out of any graph being traced and bypasses the variable creator of
-a distribution strategy, so one buffer serves every replica of a ``MirroredStrategy``
-(each row carries its replica id).
+a distribution strategy, so one buffer serves every replica.
 """
 
 from __future__ import annotations
@@ -18,12 +38,12 @@ from __future__ import annotations
 import threading
 
 import tensorflow as tf
-from tensorflow.python.ops import resource_variable_ops
+from tensorflow.python.ops import gen_resource_variable_ops, resource_variable_ops
 
-# Row layout (float32). Keep in step with ``Recorder._decode`` in _hooks.py.
+# Row layout (float32). Keep in step with ``Recorder._record`` in _hooks.py.
 FIELDS = (
-    "replica",
     "optimizer",
+    "step",
     "loss",
     "loss_seq",
     "scale",
@@ -36,59 +56,86 @@ FIELDS = (
 WIDTH = len(FIELDS)
 # Enough rows for a whole-loop tf.function running a few thousand steps between reads.
 CAPACITY = 8192
-# Replica ids are folded into this many loss slots (MirroredStrategy on one host).
-MAX_REPLICAS = 16
+# state = [rows written, steps, alarms, optimizers seen in the current step (bit mask)]
+WRITTEN, STEPS, ALARMS, MASK = range(4)
+# Optimizers beyond this index share the last bit (a step is then counted per apply of
+# any of them, never missed).
+MAX_OPTIMIZER_BIT = 62
 
 
 class Channel:
-    """Ring buffer of measurement rows plus the pending loss of each replica."""
+    """Ring buffer of measurement rows, its counters, and the pending loss."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._vars: tuple | None = None
-        self._read = 0
+        self._state_handle = None
+        self.read = 0
 
     def _variables(self):
         if self._vars is None:
             with self._lock, tf.init_scope():
                 if self._vars is None:
                     new = resource_variable_ops.ResourceVariable
-                    self._vars = (
-                        new(tf.zeros([CAPACITY, WIDTH]), trainable=False, name="mpfix_rows"),
-                        new(tf.constant(0, tf.int64), trainable=False, name="mpfix_count"),
-                        new(tf.zeros([MAX_REPLICAS]), trainable=False, name="mpfix_loss"),
-                        new(tf.zeros([MAX_REPLICAS]), trainable=False, name="mpfix_loss_seq"),
-                    )
+                    rows = new(tf.zeros([CAPACITY, WIDTH]), trainable=False, name="mpfix_rows")
+                    state = new(tf.zeros([4], tf.int64), trainable=False, name="mpfix_state")
+                    # [loss of the step being computed, how many losses were set so far]
+                    pending = new(tf.zeros([2]), trainable=False, name="mpfix_pending")
+                    self._state_handle = state.handle
+                    self._vars = (rows, state, pending)
         return self._vars
 
-    def set_loss(self, replica, value):
-        """Remember ``value`` as the loss of the step this replica is computing."""
-        _, _, loss, seq = self._variables()
-        index = tf.reshape(replica, [1, 1])
-        loss.scatter_nd_update(index, tf.reshape(value, [1]))
-        seq.scatter_nd_add(index, tf.ones([1]))
+    # --- graph or eager side (replica 0 only) ---
+    def set_loss(self, value):
+        """Remember ``value`` as the loss of the step being computed."""
+        _, _, pending = self._variables()
+        seq = pending.read_value()[1]
+        pending.assign(tf.stack([tf.cast(value, tf.float32), seq + 1.0]))
 
-    def pending_loss(self, replica):
-        _, _, loss, seq = self._variables()
-        return tf.gather(loss.read_value(), replica), tf.gather(seq.read_value(), replica)
+    def pending_loss(self):
+        """(loss, sequence number) of the last ``set_loss``."""
+        _, _, pending = self._variables()
+        return tf.unstack(pending.read_value())
 
-    def write(self, row):
-        """Append a row; returns nothing (in a graph the write is a stateful op)."""
-        rows, count, _, _ = self._variables()
-        index = count.assign_add(1) - 1
-        slot = tf.math.floormod(index, CAPACITY)
+    def write(self, optimizer: int, values, alarm):
+        """Append a row ``[optimizer, step, *values]``; ``alarm`` (a bool tensor) asks the
+        Python side to read the rows at once. Returns nothing (in a graph the writes are
+        stateful ops, kept in program order by automatic control dependencies)."""
+        rows, state, _ = self._variables()
+        written, steps, alarms, mask = tf.unstack(state.read_value())
+        bit = tf.constant(1 << min(optimizer, MAX_OPTIMIZER_BIT), tf.int64)
+        new_step = tf.logical_or(
+            tf.equal(steps, 0), tf.not_equal(tf.bitwise.bitwise_and(mask, bit), 0)
+        )
+        steps = steps + tf.cast(new_step, tf.int64)
+        mask = tf.where(new_step, bit, tf.bitwise.bitwise_or(mask, bit))
+        alarms = alarms + tf.cast(alarm, tf.int64)
+        row = tf.stack([tf.constant(float(optimizer)), tf.cast(steps - 1, tf.float32), *values])
+        slot = tf.math.floormod(written, CAPACITY)
         rows.scatter_nd_update(tf.reshape(slot, [1, 1]), tf.reshape(row, [1, WIDTH]))
+        state.assign(tf.stack([written + 1, steps, alarms, mask]))
 
-    def drain(self) -> list[list[float]]:
-        """Rows written since the last drain, oldest first (call from eager code only)."""
-        if self._vars is None:
+    # --- Python side (eager code only) ---
+    def poll(self):
+        """``[rows written, steps, alarms, mask]`` as Python ints, or None before the
+        first measured step. One raw variable read: cheap enough for every call."""
+        if self._state_handle is None:
+            return None
+        return gen_resource_variable_ops.read_variable_op(self._state_handle, tf.int64)._numpy().tolist()
+
+    def drain(self, written: int) -> list[list[float]]:
+        """Rows ``self.read`` .. ``written`` (as polled), oldest first; rows overwritten
+        in the ring before they were read are lost (the newest CAPACITY are kept)."""
+        if self._vars is None or written <= self.read:
             return []
-        rows, count, _, _ = self._vars
+        rows = self._vars[0]
         with self._lock:
-            total = int(count.numpy())
-            if total == self._read:
-                return []
-            start = max(self._read, total - CAPACITY)
-            values = rows.numpy()
-            self._read = total
-        return [values[i % CAPACITY].tolist() for i in range(start, total)]
+            start = max(self.read, written - CAPACITY)
+            values = gen_resource_variable_ops.read_variable_op(rows.handle, tf.float32)._numpy()
+            self.read = written
+        begin, end = start % CAPACITY, written % CAPACITY
+        if written - start == CAPACITY or end <= begin:
+            block = list(values[begin:]) + list(values[:end])
+        else:
+            block = values[begin:end]
+        return [row.tolist() for row in block]

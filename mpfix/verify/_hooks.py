@@ -24,12 +24,13 @@ from __future__ import annotations
 import functools
 import math
 import threading
+import time
 import weakref
 
 import tensorflow as tf
 from tensorflow.python.eager.polymorphic_function import polymorphic_function
 
-from mpfix.verify._channel import FIELDS, MAX_REPLICAS, Channel
+from mpfix.verify._channel import MAX_OPTIMIZER_BIT, Channel
 
 
 class StopVerify(BaseException):
@@ -38,40 +39,86 @@ class StopVerify(BaseException):
 
 
 def _replica_id():
+    """This replica's id: a Python int when it is a constant of the graph (no strategy,
+    ``MirroredStrategy``), else a tensor."""
     ctx = tf.distribute.get_replica_context()
     if ctx is None:
-        return tf.constant(0, tf.int32)
+        return 0
     rid = ctx.replica_id_in_sync_group
-    return tf.math.floormod(tf.cast(rid, tf.int32), MAX_REPLICAS)
+    static = tf.get_static_value(rid)
+    return int(static) if static is not None else tf.cast(rid, tf.int32)
+
+
+def _on_replica0(fn, *args):
+    """Run the measuring ops ``fn`` on replica 0 only."""
+    replica = _replica_id()
+    if isinstance(replica, int):
+        if replica == 0:
+            fn(*args)
+        return
+
+    def measure():
+        fn(*args)
+        return tf.constant(True)
+
+    tf.cond(tf.equal(replica, 0), measure, lambda: tf.constant(False))
 
 
 def _flat_tensors(structure):
     return [t for t in tf.nest.flatten(structure) if t is not None]
 
 
-def _gradient_summary(grads, scale):
-    """In-graph totals over all gradients: elements, non-finite, exact zeros, sum of
-    squares of the finite entries divided by ``scale`` (the loss scale still in them)."""
-    elements, nonfinite, zeros, sumsq = [], [], [], []
+# Gradients up to this many entries in all are concatenated and summarised by one set of
+# reductions (fewer ops per step for small models); bigger ones one tensor at a time (no
+# copy of every gradient).
+CONCAT_MAX_ELEMENTS = 1 << 20
+
+
+def _float_grads(grads):
+    out = []
     for g in grads:
         if g is None:
             continue
         if isinstance(g, tf.IndexedSlices):
             g = g.values
         g = tf.convert_to_tensor(g)
-        if not g.dtype.is_floating:
-            continue
-        g32 = tf.cast(g, tf.float32)
-        finite = tf.math.is_finite(g32)
-        elements.append(tf.cast(tf.size(g32), tf.float32))
-        nonfinite.append(tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.float32)))
-        zeros.append(tf.reduce_sum(tf.cast(tf.equal(g32, 0.0), tf.float32)))
-        unscaled = tf.where(finite, g32, tf.zeros_like(g32)) / scale
-        sumsq.append(tf.reduce_sum(tf.square(unscaled)))
-    if not elements:
+        if g.dtype.is_floating:
+            out.append(g if g.dtype == tf.float32 else tf.cast(g, tf.float32))
+    return out
+
+
+def _summarise(g):
+    """(elements, non-finite, exact zeros, sum of squares) of one float32 tensor; the
+    sum of squares is non-finite when any entry is (the caller then ignores it)."""
+    size = g.shape.num_elements()
+    elements = tf.constant(float(size)) if size is not None else tf.cast(tf.size(g), tf.float32)
+    finite = tf.reduce_sum(tf.cast(tf.math.is_finite(g), tf.float32))
+    zeros = tf.reduce_sum(tf.cast(tf.equal(g, 0.0), tf.float32))
+    return elements, elements - finite, zeros, tf.reduce_sum(tf.square(g))
+
+
+def _gradient_summary(grads, scale):
+    """In-graph totals over all gradients: elements, non-finite, exact zeros, sum of
+    squares divided by ``scale**2`` (the loss scale still in them)."""
+    grads = _float_grads(grads)
+    if not grads:
         zero = tf.constant(0.0)
         return zero, zero, zero, zero
-    return tf.add_n(elements), tf.add_n(nonfinite), tf.add_n(zeros), tf.add_n(sumsq)
+    sizes = [g.shape.num_elements() for g in grads]
+    if len(grads) > 1 and None not in sizes and sum(sizes) <= CONCAT_MAX_ELEMENTS:
+        parts = [_summarise(tf.concat([tf.reshape(g, [-1]) for g in grads], 0))]
+    else:
+        parts = [_summarise(g) for g in grads]
+    elements, nonfinite, zeros, sumsq = (tf.add_n(list(column)) for column in zip(*parts))
+    if scale is not None:
+        sumsq = sumsq / tf.square(scale)
+    return elements, nonfinite, zeros, sumsq
+
+
+# flush reads the rows at least this often (rows, and a progress line, reach the parent)
+# and whenever this many are waiting.
+DRAIN_BATCH = 256
+DRAIN_INTERVAL_S = 1.0
 
 
 class Recorder:
@@ -93,6 +140,8 @@ class Recorder:
         self._optimizers: dict[int, int] = {}
         self._last_seq: dict[int, float] = {}
         self._errors: set[str] = set()
+        self._alarms = 0
+        self._drained_at = time.monotonic()
         # Each Keras generation adds one: optimizer -> (scale, dynamic, grads_scaled) or None.
         self.scale_resolvers: list = []
 
@@ -142,81 +191,107 @@ class Recorder:
             entry = self._scaled.get(id(t))
             loss = entry[1] if entry is not None else t
             try:
-                values.append(tf.reduce_mean(tf.cast(loss, tf.float32)))
+                loss = tf.convert_to_tensor(loss)
             except (TypeError, ValueError):
                 return
+            if not loss.dtype.is_floating:
+                return
+            loss = tf.cast(loss, tf.float32)
+            values.append(loss if loss.shape.rank == 0 else tf.reduce_mean(loss))
         if not values:
             return
-        self.channel.set_loss(_replica_id(), tf.add_n(values))
+        _on_replica0(self.channel.set_loss, values[0] if len(values) == 1 else tf.add_n(values))
 
     # --- optimizer ---
     def on_apply(self, optimizer, grads) -> None:
         index = self._optimizers.setdefault(id(optimizer), len(self._optimizers))
         scale, dynamic, grads_scaled = self._scale_info(optimizer)
-        scale = tf.cast(tf.convert_to_tensor(scale), tf.float32)
-        divisor = scale if grads_scaled else tf.constant(1.0)
-        elements, nonfinite, zeros, sumsq = _gradient_summary(grads, divisor)
-        replica = _replica_id()
-        loss, seq = self.channel.pending_loss(replica)
-        row = tf.stack(
-            [
-                tf.cast(replica, tf.float32),
-                tf.constant(float(index)),
-                loss,
-                seq,
-                scale,
-                tf.constant(1.0 if dynamic else 0.0),
-                elements,
-                nonfinite,
-                zeros,
-                sumsq,
-            ]
-        )
-        self.channel.write(row)
         self._scaled.clear()
         self._dynamic_scaled.clear()
+        _on_replica0(self._write, index, scale, dynamic, grads_scaled, grads)
+
+    def _write(self, index, scale, dynamic, grads_scaled, grads) -> None:
+        scale = tf.cast(tf.convert_to_tensor(scale), tf.float32)
+        elements, nonfinite, zeros, sumsq = _gradient_summary(grads, scale if grads_scaled else None)
+        loss, seq = self.channel.pending_loss()
+        # Alarm: what stops the run (non-finite loss, or non-finite gradients applied
+        # without a dynamic scaler to skip them). A stale loss alarms only once: its own
+        # step already did.
+        alarm = tf.logical_not(tf.math.is_finite(loss))
+        if not dynamic:
+            alarm = tf.logical_or(alarm, nonfinite > 0)
+        values = [loss, seq, scale, tf.constant(1.0 if dynamic else 0.0), elements, nonfinite, zeros, sumsq]
+        self.channel.write(index, values, alarm)
 
     # --- reading rows back ---
-    def flush(self, may_stop: bool = True) -> None:
-        for raw in self.channel.drain():
-            self._record(dict(zip(FIELDS, raw)))
+    def flush(self, may_stop: bool = True, force: bool = False) -> None:
+        """Read new rows when they are needed (cheap when they are not: one variable read),
+        record them, and stop the script (``StopVerify``) when a stop reason appeared."""
+        if self.stop_reason is None:
+            state = self.channel.poll()
+            if state is not None:
+                self._take(state, force)
         if may_stop and self.stop_reason is not None and threading.current_thread() is threading.main_thread():
             raise StopVerify(self.stop_reason)
 
-    def _record(self, row: dict) -> None:
-        if int(row["replica"]) != 0 or self.stop_reason is not None:
+    def _take(self, state, force: bool) -> None:
+        written, steps, alarms, mask = state
+        waiting = written - self.channel.read
+        if waiting <= 0:
             return
-        optimizer = int(row["optimizer"])
-        seq = row["loss_seq"]
+        now = time.monotonic()
+        at_limit = steps > self.max_steps or (
+            steps == self.max_steps and mask == (1 << min(len(self._optimizers), MAX_OPTIMIZER_BIT + 1)) - 1
+        )
+        if not (
+            force
+            or at_limit
+            or alarms != self._alarms
+            or waiting >= DRAIN_BATCH
+            or now - self._drained_at >= DRAIN_INTERVAL_S
+        ):
+            return
+        self._alarms = alarms
+        self._drained_at = now
+        for raw in self.channel.drain(written):
+            self._record(raw)
+        if at_limit and self.stop_reason is None:
+            self.stop_reason = "steps"
+
+    def _record(self, raw: list) -> None:
+        if self.stop_reason is not None:
+            return
+        optimizer, step, loss, seq, scale, dynamic, elements, nonfinite, zeros, sumsq = raw
+        optimizer, step = int(optimizer), int(step)
+        if step >= self.max_steps:
+            self.stop_reason = "steps"
+            return
         fresh = seq > 0 and seq != self._last_seq.get(optimizer)
         self._last_seq[optimizer] = seq
-        loss = row["loss"] if fresh else None
-        elements = row["elements"]
-        nonfinite = row["nonfinite"]
-        dynamic = bool(row["dynamic"])
-        step = {
-            "event": "step",
-            "step": self.steps,
-            "optimizer": optimizer,
-            "loss": _json_float(loss),
-            "loss_scale": _json_float(row["scale"]),
-            "dynamic": dynamic,
-            "skipped": dynamic and nonfinite > 0,
-            "grad_elements": int(elements),
-            "nonfinite_fraction": nonfinite / elements if elements else 0.0,
-            "zero_fraction": row["zeros"] / elements if elements else 0.0,
-            # Any non-finite entry makes the global norm non-finite.
-            "grad_norm": _json_float(math.sqrt(row["sumsq"]) if nonfinite == 0 else math.inf),
-        }
-        self.emit(step)
-        self.steps += 1
+        loss = loss if fresh else None
+        dynamic = bool(dynamic)
+        self.emit(
+            {
+                "event": "step",
+                "step": step,
+                "optimizer": optimizer,
+                "loss": _json_float(loss),
+                "loss_scale": _json_float(scale),
+                "dynamic": dynamic,
+                "skipped": dynamic and nonfinite > 0,
+                "grad_elements": int(elements),
+                "nonfinite_fraction": nonfinite / elements if elements else 0.0,
+                "zero_fraction": zeros / elements if elements else 0.0,
+                # Any non-finite entry makes the global norm non-finite.
+                "grad_norm": _json_float(math.sqrt(sumsq) if nonfinite == 0 else math.inf),
+            }
+        )
+        self.steps = step + 1
         if loss is not None and not math.isfinite(loss):
             self.stop_reason = "non-finite loss"
         elif nonfinite > 0 and not dynamic:
             # Applied, not skipped: the weights are now non-finite.
             self.stop_reason = "non-finite gradients applied"
-        elif self.steps >= self.max_steps:
-            self.stop_reason = "steps"
 
 
 def _json_float(x):
