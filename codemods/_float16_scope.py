@@ -85,6 +85,9 @@ def epsilon_vanishes(value: float) -> bool:
 _FLOAT32_DTYPES = {"tensorflow.float32", "tensorflow.dtypes.float32", "numpy.float32", "tensorflow.float64",
                    "tensorflow.dtypes.float64", "numpy.float64"}
 _INT_DTYPES = re.compile(r"(^|\.)u?int(8|16|32|64)$|(^|\.)bool$")
+_FLOAT32_STATE_CLASS = re.compile(r"Optimizer|Regularizer|Metric|Constraint|Initializer|Schedule")
+# Metric functions (keras.metrics.pearson_correlation): Keras' metric wrappers cast y_pred to float32.
+_METRIC_FUNCTION = re.compile(r"accuracy|correlation|metric|precision|recall|_auc$|iou_score")
 _PYTHON_FUNCS = {"len", "int", "float", "round", "abs", "sum", "min", "max", "range", "pow", "divmod", "bool", "str"}
 _INT_OPS = {"shape", "size", "rank", "argmax", "argmin", "range", "math.argmax", "math.argmin", "equal",
             "not_equal", "greater", "less", "greater_equal", "less_equal", "logical_and", "logical_or",
@@ -110,8 +113,10 @@ def dtype_kind(node: cst.BaseExpression, resolve) -> Kind:
             return Kind.INT
         return Kind.TENSOR
     name = resolve(node) or dotted_name(node) or ""
-    if name in _FLOAT32_DTYPES or name in ("float",):
+    if name in _FLOAT32_DTYPES or name in ("float",) or name.endswith((".float32", ".float64")):
         return Kind.F32
+    if isinstance(node, cst.Call) and (dotted_name(node.func) or "").endswith("floatx"):
+        return Kind.F32  # keras.backend.floatx(): float32 whatever the mixed policy
     if _INT_DTYPES.search(name) or name == "int":
         return Kind.INT
     return Kind.TENSOR
@@ -396,6 +401,13 @@ class Float16Scope:
                 self._compute_env(region)
     def _seed_kind(self, func: cst.FunctionDef, owner: cst.ClassDef | None) -> str | None:
         name = func.name.value
+        if owner is not None and _FLOAT32_STATE_CLASS.search(
+                " ".join([owner.name.value, *(self.module.code_for_node(b.value) for b in owner.bases)])):
+            # Optimizers update and regularizers penalise float32 variables (the policy's
+            # variable dtype); metrics cast their inputs to their own float32 dtype.
+            return None
+        if owner is None and _METRIC_FUNCTION.search(name):
+            return None
         for decorator in func.decorators:
             target = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
             if self.resolve(target) == "tensorflow.function":
@@ -594,6 +606,10 @@ class Float16Scope:
             return Kind.PY
         if resolved.startswith(("math.", "numpy.", "random.", "time.")) or func_name.startswith(("np.", "math.")):
             return Kind.PY
+        if resolved.endswith("backend.floatx") or func_name.endswith("floatx"):
+            return Kind.PY  # a dtype name; float32 under every mixed policy
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "astype" and node.args:
+            return dtype_kind(node.args[0].value, self.resolve)
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("numpy", "item", "as_list", "get_shape", "tolist",
                                                                               "num_elements"):
             return Kind.PY

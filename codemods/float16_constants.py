@@ -386,6 +386,20 @@ class Float16UnderflowEpsilon(Rule):
                 low = (1.0 - confidence) / tf.cast(vocab_size - 1, tf.float32)
                 return -(confidence * tf.math.log(confidence) + low * tf.math.log(low + 1e-20))
         """, policy="mixed_float16"),
+        # Optimizer and regularizer code sees float32 variables, whatever the compute policy.
+        Valid("""
+            import tensorflow as tf
+
+            class Muon(tf.keras.optimizers.Optimizer):
+                def update_step(self, gradient, variable, learning_rate):
+                    x = gradient / (tf.norm(gradient) + 1e-7)
+                    variable.assign_sub(learning_rate * x)
+
+            class OrthogonalRegularizer(tf.keras.regularizers.Regularizer):
+                def __call__(self, inputs):
+                    inputs = tf.math.l2_normalize(inputs, axis=0)
+                    return tf.reduce_sum(tf.matmul(tf.transpose(inputs), inputs))
+        """, policy="mixed_float16"),
         # IoU: `neg_log_iou * mask32` only runs if iou, and the areas it is made of, are float32.
         Valid("""
             import tensorflow as tf

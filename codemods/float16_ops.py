@@ -297,6 +297,17 @@ class Float16ExpOverflow(Rule):
                 def call(self, log_var):
                     return tf.exp(0.5 * tf.cast(log_var, tf.float32))
         """, policy="mixed_float16"),
+        # backend.floatx() is float32 under every mixed policy; metric functions get float32 inputs.
+        Valid("""
+            import tensorflow as tf
+            from tensorflow.keras import backend
+
+            def ragged_ok(row_lens, y_pred):
+                return tf.math.reduce_variance(tf.cast(row_lens, backend.floatx())) + tf.reduce_sum(y_pred)
+
+            def pearson_correlation(y_true, y_pred):
+                return tf.math.reduce_std(y_true) * tf.math.reduce_std(y_pred)
+        """, policy="mixed_float16"),
         # Focal-loss modulator: the argument is -γ·log(1 + e^±x) ≤ 0 for labels in {0, 1}.
         Valid("""
             import tensorflow as tf

@@ -123,6 +123,9 @@ class _Models(cst.CSTVisitor):
             frame["applied"].update(a.value.value for a in node.args if isinstance(a.value, cst.Name))
         elif isinstance(node.func, cst.Name):
             frame["called"].add(node.func.value)
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value in ("append", "extend", "insert"):
+            # blocks.append(block): a Sequential collected as a stage of a bigger model.
+            frame["called"].update(a.value.value for a in node.args if isinstance(a.value, cst.Name))
         resolved = self.resolve(node.func) or ""
         if resolved in ("keras.Sequential", "keras.models.Sequential"):
             layers = argument(node, "layers", 0)
@@ -232,8 +235,10 @@ class Float16ModelOutput(Rule):
             def stages(x):
                 blocks = []
                 blocks.append(tf.keras.Sequential([tf.keras.layers.LayerNormalization(), tf.keras.layers.Conv2D(8, 2)]))
+                stage = tf.keras.Sequential([tf.keras.layers.Conv2D(8, 2)])
+                blocks.append(stage)
                 block = tf.keras.Sequential([tf.keras.layers.Conv2D(8, 3)])
-                return block(blocks[0](x))
+                return block(blocks[1](blocks[0](x)))
         """),
     ]
     INVALID = [
