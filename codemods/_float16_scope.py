@@ -608,6 +608,14 @@ class Float16Scope:
             return Kind.PY
         if resolved.endswith("backend.floatx") or func_name.endswith("floatx"):
             return Kind.PY  # a dtype name; float32 under every mixed policy
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("gradient", "jacobian") and \
+                "tape" in (dotted_name(node.func.value) or "").lower():
+            return Kind.F32  # gradients of the float32 variables (LossScaleOptimizer unscales in float32)
+        if isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name) and \
+                node.func.value.value == "self" and region.owner is not None and node.args and \
+                any(isinstance(st, cst.FunctionDef) and st.name.value == node.func.attr.value for st in region.owner.body.body) \
+                and all(self.kind(a.value, region, depth) is Kind.F32 for a in node.args if a.keyword is None):
+            return Kind.F32  # a method of this class on float32 tensors (not a layer attribute)
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "astype" and node.args:
             return dtype_kind(node.args[0].value, self.resolve)
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("numpy", "item", "as_list", "get_shape", "tolist",

@@ -400,6 +400,22 @@ class Float16UnderflowEpsilon(Rule):
                     inputs = tf.math.l2_normalize(inputs, axis=0)
                     return tf.reduce_sum(tf.matmul(tf.transpose(inputs), inputs))
         """, policy="mixed_float16"),
+        # Sharpness-aware minimisation: gradients of float32 variables are float32.
+        Valid("""
+            import tensorflow as tf
+
+            class SAM(tf.keras.Model):
+                def train_step(self, data):
+                    x, y = data
+                    with tf.GradientTape() as tape:
+                        loss = self.compiled_loss(y, self(x))
+                    gradients = tape.gradient(loss, self.trainable_variables)
+                    norm = self._norm(gradients)
+                    return self.rho / (norm + 1e-12)
+
+                def _norm(self, gradients):
+                    return tf.norm(tf.stack([tf.norm(g) for g in gradients if g is not None]))
+        """, policy="mixed_float16"),
         # IoU: `neg_log_iou * mask32` only runs if iou, and the areas it is made of, are float32.
         Valid("""
             import tensorflow as tf
