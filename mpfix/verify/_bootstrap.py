@@ -29,13 +29,17 @@ EXIT_NO_GPU = 3
 
 class _Events:
     def __init__(self, path: str) -> None:
-        self._file = open(path, "a", encoding="utf-8", buffering=1)
+        self._file = open(path, "a", encoding="utf-8")
         self._lock = threading.Lock()
 
     def __call__(self, event: dict) -> None:
-        line = json.dumps(event, allow_nan=False)
+        self.many([event])
+
+    def many(self, events: list[dict]) -> None:
+        """One write (and flush) for a batch of events."""
+        text = "".join(json.dumps(event, allow_nan=False) + "\n" for event in events)
         with self._lock:
-            self._file.write(line + "\n")
+            self._file.write(text)
             self._file.flush()
 
 

@@ -253,45 +253,52 @@ class Recorder:
             return
         self._alarms = alarms
         self._drained_at = now
-        for raw in self.channel.drain(written):
-            self._record(raw)
+        events = [e for e in map(self._record, self.channel.drain(written)) if e is not None]
+        if events:
+            many = getattr(self.emit, "many", None)
+            if many is not None:
+                many(events)
+            else:
+                for event in events:
+                    self.emit(event)
         if at_limit and self.stop_reason is None:
             self.stop_reason = "steps"
 
-    def _record(self, raw: list) -> None:
+    def _record(self, raw: list) -> dict | None:
+        """The step event of one row (None when the row is past a stop), and the stop
+        reason the row gives."""
         if self.stop_reason is not None:
-            return
+            return None
         optimizer, step, loss, seq, scale, dynamic, elements, nonfinite, zeros, sumsq = raw
         optimizer, step = int(optimizer), int(step)
         if step >= self.max_steps:
             self.stop_reason = "steps"
-            return
+            return None
         fresh = seq > 0 and seq != self._last_seq.get(optimizer)
         self._last_seq[optimizer] = seq
         loss = loss if fresh else None
         dynamic = bool(dynamic)
-        self.emit(
-            {
-                "event": "step",
-                "step": step,
-                "optimizer": optimizer,
-                "loss": _json_float(loss),
-                "loss_scale": _json_float(scale),
-                "dynamic": dynamic,
-                "skipped": dynamic and nonfinite > 0,
-                "grad_elements": int(elements),
-                "nonfinite_fraction": nonfinite / elements if elements else 0.0,
-                "zero_fraction": zeros / elements if elements else 0.0,
-                # Any non-finite entry makes the global norm non-finite.
-                "grad_norm": _json_float(math.sqrt(sumsq) if nonfinite == 0 else math.inf),
-            }
-        )
+        event = {
+            "event": "step",
+            "step": step,
+            "optimizer": optimizer,
+            "loss": _json_float(loss),
+            "loss_scale": _json_float(scale),
+            "dynamic": dynamic,
+            "skipped": dynamic and nonfinite > 0,
+            "grad_elements": int(elements),
+            "nonfinite_fraction": nonfinite / elements if elements else 0.0,
+            "zero_fraction": zeros / elements if elements else 0.0,
+            # Any non-finite entry makes the global norm non-finite.
+            "grad_norm": _json_float(math.sqrt(sumsq) if nonfinite == 0 else math.inf),
+        }
         self.steps = step + 1
         if loss is not None and not math.isfinite(loss):
             self.stop_reason = "non-finite loss"
         elif nonfinite > 0 and not dynamic:
             # Applied, not skipped: the weights are now non-finite.
             self.stop_reason = "non-finite gradients applied"
+        return event
 
 
 def _json_float(x):

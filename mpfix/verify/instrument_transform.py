@@ -8,9 +8,10 @@ Inside every ``with tf.GradientTape() as tape:`` block:
 * without a scaling call: the tape's gradient target gets one check, "loss";
 
 and after the optimizer's ``apply_gradients``/``apply``/``minimize`` that follows the block
-(or after the block itself): ``tf.print("loss scale:", opt.dynamic_scale)`` (Keras 3) or
-``opt.loss_scale`` (Keras 2). ``tf.print`` and ``check_numerics`` work eagerly and inside
-``tf.function``. Running it twice changes nothing the second time.
+(or after the block itself): ``tf.print("loss scale:", opt.dynamic_scale)`` (Keras 3;
+``opt.loss_scale_factor or 1.0`` when ``opt`` is a plain optimizer, which has
+``scale_loss`` but no ``dynamic_scale``) or ``opt.loss_scale`` (Keras 2). ``tf.print`` and
+``check_numerics`` work eagerly and inside ``tf.function``. Running it twice changes nothing the second time.
 """
 
 from __future__ import annotations
@@ -119,8 +120,17 @@ class InstrumentSteps(cst.CSTTransformer):
         return cst.parse_statement(f'{name} = {self.tf}.debugging.check_numerics({name}, "{message}")\n')
 
     def _print_scale(self, optimizer: str) -> cst.BaseStatement:
-        attribute = "loss_scale" if self.keras == 2 else "dynamic_scale"
-        return cst.parse_statement(f'{self.tf}.print("loss scale:", {optimizer}.{attribute})\n')
+        if self.keras == 2:
+            # Only a Keras 2 LossScaleOptimizer has get_scaled_loss (and loss_scale).
+            scale = f"{optimizer}.loss_scale"
+        else:
+            # Every Keras 3 optimizer has scale_loss, only a LossScaleOptimizer has
+            # dynamic_scale; a plain one scales by its loss_scale_factor (None: 1).
+            scale = (
+                f'{optimizer}.dynamic_scale if hasattr({optimizer}, "dynamic_scale") '
+                f"else ({optimizer}.loss_scale_factor or 1.0)"
+            )
+        return cst.parse_statement(f'{self.tf}.print("loss scale:", {scale})\n')
 
     def _instrument_tape(self, node: cst.With, targets: set[str]):
         if any(marker in _code(node) for marker in MARKERS):

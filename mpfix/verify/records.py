@@ -68,7 +68,25 @@ class RunResult:
 
     @property
     def finite_losses(self) -> list[float]:
-        return [s.loss for s in self.steps if s.loss is not None and math.isfinite(s.loss)]
+        """Finite losses of the first optimizer (the only one, except in GAN-style scripts)."""
+        return self.losses_of(self.optimizers[0]) if self.steps else []
+
+    @property
+    def optimizers(self) -> list[int]:
+        """Optimizer indices seen, in the order of their first update."""
+        return list(dict.fromkeys(s.optimizer for s in self.steps))
+
+    @property
+    def step_count(self) -> int:
+        """Training steps: with several optimizers one step holds one update of each
+        (``steps`` has one record per update)."""
+        return len({s.step for s in self.steps})
+
+    def of(self, optimizer: int) -> list[Step]:
+        return [s for s in self.steps if s.optimizer == optimizer]
+
+    def losses_of(self, optimizer: int) -> list[float]:
+        return [s.loss for s in self.of(optimizer) if s.loss is not None and math.isfinite(s.loss)]
 
     @property
     def keras(self) -> list[int]:

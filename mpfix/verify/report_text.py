@@ -17,10 +17,13 @@ def _fmt(x) -> str:
     return f"{x:.4g}"
 
 
-def scale_trajectory(run: RunResult) -> str:
-    """Distinct consecutive loss-scale values, e.g. '32768 -> 16384 -> ... -> 1'."""
+def scale_trajectory(run: RunResult, optimizer: int | None = None) -> str:
+    """Distinct consecutive loss-scale values, e.g. '32768 -> 16384 -> ... -> 1' (of one
+    optimizer: each loss scale optimizer has its own scale)."""
     values: list[float] = []
-    for s in run.steps:
+    if optimizer is None:
+        optimizer = run.optimizers[0] if run.steps else 0
+    for s in run.of(optimizer):
         if s.loss_scale is not None and (not values or values[-1] != s.loss_scale):
             values.append(s.loss_scale)
     if len(values) > MAX_TRAJECTORY:
@@ -28,17 +31,30 @@ def scale_trajectory(run: RunResult) -> str:
     return " -> ".join("..." if v is None else f"{v:.10g}" for v in values) or "n/a"
 
 
+def _losses(run: RunResult, optimizer: int) -> str:
+    losses = [s.loss for s in run.of(optimizer) if s.loss is not None]
+    return f"{_fmt(losses[0])} -> {_fmt(losses[-1])}" if losses else ""
+
+
 def run_lines(label: str, run: RunResult) -> list[str]:
-    losses = [s.loss for s in run.steps if s.loss is not None]
     zeros = [s.zero_fraction for s in run.steps]
     skipped = sum(s.skipped for s in run.steps)
-    line = f"  {label:<8} steps {len(run.steps):>4}"
-    if losses:
-        line += f"  loss {_fmt(losses[0])} -> {_fmt(losses[-1])}"
+    optimizers = run.optimizers
+    line = f"  {label:<8} steps {run.step_count:>4}"
+    if len(optimizers) > 1:
+        line += f" ({len(run.steps)} updates by {len(optimizers)} optimizers)"
+    if optimizers and _losses(run, optimizers[0]):
+        line += f"  loss {_losses(run, optimizers[0])}"
     line += f"  skipped {skipped}"
     if zeros:
         line += f"  zero-grad {sum(zeros) / len(zeros):.1%}"
-    lines = [line, f"  {'':<8} loss scale {scale_trajectory(run)}"]
+    lines = [line]
+    lines.append(f"  {'':<8} loss scale {scale_trajectory(run)}")
+    for optimizer in optimizers[1:]:
+        lines.append(
+            f"  {'':<8} optimizer #{optimizer}: loss {_losses(run, optimizer) or 'n/a'}"
+            f"  loss scale {scale_trajectory(run, optimizer)}"
+        )
     if run.device:
         lines[0] += f"  [{run.device}]"
     if run.errors:

@@ -210,7 +210,10 @@ class _Child:
             return None
         self._seen = len(steps)
         last = steps[-1]
-        return f"[{self.mode}] step {len(steps)}/{self.options.steps} loss {last.get('loss')} scale {last.get('loss_scale')}"
+        return (
+            f"[{self.mode}] step {int(last.get('step', 0)) + 1}/{self.options.steps} "
+            f"loss {last.get('loss')} scale {last.get('loss_scale')}"
+        )
 
     def result(self) -> RunResult:
         # Whatever the script left running in its group (data loader workers, helpers)

@@ -44,10 +44,15 @@ UNDERFLOW_ZERO_FRACTION = 0.5
 UNDERFLOW_MARGIN = 0.25
 # ... or, without a baseline, at least this share.
 UNDERFLOW_ALONE = 0.9
-# diverged: tail means (last TAIL steps) differ by more than this fraction of the
-# baseline's loss magnitude (max of |first|, |tail|).
-DIVERGE_REL = 0.10
-TAIL = 5
+# diverged: compared over the tail (the last TAIL_FRACTION of the steps both runs have,
+# at least TAIL_MIN), step by step (same seed, same batches), per optimizer:
+# the tail means differ by more than DIVERGE_REL of the larger one, ...
+DIVERGE_REL = 0.25
+# ... and consistently: the mean step-by-step difference is at least DIVERGE_Z standard
+# errors away from 0 (a gap that batch-to-batch noise could produce does not count).
+DIVERGE_Z = 3.0
+TAIL_MIN = 5
+TAIL_FRACTION = 0.2
 
 NO_STEPS_HINT = (
     "verify counts Keras optimizer steps (Model.fit / train_on_batch, or "
@@ -83,9 +88,46 @@ class Verdict:
         }
 
 
-def _tail_mean(values: list[float]) -> float:
-    tail = values[-TAIL:]
-    return sum(tail) / len(tail)
+def _paired_tail(mixed: RunResult, baseline: RunResult, optimizer: int) -> list[tuple[float, float]]:
+    """(mixed, float32) finite losses of the same steps, the last TAIL_FRACTION of them
+    (at least TAIL_MIN)."""
+    base = {s.step: s.loss for s in baseline.of(optimizer) if s.loss is not None and math.isfinite(s.loss)}
+    pairs = [
+        (s.loss, base[s.step])
+        for s in mixed.of(optimizer)
+        if s.loss is not None and math.isfinite(s.loss) and s.step in base
+    ]
+    size = max(TAIL_MIN, math.ceil(len(pairs) * TAIL_FRACTION))
+    return pairs[-size:]
+
+
+def diverged(mixed: RunResult, baseline: RunResult) -> dict | None:
+    """Evidence that the mixed run's loss ends far from float32's (see DIVERGE_*), for
+    the first optimizer where it does; None when it does not."""
+    for optimizer in mixed.optimizers:
+        tail = _paired_tail(mixed, baseline, optimizer)
+        if not tail:
+            continue
+        m = statistics.fmean(a for a, _ in tail)
+        b = statistics.fmean(c for _, c in tail)
+        gap = abs(m - b)
+        relative = gap / max(abs(m), abs(b), 1e-30)
+        diffs = [a - c for a, c in tail]
+        if len(diffs) > 1:
+            spread = statistics.stdev(diffs) / math.sqrt(len(diffs))
+            z = abs(statistics.fmean(diffs)) / spread if spread > 0 else (math.inf if gap > 0 else 0.0)
+        else:
+            z = math.inf if gap > 0 else 0.0
+        if relative > DIVERGE_REL and z >= DIVERGE_Z:
+            return {
+                "final_loss": m,
+                "float32_final_loss": b,
+                "relative_difference": relative,
+                "z": z if math.isfinite(z) else "inf",
+                "tail_steps": len(tail),
+                "optimizer": optimizer,
+            }
+    return None
 
 
 def _fmt(x) -> str:
@@ -115,9 +157,9 @@ def judge(mixed: RunResult, baseline: RunResult | None, script: Path) -> Verdict
     if mixed.timed_out:
         return Verdict(
             "timeout",
-            f"the script did not finish within the timeout ({len(mixed.steps)} steps measured); "
+            f"the script did not finish within the timeout ({_steps(mixed)} measured); "
             "its whole process group was killed",
-            {"steps": len(mixed.steps), "elapsed_s": round(mixed.elapsed, 1)},
+            {"steps": mixed.step_count, "elapsed_s": round(mixed.elapsed, 1)},
             notes,
         )
 
@@ -161,27 +203,35 @@ def judge(mixed: RunResult, baseline: RunResult | None, script: Path) -> Verdict
             notes,
         )
 
-    mixed_losses = mixed.finite_losses
-    base_losses = usable.finite_losses if usable is not None else []
-    if mixed_losses and base_losses:
-        m, b = _tail_mean(mixed_losses), _tail_mean(base_losses)
-        magnitude = max(abs(base_losses[0]), abs(b), 1e-12)
-        if abs(m - b) > DIVERGE_REL * magnitude:
+    if usable is not None:
+        gap = diverged(mixed, usable)
+        if gap is not None:
+            m, b = gap["final_loss"], gap["float32_final_loss"]
+            which = f" (optimizer #{gap['optimizer']})" if len(mixed.optimizers) > 1 else ""
             return Verdict(
                 "diverged",
-                f"final loss {_fmt(m)} vs float32 {_fmt(b)}: off by {abs(m - b) / magnitude:.0%} of the "
-                f"loss scale of the problem (threshold {DIVERGE_REL:.0%})",
-                {"final_loss": m, "float32_final_loss": b, "relative_difference": abs(m - b) / magnitude},
+                f"loss over the last {gap['tail_steps']} steps{which} {_fmt(m)} vs float32 {_fmt(b)}: "
+                f"{'higher' if m > b else 'lower'} by {gap['relative_difference']:.0%} of the larger "
+                f"(threshold {DIVERGE_REL:.0%}), consistently (z {_fmt(gap['z'])} >= {DIVERGE_Z:g})",
+                gap,
                 notes,
             )
 
-    losses = mixed_losses
-    summary = f"{len(mixed.steps)} steps, all finite"
+    losses = mixed.finite_losses
+    base_losses = usable.finite_losses if usable is not None else []
+    summary = f"{_steps(mixed)}, all finite"
     if losses:
         summary += f", loss {_fmt(losses[0])} -> {_fmt(losses[-1])}"
     if base_losses:
         summary += f" (float32: {_fmt(base_losses[0])} -> {_fmt(base_losses[-1])})"
-    return Verdict("healthy", summary, {"steps": len(mixed.steps)}, notes)
+    return Verdict("healthy", summary, {"steps": mixed.step_count}, notes)
+
+
+def _steps(run: RunResult) -> str:
+    text = f"{run.step_count} steps"
+    if len(run.optimizers) > 1:
+        text += f" ({len(run.optimizers)} optimizers, {len(run.steps)} updates)"
+    return text
 
 
 def _usable(baseline: RunResult) -> bool:
@@ -222,12 +272,14 @@ def _crashed(run: RunResult, script: Path, notes: list[str]) -> Verdict:
 
 
 def _stalled(run: RunResult, baseline: RunResult | None) -> Verdict | None:
+    # Skips and scales are counted per update (several per step with several optimizers).
     steps = run.steps
     half = steps[len(steps) // 2 :]
     skipped = sum(s.skipped for s in steps)
     scales = [s.loss_scale for s in steps if s.loss_scale is not None]
+    unit = "steps" if len(run.optimizers) <= 1 else "updates"
     evidence = {
-        "steps": len(steps),
+        "steps": run.step_count,
         "skipped": skipped,
         "first_scale": scales[0] if scales else None,
         "last_scale": scales[-1] if scales else None,
@@ -236,7 +288,7 @@ def _stalled(run: RunResult, baseline: RunResult | None) -> Verdict | None:
         floor = " (pinned at its floor of 1.0)" if scales and scales[-1] == 1.0 else ""
         return Verdict(
             "stalled",
-            f"{skipped} of {len(steps)} steps skipped by the loss scaler; scale "
+            f"{skipped} of {len(steps)} {unit} skipped by the loss scaler; scale "
             f"{_fmt(evidence['first_scale'])} -> {_fmt(evidence['last_scale'])}{floor}: weights are not updated",
             evidence,
         )
@@ -246,13 +298,17 @@ def _stalled(run: RunResult, baseline: RunResult | None) -> Verdict | None:
             f"the dynamic loss scale collapsed towards 0 ({_fmt(scales[-1])}): gradients overflow at any scale",
             evidence,
         )
-    losses = run.finite_losses
-    if len(losses) >= STALL_FROZEN_MIN_STEPS and _frozen(losses):
-        base = baseline.finite_losses if baseline is not None else []
-        if not (len(base) >= STALL_FROZEN_MIN_STEPS and _frozen(base)):
-            beside = f" while float32 moves {_fmt(base[0])} -> {_fmt(base[-1])}" if base else ""
-            evidence["loss"] = losses[-1]
-            return Verdict("stalled", f"loss frozen at {_fmt(losses[-1])} for {len(losses)} steps{beside}", evidence)
+    for optimizer in run.optimizers:
+        losses = run.losses_of(optimizer)
+        if len(losses) >= STALL_FROZEN_MIN_STEPS and _frozen(losses):
+            base = baseline.losses_of(optimizer) if baseline is not None else []
+            if not (len(base) >= STALL_FROZEN_MIN_STEPS and _frozen(base)):
+                beside = f" while float32 moves {_fmt(base[0])} -> {_fmt(base[-1])}" if base else ""
+                which = f" (optimizer #{optimizer})" if len(run.optimizers) > 1 else ""
+                evidence["loss"] = losses[-1]
+                return Verdict(
+                    "stalled", f"loss{which} frozen at {_fmt(losses[-1])} for {len(losses)} steps{beside}", evidence
+                )
     return None
 
 

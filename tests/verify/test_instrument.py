@@ -24,7 +24,10 @@ def test_keras3_step_gets_both_checks_and_dynamic_scale():
     assert lines[i - 1] == 'loss = tf.debugging.check_numerics(loss, "loss before scaling")'
     assert lines[i + 1] == 'scaled_loss = tf.debugging.check_numerics(scaled_loss, "loss after scaling")'
     j = lines.index("optimizer.apply_gradients(zip(grads, model.trainable_variables))")
-    assert lines[j + 1] == 'tf.print("loss scale:", optimizer.dynamic_scale)'
+    assert lines[j + 1] == (
+        'tf.print("loss scale:", optimizer.dynamic_scale if hasattr(optimizer, "dynamic_scale") '
+        "else (optimizer.loss_scale_factor or 1.0))"
+    )
     compile(new, "healthy_loop.py", "exec")
 
 
@@ -92,3 +95,21 @@ def test_instrumented_script_runs_and_prints_the_scale(tmp_path, name):
     scales = [float(line.split(":")[1]) for line in printed]
     assert scales[0] == 32768.0
     assert all(math.log2(s).is_integer() for s in scales)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("factor", "expected"), [(None, 1.0), ("128", 128.0)])
+def test_instrumented_plain_keras3_optimizer_runs(tmp_path, factor, expected):
+    """A plain Keras 3 optimizer has scale_loss but no dynamic_scale: the inserted print
+    must fall back to its loss_scale_factor instead of raising AttributeError."""
+    name = "k3_plain_scale_loss.py"
+    new, changed = instrument_source((SCRIPTS / name).read_text())
+    assert changed == 1 and "dynamic_scale" in new  # the guarded form, not a different print
+    path = tmp_path / name
+    path.write_text(new)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="2")
+    command = [sys.executable, str(path), "--steps", "3"] + (["--factor", factor] if factor else [])
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    printed = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("loss scale:")]
+    assert [float(line.split(":")[1]) for line in printed] == [expected] * 3
