@@ -613,9 +613,11 @@ class Float16Scope:
             return Kind.F32  # gradients of the float32 variables (LossScaleOptimizer unscales in float32)
         if isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name) and \
                 node.func.value.value == "self" and region.owner is not None and node.args and \
-                any(isinstance(st, cst.FunctionDef) and st.name.value == node.func.attr.value for st in region.owner.body.body) \
-                and all(self.kind(a.value, region, depth) is Kind.F32 for a in node.args if a.keyword is None):
-            return Kind.F32  # a method of this class on float32 tensors (not a layer attribute)
+                any(isinstance(st, cst.FunctionDef) and st.name.value == node.func.attr.value for st in region.owner.body.body):
+            # A method of this class (not a layer attribute): its result follows its tensor arguments;
+            # on float32 gradients it is float32, on arguments we cannot tell it is unknown.
+            joined = _join_all({self.kind(a.value, region, depth) for a in node.args if a.keyword is None})
+            return Kind.UNKNOWN if joined is Kind.PY else joined
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "astype" and node.args:
             return dtype_kind(node.args[0].value, self.resolve)
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("numpy", "item", "as_list", "get_shape", "tolist",
