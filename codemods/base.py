@@ -111,6 +111,20 @@ class Rule(cst.BatchableCSTVisitor):
         super().__init__()
         self.context = context
 
+    def get_visitors(self):
+        # LibCST finds visitor methods with inspect.getmembers on every instance, i.e. on
+        # every file; the names only depend on the class, so find them once per class.
+        names = type(self).__dict__.get("_visitor_names")
+        if names is None:
+            names = tuple(sorted(
+                name for name in dir(type(self))
+                if name.startswith(("visit_", "leave_"))
+                and callable(getattr(type(self), name))
+                and not getattr(getattr(type(self), name), "_is_no_op", False)
+            ))
+            type(self)._visitor_names = names
+        return {name: getattr(self, name) for name in names}
+
     def report(
         self,
         node: cst.CSTNode,

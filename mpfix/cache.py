@@ -1,8 +1,10 @@
 """A cache of clean results (Ruff's model): files known to have nothing to report are not parsed again.
 
-Only *clean* results are stored — no findings, no errors, nothing to fix — so a
-cache entry is just a key: a hash of the file's bytes together with everything
-else that can change what mpfix says about those bytes:
+Clean results (no findings, no errors, nothing to fix) are stored as bare keys;
+``check`` also stores the findings of files that have some (as JSON, never
+pickle: a cache folder is data a checkout could ship), so a warm ``check`` parses
+nothing that did not change. A key is a hash of the file's bytes together with
+everything else that can change what mpfix says about those bytes:
 
 * the settings (one cache file per settings hash): mpfix's version, a
   fingerprint of the rule and engine modules (size + mtime, so an edited or
@@ -24,6 +26,7 @@ cannot be read or written is silently not used: it only ever saves time.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -148,6 +151,8 @@ class Cache:
         self.loaded = self._load()
         self.keyer.clean = frozenset(self.loaded)
         self.used: set[bytes] = set()
+        self._loaded_findings: dict[str, list] | None = None
+        self._used_findings: dict[str, list] = {}
 
     def _load(self) -> set[bytes]:
         try:
@@ -158,6 +163,39 @@ class Cache:
         if not data.startswith(_MAGIC) or len(body) % _DIGEST:
             return set()  # written by another format or damaged: start afresh
         return {body[i:i + _DIGEST] for i in range(0, len(body), _DIGEST)}
+
+    # -- findings of files that have some (check mode) ---------------------------------
+    @property
+    def _findings_file(self) -> Path:
+        return self.file.with_name(self.file.name + ".findings.json")
+
+    def _findings(self) -> dict[str, list]:
+        if self._loaded_findings is None:
+            try:
+                data = json.loads(self._findings_file.read_text(encoding="utf-8"))
+                self._loaded_findings = data if isinstance(data, dict) else {}
+            except (OSError, ValueError):
+                self._loaded_findings = {}
+        return self._loaded_findings
+
+    @staticmethod
+    def _findings_key(key: bytes, want_edits: bool) -> str:
+        return key.hex() + ("+edits" if want_edits else "")
+
+    def cached_findings(self, key: bytes, want_edits: bool, filename: str) -> list | None:
+        """The findings stored for ``key``, attributed to ``filename``; None when unknown."""
+        raw = self._findings().get(self._findings_key(key, want_edits))
+        if raw is None:
+            return None
+        try:
+            findings = [finding_from_dict(item, filename) for item in raw]
+        except (KeyError, TypeError, ValueError):
+            return None  # another format or damaged: recompute
+        self._used_findings[self._findings_key(key, want_edits)] = raw
+        return findings
+
+    def add_findings(self, key: bytes, want_edits: bool, findings: list) -> None:
+        self._used_findings[self._findings_key(key, want_edits)] = [finding_to_dict(f) for f in findings]
 
     def hit(self, key: bytes) -> bool:
         if key in self.keyer.clean:
@@ -170,6 +208,7 @@ class Cache:
 
     def save(self) -> None:
         """Write the union of old and new entries atomically; failures are ignored (it is a cache)."""
+        self._save_findings()
         entries = self.loaded | self.used
         if len(entries) > MAX_ENTRIES:
             entries = self.used
@@ -191,6 +230,63 @@ class Cache:
                 raise
         except OSError:
             pass
+
+
+    def _save_findings(self) -> None:
+        if not self._used_findings:
+            return
+        old = self._findings()
+        entries = {**old, **self._used_findings}
+        if len(entries) > MAX_ENTRIES // 10:
+            entries = dict(self._used_findings)
+        if entries == old:
+            return
+        try:
+            _ensure_folder(self.directory)
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomic(self._findings_file, json.dumps(entries, separators=(",", ":")).encode())
+        except OSError:
+            pass
+
+
+def _write_atomic(target: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def finding_to_dict(finding) -> dict:
+    fix = None
+    if finding.fix is not None:
+        fix = {"safety": str(finding.fix.safety), "description": finding.fix.description,
+               "imports": list(finding.fix.imports)}
+    return {
+        "code": finding.code, "message": finding.message, "cell": finding.cell,
+        "start": [finding.start.line, finding.start.column], "end": [finding.end.line, finding.end.column],
+        "fix": fix,
+        "edits": [[e.start.line, e.start.column, e.end.line, e.end.column, e.content] for e in finding.edits],
+    }
+
+
+def finding_from_dict(item: dict, filename: str):
+    from mpfix.findings import Edit, Finding, Fix, FixSafety, Position
+
+    fix = item["fix"]
+    return Finding(
+        code=item["code"], message=item["message"], filename=filename, cell=item["cell"],
+        start=Position(*item["start"]), end=Position(*item["end"]),
+        fix=None if fix is None else Fix(changes={}, safety=FixSafety(fix["safety"]),
+                                         description=fix["description"], imports=tuple(fix["imports"])),
+        edits=[Edit(Position(a, b), Position(c, d), content) for a, b, c, d, content in item["edits"]],
+    )
 
 
 def _ensure_folder(directory: Path) -> None:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 _FLOAT16 = re.compile(r"""['"]mixed_float16['"]""")
 _BFLOAT16 = re.compile(r"""['"]mixed_bfloat16['"]""")
+_FLOAT16_BYTES = re.compile(rb"""['"]mixed_float16['"]""")
+_BFLOAT16_BYTES = re.compile(rb"""['"]mixed_bfloat16['"]""")
 
 
 class Policy(str, enum.Enum):
@@ -36,7 +38,10 @@ def policy_in_text(text: str) -> Policy:
 
 def project_root(path: Path) -> Path:
     """Nearest folder above ``path`` with a ``pyproject.toml``, ``setup.py`` or ``.git``."""
-    path = path.resolve()
+    try:
+        path = path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        path = path.absolute()
     for parent in [path.parent, *path.parent.parents]:
         if any((parent / marker).exists() for marker in ("pyproject.toml", "setup.py", ".git")):
             return parent
@@ -52,13 +57,13 @@ def policy_in_project(root: Path) -> Policy:
     for file in discover([root], exclude=()):
         if file.suffix != ".py":
             continue
+        # Bytes, not decoded text: the policy names are ASCII in every encoding we read.
         try:
-            text = file.read_text(encoding="utf-8", errors="replace")
+            data = file.read_bytes()
         except OSError:
             continue
-        policy = policy_in_text(text)
-        if policy is Policy.FLOAT16:
-            return policy
-        if policy is Policy.BFLOAT16:
-            found = policy
+        if _FLOAT16_BYTES.search(data):
+            return Policy.FLOAT16
+        if _BFLOAT16_BYTES.search(data):
+            found = Policy.BFLOAT16
     return found

@@ -41,6 +41,7 @@ class FileResult:
     written: bool = False
     cached: bool = False  # known clean from the cache: not parsed this run
     clean_keys: tuple[bytes, ...] = ()  # cache keys this run proved clean (old and written content)
+    findings_key: bytes | None = None  # check mode: cache key under which these findings may be stored
 
     @property
     def clean(self) -> bool:
@@ -183,6 +184,8 @@ def process_file(path: Path, job: Job, ignored: tuple[str, ...] = (), accept=Non
         return result
     if key is not None and result.clean:
         result.clean_keys = (key,)
+    elif key is not None and job.mode is Mode.CHECK and result.findings and not result.errors:
+        result.findings_key = key
     return result
 
 
@@ -291,6 +294,8 @@ def process_all(paths: list[Path], job: Job, ignored_for: dict[Path, tuple[str, 
     if store is not None:
         for r in results:
             store.add(r.clean_keys)
+            if r.findings_key is not None:
+                store.add_findings(r.findings_key, job.want_edits, r.findings)
         store.save()
     return results  # type: ignore[return-value]
 
@@ -306,11 +311,22 @@ def _lookup(paths, job, ignored_for, store, results, bar) -> list[int]:
         except (OSError, SourceError):
             todo.append(i)  # process_file reports it
             continue
-        if store.hit(store.keyer.key(path, data, ignored_for.get(path, ()))):
+        key = store.keyer.key(path, data, ignored_for.get(path, ()))
+        if store.hit(key):
             results[i] = FileResult(path=path, cached=True)
             bar.update()
-        else:
+            continue
+        findings = store.cached_findings(key, job.want_edits, str(path)) if job.mode is Mode.CHECK else None
+        if findings is None:
             todo.append(i)
+            continue
+        result = results[i] = FileResult(path=path, findings=findings, cached=True)
+        if job.want_edits:
+            try:
+                result.original = decode(data).text  # for --format full excerpts
+            except SourceError:
+                pass
+        bar.update()
     return todo
 
 

@@ -42,10 +42,9 @@ def ignored_for_file(path: Path, per_file_ignores: dict[str, tuple[str, ...]], b
     """Codes that ``per-file-ignores`` switches off for ``path`` (globs relative to the config's folder)."""
     if not per_file_ignores:
         return ()
-    resolved = path.resolve()
     try:
-        rel = resolved.relative_to(base.resolve()).as_posix() if base else path.as_posix()
-    except ValueError:
+        rel = path.resolve().relative_to(base.resolve()).as_posix() if base else path.as_posix()
+    except (ValueError, OSError, RuntimeError):  # outside the config's folder, or a symlink loop
         rel = path.as_posix()
     codes: list[str] = []
     for glob, ignored in per_file_ignores.items():

@@ -26,6 +26,13 @@ DEPRECATED_FIXED = DEPRECATED.replace("experimental_relax_shapes", "reduce_retra
     "experimental_run_functions_eagerly", "run_functions_eagerly")
 
 
+@pytest.fixture(autouse=True)
+def _cache_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tests without a project folder would otherwise leave .mpfix_cache in the current folder.
+    if "MPFIX_CACHE_DIR" not in os.environ:
+        monkeypatch.setenv("MPFIX_CACHE_DIR", str(tmp_path_factory.mktemp("mpfix-cache")))
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()

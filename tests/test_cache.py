@@ -35,13 +35,38 @@ def _files(project: Path, contents: dict[str, str]) -> list[Path]:
     return paths
 
 
-def test_clean_files_are_served_from_the_cache_and_findings_never(project: Path):
+def test_clean_files_and_check_findings_are_served_from_the_cache(project: Path):
     files = _files(project, {"clean.py": CLEAN, "bad.py": DEPRECATED})
     first = process_all(files, _job(), jobs=1)
     assert [r.cached for r in first] == [False, False]
     second = process_all(files, _job(), jobs=1)
-    assert [r.cached for r in second] == [True, False]
-    assert [f.code for f in second[1].findings] == ["MP306", "MP307"]  # recomputed, not remembered
+    assert [r.cached for r in second] == [True, True]
+    assert [(f.code, f.line, f.column, f.message, f.fix_safety, f.filename) for f in second[1].findings] == [
+        (f.code, f.line, f.column, f.message, f.fix_safety, f.filename) for f in first[1].findings]
+    # Fixing needs the syntax tree: diff and apply never answer a file with findings from the cache.
+    (diffed,) = process_all(files[1:], _job(Mode.DIFF), jobs=1)
+    assert not diffed.cached and diffed.fixed is not None
+
+
+def test_cached_findings_keep_their_edits_for_json_output(project: Path):
+    files = _files(project, {"bad.py": DEPRECATED})
+    job = Job(rule_codes=_job().rule_codes, options=_job().options, mode=Mode.CHECK, want_edits=True)
+    (first,) = process_all(files, job, jobs=1)
+    (second,) = process_all(files, job, jobs=1)
+    assert second.cached and second.original == DEPRECATED
+    assert [f.edits for f in second.findings] == [f.edits for f in first.findings] != [[], []]
+    # The text format's entry (no edits) is a different one: not served with empty edits to json.
+    (plain,) = process_all(files, _job(), jobs=1)
+    assert not plain.cached
+
+
+def test_a_damaged_findings_cache_is_recomputed(project: Path):
+    files = _files(project, {"bad.py": DEPRECATED})
+    process_all(files, _job(), jobs=1)
+    for f in (project / ".mpfix_cache").rglob("*.findings.json"):
+        f.write_text("{not json")
+    (result,) = process_all(files, _job(), jobs=1)
+    assert not result.cached and [f.code for f in result.findings] == ["MP306", "MP307"]
 
 
 def test_cache_lives_in_the_project_root_with_a_gitignore(project: Path):
