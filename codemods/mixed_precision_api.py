@@ -10,7 +10,8 @@ argument rewrites, which depend on the Keras generation, are code here.
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+
+from codemods._walk import find_all
 
 from codemods import _api_table as table
 from codemods.base import Invalid, Rule, Valid
@@ -189,7 +190,7 @@ class ExperimentalMixedPrecisionApi(Rule):
         if cached is not False:
             return cached
         result = None
-        for node in m.findall(self.context.module, m.ImportFrom()):
+        for node in find_all(self.context.module, cst.ImportFrom):
             assert isinstance(node, cst.ImportFrom)
             base = dotted_name(node.module) if node.module is not None and not node.relative else None
             if (base and canonical(base) == table.MIXED_PRECISION and not isinstance(node.names, cst.ImportStar)

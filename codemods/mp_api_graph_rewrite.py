@@ -11,7 +11,8 @@ cast ops to float16 behind Keras' back. In TF 2 the function only survives under
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+
+from codemods._walk import find_all
 
 from codemods import _api_table as table
 from codemods.base import Invalid, Rule, Valid
@@ -325,7 +326,7 @@ class GraphRewrite(Rule):
         body = self.context.module.body
         end = len(body)
         for index, top in enumerate(body):
-            if top is statement or any(s is statement for s in m.findall(top, m.SimpleStatementLine())):
+            if top is statement or any(s is statement for s in find_all(top, cst.SimpleStatementLine)):
                 end = index
                 break
         anchor = None

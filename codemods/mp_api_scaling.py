@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
-import libcst.matchers as m
+
+from codemods._walk import find_all
 
 from codemods import _api_table as table
 from codemods.base import Invalid, Rule, Valid
@@ -31,7 +32,7 @@ def _method_call(node: cst.Call, method: str) -> bool:
 
 def _defines(module: cst.Module, name: str) -> bool:
     """True if the module defines a function ``name`` (a custom optimizer, not Keras')."""
-    return bool(m.findall(module, m.FunctionDef(name=m.Name(name))))
+    return any(True for _ in find_all(module, cst.FunctionDef, lambda f: f.name.value == name))
 
 
 def _unwrapped(value: cst.BaseExpression) -> cst.BaseExpression:
