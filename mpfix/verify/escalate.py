@@ -14,6 +14,9 @@ from __future__ import annotations
 # A power of two well below 65504 / typical gradient magnitudes, the usual choice for
 # a fixed scale; the user tunes it.
 FIXED_SCALE = 1024
+# diverged: a fixed scale is offered only when the dynamic scaler skipped this share of
+# the updates (otherwise the scale is not what made the run differ).
+DIVERGED_SKIPPED_FRACTION = 0.25
 
 
 def fixed_scale_edit(keras: int | None, scale: int = FIXED_SCALE) -> str:
@@ -76,8 +79,21 @@ def escalation(report) -> list[str]:
         )
         out.append(fixed_scale_edit(keras))
     elif verdict.name == "diverged":
+        # Finite but systematically off: precision, not range. Rounding in a float16
+        # output or reduction is the usual cause; a loss scale matters only if the
+        # scaler kept skipping steps.
         if layer:
             out.append(layer)
-        out.append(fixed_scale_edit(keras))
-        out.append("or keep the precision-sensitive part (loss, normalisation, softmax) in float32")
+        out.append(
+            "keep the model's output in float32: dtype=\"float32\" on the last layer (Dense, or the "
+            "final Activation), so predictions and the loss are not rounded to float16's 11 "
+            "significant bits (spacing 2.0 between 2048 and 4096)"
+        )
+        out.append(
+            "or keep the other precision-sensitive parts in float32: losses, normalisation, softmax, "
+            "long sums (reduce_sum/reduce_mean over many float16 values)"
+        )
+        updates = report.mixed.steps
+        if updates and sum(s.skipped for s in updates) / len(updates) >= DIVERGED_SKIPPED_FRACTION:
+            out.append(fixed_scale_edit(keras))
     return out

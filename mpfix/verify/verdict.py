@@ -123,7 +123,8 @@ def diverged(mixed: RunResult, baseline: RunResult) -> dict | None:
                 "final_loss": m,
                 "float32_final_loss": b,
                 "relative_difference": relative,
-                "z": z if math.isfinite(z) else "inf",
+                # JSON has no Infinity: a gap with no spread at all is "inf".
+                "z": round(z, 2) if math.isfinite(z) else "inf",
                 "tail_steps": len(tail),
                 "optimizer": optimizer,
             }
@@ -136,6 +137,11 @@ def _fmt(x) -> str:
     if isinstance(x, float) and not math.isfinite(x):
         return str(x)
     return f"{x:.4g}"
+
+
+def _fmt_scale(x) -> str:
+    """Loss scales are powers of two: 32768, not 3.277e+04."""
+    return f"{x:.10g}" if isinstance(x, float) and math.isfinite(x) else _fmt(x)
 
 
 def first_nonfinite(run: RunResult):
@@ -212,7 +218,7 @@ def judge(mixed: RunResult, baseline: RunResult | None, script: Path) -> Verdict
                 "diverged",
                 f"loss over the last {gap['tail_steps']} steps{which} {_fmt(m)} vs float32 {_fmt(b)}: "
                 f"{'higher' if m > b else 'lower'} by {gap['relative_difference']:.0%} of the larger "
-                f"(threshold {DIVERGE_REL:.0%}), consistently (z {_fmt(gap['z'])} >= {DIVERGE_Z:g})",
+                f"(threshold {DIVERGE_REL:.0%}), consistently (z {gap['z']} >= {DIVERGE_Z:g})",
                 gap,
                 notes,
             )
@@ -289,7 +295,8 @@ def _stalled(run: RunResult, baseline: RunResult | None) -> Verdict | None:
         return Verdict(
             "stalled",
             f"{skipped} of {len(steps)} {unit} skipped by the loss scaler; scale "
-            f"{_fmt(evidence['first_scale'])} -> {_fmt(evidence['last_scale'])}{floor}: weights are not updated",
+            f"{_fmt_scale(evidence['first_scale'])} -> {_fmt_scale(evidence['last_scale'])}{floor}: "
+            "weights are not updated",
             evidence,
         )
     if scales and any(s.dynamic for s in steps) and scales[-1] < STALL_SCALE_COLLAPSED:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from verify_helpers import verify_script
-from mpfix.verify.verdict import EXIT_CODES
+from mpfix.verify.verdict import EXIT_CODES, judge
 
 pytestmark = pytest.mark.slow
 
@@ -164,3 +164,44 @@ def test_no_steps():
     assert report.verdict.name == "no-steps"
     assert report.exit_code == 16
     assert "mpfix verify main.py -- train" in report.verdict.summary
+
+
+def test_float16_output_head_diverges_from_float32():
+    """Finite, nothing stalls, no underflow: the float16 output layer rounds every
+    prediction near 3000 to an even number, so mixed's loss plateaus near 1/3 while
+    float32 fits the targets. With the fix (a float32 head) the same script is healthy."""
+    report = verify_script("f16_head_regression.py", steps=30)
+    v = report.verdict
+    assert v.name == "diverged", v.summary
+    assert report.exit_code == 13
+    assert all(math.isfinite(x) for x in report.mixed.finite_losses)
+    assert len(report.mixed.finite_losses) == 30
+    # The evidence: mixed ends near the rounding floor, float32 orders of magnitude below.
+    assert 0.15 < v.evidence["final_loss"] < 0.6
+    assert v.evidence["float32_final_loss"] < 1e-2
+    assert v.evidence["relative_difference"] > 0.9
+    # Both start from the same loss: it is the end that differs.
+    assert report.mixed.steps[0].loss == pytest.approx(report.baseline.steps[0].loss, rel=0.2)
+    assert any('dtype="float32" on the last layer' in e for e in report.escalation)
+    assert not any("loss_scale_factor" in e for e in report.escalation)
+
+    # The fix: its float32 baseline is this one (float32 forces the head to float32
+    # anyway), so only its mixed run is needed.
+    fixed = verify_script("f16_head_regression.py", "--float32-head", steps=30, baseline=False)
+    verdict = judge(fixed.mixed, report.baseline, fixed.script)
+    assert verdict.name == "healthy", verdict.summary
+
+
+def test_gan_steps_are_rounds_of_optimizers():
+    """Discriminator updated twice per generator update: a step ends when an optimizer
+    applies a second time, so each discriminator update is a step and the generator's
+    update joins every second one; each optimizer keeps its own loss."""
+    report = verify_script("gan.py", "--critic", "2", steps=4, baseline=False)
+    mixed = report.mixed
+    assert report.verdict.name == "healthy", report.verdict.summary
+    assert mixed.step_count == 4 and mixed.end["steps"] == 4
+    assert [(s.step, s.optimizer) for s in mixed.steps] == [(0, 0), (1, 0), (1, 1), (2, 0), (3, 0), (3, 1)]
+    assert mixed.end["reason"] == "steps"  # stopped right after step 3's generator update
+    # Discriminator (two BCE terms, ~1.4-1.7) and generator (~0.6-0.7) never mixed up.
+    assert all(s.loss > 1.0 for s in mixed.of(0)) and all(s.loss < 1.0 for s in mixed.of(1))
+    assert "4 steps (2 optimizers, 6 updates)" in report.verdict.summary
