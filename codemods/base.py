@@ -11,9 +11,10 @@ behaviour.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 import libcst as cst
 
@@ -23,6 +24,32 @@ from mpfix.policy import Policy
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+
+Trigger = Union[str, "re.Pattern[str]"]
+
+_BYTES_PATTERNS: dict["re.Pattern[str]", "re.Pattern[bytes]"] = {}
+
+
+def triggered(triggers: tuple[Trigger, ...], source: str | bytes) -> bool:
+    """True if any trigger (a substring, or a compiled regex) occurs in ``source``.
+
+    Works on raw bytes too (the cache keys files before decoding them): trigger
+    text is ASCII, which reads the same in every encoding mpfix decodes.
+    """
+    if isinstance(source, bytes):
+        for t in triggers:
+            if isinstance(t, str):
+                if t.encode() in source:
+                    return True
+            else:
+                pattern = _BYTES_PATTERNS.get(t)
+                if pattern is None:
+                    pattern = _BYTES_PATTERNS[t] = re.compile(t.pattern.encode(), t.flags & ~re.UNICODE)
+                if pattern.search(source):
+                    return True
+        return False
+    return any((t in source) if isinstance(t, str) else t.search(source) is not None for t in triggers)
 
 
 @dataclass(frozen=True)
@@ -96,8 +123,9 @@ class Rule(cst.BatchableCSTVisitor):
     name: ClassVar[str]  # kebab-case
     message: ClassVar[str]  # one sentence: what is wrong and what to do
     fix_safety: ClassVar[FixSafety] = FixSafety.NONE
-    # Substrings of which at least one must appear in a file for the rule to run.
-    triggers: ClassVar[tuple[str, ...]]
+    # Substrings (or compiled regexes) of which one must appear in a file for the rule to
+    # run: the prefilter that keeps most files from being parsed at all. Keep them specific.
+    triggers: ClassVar[tuple[Trigger, ...]]
     # Only run where float16 compute is reachable (a mixed_float16 policy in play).
     requires_float16: ClassVar[bool] = False
     # Only run for these Keras generations.

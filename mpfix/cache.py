@@ -127,8 +127,10 @@ class Keyer:
             return ""
         # Bytes, not decoded text: the triggers and policy names are ASCII, and
         # a false positive here only costs a project scan, never a wrong key.
+        from codemods.base import triggered
+
         if not any(
-            not any(code.startswith(i) for i in ignored) and any(t.encode() in data for t in triggers)
+            not any(code.startswith(i) for i in ignored) and triggered(triggers, data)
             for code, triggers in self.float16_triggers
         ):
             return ""

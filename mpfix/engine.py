@@ -18,6 +18,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods import Rule, RuleContext
+from codemods.base import triggered
 from codemods.names import ImportTable
 from mpfix import policy as policies
 from mpfix import suppression
@@ -91,12 +92,15 @@ class Engine:
             return module_policy, module_policy
         return policies.policy_in_project(policies.project_root(path)), module_policy
 
-    def _candidates(self, text: str, ignored: tuple[str, ...]) -> list[type[Rule]]:
-        return [
+    def _candidates(self, text: str, path: Path, ignored: tuple[str, ...]) -> list[type[Rule]]:
+        """The rules worth parsing for: triggered, not ignored, and float16 ones only under float16."""
+        rules = [
             r for r in self.rules
-            if not any(r.code.startswith(code) for code in ignored)
-            and any(t in text for t in self._triggers[r])
+            if not any(r.code.startswith(code) for code in ignored) and triggered(self._triggers[r], text)
         ]
+        if any(r.requires_float16 for r in rules) and self._policy(text, path)[0] is not policies.Policy.FLOAT16:
+            rules = [r for r in rules if not r.requires_float16]
+        return rules
 
     # -- one pass ----------------------------------------------------------------------
     def _run(self, text: str, path: Path, rules: list[type[Rule]]) -> tuple[cst.Module, MetadataWrapper, RuleContext, list[type[Rule]]]:
@@ -143,7 +147,7 @@ class Engine:
         --interactive``); fixes it declines are left out and not asked again.
         """
         name = str(path)
-        rules = self._candidates(text, ignored)
+        rules = self._candidates(text, path, ignored)
         if not rules:
             return LintResult()
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from codemods import all_rules
+from codemods.base import triggered
 from mpfix.testing import lint_snippet
 
 GENERATIONS = (2, 3)
@@ -58,4 +59,5 @@ def test_triggers_appear_in_every_invalid_example():
     # Otherwise the prefilter would skip a file the rule should flag.
     for rule in all_rules():
         for example in rule.INVALID:
-            assert any(t in example.code for t in rule.triggers), (rule.code, example.code)
+            assert triggered(rule.triggers, example.code), (rule.code, example.code)
+            assert triggered(rule.triggers, example.code.encode()), (rule.code, "bytes", example.code)
