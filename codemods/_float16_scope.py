@@ -692,32 +692,32 @@ def _without_compat(name: str | None) -> str | None:
 
 
 def _imported_names(module: cst.Module) -> set[str]:
+    """Local names bound by module-level imports (inside ``if``/``try`` too), relative ones included."""
     names: set[str] = set()
 
-    class _Imports(cst.CSTVisitor):
-        def visit_FunctionDef(self, node) -> bool:
-            return False
+    def walk(body) -> None:
+        for stmt in body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Import):
+                        for alias in small.names:
+                            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                                names.add(alias.asname.name.value)
+                            else:
+                                names.add((dotted_name(alias.name) or "").split(".")[0])
+                    elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                        for alias in small.names:
+                            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                                names.add(alias.asname.name.value)
+                            else:
+                                names.add(dotted_name(alias.name) or "")
+            elif isinstance(stmt, (cst.If, cst.Try)):
+                walk(stmt.body.body)
+                for extra in [getattr(stmt, "orelse", None), *getattr(stmt, "handlers", ())]:
+                    if extra is not None and isinstance(getattr(extra, "body", None), cst.IndentedBlock):
+                        walk(extra.body.body)
 
-        def visit_ClassDef(self, node) -> bool:
-            return False
-
-        def visit_Import(self, node: cst.Import) -> None:
-            for alias in node.names:
-                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                    names.add(alias.asname.name.value)
-                else:
-                    names.add((dotted_name(alias.name) or "").split(".")[0])
-
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-            if isinstance(node.names, cst.ImportStar):
-                return
-            for alias in node.names:
-                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                    names.add(alias.asname.name.value)
-                else:
-                    names.add(dotted_name(alias.name) or "")
-
-    module.visit(_Imports())
+    walk(module.body)
     names.discard("")
     return names
 
