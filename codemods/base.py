@@ -126,6 +126,8 @@ class Rule(cst.BatchableCSTVisitor):
     # Substrings (or compiled regexes) of which one must appear in a file for the rule to
     # run: the prefilter that keeps most files from being parsed at all. Keep them specific.
     triggers: ClassVar[tuple[Trigger, ...]]
+    # Substrings that must ALL appear as well (e.g. "def call" for rules about Layer.call).
+    also_requires: ClassVar[tuple[str, ...]] = ()
     # Only run where float16 compute is reachable (a mixed_float16 policy in play).
     requires_float16: ClassVar[bool] = False
     # Only run for these Keras generations.
@@ -172,6 +174,16 @@ class Rule(cst.BatchableCSTVisitor):
                 imports=imports,
             )
         self.context.reports.append((self, Report(node, message or self.message, fix)))
+
+    @classmethod
+    def may_match(cls, source: str | bytes) -> bool:
+        """The prefilter: can this rule find anything in ``source``?"""
+        if isinstance(source, bytes):
+            if not all(s.encode() in source for s in cls.also_requires):
+                return False
+        elif not all(s in source for s in cls.also_requires):
+            return False
+        return triggered(cls.triggers, source)
 
     @classmethod
     def doc(cls) -> str:

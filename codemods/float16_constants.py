@@ -52,7 +52,11 @@ class Float16OverflowConstant(Rule):
     message = "Constant beyond float16's range (65504) meets a float16 tensor and becomes inf; use -3e4 or compute in float32"
     fix_safety = FixSafety.UNSAFE
     requires_float16 = True
-    triggers = ("e5", "e6", "e7", "e8", "e9", "e1", "e2", "e3", "E", "inf", "float32.m", "float64.m", "00000")
+    # Literals past 65504 (1e5 and up, 7e4, five or more digits), infinities and dtype extremes:
+    # a regex, because bare "e5"/"inf" substrings pass nearly every file to the parser.
+    triggers = (
+        re.compile(r"\d[eE]\+?0*(?:[4-9]|[1-9]\d)\b|\b(?:\d{6,}|[7-9]\d{4}|6[6-9]\d{3}|65[6-9]\d\d|655[1-9]\d|6550[5-9])|\binf\b|float(?:32|64)\.m(?:in|ax)\b"),
+    )
     explanation = """
         ## What it does
         Finds Python constants larger than float16's maximum (65504) — `-1e9`, `1e10`, `-1e30`,
@@ -322,7 +326,8 @@ class Float16UnderflowEpsilon(Rule):
     message = "Epsilon below float16's range becomes 0 (or a lossy subnormal) in float16; use 1e-4 or compute in float32"
     fix_safety = FixSafety.UNSAFE
     requires_float16 = True
-    triggers = ("e-7", "e-8", "e-9", "e-1", "e-2", "e-3", "E-", "l2_normalize", "0000001", "epsilon", "eps")
+    # Literals of 1e-6 and below (exponent or written out), and l2_normalize's default 1e-12.
+    triggers = (re.compile(r"\d[eE]-0*(?:[6-9]|[1-9]\d)\b|\b0\.00000\d|l2_normalize"),)
     explanation = """
         ## What it does
         Finds small constants added to float16 tensors to keep a division, `sqrt` or `log`

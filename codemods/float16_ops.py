@@ -75,7 +75,7 @@ class Float16UnsafeReduction(Rule):
     message = "Sum of squares over float16 activations overflows past 65504; compute it in float32"
     fix_safety = FixSafety.UNSAFE
     requires_float16 = True
-    triggers = ("l2_loss", "square", "norm", "reduce_variance", "reduce_std", ".var(", ".std(")
+    triggers = (re.compile(r"l2_loss|\bsquare\s*\(|\bnorm\s*\(|reduce_variance|reduce_std|\.(?:var|std)\(|\*\*\s*2\b"),)
     explanation = """
         ## What it does
         Finds `tf.nn.l2_loss`, `tf.reduce_sum(tf.square(x))`, `tf.norm`,
@@ -253,7 +253,7 @@ class Float16ExpOverflow(Rule):
     message = "`exp`/`pow` of a float16 tensor overflows (exp(x) is inf from x ≈ 11.1); use tf.nn.softmax or float32"
     fix_safety = FixSafety.UNSAFE
     requires_float16 = True
-    triggers = ("exp", "pow")
+    triggers = (re.compile(r"\b(?:exp|expm1|pow|power)\s*\("),)
     explanation = """
         ## What it does
         Finds `tf.exp`, `tf.math.expm1` and `tf.pow` on tensors that are float16 under
@@ -445,6 +445,7 @@ class HardcodedFloat32InFloat16Compute(Rule):
     fix_safety = FixSafety.UNSAFE
     requires_float16 = True
     triggers = ("float32", "tf.constant", "tf.ones", "tf.zeros", "tf.sqrt", "math.sqrt")
+    also_requires = ("def call",)  # only layer methods: call and what it calls
     explanation = """
         ## What it does
         Inside a layer's `call` (and the methods it calls), finds arithmetic between a tensor

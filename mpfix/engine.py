@@ -18,7 +18,6 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods import Rule, RuleContext
-from codemods.base import triggered
 from codemods.names import ImportTable
 from mpfix import policy as policies
 from mpfix import suppression
@@ -77,7 +76,6 @@ class Engine:
     def __init__(self, rules: tuple[type[Rule], ...], options: Options) -> None:
         self.rules = rules
         self.options = options
-        self._triggers = {r: tuple(r.triggers) for r in rules}
 
     # -- rule selection for one file -------------------------------------------------
     def _policy(self, text: str, path: Path) -> tuple[policies.Policy, policies.Policy]:
@@ -96,7 +94,7 @@ class Engine:
         """The rules worth parsing for: triggered, not ignored, and float16 ones only under float16."""
         rules = [
             r for r in self.rules
-            if not any(r.code.startswith(code) for code in ignored) and triggered(self._triggers[r], text)
+            if not any(r.code.startswith(code) for code in ignored) and r.may_match(text)
         ]
         if any(r.requires_float16 for r in rules) and self._policy(text, path)[0] is not policies.Policy.FLOAT16:
             rules = [r for r in rules if not r.requires_float16]
