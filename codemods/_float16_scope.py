@@ -29,6 +29,7 @@ from enum import Enum
 
 import libcst as cst
 
+from codemods._walk import Visitor, children
 from codemods.names import dotted_name
 
 FLOAT16_MAX = 65504.0
@@ -177,7 +178,7 @@ class Region:
         return self.node.name.value if isinstance(self.node, cst.FunctionDef) else "<module>"
 
 
-class _Collector(cst.CSTVisitor):
+class _Collector(Visitor):
     """One walk of a region: parents, guarded nodes, assignments (nested classes excluded)."""
 
     def __init__(self, analysis: "Float16Scope", region: Region) -> None:
@@ -194,7 +195,7 @@ class _Collector(cst.CSTVisitor):
                 return False
             if self.region.kind == "module" and isinstance(node, cst.FunctionDef):
                 return False
-        for child in node.children:
+        for child in children(node):
             analysis.parent[child] = node
         analysis.region_of[node] = self.region
         analysis.order[node] = len(analysis.order)
@@ -427,7 +428,7 @@ class Float16Scope:
 
     def _add_region(self, region: Region) -> None:
         self.regions.append(region)
-        region.node.visit(_Collector(self, region))
+        _Collector(self, region).walk(region.node)
         self._compute_env(region)
 
     def _compute_env(self, region: Region) -> None:
@@ -518,7 +519,7 @@ class Float16Scope:
         """Every call in the module, regions or not (layers are built outside ``call``)."""
         if not hasattr(self, "_all_calls"):
             collector = _Calls(into_classes=True)
-            self.module.visit(collector)
+            collector.walk(self.module)
             self._all_calls = collector.calls
         return self._all_calls
 
@@ -759,7 +760,7 @@ def _argument(call: cst.Call, keyword: str, position: int | None) -> cst.Arg | N
 argument = _argument
 
 
-class _Calls(cst.CSTVisitor):
+class _Calls(Visitor):
     def __init__(self, into_classes: bool = False) -> None:
         super().__init__()
         self.calls: list[cst.Call] = []
@@ -774,7 +775,7 @@ class _Calls(cst.CSTVisitor):
 
 def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
     collector = _Calls()
-    node.visit(collector)
+    collector.walk(node)
     return collector.calls
 
 

@@ -10,6 +10,7 @@ import re
 import libcst as cst
 from libcst import MaybeSentinel
 
+from codemods._walk import Visitor
 from codemods.base import RuleContext
 from codemods.names import dotted_name
 
@@ -112,7 +113,7 @@ def bool_value(node: cst.BaseExpression) -> bool | None:
 
 
 # ---------------------------------------------------------------------------------- name uses
-class _NameUses(cst.CSTVisitor):
+class _NameUses(Visitor):
     """Every ``Name`` spelling ``name`` as a variable, and whether anything but an import binds it."""
 
     def __init__(self, name: str) -> None:
@@ -131,11 +132,11 @@ class _NameUses(cst.CSTVisitor):
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         if isinstance(node.value, cst.Name) and node.value.value == self.name:
             self.attribute_of[node.value] = node
-        node.value.visit(self)  # ``x.name`` is not a use of ``name``
+        self.walk(node.value)  # ``x.name`` is not a use of ``name``
         return False
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)  # ``f(name=1)`` neither
+        self.walk(node.value)  # ``f(name=1)`` neither
         return False
 
     def _binds(self, target: cst.CSTNode) -> None:
@@ -174,14 +175,14 @@ class _NameUses(cst.CSTVisitor):
 def name_uses(module: cst.Module, name: str) -> list[cst.Name] | None:
     """Uses of the imported name ``name``; None when the module also binds it otherwise."""
     finder = _NameUses(name)
-    module.visit(finder)
+    finder.walk(module)
     return None if finder.rebound else finder.uses
 
 
 def attribute_uses(module: cst.Module, name: str) -> tuple[list[cst.Name], dict[cst.Name, cst.Attribute]] | None:
     """Like ``name_uses``, with the ``name.x`` attribute around each use that has one."""
     finder = _NameUses(name)
-    module.visit(finder)
+    finder.walk(module)
     return None if finder.rebound else (finder.uses, finder.attribute_of)
 
 

@@ -1,23 +1,203 @@
-"""Small tree searches for rules, without ``libcst.matchers``.
+"""Fast read-only tree walks for rules, without ``node.visit`` and without ``libcst.matchers``.
 
-``libcst.matchers`` takes ~0.3 s to import (it is one generated module per node
-type): more than everything else ``mpfix check`` imports besides LibCST, and a
-one-file pre-commit run pays it every time.
+``node.visit(SomeCSTVisitor())`` rebuilds every node of the tree even when the
+visitor changes nothing (``_visit_and_replace_children`` constructs a new node
+per node, then throws it away): on tf-models it cost ten times a plain walk, and
+the float16 analyses walked each module three or four times that way
+(``mpfix check`` cold took 3.9x parsing everything with LibCST). ``node.children``
+goes through the same machinery. ``libcst.matchers`` takes ~0.3 s to import (one
+generated module per node type), more than everything else a one-file
+pre-commit run imports besides LibCST.
+
+Here a node's children are read straight from its dataclass fields, in the order
+its own ``_visit_and_replace_children`` visits them — source order, which is not
+declaration order (``FunctionDef`` declares ``decorators`` after ``body``). That
+order is read once per node type from the method's constants: it names each
+field as a string literal (``visit_sequence(self, "decorators", ...)``) in the
+order it visits them. ``tests/test_walk.py`` checks the result equals
+LibCST's own visit order on real files.
+
+Most walks skip *trivia*: whitespace, comments, brackets, commas, dots, colons
+and operator tokens. They hold no code (a ``Comma`` holds only whitespace), are
+over half the nodes of a tree, and no rule looks for them. A search or visitor
+that asks for a trivia type gets the full walk.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from collections.abc import Callable, Iterator
 
 import libcst as cst
+
+# Node types that hold no code. Their subtrees contain only other trivia.
+TRIVIA: frozenset[type[cst.CSTNode]] = frozenset({
+    cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.EmptyLine,
+    cst.Newline, cst.Comment,
+    cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket,
+    cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.Comma, cst.Dot, cst.Colon, cst.Semicolon,
+    cst.AssignEqual, cst.Asynchronous,
+})
+_TRIVIA_BASES: tuple[type, ...] = (
+    cst.BaseParenthesizableWhitespace, cst.BaseBinaryOp, cst.BaseBooleanOp, cst.BaseCompOp,
+    cst.BaseUnaryOp, cst.BaseAugOp, *TRIVIA,
+)
+_SEQUENCES = (tuple, list)
+
+
+def is_trivia_type(node_type: type) -> bool:
+    return issubclass(node_type, _TRIVIA_BASES)
+
+
+def _node_classes(annotation) -> Iterator[type]:
+    """The CSTNode classes an annotation (``Sequence[Arg]``, ``Union[Comma, MaybeSentinel]``) can hold."""
+    if isinstance(annotation, type):
+        if issubclass(annotation, cst.CSTNode):
+            yield annotation
+        return
+    for arg in typing.get_args(annotation):
+        yield from _node_classes(arg)
+
+
+def _visit_order(node_type: type[cst.CSTNode]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(every node field, the fields that can hold code) of ``node_type``, in visit order."""
+    names = {f.name for f in dataclasses.fields(node_type)}
+    code = node_type._visit_and_replace_children.__code__
+    order: list[str] = []
+    for const in code.co_consts:
+        if isinstance(const, str) and const in names and const not in order:
+            order.append(const)
+    # Which fields can hold code is read from the annotations: no field mixes trivia and code
+    # (``Call.lpar`` holds only LeftParens, ``Arg.comma`` a Comma or MaybeSentinel).
+    hints = typing.get_type_hints(node_type)
+    syntax = tuple(
+        name for name in order
+        if any(not is_trivia_type(c) for c in _node_classes(hints.get(name)))
+    )
+    return tuple(order), syntax
+
+
+_ALL_FIELDS: dict[type, tuple[str, ...]] = {}
+_SYNTAX_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(node_type: type, trivia: bool) -> tuple[str, ...]:
+    everything, syntax = _visit_order(node_type)
+    _ALL_FIELDS[node_type] = everything
+    _SYNTAX_FIELDS[node_type] = syntax
+    return everything if trivia else syntax
+
+
+def children(node: cst.CSTNode, trivia: bool = False) -> list[cst.CSTNode]:
+    """``node``'s child nodes in source order (``node.children`` without rebuilding anything)."""
+    table = _ALL_FIELDS if trivia else _SYNTAX_FIELDS
+    node_type = type(node)
+    fields = table.get(node_type)
+    if fields is None:
+        fields = _fields(node_type, trivia)
+    result: list[cst.CSTNode] = []
+    for name in fields:
+        value = getattr(node, name)
+        if type(value) in _SEQUENCES:
+            result.extend(value)
+        elif isinstance(value, cst.CSTNode):
+            result.append(value)
+    return result
+
+
+def walk(root: cst.CSTNode, trivia: bool = False) -> Iterator[cst.CSTNode]:
+    """Every node under ``root`` (``root`` included), pre-order, in source order.
+
+    Trivia (whitespace, brackets, commas, operator tokens) only with ``trivia=True``.
+    """
+    table = _ALL_FIELDS if trivia else _SYNTAX_FIELDS
+    stack = [root]
+    pop = stack.pop
+    push = stack.append
+    while stack:
+        node = pop()
+        yield node
+        node_type = type(node)
+        fields = table.get(node_type)
+        if fields is None:
+            fields = _fields(node_type, trivia)
+        # Push children last-first so they pop in source order.
+        for name in reversed(fields):
+            value = getattr(node, name)
+            if type(value) in _SEQUENCES:
+                stack.extend(reversed(value))
+            elif isinstance(value, cst.CSTNode):
+                push(value)
 
 
 def find_all(root: cst.CSTNode, node_type: type[cst.CSTNode] | tuple[type[cst.CSTNode], ...],
              where: Callable[[cst.CSTNode], bool] | None = None) -> Iterator[cst.CSTNode]:
     """Every node of ``node_type`` under ``root`` (``root`` included), in source order."""
-    stack = [root]
-    while stack:
-        node = stack.pop()
+    types = node_type if isinstance(node_type, tuple) else (node_type,)
+    trivia = any(_needs_trivia(t) for t in types)
+    for node in walk(root, trivia):
         if isinstance(node, node_type) and (where is None or where(node)):
             yield node
-        stack.extend(reversed(node.children))
+
+
+def _needs_trivia(node_type: type) -> bool:
+    """A search for ``node_type`` can match trivia (``cst.Comma``, or a base such as ``cst.CSTNode``)."""
+    return issubclass(node_type, _TRIVIA_BASES) or any(issubclass(b, node_type) for b in _TRIVIA_BASES)
+
+
+def _is_trivia_name(type_name: str) -> bool:
+    node_type = getattr(cst, type_name, None)
+    return isinstance(node_type, type) and issubclass(node_type, cst.CSTNode) and _needs_trivia(node_type)
+
+
+class Visitor:
+    """A read-only ``cst.CSTVisitor`` look-alike over the fast walk.
+
+    ``visit_<Type>(node)`` runs before a node's children and may return ``False`` to skip
+    them; ``leave_<Type>(node)`` runs after. ``on_visit``/``on_leave`` can be overridden as
+    on ``CSTVisitor``. Start with ``visitor.walk(node)`` (re-entrant: a visit method may walk
+    a subtree itself). Trivia nodes are visited only if the class has a method for one of
+    them, or sets ``trivia = True``.
+    """
+
+    trivia: typing.ClassVar[bool | None] = None
+
+    def _uses_trivia(self) -> bool:
+        cls = type(self)
+        found = cls.__dict__.get("_trivia_resolved")
+        if found is None:
+            found = cls.trivia if cls.trivia is not None else any(
+                _is_trivia_name(name.split("_", 1)[1])
+                for name in dir(cls) if name.startswith(("visit_", "leave_")))
+            cls._trivia_resolved = found
+        return found
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        method = getattr(self, "visit_" + type(node).__name__, None)
+        return method is None or method(node) is not False
+
+    def on_leave(self, node: cst.CSTNode) -> None:
+        method = getattr(self, "leave_" + type(node).__name__, None)
+        if method is not None:
+            method(node)
+
+    def walk(self, root: cst.CSTNode) -> None:
+        trivia = self._uses_trivia()
+        on_visit = self.on_visit
+        on_leave = self.on_leave
+        stack: list = [root]
+        pop = stack.pop
+        push = stack.append
+        while stack:
+            item = pop()
+            if type(item) is tuple:
+                on_leave(item[0])
+                continue
+            if not on_visit(item):
+                on_leave(item)
+                continue
+            push((item,))
+            kids = children(item, trivia)
+            kids.reverse()
+            stack.extend(kids)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods._float16_scope import Kind, argument, float16_scope, tf_spelling
+from codemods._walk import Visitor
 from codemods.base import Invalid, Rule, Valid
 from codemods.names import dotted_name
 from mpfix.findings import FixSafety
@@ -45,7 +46,7 @@ def _frame() -> dict:
     return {"assigned": {}, "sequential": {}, "applied": set(), "called": set(), "pending": []}
 
 
-class _Models(cst.CSTVisitor):
+class _Models(Visitor):
     """Output layers of Sequential lists, ``model.add`` chains and functional ``Model(inputs, outputs)``.
 
     Sub-blocks are left out: a ``Sequential`` passed on as an argument or list element
@@ -394,7 +395,7 @@ def _is_keras_loss_function(resolved: str) -> bool:
     return len(parts) == 3 and parts[:2] == ["keras", "losses"] and parts[2] in _LOSS_FUNCTIONS
 
 
-class _Bindings(cst.CSTVisitor):
+class _Bindings(Visitor):
     """Every ``name = value`` / ``self.name = value`` in the module, and the functions and classes it defines."""
 
     def __init__(self) -> None:
@@ -420,10 +421,10 @@ class _ModelFacts:
 
     def __init__(self, context) -> None:
         finder = _Models(context.resolve)
-        context.module.visit(finder)
+        finder.walk(context.module)
         self.heads = finder.heads
         bindings = _Bindings()
-        context.module.visit(bindings)
+        bindings.walk(context.module)
         self.assigned = bindings.assigned
         self.defined = bindings.defined
         self.float16_heads: list[cst.Call] = []
