@@ -201,3 +201,55 @@ class Visitor:
             kids = children(item, trivia)
             kids.reverse()
             stack.extend(kids)
+
+
+def visit_batched(wrapper: "cst.MetadataWrapper", visitors: list) -> None:
+    """``wrapper.visit_batched(visitors)`` over the fast walk: the engine's one traversal per file.
+
+    Same contract as LibCST's batched traversal: every node in source order, each visitor's
+    ``visit_<Type>`` before the node's children (return value ignored) and ``leave_<Type>``
+    after them, visitors in the order given. Trivia are walked only if a visitor has a method
+    for a trivia type. Visitors that need what only LibCST's traversal gives — metadata
+    (``METADATA_DEPENDENCIES``) or attribute methods (``visit_Call_func``) — get it.
+    """
+    methods: dict[str, list] = {}
+    for visitor in visitors:
+        for name, method in visitor.get_visitors().items():
+            methods.setdefault(name, []).append(method)
+    type_names = [name.split("_", 1)[1] for name in methods]
+    if any(getattr(v, "METADATA_DEPENDENCIES", ()) for v in visitors) or not all(
+            isinstance(getattr(cst, n, None), type) and issubclass(getattr(cst, n), cst.CSTNode) for n in type_names):
+        wrapper.visit_batched(visitors)
+        return
+    trivia = any(_is_trivia_name(n) for n in type_names)
+    table = _ALL_FIELDS if trivia else _SYNTAX_FIELDS
+    dispatch: dict[type, tuple[tuple, tuple]] = {}
+    none: tuple = ()
+    stack: list = [wrapper.module]
+    pop = stack.pop
+    push = stack.append
+    while stack:
+        node = pop()
+        node_type = type(node)
+        if node_type is tuple:
+            for method in node[1]:
+                method(node[0])
+            continue
+        entry = dispatch.get(node_type)
+        if entry is None:
+            name = node_type.__name__
+            entry = dispatch[node_type] = (tuple(methods.get("visit_" + name, none)),
+                                           tuple(methods.get("leave_" + name, none)))
+        for method in entry[0]:
+            method(node)
+        if entry[1]:
+            push((node, entry[1]))
+        fields = table.get(node_type)
+        if fields is None:
+            fields = _fields(node_type, trivia)
+        for name in reversed(fields):
+            value = getattr(node, name)
+            if type(value) in _SEQUENCES:
+                stack.extend(reversed(value))
+            elif isinstance(value, cst.CSTNode):
+                push(value)
