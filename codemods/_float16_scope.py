@@ -29,7 +29,7 @@ from enum import Enum
 
 import libcst as cst
 
-from codemods._walk import Visitor, children
+from codemods._walk import Visitor, children, nodes_by_type
 from codemods.names import dotted_name
 
 FLOAT16_MAX = 65504.0
@@ -171,6 +171,7 @@ class Region:
     env: dict[str, Kind] = field(default_factory=dict)
     assigned: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
     binops: list[cst.BinaryOperation] = field(default_factory=list)
+    calls: list[cst.Call] = field(default_factory=list)  # in source order, nested classes excluded
     params: dict[str, Kind] = field(default_factory=dict)  # kinds learnt from the file's call sites
 
     @property
@@ -189,32 +190,39 @@ class _Collector(Visitor):
         self.guard_nodes: list[cst.CSTNode] = []
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        # Exact type tests: LibCST node classes are ABCs, and isinstance on them costs 4x `is`
+        # (this runs on every node of every region). None of these classes has subclasses.
         analysis = self.analysis
+        node_type = type(node)
         if node is not self.region.node:
-            if isinstance(node, cst.ClassDef):
+            if node_type is cst.ClassDef:
                 return False
-            if self.region.kind == "module" and isinstance(node, cst.FunctionDef):
+            if node_type is cst.FunctionDef and self.region.kind == "module":
                 return False
+        parent = analysis.parent
         for child in children(node):
-            analysis.parent[child] = node
+            parent[child] = node
         analysis.region_of[node] = self.region
         analysis.order[node] = len(analysis.order)
         if self.guard_depth:
             analysis.guarded.add(node)
-        test = getattr(node, "test", None) if isinstance(node, (cst.If, cst.IfExp, cst.While)) else None
-        if test is not None and _GUARD.search(analysis.module.code_for_node(test)):
-            self.guard_depth += 1
-            self.guard_nodes.append(node)
-            if isinstance(node, cst.If) and re.search(r"float16|half|fp16", analysis.module.code_for_node(test)):
-                self.region.dtype_aware = True
-        if isinstance(node, cst.BinaryOperation):
+        if node_type is cst.Call:
+            self.region.calls.append(node)
+        elif node_type is cst.BinaryOperation:
             self.region.binops.append(node)
-        if isinstance(node, cst.Assign):
+        elif node_type is cst.If or node_type is cst.IfExp or node_type is cst.While:
+            test = node.test
+            if _GUARD.search(analysis.module.code_for_node(test)):
+                self.guard_depth += 1
+                self.guard_nodes.append(node)
+                if node_type is cst.If and re.search(r"float16|half|fp16", analysis.module.code_for_node(test)):
+                    self.region.dtype_aware = True
+        elif node_type is cst.Assign:
             for target in node.targets:
                 self._bind(target.target, node.value)
-        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)) and node.value is not None:
+        elif (node_type is cst.AnnAssign or node_type is cst.AugAssign) and node.value is not None:
             self._bind(node.target, node.value)
-        elif isinstance(node, (cst.For, cst.CompFor)):
+        elif node_type is cst.For or node_type is cst.CompFor:
             self._bind(node.target, node.iter, iterating=True)
         return True
 
@@ -242,8 +250,9 @@ class _Collector(Visitor):
 class Float16Scope:
     """Regions of one module float16 can reach, with parent links and name kinds inside them."""
 
-    def __init__(self, module: cst.Module, resolve) -> None:
+    def __init__(self, module: cst.Module, resolve, index: dict[type, list[cst.CSTNode]] | None = None) -> None:
         self.module = module
+        self.index = index  # codemods._walk.nodes_by_type, shared with other analyses
         self.resolve = lambda node: _without_compat(resolve(node))
         self.order: dict[cst.CSTNode, int] = {}  # source order of region nodes
         self.parent: dict[cst.CSTNode, cst.CSTNode] = {}
@@ -305,7 +314,7 @@ class Float16Scope:
                             and self.is_layer_class(owner))
             self._add_region(region)
             # Helpers called from a region see the same tensors.
-            for call in _calls_in(func):
+            for call in region.calls:
                 target = None
                 if isinstance(call.func, cst.Name):
                     target = functions.get(call.func.value)
@@ -518,9 +527,12 @@ class Float16Scope:
     def all_calls(self) -> list[cst.Call]:
         """Every call in the module, regions or not (layers are built outside ``call``)."""
         if not hasattr(self, "_all_calls"):
-            collector = _Calls(into_classes=True)
-            collector.walk(self.module)
-            self._all_calls = collector.calls
+            if self.index is not None:
+                self._all_calls = self.index.get(cst.Call, [])
+            else:
+                collector = _Calls(into_classes=True)
+                collector.walk(self.module)
+                self._all_calls = collector.calls
         return self._all_calls
 
     def in_region(self, node: cst.CSTNode) -> Region | None:
@@ -773,17 +785,12 @@ class _Calls(Visitor):
         return self.into_classes
 
 
-def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
-    collector = _Calls()
-    collector.walk(node)
-    return collector.calls
-
-
 def float16_scope(context) -> Float16Scope:
     """The module's analysis, computed once per file and shared by every float16 rule."""
     cached = context.cache.get("float16_scope")
     if cached is None or cached.module is not context.module:
-        cached = context.cache["float16_scope"] = Float16Scope(context.module, context.resolve)
+        cached = context.cache["float16_scope"] = Float16Scope(context.module, context.resolve,
+                                                               nodes_by_type(context))
     return cached
 
 

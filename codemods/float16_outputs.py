@@ -11,7 +11,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods._float16_scope import Kind, argument, float16_scope, tf_spelling
-from codemods._walk import Visitor
+from codemods._walk import Visitor, nodes_by_type
 from codemods.base import Invalid, Rule, Valid
 from codemods.names import dotted_name
 from mpfix.findings import FixSafety
@@ -395,25 +395,16 @@ def _is_keras_loss_function(resolved: str) -> bool:
     return len(parts) == 3 and parts[:2] == ["keras", "losses"] and parts[2] in _LOSS_FUNCTIONS
 
 
-class _Bindings(Visitor):
+def _bindings(index: dict[type, list[cst.CSTNode]]) -> tuple[dict[str, list[cst.BaseExpression]], set[str]]:
     """Every ``name = value`` / ``self.name = value`` in the module, and the functions and classes it defines."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.assigned: dict[str, list[cst.BaseExpression]] = {}
-        self.defined: set[str] = set()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.defined.add(node.name.value)
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.defined.add(node.name.value)
-
-    def visit_Assign(self, node: cst.Assign) -> None:
+    assigned: dict[str, list[cst.BaseExpression]] = {}
+    for node in index.get(cst.Assign, ()):
         for target in node.targets:
             dotted = dotted_name(target.target)
             if dotted:
-                self.assigned.setdefault(dotted, []).append(node.value)
+                assigned.setdefault(dotted, []).append(node.value)
+    defined = {node.name.value for kind in (cst.FunctionDef, cst.ClassDef) for node in index.get(kind, ())}
+    return assigned, defined
 
 
 class _ModelFacts:
@@ -423,10 +414,7 @@ class _ModelFacts:
         finder = _Models(context.resolve)
         finder.walk(context.module)
         self.heads = finder.heads
-        bindings = _Bindings()
-        bindings.walk(context.module)
-        self.assigned = bindings.assigned
-        self.defined = bindings.defined
+        self.assigned, self.defined = _bindings(nodes_by_type(context))
         self.float16_heads: list[cst.Call] = []
         for _form, layer, _where in self.heads:
             resolved = context.resolve(layer.func) or ""
