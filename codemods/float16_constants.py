@@ -52,10 +52,21 @@ class Float16OverflowConstant(Rule):
     message = "Constant beyond float16's range (65504) meets a float16 tensor and becomes inf; use -3e4 or compute in float32"
     fix_safety = FixSafety.UNSAFE
     requires_float16 = True
-    # Literals past 65504 (1e5 and up, 7e4, five or more digits), infinities and dtype extremes:
-    # a regex, because bare "e5"/"inf" substrings pass nearly every file to the parser.
+    # What the rule can flag: float literals past 65504 (1e5, 7e4, 100000.0), negative integers
+    # past it (a name bound to -1000000), "inf" spelled as float("-inf")/np.inf/math.inf, and
+    # dtype extremes. A plain integer literal is never flagged (index arithmetic), so large ints
+    # do not pass a file to the parser. Each regex starts with a literal and checks what comes
+    # before it with a lookbehind: a leading \d or \b makes re try every position (0.8 s on
+    # tfm + keras, against 0.1 s).
     triggers = (
-        re.compile(r"\d[eE]\+?0*(?:[4-9]|[1-9]\d)\b|\b(?:\d{6,}|[7-9]\d{4}|6[6-9]\d{3}|65[6-9]\d\d|655[1-9]\d|6550[5-9])|\binf\b|float(?:32|64)\.m(?:in|ax)\b"),
+        re.compile(r"e(?<=\de)\+?0*(?:[4-9]|[1-9]\d)\b"),
+        re.compile(r"E(?<=\dE)\+?0*(?:[4-9]|[1-9]\d)\b"),
+        re.compile(r"\.(?:(?<=\d{6}\.)|(?<=[7-9]\d{4}\.)|(?<=6[6-9]\d{3}\.)|(?<=65[6-9]\d\d\.)|(?<=655[1-9]\d\.)"
+                   r"|(?<=6550[5-9]\.)|(?<=\d_\d{3}\.))"),
+        re.compile(r"-\s*(?:\d{6,}|[7-9]\d{4}|6[6-9]\d{3}|65[6-9]\d\d|655[1-9]\d|6550[5-9]|\d{1,3}(?:_\d{3})+)\b"),
+        re.compile(r"inf(?<=[\"'.+\-\s]inf)(?:inity)?\b"),
+        re.compile(r"Inf(?<=[\"'.+\-\s]Inf)(?:inity)?\b"),
+        re.compile(r"float(?:32|64)\.m(?:in|ax)\b"),
     )
     explanation = """
         ## What it does
@@ -327,7 +338,9 @@ class Float16UnderflowEpsilon(Rule):
     fix_safety = FixSafety.UNSAFE
     requires_float16 = True
     # Literals of 1e-6 and below (exponent or written out), and l2_normalize's default 1e-12.
-    triggers = (re.compile(r"\d[eE]-0*(?:[6-9]|[1-9]\d)\b|\b0\.00000\d|l2_normalize"),)
+    # Literal-led regexes with lookbehinds: same files as `\d[eE]-...`, 15x faster to search.
+    triggers = (re.compile(r"e-(?<=\de-)0*(?:[6-9]|[1-9]\d)\b"), re.compile(r"E-(?<=\dE-)0*(?:[6-9]|[1-9]\d)\b"),
+                re.compile(r"0\.00000\d"), "l2_normalize")
     explanation = """
         ## What it does
         Finds small constants added to float16 tensors to keep a division, `sqrt` or `log`

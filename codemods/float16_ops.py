@@ -75,7 +75,9 @@ class Float16UnsafeReduction(Rule):
     message = "Sum of squares over float16 activations overflows past 65504; compute it in float32"
     fix_safety = FixSafety.UNSAFE
     requires_float16 = True
-    triggers = (re.compile(r"l2_loss|\bsquare\s*\(|\bnorm\s*\(|reduce_variance|reduce_std|\.(?:var|std)\(|\*\*\s*2\b"),)
+    # Substrings, and regexes that start with a literal (a leading \b makes re try every position).
+    triggers = ("l2_loss", "reduce_variance", "reduce_std", ".var(", ".std(", re.compile(r"square(?<!\wsquare)\s*\("),
+                re.compile(r"norm(?<!\wnorm)\s*\("), re.compile(r"\*\*\s*2\b"))
     explanation = """
         ## What it does
         Finds `tf.nn.l2_loss`, `tf.reduce_sum(tf.square(x))`, `tf.norm`,
@@ -253,7 +255,8 @@ class Float16ExpOverflow(Rule):
     message = "`exp`/`pow` of a float16 tensor overflows (exp(x) is inf from x ≈ 11.1); use tf.nn.softmax or float32"
     fix_safety = FixSafety.UNSAFE
     requires_float16 = True
-    triggers = (re.compile(r"\b(?:exp|expm1|pow|power)\s*\("),)
+    # Literal-led (a leading \b makes re try every position): exp(, expm1(, pow(, power( as whole words.
+    triggers = (re.compile(r"exp(?<!\wexp)(?:m1)?\s*\("), re.compile(r"pow(?<!\wpow)(?:er)?\s*\("))
     explanation = """
         ## What it does
         Finds `tf.exp`, `tf.math.expm1` and `tf.pow` on tensors that are float16 under
