@@ -8,6 +8,8 @@ float16 too — regression targets of 1e5 give an inf loss at step 0.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from codemods._float16_scope import Kind, argument, float16_scope, tf_spelling
@@ -170,7 +172,9 @@ class Float16ModelOutput(Rule):
     message = "The model's output layer computes in float16 under mixed_float16; build it with dtype=\"float32\""
     fix_safety = FixSafety.UNSAFE
     requires_float16 = True
-    triggers = ("Sequential", "Model(")
+    # `Model(` as a whole word (keras.Model(, models.Model(): "Model(" alone let every
+    # `BertModel(`/`build_model(`-style call through; an aliased import (`Model as M`) still counts.
+    triggers = ("Sequential", re.compile(r"Model\((?<!\wModel\()"), "Model as ")
     explanation = """
         ## What it does
         Finds the last layer of a `Sequential` model (list or `model.add` chain) or of a
