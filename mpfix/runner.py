@@ -333,6 +333,7 @@ def _lookup(paths, job, ignored_for, store, results, bar) -> list[int]:
 def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> None:
     """Run ``todo`` in worker processes; a worker that dies (OOM killer, a crash in a C
     extension) costs its files a second, in-process try instead of hanging the run."""
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
     from dataclasses import replace
@@ -342,14 +343,18 @@ def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> No
     if store is not None:
         keyer = replace(store.keyer, clean=frozenset())  # lookups are done; workers only compute keys
     tasks = [(paths[i], ignored_for.get(paths[i], ())) for i in todo]
+    earlier = {child.pid for child in multiprocessing.active_children()}
     executor = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_init_worker,
                                    initargs=(job, keyer))
+    executor._mpfix_earlier = earlier  # children that are not this pool's workers
     try:
         for i, result in zip(todo, executor.map(_work, tasks, chunksize=_chunksize(len(tasks), workers))):
             results[i] = result
             bar.update()
     except BrokenProcessPool:
-        executor.shutdown(wait=False, cancel_futures=True)
+        # The survivors may be blocked on a queue lock the dead worker left behind: a SIGTERM
+        # handler cannot reach them there, and the executor would wait for them at exit forever.
+        _stop_workers(executor, grace=0.0)
         for i in todo:
             if results[i] is None:
                 results[i] = process_file(paths[i], job, ignored_for.get(paths[i], ()), None, keyer)
@@ -357,13 +362,34 @@ def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> No
     except BaseException:
         # Ctrl-C or SIGTERM in the parent: stop the workers now. SIGTERM makes each
         # one unwind its current file (no temp file left) and exit.
-        for process in list(getattr(executor, "_processes", {}).values()):
-            if process.is_alive():
-                process.terminate()
-        executor.shutdown(wait=False, cancel_futures=True)
+        _stop_workers(executor, grace=5.0)
         raise
     else:
         executor.shutdown(wait=True)
+
+
+def _stop_workers(executor, grace: float) -> None:
+    """Stop every worker: SIGTERM and ``grace`` seconds to unwind, then SIGKILL; no process outlives the run."""
+    import multiprocessing
+    import time
+
+    # The executor's own table may already be cleared once it knows it is broken; the
+    # processes it started are still our children, so find them there too.
+    known = list((getattr(executor, "_processes", None) or {}).values())
+    earlier = getattr(executor, "_mpfix_earlier", set())
+    ours = [c for c in multiprocessing.active_children() if c.pid not in earlier]
+    processes = [p for p in {*known, *ours} if p.is_alive()]
+    if grace > 0:
+        for process in processes:
+            process.terminate()
+        deadline = time.monotonic() + grace
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join(1.0)
+    executor.shutdown(wait=False, cancel_futures=True)
 
 
 def _install_sigterm():

@@ -151,6 +151,11 @@ def test_a_worker_that_dies_does_not_hang_the_run(tmp_path: Path, monkeypatch):
 
     monkeypatch.setattr(runner, "process_file", dying)  # inherited by forked workers
     files = _mixed(tmp_path, 12)
+    import multiprocessing
+
     results = process_all(files, _job(), jobs=2, cache=False)
     monkeypatch.setattr(runner, "process_file", real)
     assert _summary(results) == _summary(process_all(files, _job(), jobs=1, cache=False))
+    # No worker outlives the run: a survivor blocked on a queue lock would hang the
+    # interpreter's exit (it once kept a finished pytest session alive).
+    assert [p for p in multiprocessing.active_children() if p.is_alive()] == []
