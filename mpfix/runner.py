@@ -196,13 +196,43 @@ class Terminated(SystemExit):
     and exits 128 + 15, the status a shell expects of a terminated command."""
 
 
-def _raise_terminated(signum, frame):
+class _StopRequest:
+    """SIGINT/SIGTERM during a run, noted by the handler and acted on between files.
+
+    Raising from the handler would unwind from whatever bytecode runs at that moment,
+    inside LibCST or a rule, and can leave their state half-built (seen in a test: a
+    SIGTERM turned into a KeyError, swallowed, and the run went on). Between files
+    nothing is half-done; a second signal stops at once.
+    """
+
+    signum: int | None = None
+
+
+_STOP = _StopRequest()
+
+
+def _raise_for(signum: int) -> None:
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise Terminated(128 + signum)
 
 
-def _exit_worker(signum, frame):
-    # The parent stops workers with SIGTERM: unwind (write_atomic removes its temp file), then exit quietly.
-    raise SystemExit(128 + signum)
+def _note_signal(signum, frame) -> None:
+    if _STOP.signum is not None:
+        _raise_for(signum)
+    _STOP.signum = signum
+
+
+def check_stop() -> None:
+    """Raise KeyboardInterrupt/Terminated if a signal arrived since the run started."""
+    if _STOP.signum is not None:
+        _raise_for(_STOP.signum)
+
+
+def _note_worker_stop(signum, frame):
+    # The parent stops workers with SIGTERM; like the parent, a worker finishes the file in
+    # hand (a write is never cut between creating its temp file and renaming it) and leaves.
+    _STOP.signum = signum
 
 
 _WORKER: dict = {}
@@ -212,7 +242,7 @@ def _init_worker(job: Job, keyer) -> None:
     # Ctrl-C reaches the whole process group; the parent alone handles it and
     # stops the workers with SIGTERM, so workers print no tracebacks.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _exit_worker)
+    signal.signal(signal.SIGTERM, _note_worker_stop)
     _WORKER["job"] = job
     _WORKER["keyer"] = keyer
     engine_for(job)  # once per process (already built in the parent when forked)
@@ -220,12 +250,12 @@ def _init_worker(job: Job, keyer) -> None:
 
 def _work(task: tuple[Path, tuple[str, ...]]) -> FileResult:
     path, ignored = task
-    try:
-        return process_file(path, _WORKER["job"], ignored, None, _WORKER["keyer"])
-    except SystemExit as exc:
-        # SIGTERM mid-file: the write in progress has cleaned up while unwinding; the
-        # executor would report the exception and start the next file, so leave now.
-        os._exit(exc.code if isinstance(exc.code, int) else 1)
+    if _STOP.signum is not None:
+        os._exit(128 + _STOP.signum)  # the executor would only start the next file
+    result = process_file(path, _WORKER["job"], ignored, None, _WORKER["keyer"])
+    if _STOP.signum is not None:
+        os._exit(128 + _STOP.signum)
+    return result
 
 
 def default_jobs() -> int:
@@ -274,7 +304,8 @@ def process_all(paths: list[Path], job: Job, ignored_for: dict[Path, tuple[str, 
 
         store = Cache(cache_dir_for(paths), job)
     results: list[FileResult | None] = [None] * len(paths)
-    restore = _install_sigterm()
+    # Interactive review keeps Ctrl-C immediate: it must work at the y/n prompt.
+    restore = _install_signal_handlers(defer_sigint=accept is None)
     try:
         with Progress(len(paths), progress) as bar:
             todo = _lookup(paths, job, ignored_for, store, results, bar)
@@ -282,8 +313,10 @@ def process_all(paths: list[Path], job: Job, ignored_for: dict[Path, tuple[str, 
             if workers <= 1 or accept is not None:
                 keyer = store.keyer if store is not None else None
                 for i in todo:
+                    check_stop()
                     results[i] = process_file(paths[i], job, ignored_for.get(paths[i], ()), accept, keyer)
                     bar.update()
+                check_stop()
             else:
                 _run_pool(paths, todo, job, ignored_for, store, results, bar, workers)
     except Terminated:
@@ -351,6 +384,7 @@ def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> No
         for i, result in zip(todo, executor.map(_work, tasks, chunksize=_chunksize(len(tasks), workers))):
             results[i] = result
             bar.update()
+            check_stop()
     except BrokenProcessPool:
         # The survivors may be blocked on a queue lock the dead worker left behind: a SIGTERM
         # handler cannot reach them there, and the executor would wait for them at exit forever.
@@ -373,6 +407,7 @@ def _stop_workers(executor, grace: float) -> None:
     import multiprocessing
     import time
 
+    _quiet_manager_thread_crash()  # before any worker dies: the manager thread reacts at once
     # The executor's own table may already be cleared once it knows it is broken; the
     # processes it started are still our children, so find them there too.
     known = list((getattr(executor, "_processes", None) or {}).values())
@@ -392,15 +427,47 @@ def _stop_workers(executor, grace: float) -> None:
     executor.shutdown(wait=False, cancel_futures=True)
 
 
-def _install_sigterm():
-    """While files are being written, SIGTERM unwinds like Ctrl-C does (no temp file left behind)."""
+def _quiet_manager_thread_crash() -> None:
+    """Keep the executor's manager thread from printing a traceback as the pool is torn down.
+
+    Once workers are killed, CPython 3.11's manager thread fails the pending futures and
+    raises InvalidStateError on those ``map`` already cancelled (fixed in later versions);
+    it is harmless, as the run is stopping, but users would see a traceback.
+    """
+    from concurrent.futures import InvalidStateError
+    from concurrent.futures.process import _ExecutorManagerThread
+
+    previous = threading.excepthook
+    if getattr(previous, "_mpfix_quiet", False):
+        return
+
+    def hook(args):
+        if isinstance(args.thread, _ExecutorManagerThread) and issubclass(args.exc_type, InvalidStateError):
+            return
+        previous(args)
+
+    hook._mpfix_quiet = True
+    threading.excepthook = hook
+
+
+def _install_signal_handlers(defer_sigint: bool = True):
+    """Defer SIGTERM (and SIGINT) to the next file boundary while files are processed; returns a restorer."""
+    _STOP.signum = None
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
+    signals = (signal.SIGTERM, signal.SIGINT) if defer_sigint else (signal.SIGTERM,)
+    previous = {}
     try:
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+        for signum in signals:
+            previous[signum] = signal.signal(signum, _note_signal)
     except (ValueError, OSError):
-        return lambda: None
-    return lambda: signal.signal(signal.SIGTERM, previous)
+        pass
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    return restore
 
 
 def is_terminal() -> bool:
