@@ -18,6 +18,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods import Rule, RuleContext
+from codemods._walk import visit_batched
 from codemods.names import ImportTable
 from mpfix import policy as policies
 from mpfix import suppression
@@ -118,8 +119,6 @@ class Engine:
         if active:
             # LibCST's own traversal rebuilds every node it passes (2/3 of a cold check);
             # codemods._walk reads the fields in the same order with the same visit/leave calls.
-            from codemods._walk import visit_batched
-
             visit_batched(wrapper, [r(context) for r in active])
         return module, wrapper, context, active
 
