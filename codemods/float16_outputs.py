@@ -460,7 +460,9 @@ class Float16LossFunction(Rule):
     message = "Loss computed on float16 predictions (loss functions do not cast); cast `y_pred` to float32"
     fix_safety = FixSafety.UNSAFE
     requires_float16 = True
-    triggers = ("losses",)
+    # The losses module in use (`losses.mse(`, `losses.MeanSquaredError`, `from … losses import`),
+    # not every `model.losses` or `total_losses`.
+    triggers = (re.compile(r"\blosses\.(?:[a-z_]\w*\s*\(|[A-Z])|^[ \t]*(?:from|import)[ \t][^\n]*\blosses\b", re.M),)
     explanation = """
         ## What it does
         Finds Keras loss *functions* (`keras.losses.mean_squared_error(y, pred)`,

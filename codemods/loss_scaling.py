@@ -1179,6 +1179,7 @@ class OptimizerOutsideStrategyScope(Rule):
                "build the optimizer (and its LossScaleOptimizer) inside the scope")
     fix_safety = FixSafety.NONE
     triggers = ("scope()",)
+    also_requires = ("optimizer",)  # every optimizer build mpfix can see names `optimizers` somewhere
     explanation = """
         ## What it does
         Finds an optimizer or `LossScaleOptimizer` built outside `with strategy.scope():` in a
