@@ -199,6 +199,11 @@ class Cache:
     def add_findings(self, key: bytes, want_edits: bool, findings: list) -> None:
         self._used_findings[self._findings_key(key, want_edits)] = [finding_to_dict(f) for f in findings]
 
+    @property
+    def empty(self) -> bool:
+        """Nothing stored for these settings yet (a cold run: no file can be answered from here)."""
+        return not self.loaded and not self._findings_file.exists()
+
     def hit(self, key: bytes) -> bool:
         if key in self.keyer.clean:
             self.used.add(key)

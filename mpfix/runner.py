@@ -335,7 +335,9 @@ def process_all(paths: list[Path], job: Job, ignored_for: dict[Path, tuple[str, 
 
 def _lookup(paths, job, ignored_for, store, results, bar) -> list[int]:
     """Fill in the cached results; the indices of the files left to process."""
-    if store is None:
+    if store is None or store.empty:
+        # Cold: reading and hashing every file here first would only delay the workers,
+        # which compute the keys of what they prove clean anyway.
         return list(range(len(paths)))
     todo = []
     for i, path in enumerate(paths):
