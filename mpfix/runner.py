@@ -192,8 +192,8 @@ def process_file(path: Path, job: Job, ignored: tuple[str, ...] = (), accept=Non
 # -- many files ----------------------------------------------------------------------------
 
 class Terminated(SystemExit):
-    """SIGTERM while files are processed: unwinds (every write in progress removes its temp file)
-    and exits 128 + 15, the status a shell expects of a terminated command."""
+    """SIGTERM while files are processed, raised between two files: exits 128 + 15, the
+    status a shell expects of a terminated command (files already fixed keep their fixes)."""
 
 
 class _StopRequest:
