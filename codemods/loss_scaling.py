@@ -23,7 +23,6 @@ import libcst as cst
 
 from codemods._training_step import (
     LSO,
-    SCALE_METHODS,
     UNSCALE_METHOD,
     Analysis,
     Flow,

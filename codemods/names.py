@@ -37,12 +37,6 @@ def dotted_name(node: cst.BaseExpression) -> str | None:
     return ".".join(reversed(parts))
 
 
-def _module_name(node: cst.BaseExpression | None) -> str | None:
-    if node is None:
-        return None
-    return dotted_name(node)
-
-
 def canonical(qualified: str) -> str:
     """Fold the spellings of Keras into ``keras.…`` and drop TF's ``compat.v2``."""
     for prefix in _KERAS_PREFIXES:
@@ -123,7 +117,7 @@ class ImportTable:
     def _add_import_from(self, node: cst.ImportFrom) -> None:
         if node.relative:
             return
-        base = _module_name(node.module)
+        base = dotted_name(node.module) if node.module is not None else None
         if base is None:
             return
         self.modules.add(base)

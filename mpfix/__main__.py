@@ -1,4 +1,4 @@
 from mpfix.cli import main
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="mpfix")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 import importlib
 import sys
-from pathlib import Path
 
 import click
 
@@ -33,6 +32,14 @@ class LazyGroup(click.Group):
             module_name, attr = self.lazy[name].split(":")
             return getattr(importlib.import_module(module_name), attr)
         return super().get_command(ctx, name)
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            # click would print "Aborted!" and exit 1, which reads as "findings".
+            click.echo("mpfix: interrupted", err=True)
+            sys.exit(130)
 
 
 LAZY_COMMANDS = {
@@ -60,12 +67,9 @@ def cli() -> None:
     """
 
 
-def main() -> None:
-    try:
-        cli(prog_name="mpfix")
-    except KeyboardInterrupt:  # pragma: no cover - interactive only
-        click.echo("mpfix: interrupted", err=True)
-        sys.exit(130)
+# The console script's target is the click group itself, so tools that drive click
+# commands (CliRunner, documentation generators) can use the entry point directly.
+main = cli
 
 
 def unified_diff(path: str, old: str, new: str) -> str:

@@ -94,9 +94,9 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
         results = process_all(files, job, ignored_for, jobs=jobs, cache=not no_cache and accept is None,
                               progress=is_terminal() and not quiet, accept=accept)
     except KeyboardInterrupt:
-        # click would print "Aborted!" and exit 1, which reads as "findings".
-        click.echo("mpfix: interrupted; files already fixed keep their fixes, the rest are untouched", err=True)
-        sys.exit(130)
+        # Said here because only here is it true; the group then exits 130.
+        click.echo("mpfix: files already fixed keep their fixes, the rest are untouched", err=True)
+        raise
     for r in results:
         errors.extend(r.errors)
     findings = [f for r in results for f in r.findings]

@@ -22,7 +22,7 @@ from codemods._walk import visit_batched
 from codemods.names import ImportTable
 from mpfix import policy as policies
 from mpfix import suppression
-from mpfix.findings import Edit, FileError, Finding, Fix, FixSafety, Position
+from mpfix.findings import Edit, FileError, Finding, Fix, Position
 from mpfix.target import generation_for, selects_legacy_keras
 
 MAX_FIX_PASSES = 10
@@ -102,8 +102,11 @@ class Engine:
         return rules
 
     # -- one pass ----------------------------------------------------------------------
-    def _run(self, text: str, path: Path, rules: list[type[Rule]]) -> tuple[cst.Module, MetadataWrapper, RuleContext, list[type[Rule]]]:
-        module = cst.parse_module(text)
+    def _run(self, text: str, path: Path, rules: list[type[Rule]], module: cst.Module | None = None,
+             ) -> tuple[cst.Module, MetadataWrapper, RuleContext, list[type[Rule]]]:
+        """Parse ``text`` (unless ``module`` is its parse already) and run ``rules`` over it in one pass."""
+        if module is None:
+            module = cst.parse_module(text)
         imports = ImportTable(module)
         keras = generation_for(self.options.keras,
                                imports.imports_module("tf_keras") or selects_legacy_keras(text))
@@ -200,10 +203,10 @@ class Engine:
             new_text, count = apply_fixes(module, wrapper, fixes)
             if new_text == current:
                 return LintResult(findings=findings, fixed_text=current if current != text else None, applied=applied)
-            _validate(new_text, str(path), original_compiles)
+            parsed = _validate(new_text, str(path), original_compiles)
             applied += count
             current = new_text
-            module, wrapper, context, _ = self._run(current, path, rules)
+            module, wrapper, context, _ = self._run(current, path, rules, parsed)
             findings = self._findings(current, path, wrapper, context)
         raise FixError(f"fixes did not converge after {MAX_FIX_PASSES} passes")
 
@@ -216,13 +219,15 @@ def _compiles(text: str, filename: str) -> bool:
     return True
 
 
-def _validate(text: str, filename: str, must_compile: bool) -> None:
+def _validate(text: str, filename: str, must_compile: bool) -> cst.Module:
+    """The fixed text parsed (reused for the next pass); FixError if it does not parse or compile."""
     try:
-        cst.parse_module(text)
+        module = cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
         raise FixError(f"a fix produced code that does not parse ({exc.message} at line {exc.raw_line})") from exc
     if must_compile and not _compiles(text, filename):
         raise FixError("a fix produced code that does not compile")
+    return module
 
 
 class _Replace(cst.CSTTransformer):
@@ -344,10 +349,3 @@ def text_edits(old: str, new: str) -> list[Edit]:
         edits.append(Edit(_offset_to_position(starts, begin), _offset_to_position(starts, end),
                           b[prefix: len(b) - suffix]))
     return edits
-
-
-def fix_safety_of(findings: list[Finding]) -> dict[FixSafety, int]:
-    counts: dict[FixSafety, int] = {}
-    for f in findings:
-        counts[f.fix_safety] = counts.get(f.fix_safety, 0) + 1
-    return counts

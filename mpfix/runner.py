@@ -57,7 +57,6 @@ class Job:
     mode: Mode
     want_edits: bool = False
     max_file_bytes: int = 10 * 1024 * 1024
-    ignored_by_path: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 _ENGINES: dict[tuple, Engine] = {}

@@ -53,13 +53,6 @@ def installed_generation() -> int | None:
     return None
 
 
-def describe_installed() -> str:
-    gen = installed_generation()
-    if gen is None:
-        return f"no TensorFlow/Keras installed: assuming Keras {DEFAULT}"
-    return f"Keras {gen} (from installed packages)"
-
-
 # A script that selects legacy Keras itself, before importing TensorFlow:
 # os.environ["TF_USE_LEGACY_KERAS"] = "1" / os.environ.setdefault("TF_USE_LEGACY_KERAS", "1").
 _SETS_LEGACY_KERAS = re.compile(
