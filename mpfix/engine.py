@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper
 
 from codemods import Rule, RuleContext
 from codemods._walk import visit_batched
@@ -23,6 +23,8 @@ from codemods.names import ImportTable
 from mpfix import policy as policies
 from mpfix import suppression
 from mpfix.findings import Edit, FileError, Finding, Fix, Position
+from mpfix.parsing import parse_module
+from mpfix.positions import positions_of
 from mpfix.target import generation_for, selects_legacy_keras
 
 MAX_FIX_PASSES = 10
@@ -103,10 +105,10 @@ class Engine:
 
     # -- one pass ----------------------------------------------------------------------
     def _run(self, text: str, path: Path, rules: list[type[Rule]], module: cst.Module | None = None,
-             ) -> tuple[cst.Module, MetadataWrapper, RuleContext, list[type[Rule]]]:
+             ) -> tuple[cst.Module, RuleContext]:
         """Parse ``text`` (unless ``module`` is its parse already) and run ``rules`` over it in one pass."""
         if module is None:
-            module = cst.parse_module(text)
+            module = parse_module(text)
         imports = ImportTable(module)
         keras = generation_for(self.options.keras,
                                imports.imports_module("tf_keras") or selects_legacy_keras(text))
@@ -118,17 +120,16 @@ class Engine:
             r for r in rules
             if keras in r.keras_generations and (not r.requires_float16 or context.float16)
         ]
-        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         if active:
             # LibCST's own traversal rebuilds every node it passes (2/3 of a cold check);
             # codemods._walk reads the fields in the same order with the same visit/leave calls.
-            visit_batched(wrapper, [r(context) for r in active])
-        return module, wrapper, context, active
+            visit_batched(MetadataWrapper(module, unsafe_skip_copy=True), [r(context) for r in active])
+        return module, context
 
-    def _findings(self, text: str, path: Path, wrapper: MetadataWrapper, context: RuleContext) -> list[Finding]:
+    def _findings(self, text: str, path: Path, context: RuleContext) -> list[Finding]:
         if not context.reports:
             return []
-        positions = wrapper.resolve(PositionProvider)
+        positions = positions_of(context.module, [report.node for _, report in context.reports])
         suppressions = suppression.parse(text)
         findings = []
         for rule, report in context.reports:
@@ -155,20 +156,20 @@ class Engine:
         if not rules:
             return LintResult()
         try:
-            module, wrapper, context, _ = self._run(text, path, rules)
+            module, context = self._run(text, path, rules)
         except cst.ParserSyntaxError as exc:
             return LintResult(errors=[_syntax_error(name, text, exc)])
         except RecursionError:
             return LintResult(errors=[FileError(name, "file is nested too deeply for the parser")])
-        findings = self._findings(text, path, wrapper, context)
+        findings = self._findings(text, path, context)
         if edits:
             for finding in findings:
                 if finding.fix is not None and finding.fix.changes:
-                    finding.edits = _edits_for(module, text, wrapper, finding.fix)
+                    finding.edits = _edits_for(module, text, finding.fix)
         result = LintResult(findings=findings)
         if fix:
             try:
-                result = self._fix_until_stable(text, path, rules, findings, module, wrapper, accept)
+                result = self._fix_until_stable(text, path, rules, findings, module, accept)
             except FixError as exc:
                 result.errors.append(FileError(name, f"internal error: {exc}; nothing was written"))
         for finding in result.findings:
@@ -178,7 +179,7 @@ class Engine:
                                   description=finding.fix.description, imports=finding.fix.imports)
         return result
 
-    def _fix_until_stable(self, text, path, rules, findings, module, wrapper, accept=None) -> LintResult:
+    def _fix_until_stable(self, text, path, rules, findings, module, accept=None) -> LintResult:
         original_compiles = _compiles(text, str(path))
         applied = 0
         current = text
@@ -193,21 +194,21 @@ class Engine:
                 if not f.fixable(self.options.unsafe_fixes) or key in declined:
                     continue
                 if accept is not None:
-                    after, _ = apply_fixes(module, wrapper, [f.fix])
+                    after, _ = apply_fixes(module, [f.fix])
                     if not accept(f, current, after):
                         declined.add(key)
                         continue
                 fixes.append(f.fix)
             if not fixes:
                 return LintResult(findings=findings, fixed_text=current if current != text else None, applied=applied)
-            new_text, count = apply_fixes(module, wrapper, fixes)
+            new_text, count = apply_fixes(module, fixes)
             if new_text == current:
                 return LintResult(findings=findings, fixed_text=current if current != text else None, applied=applied)
             parsed = _validate(new_text, str(path), original_compiles)
             applied += count
             current = new_text
-            module, wrapper, context, _ = self._run(current, path, rules, parsed)
-            findings = self._findings(current, path, wrapper, context)
+            module, context = self._run(current, path, rules, parsed)
+            findings = self._findings(current, path, context)
         raise FixError(f"fixes did not converge after {MAX_FIX_PASSES} passes")
 
 
@@ -222,7 +223,7 @@ def _compiles(text: str, filename: str) -> bool:
 def _validate(text: str, filename: str, must_compile: bool) -> cst.Module:
     """The fixed text parsed (reused for the next pass); FixError if it does not parse or compile."""
     try:
-        module = cst.parse_module(text)
+        module = parse_module(text)
     except cst.ParserSyntaxError as exc:
         raise FixError(f"a fix produced code that does not parse ({exc.message} at line {exc.raw_line})") from exc
     if must_compile and not _compiles(text, filename):
@@ -258,9 +259,9 @@ def _overlaps(a, b) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
-def apply_fixes(module: cst.Module, wrapper: MetadataWrapper, fixes: list[Fix]) -> tuple[str, int]:
+def apply_fixes(module: cst.Module, fixes: list[Fix]) -> tuple[str, int]:
     """Apply the fixes whose nodes do not overlap an earlier fix's; return (code, count)."""
-    positions = wrapper.resolve(PositionProvider)
+    positions = positions_of(module, [node for fix in fixes for node in fix.changes])
     taken: list = []
     changes: dict = {}
     imports: list[str] = []
@@ -320,9 +321,9 @@ def _line_starts(text: str) -> list[int]:
     return starts
 
 
-def _edits_for(module: cst.Module, text: str, wrapper: MetadataWrapper, fix: Fix) -> list[Edit]:
+def _edits_for(module: cst.Module, text: str, fix: Fix) -> list[Edit]:
     """The fix as textual edits (Ruff's JSON ``fix.edits``): minimal changed regions."""
-    new_text, _ = apply_fixes(module, wrapper, [fix])
+    new_text, _ = apply_fixes(module, [fix])
     return text_edits(text, new_text)
 
 
