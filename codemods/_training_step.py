@@ -23,12 +23,12 @@ not a plain name at the gradient call.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterator
 
 import libcst as cst
 
+from codemods._walk import children, walk
 from codemods.base import RuleContext
 from codemods.names import dotted_name
 
@@ -152,42 +152,8 @@ class Analysis:
 
 
 # --------------------------------------------------------------------------- helpers
-# LibCST's visitor machinery rebuilds each node it passes; these rules only read, and walking
-# the dataclass fields directly is several times cheaper (the analysis runs on every file that
-# mentions GradientTape).
-_SKIP_FIELDS = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after",
-                "trailing_whitespace", "header", "footer", "equal", "dot", "colon", "star", "operator",
-                "asynchronous", "newline", "indent", "prefix", "quote")
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _fields(node: cst.CSTNode) -> tuple[str, ...]:
-    kind = type(node)
-    names = _FIELDS.get(kind)
-    if names is None:
-        names = tuple(f.name for f in dataclasses.fields(kind) if not f.name.startswith(_SKIP_FIELDS))
-        _FIELDS[kind] = names
-    return names
-
-
-def _children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    for name in _fields(node):
-        value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            yield value
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                if isinstance(item, cst.CSTNode):
-                    yield item
-
-
-def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """``node`` and every node below it (pre-order)."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(list(_children(current))))
+# Read-only walks over the dataclass fields (codemods._walk): LibCST's visitor machinery
+# rebuilds each node it passes, and this analysis runs on every file that mentions a tape.
 
 
 def names_in(node: cst.CSTNode | None) -> set[str]:
@@ -203,7 +169,7 @@ def names_in(node: cst.CSTNode | None) -> set[str]:
         elif isinstance(current, cst.Attribute):
             stack.append(current.value)
         else:
-            stack.extend(_children(current))
+            stack.extend(children(current))
     return found
 
 
@@ -213,12 +179,15 @@ def calls_in(node: cst.CSTNode) -> list[tuple[cst.Call, bool]]:
     stack: list[tuple[cst.CSTNode, bool]] = [(node, False)]
     while stack:
         current, ifexp = stack.pop()
-        if isinstance(current, (cst.FunctionDef, cst.ClassDef)) and current is not node:
+        kind = type(current)  # final node classes: cheaper than isinstance on every node
+        if (kind is cst.FunctionDef or kind is cst.ClassDef) and current is not node:
             continue
-        if isinstance(current, cst.Call):
+        if kind is cst.Call:
             found.append((current, ifexp))
-        inner = ifexp or isinstance(current, cst.IfExp)
-        stack.extend((child, inner) for child in reversed(list(_children(current))))
+        inner = ifexp or kind is cst.IfExp
+        kids = children(current)
+        kids.reverse()
+        stack.extend([(child, inner) for child in kids])
     return found
 
 
