@@ -247,14 +247,15 @@ def _init_worker(job: Job, keyer) -> None:
     engine_for(job)  # once per process (already built in the parent when forked)
 
 
-def _work(task: tuple[Path, tuple[str, ...]]) -> FileResult:
-    path, ignored = task
-    if _STOP.signum is not None:
-        os._exit(128 + _STOP.signum)  # the executor would only start the next file
-    result = process_file(path, _WORKER["job"], ignored, None, _WORKER["keyer"])
+def _work(batch: list[tuple[Path, tuple[str, ...]]]) -> list[FileResult]:
+    results = []
+    for path, ignored in batch:
+        if _STOP.signum is not None:
+            os._exit(128 + _STOP.signum)  # the executor would only start the next file
+        results.append(process_file(path, _WORKER["job"], ignored, None, _WORKER["keyer"]))
     if _STOP.signum is not None:
         os._exit(128 + _STOP.signum)
-    return result
+    return results
 
 
 def default_jobs() -> int:
@@ -276,11 +277,33 @@ def _pool_context():
     return multiprocessing.get_context("spawn")
 
 
-def _chunksize(count: int, workers: int) -> int:
-    # ~16 chunks per worker: few enough that pickling overhead stays small,
-    # enough that one slow file (a 5,000-line module parses in ~1 s) does not
-    # leave the other workers idle at the end.
-    return max(1, min(32, count // (workers * 16)))
+def _batches(paths: list[Path], todo: list[int], workers: int) -> list[list[int]]:
+    """``todo`` in batches for the workers: largest files first, about equal bytes per batch.
+
+    Parse time follows size, and one 7,000-line module takes a second and a half: started
+    last, it would leave the other workers idle while it runs. Largest first, with
+    ~32 batches per worker, the run ends on small files; batching keeps the messages
+    to and from the workers few.
+    """
+    sizes: dict[int, int] = {}
+    for i in todo:
+        try:
+            sizes[i] = paths[i].stat().st_size
+        except OSError:
+            sizes[i] = 0  # process_file reports it
+    target = max(1, sum(sizes.values()) // (workers * 32))
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    weight = 0
+    for i in sorted(todo, key=lambda i: -sizes[i]):
+        batch.append(i)
+        weight += sizes[i]
+        if weight >= target:
+            batches.append(batch)
+            batch, weight = [], 0
+    if batch:
+        batches.append(batch)
+    return batches
 
 
 def process_all(paths: list[Path], job: Job, ignored_for: dict[Path, tuple[str, ...]] | None = None, *,
@@ -376,15 +399,17 @@ def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> No
     keyer = None
     if store is not None:
         keyer = replace(store.keyer, clean=frozenset())  # lookups are done; workers only compute keys
-    tasks = [(paths[i], ignored_for.get(paths[i], ())) for i in todo]
+    batches = _batches(paths, todo, workers)
+    tasks = [[(paths[i], ignored_for.get(paths[i], ())) for i in batch] for batch in batches]
     earlier = {child.pid for child in multiprocessing.active_children()}
     executor = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_init_worker,
                                    initargs=(job, keyer))
     executor._mpfix_earlier = earlier  # children that are not this pool's workers
     try:
-        for i, result in zip(todo, executor.map(_work, tasks, chunksize=_chunksize(len(tasks), workers))):
-            results[i] = result
-            bar.update()
+        for batch, batch_results in zip(batches, executor.map(_work, tasks)):
+            for i, result in zip(batch, batch_results):
+                results[i] = result
+                bar.update()
             check_stop()
     except BrokenProcessPool:
         # The survivors may be blocked on a queue lock the dead worker left behind: a SIGTERM

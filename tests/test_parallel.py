@@ -104,11 +104,21 @@ def test_no_pool_where_it_cannot_pay_off(tmp_path: Path, monkeypatch, case: str)
     assert sum(1 for r in results if r.findings) == 1
 
 
-def test_chunks_keep_workers_busy_and_ipc_small():
-    assert runner._chunksize(1, 2) == 1
-    assert runner._chunksize(100, 2) == 3
-    assert runner._chunksize(1250, 2) == 32  # capped: one slow file cannot hold back a large chunk
-    assert runner._chunksize(1250, 2) * 2 * 16 <= 1250
+def test_batches_start_with_the_largest_files_and_cover_each_file_once(tmp_path):
+    sizes = [10, 5_000, 300, 0, 80_000, 1_200, 40, 40, 700, 20_000]
+    paths = []
+    for n, size in enumerate(sizes):
+        path = tmp_path / f"m{n}.py"
+        path.write_text("#" * size)
+        paths.append(path)
+    paths.append(tmp_path / "deleted.py")  # gone since discovery: still scheduled, reported later
+    todo = list(range(len(paths)))
+    batches = runner._batches(paths, todo, workers=2)
+    flat = [i for batch in batches for i in batch]
+    assert sorted(flat) == todo
+    assert flat[0] == sizes.index(80_000) and batches[0] == [flat[0]]  # alone: it is a whole batch's worth
+    assert [paths[i].stat().st_size for i in flat[:-1]] == sorted(sizes, reverse=True)
+    assert len(runner._batches(paths, [3, 10], workers=2)) == 1  # nothing to weigh: one batch, no division by 0
 
 
 def test_progress_line_only_for_long_runs():
