@@ -261,6 +261,7 @@ class Float16Scope:
         self.regions: list[Region] = []
         self.module_constants: dict[str, cst.BaseExpression] = {}
         self.classes: dict[str, cst.ClassDef] = {}
+        self._float32_state: dict[cst.ClassDef, bool] = {}
         # Names bound by imports (relative ones too): helpers from other files whose result
         # dtype this file cannot see.
         self.imported: set[str] = _imported_names(module)
@@ -409,10 +410,16 @@ class Float16Scope:
             if learnt:
                 region.params.update(learnt)
                 self._compute_env(region)
+    def _float32_state_class(self, owner: cst.ClassDef) -> bool:
+        found = self._float32_state.get(owner)
+        if found is None:  # once per class, not once per method
+            found = self._float32_state[owner] = _FLOAT32_STATE_CLASS.search(
+                " ".join([owner.name.value, *(self.module.code_for_node(b.value) for b in owner.bases)])) is not None
+        return found
+
     def _seed_kind(self, func: cst.FunctionDef, owner: cst.ClassDef | None) -> str | None:
         name = func.name.value
-        if owner is not None and _FLOAT32_STATE_CLASS.search(
-                " ".join([owner.name.value, *(self.module.code_for_node(b.value) for b in owner.bases)])):
+        if owner is not None and self._float32_state_class(owner):
             # Optimizers update and regularizers penalise float32 variables (the policy's
             # variable dtype); metrics cast their inputs to their own float32 dtype.
             return None

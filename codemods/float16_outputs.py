@@ -460,9 +460,12 @@ class Float16LossFunction(Rule):
     message = "Loss computed on float16 predictions (loss functions do not cast); cast `y_pred` to float32"
     fix_safety = FixSafety.UNSAFE
     requires_float16 = True
-    # The losses module in use (`losses.mse(`, `losses.MeanSquaredError`, `from … losses import`),
-    # not every `model.losses` or `total_losses`.
-    triggers = (re.compile(r"\blosses\.(?:[a-z_]\w*\s*\(|[A-Z])|^[ \t]*(?:from|import)[ \t][^\n]*\blosses\b", re.M),)
+    # The losses module in use (`losses.mse(`, `losses.MeanSquaredError`, an import line naming
+    # `losses` before or after `import`), not every `model.losses` or `total_losses`. Each regex
+    # starts with a literal, which `re` finds fast (a leading `\b` or `^` is tried everywhere).
+    triggers = (re.compile(r"losses(?<!\wlosses)\.(?:[a-z_]\w*\s*\(|[A-Z])"),
+                re.compile(r"import[ \t][^\n]*\blosses\b"),
+                re.compile(r"losses(?<!\wlosses)\b[^\n]*[ \t]import\b"))
     explanation = """
         ## What it does
         Finds Keras loss *functions* (`keras.losses.mean_squared_error(y, pred)`,
