@@ -130,7 +130,7 @@ class _Models(Visitor):
             # blocks.append(block): a Sequential collected as a stage of a bigger model.
             frame["called"].update(a.value.value for a in node.args if isinstance(a.value, cst.Name))
         resolved = self.resolve(node.func) or ""
-        if resolved in ("keras.Sequential", "keras.models.Sequential"):
+        if resolved in _MODEL_CONSTRUCTORS and resolved.endswith("Sequential"):
             layers = argument(node, "layers", 0)
             parent = self.stack[-2] if len(self.stack) > 1 else None
             if isinstance(parent, (cst.Arg, cst.Element)):
@@ -142,7 +142,7 @@ class _Models(Visitor):
                 last = layers.value.elements[-1].value
                 if isinstance(last, cst.Call):
                     frame["pending"].append(("list", last, layers.value, name))
-        elif resolved in ("keras.Model", "keras.models.Model"):
+        elif resolved in _MODEL_CONSTRUCTORS:
             outputs = argument(node, "outputs", 1)
             if outputs is None:
                 return
@@ -415,10 +415,14 @@ class _ModelFacts:
     """What the file says about its models' outputs, computed once for MP205 and MP207."""
 
     def __init__(self, context) -> None:
-        finder = _Models(context.resolve)
-        finder.walk(context.module)
-        self.heads = finder.heads
-        self.assigned, self.defined = _bindings(nodes_by_type(context))
+        index = nodes_by_type(context)
+        self.heads = []
+        # _Models finds heads only at these constructors: without one, skip its walk of the module.
+        if any(context.resolve(call.func) in _MODEL_CONSTRUCTORS for call in index.get(cst.Call, ())):
+            finder = _Models(context.resolve)
+            finder.walk(context.module)
+            self.heads = finder.heads
+        self.assigned, self.defined = _bindings(index)
         self.float16_heads: list[cst.Call] = []
         for _form, layer, _where in self.heads:
             resolved = context.resolve(layer.func) or ""

@@ -15,6 +15,7 @@ _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[
 _IGNORE = re.compile(r"#\s*mpfix:\s*ignore(?:\[(?P<codes>[^\]]*)\])?", re.IGNORECASE)
 _FILE = re.compile(r"^#\s*mpfix:\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?\s*$", re.IGNORECASE)
 _ALL = "*"
+_MAYBE = re.compile(r"noqa|mpfix", re.IGNORECASE)
 
 
 @dataclass
@@ -54,6 +55,8 @@ def _comments(text: str):
 def parse(text: str) -> Suppressions:
     """Collect the suppressions of one file (only called when it has findings)."""
     result = Suppressions()
+    if not _MAYBE.search(text):
+        return result  # no suppression comment can be there: skip tokenizing the file
     for line, comment in _comments(text):
         whole = _FILE.match(comment.strip())
         if whole is not None:
