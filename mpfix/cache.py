@@ -117,9 +117,29 @@ class Keyer:
     _roots: dict[str, str] = field(default_factory=dict, repr=False)
 
     def key(self, path: Path, data: bytes, ignored: tuple[str, ...] = ()) -> bytes:
+        """The key a result for ``data`` is stored under."""
+        return self._key(data, ignored, self._project_policy(path, data, ignored))
+
+    def lookup_keys(self, path: Path, data: bytes, ignored: tuple[str, ...] = ()):
+        """The keys ``data`` can have been stored under, cheapest first; one of them is ``key()``.
+
+        A file no float16 trigger matches is stored without the project's policy, one that
+        some trigger matches with it; the same bytes always take the same side. So a lookup
+        can try the first key and then the second, and skip running the triggers over every
+        file (a third of a warm run).
+        """
+        independent = self._key(data, ignored, "")
+        yield independent
+        if self.project_policy and self.float16_triggers:
+            dependent = self._key(data, ignored, self._policy_of(path))
+            if dependent != independent:
+                yield dependent
+
+    @staticmethod
+    def _key(data: bytes, ignored: tuple[str, ...], policy: str) -> bytes:
         digest = hashlib.blake2b(data, digest_size=_DIGEST)
         digest.update(b"\0" + ",".join(ignored).encode())
-        digest.update(b"\0" + self._project_policy(path, data, ignored).encode())
+        digest.update(b"\0" + policy.encode())
         return digest.digest()
 
     def _project_policy(self, path: Path, data: bytes, ignored: tuple[str, ...]) -> str:
@@ -134,6 +154,9 @@ class Keyer:
             for code, triggers in self.float16_triggers
         ):
             return ""
+        return self._policy_of(path)
+
+    def _policy_of(self, path: Path) -> str:
         from mpfix import policy as policies
 
         folder = str(path.parent)

@@ -392,12 +392,17 @@ def _lookup(paths, job, ignored_for, store, results, bar) -> list[int]:
         except (OSError, SourceError):
             todo.append(i)  # process_file reports it
             continue
-        key = store.keyer.key(path, data, ignored_for.get(path, ()))
-        if store.hit(key):
+        clean, findings = False, None
+        for key in store.keyer.lookup_keys(path, data, ignored_for.get(path, ())):
+            clean = store.hit(key)
+            if not clean and job.mode is Mode.CHECK:
+                findings = store.cached_findings(key, job.want_edits, str(path))
+            if clean or findings is not None:
+                break
+        if clean:
             results[i] = FileResult(path=path, cached=True)
             bar.update()
             continue
-        findings = store.cached_findings(key, job.want_edits, str(path)) if job.mode is Mode.CHECK else None
         if findings is None:
             todo.append(i)
             continue

@@ -153,6 +153,33 @@ def test_a_policy_change_elsewhere_in_the_project_invalidates_clean_entries(proj
     assert not second.cached and code in [f.code for f in second.findings]
 
 
+def test_the_stored_key_is_one_a_lookup_tries_and_warm_lookups_run_no_trigger(project: Path, monkeypatch):
+    import codemods.base
+
+    code, layer_text = _float16_example()
+    train = 'import tensorflow as tf\ntf.keras.mixed_precision.set_global_policy("mixed_float16")\n'
+    files = _files(project, {"clean.py": CLEAN, "model/layers.py": layer_text, "train.py": train})
+    policies.policy_in_project.cache_clear()
+    keyer = cache_mod._keyer_for(_job())
+    for path in files:
+        data = path.read_bytes()
+        tried = list(keyer.lookup_keys(path, data))
+        assert keyer.key(path, data) in tried and len(set(tried)) == len(tried)
+    # Without a float16 trigger the key does not depend on the project: the first one tried.
+    assert keyer.key(files[0], files[0].read_bytes()) == next(keyer.lookup_keys(files[0], files[0].read_bytes()))
+    assert keyer.key(files[1], layer_text.encode()) != next(keyer.lookup_keys(files[1], layer_text.encode()))
+
+    first = process_all(files, _job(), jobs=1)
+    assert code in [f.code for f in first[1].findings]
+    calls = []
+    real = codemods.base.triggered
+    monkeypatch.setattr(codemods.base, "triggered", lambda *args: calls.append(args) or real(*args))
+    second = process_all(files, _job(), jobs=1)
+    assert [r.cached for r in second] == [True, True, True]
+    assert [f.code for f in second[1].findings] == [f.code for f in first[1].findings]
+    assert calls == []
+
+
 def test_no_cache_neither_reads_nor_writes(project: Path):
     (path,) = _files(project, {"a.py": CLEAN})
     process_all([path], _job(), jobs=1, cache=False)
