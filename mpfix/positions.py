@@ -12,13 +12,21 @@ node on real code).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import libcst as cst
-from libcst._position import CodePosition, CodeRange
-from libcst._nodes.internal import CodegenState
+from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
-from libcst.metadata.position_provider import NEWLINE_RE
+try:  # LibCST's code generator state is internal: without it, PositionProvider does the work.
+    from libcst._nodes.internal import CodegenState
+except ImportError:  # pragma: no cover - a LibCST that moved it
+    CodegenState = object  # type: ignore[assignment,misc]
+    _LAZY = False
+else:
+    _LAZY = True
+
+NEWLINE_RE = re.compile(r"\r\n?|\n")  # PositionProvider's definition of a line break
 
 
 class _Placed(Exception):
@@ -132,6 +140,9 @@ def positions_of(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> dict[cst.C
     asked = set(nodes)
     if not asked:
         return {}
+    if not _LAZY:  # pragma: no cover
+        ranges = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        return {node: ranges[node] for node in asked if node in ranges}
     state = _LazyPositionState(module, asked)
     try:
         module._codegen(state)

@@ -291,13 +291,15 @@ _GC_THRESHOLDS = (10_000, 10, 10)
 def _collector_tuned():
     """The cyclic collector set for many short-lived LibCST trees; restored afterwards."""
     before = gc.get_threshold()
+    frozen_by_caller = gc.get_freeze_count() > 0  # an embedding program's own freeze stays
     gc.freeze()
     gc.set_threshold(*_GC_THRESHOLDS)
     try:
         yield
     finally:
         gc.set_threshold(*before)
-        gc.unfreeze()
+        if not frozen_by_caller:
+            gc.unfreeze()
 
 
 def _batches(paths: list[Path], todo: list[int], workers: int) -> list[list[int]]:

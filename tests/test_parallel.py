@@ -169,3 +169,24 @@ def test_a_worker_that_dies_does_not_hang_the_run(tmp_path: Path, monkeypatch):
     # No worker outlives the run: a survivor blocked on a queue lock would hang the
     # interpreter's exit (it once kept a finished pytest session alive).
     assert [p for p in multiprocessing.active_children() if p.is_alive()] == []
+
+
+def test_the_collector_setting_is_scoped_to_the_run(tmp_path: Path):
+    import gc
+
+    files = _mixed(tmp_path, 6)
+    seen = []
+    real = runner.process_file
+
+    def spy(*args, **kwargs):
+        seen.append((gc.get_threshold(), gc.get_freeze_count() > 0))
+        return real(*args, **kwargs)
+
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    runner.process_file, original = spy, runner.process_file
+    try:
+        process_all(files, _job(), jobs=1, cache=False)
+    finally:
+        runner.process_file = original
+    assert seen and all(s == (runner._GC_THRESHOLDS, True) for s in seen)
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
