@@ -410,6 +410,7 @@ class Float16Scope:
             if learnt:
                 region.params.update(learnt)
                 self._compute_env(region)
+
     def _float32_state_class(self, owner: cst.ClassDef) -> bool:
         found = self._float32_state.get(owner)
         if found is None:  # once per class, not once per method

@@ -130,7 +130,7 @@ class _Models(Visitor):
             # blocks.append(block): a Sequential collected as a stage of a bigger model.
             frame["called"].update(a.value.value for a in node.args if isinstance(a.value, cst.Name))
         resolved = self.resolve(node.func) or ""
-        if resolved in _MODEL_CONSTRUCTORS and resolved.endswith("Sequential"):
+        if resolved in ("keras.Sequential", "keras.models.Sequential"):
             layers = argument(node, "layers", 0)
             parent = self.stack[-2] if len(self.stack) > 1 else None
             if isinstance(parent, (cst.Arg, cst.Element)):
@@ -142,7 +142,7 @@ class _Models(Visitor):
                 last = layers.value.elements[-1].value
                 if isinstance(last, cst.Call):
                     frame["pending"].append(("list", last, layers.value, name))
-        elif resolved in _MODEL_CONSTRUCTORS:
+        elif resolved in ("keras.Model", "keras.models.Model"):
             outputs = argument(node, "outputs", 1)
             if outputs is None:
                 return

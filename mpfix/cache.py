@@ -115,6 +115,7 @@ class Keyer:
     float16_triggers: tuple[tuple[str, tuple[str, ...]], ...] = ()
     project_policy: bool = False
     _roots: dict[str, str] = field(default_factory=dict, repr=False)
+    _policies: dict[str, str] = field(default_factory=dict, repr=False)
 
     def key(self, path: Path, data: bytes, ignored: tuple[str, ...] = ()) -> bytes:
         """The key a result for ``data`` is stored under."""
@@ -125,15 +126,18 @@ class Keyer:
 
         A file no float16 trigger matches is stored without the project's policy, one that
         some trigger matches with it; the same bytes always take the same side. So a lookup
-        can try the first key and then the second, and skip running the triggers over every
-        file (a third of a warm run).
+        can try both keys instead of running the triggers over the file (a third of a warm
+        run). The second key needs the project's policy; until some file has needed it, the
+        triggers decide whether this one does, so a project is never scanned for nothing.
         """
-        independent = self._key(data, ignored, "")
-        yield independent
-        if self.project_policy and self.float16_triggers:
-            dependent = self._key(data, ignored, self._policy_of(path))
-            if dependent != independent:
-                yield dependent
+        yield self._key(data, ignored, "")
+        if not self.project_policy or not self.float16_triggers:
+            return
+        policy = self._known_policy(path)
+        if policy is None:
+            policy = self._project_policy(path, data, ignored) or None
+        if policy is not None:
+            yield self._key(data, ignored, policy)
 
     @staticmethod
     def _key(data: bytes, ignored: tuple[str, ...], policy: str) -> bytes:
@@ -156,14 +160,27 @@ class Keyer:
             return ""
         return self._policy_of(path)
 
-    def _policy_of(self, path: Path) -> str:
+    def _root(self, path: Path) -> str:
         from mpfix import policy as policies
 
         folder = str(path.parent)
         root = self._roots.get(folder)
         if root is None:
             root = self._roots[folder] = str(policies.project_root(path))
-        return str(policies.policy_in_project(Path(root)))
+        return root
+
+    def _policy_of(self, path: Path) -> str:
+        from mpfix import policy as policies
+
+        root = self._root(path)
+        policy = self._policies.get(root)
+        if policy is None:
+            policy = self._policies[root] = str(policies.policy_in_project(Path(root)))
+        return policy
+
+    def _known_policy(self, path: Path) -> str | None:
+        """The project's policy if it was scanned already in this process, else None."""
+        return self._policies.get(self._root(path))
 
 
 class Cache:

@@ -153,7 +153,7 @@ def test_a_policy_change_elsewhere_in_the_project_invalidates_clean_entries(proj
     assert not second.cached and code in [f.code for f in second.findings]
 
 
-def test_the_stored_key_is_one_a_lookup_tries_and_warm_lookups_run_no_trigger(project: Path, monkeypatch):
+def test_the_stored_key_is_one_a_lookup_tries_and_clean_files_skip_the_triggers(project: Path, monkeypatch):
     import codemods.base
 
     code, layer_text = _float16_example()
@@ -171,13 +171,14 @@ def test_the_stored_key_is_one_a_lookup_tries_and_warm_lookups_run_no_trigger(pr
 
     first = process_all(files, _job(), jobs=1)
     assert code in [f.code for f in first[1].findings]
-    calls = []
+    scanned = []
     real = codemods.base.triggered
-    monkeypatch.setattr(codemods.base, "triggered", lambda *args: calls.append(args) or real(*args))
+    monkeypatch.setattr(codemods.base, "triggered", lambda triggers, data: scanned.append(data) or real(triggers, data))
     second = process_all(files, _job(), jobs=1)
     assert [r.cached for r in second] == [True, True, True]
     assert [f.code for f in second[1].findings] == [f.code for f in first[1].findings]
-    assert calls == []
+    assert files[0].read_bytes() not in scanned  # answered by its first key
+    assert layer_text.encode() in scanned  # its key holds the project's policy
 
 
 def test_no_cache_neither_reads_nor_writes(project: Path):
