@@ -15,13 +15,9 @@ import threading
 
 import libcst as cst
 
-try:  # LibCST internals: without them we fall back to the plain parse.
-    from libcst._nodes.base import CSTNode as _CSTNode
-
-    _VALIDATING_INIT = _CSTNode.__dict__["__post_init__"]
-except (ImportError, KeyError):  # pragma: no cover - a LibCST without the hook
-    _CSTNode = None
-    _VALIDATING_INIT = None
+# The hook is LibCST's internal detail: a version without it gets the plain parse.
+_VALIDATING_INIT = cst.CSTNode.__dict__.get("__post_init__")
+_CSTNode = cst.CSTNode if _VALIDATING_INIT is not None else None
 
 _LOCK = threading.Lock()
 
