@@ -36,7 +36,7 @@ def test_all_nodes_and_a_few_nodes_match_position_provider():
         for size in (1, 2, 5):
             asked = rng.sample(nodes, min(size, len(nodes)))
             assert positions_of(module, asked) == {node: expected[node] for node in asked}
-    assert count > 200_000
+    assert count > 500_000  # about a million nodes: the largest keras modules and mpfix's own
 
 
 def test_nodes_outside_the_module_are_left_out():
