@@ -17,7 +17,7 @@ from codemods._training_step import training_steps
 from codemods.base import RuleContext
 from codemods.names import ImportTable
 from mpfix.engine import Engine, Options
-from mpfix.policy import Policy, policy_in_text
+from mpfix.policy import policy_in_text
 
 import libcst as cst
 
