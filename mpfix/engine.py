@@ -261,7 +261,9 @@ def _overlaps(a, b) -> bool:
 
 def apply_fixes(module: cst.Module, fixes: list[Fix]) -> tuple[str, int]:
     """Apply the fixes whose nodes do not overlap an earlier fix's; return (code, count)."""
-    positions = positions_of(module, [node for fix in fixes for node in fix.changes])
+    # Overlaps are only possible between fixes: a single one (a JSON edit, an interactive
+    # preview) needs no positions at all.
+    positions = positions_of(module, [node for fix in fixes for node in fix.changes]) if len(fixes) > 1 else {}
     taken: list = []
     changes: dict = {}
     imports: list[str] = []

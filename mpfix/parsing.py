@@ -17,7 +17,6 @@ import libcst as cst
 
 # The hook is LibCST's internal detail: a version without it gets the plain parse.
 _VALIDATING_INIT = cst.CSTNode.__dict__.get("__post_init__")
-_CSTNode = cst.CSTNode if _VALIDATING_INIT is not None else None
 
 _LOCK = threading.Lock()
 
@@ -28,17 +27,17 @@ def _skip_validation(self: object) -> None:
 
 def parse_module(text: str) -> cst.Module:
     """``libcst.parse_module(text)``, minus the node re-validation; same tree, same errors."""
-    if _CSTNode is None:  # pragma: no cover
+    if _VALIDATING_INIT is None:  # pragma: no cover
         return cst.parse_module(text)
     # The hook is class-wide: a lock keeps two parsing threads from restoring it early.
     with _LOCK:
-        _CSTNode.__post_init__ = _skip_validation
+        cst.CSTNode.__post_init__ = _skip_validation
         try:
             return cst.parse_module(text)
         finally:
-            _CSTNode.__post_init__ = _VALIDATING_INIT
+            cst.CSTNode.__post_init__ = _VALIDATING_INIT
 
 
 def validation_active() -> bool:
     """True when LibCST validates new nodes (always, outside ``parse_module``)."""
-    return _CSTNode is None or _CSTNode.__dict__.get("__post_init__") is _VALIDATING_INIT
+    return cst.CSTNode.__dict__.get("__post_init__") is _VALIDATING_INIT

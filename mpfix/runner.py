@@ -247,8 +247,7 @@ def _init_worker(job: Job, keyer) -> None:
     _WORKER["job"] = job
     _WORKER["keyer"] = keyer
     engine_for(job)  # once per process (already built in the parent when forked)
-    gc.freeze()  # a spawned worker's imports (forked ones inherit the parent's setting)
-    gc.set_threshold(*_GC_THRESHOLDS)
+    _tune_collector()  # a spawned worker's own imports (forked ones inherit the parent's setting)
 
 
 def _work(batch: list[tuple[Path, tuple[str, ...]]]) -> list[FileResult]:
@@ -288,13 +287,17 @@ def _pool_context():
 _GC_THRESHOLDS = (10_000, 10, 10)
 
 
+def _tune_collector() -> None:
+    gc.freeze()
+    gc.set_threshold(*_GC_THRESHOLDS)
+
+
 @contextlib.contextmanager
 def _collector_tuned():
     """The cyclic collector set for many short-lived LibCST trees; restored afterwards."""
     before = gc.get_threshold()
     frozen_by_caller = gc.get_freeze_count() > 0  # an embedding program's own freeze stays
-    gc.freeze()
-    gc.set_threshold(*_GC_THRESHOLDS)
+    _tune_collector()
     try:
         yield
     finally:

@@ -171,7 +171,7 @@ def test_a_worker_that_dies_does_not_hang_the_run(tmp_path: Path, monkeypatch):
     assert [p for p in multiprocessing.active_children() if p.is_alive()] == []
 
 
-def test_the_collector_setting_is_scoped_to_the_run(tmp_path: Path):
+def test_the_collector_setting_is_scoped_to_the_run(tmp_path: Path, monkeypatch):
     import gc
 
     files = _mixed(tmp_path, 6)
@@ -183,10 +183,7 @@ def test_the_collector_setting_is_scoped_to_the_run(tmp_path: Path):
         return real(*args, **kwargs)
 
     before, frozen = gc.get_threshold(), gc.get_freeze_count()
-    runner.process_file, original = spy, runner.process_file
-    try:
-        process_all(files, _job(), jobs=1, cache=False)
-    finally:
-        runner.process_file = original
+    monkeypatch.setattr(runner, "process_file", spy)
+    process_all(files, _job(), jobs=1, cache=False)
     assert seen and all(s == (runner._GC_THRESHOLDS, True) for s in seen)
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
