@@ -155,7 +155,7 @@ def main() -> None:
     # stops Python writing .pyc files, and mpfix's own modules would be compiled on every run.
     import compileall
 
-    for package in ("mpfix", "codemods"):
+    for package in ("mpfix", "codemods"):  # folders of the checkout
         compileall.compile_dir(str(ROOT / package), quiet=1)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env[ENV_CACHE] = str(cache_dir)

@@ -10,7 +10,7 @@ import functools
 import importlib
 import pkgutil
 
-from codemods.base import Invalid, Rule, RuleContext, Valid
+from mpfix.codemods.base import Invalid, Rule, RuleContext, Valid
 
 __all__ = ["Invalid", "Rule", "RuleContext", "Valid", "all_rules", "rule_by_code"]
 

@@ -29,8 +29,8 @@ from enum import Enum
 
 import libcst as cst
 
-from codemods._walk import Visitor, children, nodes_by_type
-from codemods.names import dotted_name
+from mpfix.codemods._walk import Visitor, children, nodes_by_type
+from mpfix.codemods.names import dotted_name
 
 FLOAT16_MAX = 65504.0
 FLOAT16_SMALLEST_NORMAL = 2.0 ** -14  # ≈ 6.1e-5

@@ -10,9 +10,9 @@ import re
 import libcst as cst
 from libcst import MaybeSentinel
 
-from codemods._walk import Visitor
-from codemods.base import RuleContext
-from codemods.names import dotted_name
+from mpfix.codemods._walk import Visitor
+from mpfix.codemods.base import RuleContext
+from mpfix.codemods.names import dotted_name
 
 _NO_SPACE = cst.SimpleWhitespace("")
 _ONE_SPACE = cst.SimpleWhitespace(" ")

@@ -28,9 +28,9 @@ from typing import Iterator
 
 import libcst as cst
 
-from codemods._walk import children, walk
-from codemods.base import RuleContext
-from codemods.names import dotted_name
+from mpfix.codemods._walk import children, walk
+from mpfix.codemods.base import RuleContext
+from mpfix.codemods.names import dotted_name
 
 LSO = "keras.mixed_precision.LossScaleOptimizer"
 _LSO_NAMES = {LSO, "keras.mixed_precision.experimental.LossScaleOptimizer"}

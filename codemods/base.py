@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 import libcst as cst
 
-from codemods.names import ImportTable
+from mpfix.codemods.names import ImportTable
 from mpfix.findings import Fix, FixSafety
 from mpfix.policy import Policy
 

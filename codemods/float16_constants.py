@@ -12,11 +12,11 @@ import re
 
 import libcst as cst
 
-from codemods._float16_scope import (
+from mpfix.codemods._float16_scope import (
     FLOAT16_MAX, SAFE_EPSILON, SAFE_MASK, Kind, Region, argument, arithmetic_root, describe_float16,
     epsilon_vanishes, float16_scope, is_float_literal, is_simple, number, tf_spelling,
 )
-from codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
 # Ops where a huge constant meets the other (tensor) arguments elementwise.

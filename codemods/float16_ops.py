@@ -13,10 +13,10 @@ import re
 
 import libcst as cst
 
-from codemods._float16_scope import (
+from mpfix.codemods._float16_scope import (
     LOSS_NAME, Kind, Region, argument, float16_scope, is_simple, number, tf_spelling,
 )
-from codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
 _NORMS = {"nn.l2_loss": "l2_loss", "norm": "norm", "linalg.norm": "norm", "math.reduce_euclidean_norm": "norm",

@@ -12,10 +12,10 @@ import re
 
 import libcst as cst
 
-from codemods._float16_scope import Kind, argument, float16_scope, tf_spelling
-from codemods._walk import Visitor, nodes_by_type
-from codemods.base import Invalid, Rule, Valid
-from codemods.names import dotted_name
+from mpfix.codemods._float16_scope import Kind, argument, float16_scope, tf_spelling
+from mpfix.codemods._walk import Visitor, nodes_by_type
+from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.names import dotted_name
 from mpfix.findings import FixSafety
 
 _OUTPUT_LAYERS = {"Dense", "EinsumDense", "Activation", "Softmax", "Conv1D", "Conv2D", "Conv3D", "Conv2DTranspose"}

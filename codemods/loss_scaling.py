@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods._training_step import (
+from mpfix.codemods._training_step import (
     LSO,
     UNSCALE_METHOD,
     Analysis,
@@ -36,8 +36,8 @@ from codemods._training_step import (
     target_names,
     training_steps,
 )
-from codemods.base import Invalid, Rule, Valid
-from codemods.names import dotted_name
+from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.names import dotted_name
 from mpfix.findings import FixSafety
 from mpfix.policy import Policy
 

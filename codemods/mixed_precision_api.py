@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods._walk import find_all
+from mpfix.codemods._walk import find_all
 
-from codemods import _api_table as table
-from codemods.base import Invalid, Rule, Valid
-from codemods._mp_api_support import (
+from mpfix.codemods import _api_table as table
+from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods._mp_api_support import (
     attribute_uses,
     bool_value,
     find_arg,
@@ -25,7 +25,7 @@ from codemods._mp_api_support import (
     rewrite_args,
     string_value,
 )
-from codemods.names import canonical, dotted_name
+from mpfix.codemods.names import canonical, dotted_name
 from mpfix.findings import FixSafety
 
 _POLICY_NAMES = (f"{table.MIXED_PRECISION}.Policy", f"{table.EXPERIMENTAL}.Policy")

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods._walk import find_all
+from mpfix.codemods._walk import find_all
 
-from codemods import _api_table as table
-from codemods.base import Invalid, Rule, Valid
-from codemods.mixed_precision_api import Intent, loss_scale_intent
-from codemods._mp_api_support import (
+from mpfix.codemods import _api_table as table
+from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.mixed_precision_api import Intent, loss_scale_intent
+from mpfix.codemods._mp_api_support import (
     find_arg,
     mixed_precision_spelling,
     optimizer_names,
     rewrite_args,
     string_value,
 )
-from codemods.names import dotted_name
+from mpfix.codemods.names import dotted_name
 from mpfix.findings import FixSafety
 from mpfix.policy import Policy
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemods._walk import find_all
+from mpfix.codemods._walk import find_all
 
-from codemods import _api_table as table
-from codemods.base import Invalid, Rule, Valid
-from codemods._mp_api_support import is_optimizer_like, optimizer_names
-from codemods.names import dotted_name
+from mpfix.codemods import _api_table as table
+from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods._mp_api_support import is_optimizer_like, optimizer_names
+from mpfix.codemods.names import dotted_name
 from mpfix.findings import FixSafety
 
 _ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.List, cst.Tuple, cst.Dict, cst.Set,

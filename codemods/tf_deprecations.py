@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
 # Deprecated keyword of tf.function → its replacement (same meaning).

@@ -67,7 +67,7 @@ def cache_dir_for(files: list[Path], cwd: Path | None = None) -> Path:
 
 def _code_fingerprint() -> list[tuple[str, int, int]]:
     """(name, size, mtime) of the modules whose code decides findings."""
-    import codemods
+    import mpfix.codemods as codemods
     import mpfix
 
     entries = []
@@ -151,7 +151,7 @@ class Keyer:
             return ""
         # Bytes, not decoded text: the triggers and policy names are ASCII, and
         # a false positive here only costs a project scan, never a wrong key.
-        from codemods.base import triggered
+        from mpfix.codemods.base import triggered
 
         if not any(
             not any(code.startswith(i) for i in ignored) and triggered(triggers, data)

@@ -219,7 +219,7 @@ def rules(fmt):
     """List every rule: code, name, fix safety."""
     import json
 
-    from codemods import all_rules
+    from mpfix.codemods import all_rules
     from mpfix.rule_docs import rules_table_markdown
 
     found = all_rules()
@@ -239,7 +239,7 @@ def rules(fmt):
 @click.argument("code")
 def explain(code):
     """Explain one rule: what it does, why it breaks, example, fix."""
-    from codemods import all_rules, rule_by_code
+    from mpfix.codemods import all_rules, rule_by_code
     from mpfix.rule_docs import explain as explain_rule
 
     rule = rule_by_code(code)

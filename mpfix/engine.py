@@ -17,9 +17,9 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from codemods import Rule, RuleContext
-from codemods._walk import visit_batched
-from codemods.names import ImportTable
+from mpfix.codemods import Rule, RuleContext
+from mpfix.codemods._walk import visit_batched
+from mpfix.codemods.names import ImportTable
 from mpfix import policy as policies
 from mpfix import suppression
 from mpfix.findings import Edit, FileError, Finding, Fix, Position

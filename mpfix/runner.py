@@ -65,7 +65,7 @@ _ENGINES: dict[tuple, Engine] = {}
 
 
 def rules_for(job: Job) -> tuple:
-    from codemods import all_rules
+    from mpfix.codemods import all_rules
 
     return tuple(r for r in all_rules() if r.code in job.rule_codes)
 

@@ -6,7 +6,7 @@ import fnmatch
 from collections.abc import Iterable
 from pathlib import Path
 
-from codemods import Rule, all_rules
+from mpfix.codemods import Rule, all_rules
 from mpfix.config import ConfigError
 
 

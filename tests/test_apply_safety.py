@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import DEPRECATED, DEPRECATED_FIXED
 
-from codemods import Invalid, Rule, Valid
+from mpfix.codemods import Invalid, Rule, Valid
 from mpfix.cli import cli
 from mpfix.engine import Engine, Options
 from mpfix.findings import FixSafety

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import DEPRECATED, DEPRECATED_FIXED
 
-from codemods import all_rules
+from mpfix.codemods import all_rules
 from mpfix import cache as cache_mod
 from mpfix import policy as policies
 from mpfix.engine import Options
@@ -154,7 +154,7 @@ def test_a_policy_change_elsewhere_in_the_project_invalidates_clean_entries(proj
 
 
 def test_the_stored_key_is_one_a_lookup_tries_and_clean_files_skip_the_triggers(project: Path, monkeypatch):
-    import codemods.base
+    import mpfix.codemods.base as codemods_base
 
     code, layer_text = _float16_example()
     train = 'import tensorflow as tf\ntf.keras.mixed_precision.set_global_policy("mixed_float16")\n'
@@ -172,8 +172,8 @@ def test_the_stored_key_is_one_a_lookup_tries_and_clean_files_skip_the_triggers(
     first = process_all(files, _job(), jobs=1)
     assert code in [f.code for f in first[1].findings]
     scanned = []
-    real = codemods.base.triggered
-    monkeypatch.setattr(codemods.base, "triggered", lambda triggers, data: scanned.append(data) or real(triggers, data))
+    real = codemods_base.triggered
+    monkeypatch.setattr(codemods_base, "triggered", lambda triggers, data: scanned.append(data) or real(triggers, data))
     second = process_all(files, _job(), jobs=1)
     assert [r.cached for r in second] == [True, True, True]
     assert [f.code for f in second[1].findings] == [f.code for f in first[1].findings]

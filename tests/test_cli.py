@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import DEPRECATED, DEPRECATED_FIXED
 
-from codemods import all_rules
+from mpfix.codemods import all_rules
 from mpfix.cli import cli
 
 

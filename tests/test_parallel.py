@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import DEPRECATED, DEPRECATED_FIXED
 
-from codemods import all_rules
+from mpfix.codemods import all_rules
 from mpfix import runner
 from mpfix.engine import Options
 from mpfix.progress import Progress

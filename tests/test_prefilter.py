@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from codemods.base import triggered
+from mpfix.codemods.base import triggered
 from mpfix.engine import Engine, Options
 from mpfix.selection import select
 

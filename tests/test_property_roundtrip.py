@@ -16,7 +16,7 @@ import libcst as cst
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from codemods import all_rules
+from mpfix.codemods import all_rules
 from mpfix.engine import Options
 from mpfix.runner import Job, Mode, process_file
 from mpfix.source import decode

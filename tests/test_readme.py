@@ -60,7 +60,7 @@ def section(text: str, title: str) -> str:
 
 
 def rules_table() -> str:
-    from codemods import all_rules
+    from mpfix.codemods import all_rules
     from mpfix.rule_docs import rules_table_markdown
 
     return rules_table_markdown(all_rules())
@@ -71,7 +71,7 @@ RULES_DOC = ROOT / "docs" / "rules.md"
 
 def rules_doc() -> str:
     """docs/rules.md: every rule's documentation, anchored where ``rule_url`` (JSON ``url``) points."""
-    from codemods import all_rules
+    from mpfix.codemods import all_rules
 
     parts = ["# mpfix rules\n\nGenerated from the rule classes by `python tests/test_readme.py --write`; "
              "`mpfix explain CODE` prints the same text.\n"]

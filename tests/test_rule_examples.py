@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from codemods import all_rules
-from codemods.base import triggered
+from mpfix.codemods import all_rules
+from mpfix.codemods.base import triggered
 from mpfix.testing import lint_snippet
 
 GENERATIONS = (2, 3)

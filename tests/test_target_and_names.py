@@ -7,7 +7,7 @@ from importlib import metadata
 import libcst as cst
 import pytest
 
-from codemods.names import ImportTable, canonical
+from mpfix.codemods.names import ImportTable, canonical
 from mpfix import target
 from mpfix.policy import Policy, policy_in_text
 from mpfix.testing import lint_snippet

@@ -8,7 +8,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from codemods._walk import TRIVIA, Visitor, children, find_all, is_trivia_type, walk
+from mpfix.codemods._walk import TRIVIA, Visitor, children, find_all, is_trivia_type, walk
 
 # Constructs whose fields LibCST declares in an order other than source order
 # (decorators after body, keyword after value, lpar after everything...), and rarer syntax.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from codemods import all_rules
+from mpfix.codemods import all_rules
 from mpfix import __version__
 from mpfix.output import Report
 from mpfix.rule_docs import rule_url

@@ -20,9 +20,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from codemods import _api_table as table
-from codemods import all_rules
-from codemods.mixed_precision_api import Intent
+from mpfix.codemods import _api_table as table
+from mpfix.codemods import all_rules
+from mpfix.codemods.mixed_precision_api import Intent
 from mpfix.engine import Engine, Options
 
 FIXTURES = Path(__file__).parent / "fixtures" / "api_drift"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from codemods import all_rules
-from codemods._training_step import training_steps
-from codemods.base import RuleContext
-from codemods.names import ImportTable
+from mpfix.codemods import all_rules
+from mpfix.codemods._training_step import training_steps
+from mpfix.codemods.base import RuleContext
+from mpfix.codemods.names import ImportTable
 from mpfix.engine import Engine, Options
 from mpfix.policy import policy_in_text
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from codemods import all_rules
-from codemods._float16_scope import SAFE_EPSILON, SAFE_MASK, describe_float16, epsilon_vanishes, to_float16
+from mpfix.codemods import all_rules
+from mpfix.codemods._float16_scope import SAFE_EPSILON, SAFE_MASK, describe_float16, epsilon_vanishes, to_float16
 from mpfix.engine import Engine, Options
 
 FIXTURES = Path(__file__).parent / "fixtures" / "numerics"
@@ -252,9 +252,9 @@ def test_replacement_constants_are_float16_safe():
 def test_scope_analysis_is_cached_on_the_context():
     import libcst as cst
 
-    from codemods._float16_scope import float16_scope
-    from codemods.base import RuleContext
-    from codemods.names import ImportTable
+    from mpfix.codemods._float16_scope import float16_scope
+    from mpfix.codemods.base import RuleContext
+    from mpfix.codemods.names import ImportTable
     from mpfix.policy import Policy
 
     module = cst.parse_module("import tensorflow as tf\n")
