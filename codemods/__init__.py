@@ -14,7 +14,7 @@ from mpfix.codemods.base import Invalid, Rule, RuleContext, Valid
 
 __all__ = ["Invalid", "Rule", "RuleContext", "Valid", "all_rules", "rule_by_code"]
 
-_NOT_RULE_MODULES = {"base", "names"}
+_NOT_RULE_MODULES = {"base", "names", "analysis"}
 
 
 @functools.lru_cache(maxsize=1)

@@ -73,17 +73,18 @@ def _code_fingerprint() -> list[tuple[str, int, int]]:
     entries = []
     for package in (codemods, mpfix):
         for folder in package.__path__:
-            try:
-                names = sorted(os.listdir(folder))
-            except OSError:
-                continue
-            for name in names:
-                if name.endswith(".py"):
-                    try:
-                        st = os.stat(os.path.join(folder, name))
-                    except OSError:
-                        continue
-                    entries.append((f"{package.__name__}/{name}", st.st_size, st.st_mtime_ns))
+            # Subpackages too (the shared analyses live in one): a change anywhere decides findings.
+            for dirpath, dirnames, filenames in os.walk(folder):
+                dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+                relative = os.path.relpath(dirpath, folder).replace(os.sep, "/")
+                prefix = package.__name__ if relative == "." else f"{package.__name__}/{relative}"
+                for name in sorted(filenames):
+                    if name.endswith(".py"):
+                        try:
+                            st = os.stat(os.path.join(dirpath, name))
+                        except OSError:
+                            continue
+                        entries.append((f"{prefix}/{name}", st.st_size, st.st_mtime_ns))
     return entries
 
 
