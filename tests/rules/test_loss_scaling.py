@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mpfix.codemods import all_rules
-from mpfix.codemods._training_step import training_steps
+from mpfix.codemods.analysis.gradient_path import training_steps
 from mpfix.codemods.base import RuleContext
 from mpfix.codemods.names import ImportTable
 from mpfix.engine import Engine, Options

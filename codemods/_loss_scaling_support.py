@@ -1,0 +1,191 @@
+"""Shared pieces of the loss-scaling rules (MP1xx): the scaling and wrapping fixes, written for the Keras
+generation that runs. No rules live here.
+
+Under ``mixed_float16`` a custom ``GradientTape`` loop without loss scaling
+loses most of its gradients: float16's smallest subnormal is ~6e-8, so
+typical per-weight gradients (1e-8..1e-6) round to exactly zero (~95% of them
+in a small MLP, measured on CPU). ``compile``/``fit`` scale by themselves;
+custom loops must do it by hand, and the two Keras generations spell it
+differently (see KERAS_API.md):
+
+* Keras 3: ``scaled_loss = optimizer.scale_loss(loss)`` inside the tape, the
+  gradient of ``scaled_loss``; ``apply_gradients`` unscales by itself.
+* Keras 2: ``optimizer.get_scaled_loss(loss)`` inside the tape and
+  ``optimizer.get_unscaled_gradients(grads)`` before ``apply_gradients``, which
+  does NOT unscale (forgetting it multiplies each update by 32768).
+
+Keras 2 calls on Keras 3 (``get_scaled_loss``) belong to MP303, LSO constructor
+arguments to MP302: the rules here stay silent on those.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpfix.codemods.analysis.gradient_path import (
+    UNSCALE_METHOD,
+    Analysis,
+    Flow,
+    OptimizerBuild,
+    Statement,
+    assigned_targets,
+    assigns_name,
+    contains,
+    target_names,
+    training_steps,
+)
+from mpfix.codemods.names import dotted_name
+
+STEP_TRIGGERS = ("GradientTape", "gradients(")
+K3_SCALE = "scale_loss"
+K2_SCALE = "get_scaled_loss"
+
+
+# --------------------------------------------------------------------------- shared fix helpers
+def scale_method(keras: int) -> str:
+    return K3_SCALE if keras == 3 else K2_SCALE
+
+
+def foreign_api(context, flow: Flow) -> bool:
+    """The step already uses the other generation's scaling API: MP303's business, not ours."""
+    foreign = (K2_SCALE, UNSCALE_METHOD) if context.keras == 3 else (K3_SCALE,)
+    return any(s.method in foreign for s in training_steps(context).scale_calls
+               if same_scope(s.statement, flow))
+
+
+def same_scope(statement: Statement, flow: Flow) -> bool:
+    return any(st is statement for st in flow.scope.statements)
+
+
+def statement_index(flow: Flow) -> dict[int, int]:
+    return {id(st.node): i for i, st in enumerate(flow.scope.statements)}
+
+
+def statement_of(flow: Flow, node: cst.CSTNode) -> Statement | None:
+    return next((st for st in flow.scope.statements if st.node is node), None)
+
+
+def loss_anchor(analysis: Analysis, flow: Flow, loss: str) -> cst.BaseStatement | None:
+    """The statement after which the scaled loss is computed: the last one that finishes ``loss``.
+
+    With a tape: a top-level statement of the tape's block, so the scaling is recorded and
+    runs on every path. With ``tf.gradients`` (graph code): the last assignment before.
+    """
+    order = statement_index(flow)
+    grad_at = order[id(flow.gradient.statement.node)]
+    tape = analysis.tape_of(flow)
+    if tape is None:
+        best = None
+        for st in flow.scope.statements[:grad_at]:
+            if isinstance(st.node, cst.SimpleStatementLine) and assigns_name(st.node, loss):
+                best = st.node
+        return best
+    best = None
+    for with_node in tape.withs:
+        if order.get(id(with_node), grad_at + 1) > grad_at or not isinstance(with_node.body, cst.IndentedBlock):
+            continue
+        for stmt in with_node.body.body:
+            if order.get(id(stmt), grad_at) < grad_at and assigns_name(stmt, loss) \
+                    and not contains(stmt, flow.gradient.call):
+                best = stmt
+    return best
+
+
+def fresh_name(flow: Flow, base: str) -> str:
+    used: set[str] = set()
+    for st in flow.scope.statements:
+        for target, _ in assigned_targets(st.node):
+            used |= target_names(target)
+    name, n = base, 1
+    while name in used:
+        n += 1
+        name = f"{base}_{n}"
+    return name
+
+
+def new_statement(context, code: str) -> cst.BaseStatement:
+    module = context.module
+    return cst.parse_statement(code + module.default_newline, config=module.config_for_parsing)
+
+
+def scaling_changes(context, analysis: Analysis, flow: Flow) -> dict | None:
+    """Edits that scale the flow's loss inside its tape (and unscale its gradients on Keras 2)."""
+    grad = flow.gradient
+    target = grad.target
+    if not isinstance(target, cst.Name):
+        return None
+    anchor = loss_anchor(analysis, flow, target.value)
+    if anchor is None or contains(anchor, grad.call):
+        return None
+    base = target.value
+    scaled = fresh_name(flow, base + "_scaled" if base.startswith("scaled") else "scaled_" + base)
+    stmt = new_statement(context, f"{scaled} = {flow.optimizer}.{scale_method(context.keras)}({target.value})")
+    new_call = grad.call.with_changes(args=[grad.call.args[0].with_changes(value=cst.Name(scaled)), *grad.call.args[1:]])
+    if context.keras == 2 and not flow.unscaled:
+        new_call = unscale_call(flow.optimizer, new_call)
+    return {anchor: cst.FlattenSentinel([anchor, stmt]), grad.call: new_call}
+
+
+def unscale_call(optimizer: str, call: cst.Call) -> cst.Call:
+    return cst.Call(func=cst.Attribute(value=cst.parse_expression(optimizer), attr=cst.Name(UNSCALE_METHOD)),
+                    args=[cst.Arg(call)])
+
+
+def lso_spelling(context, build_call: cst.Call) -> tuple[str, tuple[str, ...]]:
+    """How this file spells LossScaleOptimizer, in the family of Keras it already uses."""
+    imports = context.imports
+    dotted = dotted_name(build_call.func) or ""
+    raw = imports.aliases.get(dotted.split(".")[0], "")
+    if imports.imports_module("tf_keras") or raw.startswith("tf_keras"):
+        families = ("tf_keras",)
+    elif raw == "keras" or raw.startswith("keras."):
+        families = ("keras", "tensorflow.keras")
+    else:
+        families = ("tensorflow.keras", "keras")
+    for family in families:
+        local = imports.local_name_for(f"{family}.mixed_precision.LossScaleOptimizer")
+        if local is not None:
+            return local, ()
+    if families[0] == "tf_keras":
+        return "tf_keras.mixed_precision.LossScaleOptimizer", ("import tf_keras",)
+    if families[0] == "keras":
+        return "keras.mixed_precision.LossScaleOptimizer", ("import keras",)
+    return "tf.keras.mixed_precision.LossScaleOptimizer", ("import tensorflow as tf",)
+
+
+def number(value: float) -> str:
+    return repr(float(value))
+
+
+def wrap_changes(context, build: OptimizerBuild) -> tuple[dict, tuple[str, ...]]:
+    """Turn loss scaling on where the optimizer is built, in the target generation's form."""
+    call = build.call
+    fixed = context.loss_scale
+    if fixed is not None and context.keras == 3:
+        # Keras 3 refuses LSO(dynamic=False); a fixed scale is the optimizer's loss_scale_factor.
+        args = list(call.args)
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) \
+                if args[-1].comma is cst.MaybeSentinel.DEFAULT else args[-1]
+        args.append(cst.Arg(keyword=cst.Name("loss_scale_factor"), value=cst.Float(number(fixed)),
+                            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+        return {call: call.with_changes(args=args)}, ()
+    spelled, imports = lso_spelling(context, call)
+    args = [cst.Arg(call)]
+    if fixed is not None:
+        args = [cst.Arg(call, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                cst.Arg(keyword=cst.Name("dynamic"), value=cst.Name("False"),
+                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+                        comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                cst.Arg(keyword=cst.Name("initial_scale"), value=cst.Float(number(fixed)),
+                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))]
+    return {call: cst.Call(func=cst.parse_expression(spelled), args=args)}, imports
+
+
+def step_flows(context) -> tuple[Analysis, list[Flow]]:
+    analysis = training_steps(context)
+    return analysis, [f for f in analysis.flows if not f.user_managed and not foreign_api(context, f)]
+
+
+def where(flow: Flow) -> str:
+    return "the module-level loop" if flow.scope.name == "<module>" else f"`{flow.scope.name}`"

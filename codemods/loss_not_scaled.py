@@ -1,0 +1,212 @@
+"""MP102 loss-not-scaled: see the rule's explanation (`mpfix explain MP102`)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpfix.codemods.analysis.gradient_path import Flow
+from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, scale_method, scaling_changes, step_flows, where
+from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.findings import FixSafety
+from mpfix.policy import Policy
+
+
+class LossNotScaled(Rule):
+    code = "MP102"
+    name = "loss-not-scaled"
+    message = "The optimizer scales losses but the gradient is taken of an unscaled loss; scale it inside the tape"
+    fix_safety = FixSafety.UNSAFE
+    triggers = STEP_TRIGGERS
+    explanation = """
+        ## What it does
+        Finds custom training steps whose optimizer has loss scaling on (a `LossScaleOptimizer`,
+        a Keras 3 optimizer with `loss_scale_factor`, or `self.optimizer` / `model.optimizer` of a
+        model compiled under `mixed_float16`, which Keras wraps itself) but whose gradient is
+        taken of the plain loss.
+
+        ## Why is this bad?
+        Keras 3's `apply_gradients` divides the gradients by the loss scale (32768 at first):
+        without `scale_loss` every update is 32768 times too small, and float16 gradients still
+        underflow. On Keras 2 the LSO does nothing unless `get_scaled_loss` /
+        `get_unscaled_gradients` are called. A `train_step` override replaces the one that
+        called `scale_loss` for you.
+
+        ## Example
+        ```python
+        class Model(keras.Model):
+            def train_step(self, data):
+                x, y = data
+                with tf.GradientTape() as tape:
+                    loss = self.compute_loss(x, y, self(x, training=True))
+                grads = tape.gradient(loss, self.trainable_variables)
+                self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        ```
+
+        ## Use instead
+        ```python
+                with tf.GradientTape() as tape:
+                    loss = self.compute_loss(x, y, self(x, training=True))
+                    scaled_loss = self.optimizer.scale_loss(loss)
+                grads = tape.gradient(scaled_loss, self.trainable_variables)
+        ```
+        (Keras 2: `get_scaled_loss` inside the tape and `get_unscaled_gradients` on the gradients.)
+
+        ## Fix safety
+        Unsafe: the step's numbers change (on purpose).
+    """
+    VALID = [
+        Valid("""
+            import tensorflow as tf
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+            optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x))
+                scaled_loss = optimizer.scale_loss(loss)
+            grads = tape.gradient(scaled_loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        """, keras=3),
+        # Keras 2 code importing tf_keras that scales and unscales: correct as it is.
+        Valid("""
+            import tensorflow as tf
+            import tf_keras
+            tf_keras.mixed_precision.set_global_policy("mixed_float16")
+            optimizer = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.Adam())
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x))
+                scaled_loss = optimizer.get_scaled_loss(loss)
+            grads = optimizer.get_unscaled_gradients(tape.gradient(scaled_loss, model.trainable_variables))
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        """),
+        # Conditional scaling: the user manages it.
+        Valid("""
+            import tensorflow as tf
+            import tf_keras
+            tf_keras.mixed_precision.set_global_policy("mixed_float16")
+            optimizer = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.Adam())
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x))
+                scaled = optimizer.get_scaled_loss(loss) if amp else loss
+            grads = tape.gradient(scaled, model.trainable_variables)
+            if amp:
+                grads = optimizer.get_unscaled_gradients(grads)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        """),
+        # Re-entering the tape to scale is still recorded.
+        Valid("""
+            import tensorflow as tf
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+            optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x))
+            with tape:
+                scaled = optimizer.scale_loss(loss)
+            grads = tape.gradient(scaled, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        """, keras=3),
+    ]
+    INVALID = [
+        # train_step override in a keras.Model subclass: compile() wrapped self.optimizer.
+        Invalid(
+            """
+            import keras
+            import tensorflow as tf
+
+            keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+            class Net(keras.Model):
+                def train_step(self, data):
+                    x, y = data
+                    with tf.GradientTape() as tape:
+                        y_pred = self(x, training=True)
+                        loss = self.compute_loss(x, y, y_pred)  # float32 loss
+                    grads = tape.gradient(loss, self.trainable_variables)
+                    self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+                    return {"loss": loss}
+            """,
+            """
+            import keras
+            import tensorflow as tf
+
+            keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+            class Net(keras.Model):
+                def train_step(self, data):
+                    x, y = data
+                    with tf.GradientTape() as tape:
+                        y_pred = self(x, training=True)
+                        loss = self.compute_loss(x, y, y_pred)  # float32 loss
+                        scaled_loss = self.optimizer.scale_loss(loss)
+                    grads = tape.gradient(scaled_loss, self.trainable_variables)
+                    self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+                    return {"loss": loss}
+            """,
+            keras=3,
+        ),
+        Invalid(
+            """
+            import tensorflow as tf
+            import tf_keras
+
+            tf_keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+            class Net(tf_keras.Model):
+                def train_step(self, data):
+                    x, y = data
+                    with tf.GradientTape() as tape:
+                        loss = self.compiled_loss(y, self(x, training=True))
+                    grads = tape.gradient(loss, self.trainable_variables)
+                    self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+                    return {"loss": loss}
+            """,
+            """
+            import tensorflow as tf
+            import tf_keras
+
+            tf_keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+            class Net(tf_keras.Model):
+                def train_step(self, data):
+                    x, y = data
+                    with tf.GradientTape() as tape:
+                        loss = self.compiled_loss(y, self(x, training=True))
+                        scaled_loss = self.optimizer.get_scaled_loss(loss)
+                    grads = self.optimizer.get_unscaled_gradients(tape.gradient(scaled_loss, self.trainable_variables))
+                    self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+                    return {"loss": loss}
+            """,
+            keras=2,
+        ),
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        if self.context.policy is Policy.BFLOAT16:
+            return  # MP108: the LSO itself is the problem there
+        analysis, flows = step_flows(self.context)
+        # One finding per update: an update fed by several gradients (SAM-style steps) gets one fix.
+        by_apply: dict[int, list[Flow]] = {}
+        for flow in flows:
+            if flow.scale is not None or flow.wrapped is not True:
+                continue
+            if flow.compiled and not self.context.float16:
+                continue  # compile only wraps under mixed_float16
+            by_apply.setdefault(id(flow.apply.call), []).append(flow)
+        for group in by_apply.values():
+            flow = group[0]
+            fix: dict | None = {}
+            for member in group:
+                step = scaling_changes(self.context, analysis, member)
+                if step is None or any(k in fix for k in step):
+                    fix = None
+                    break
+                fix.update(step)
+            self.report(
+                flow.apply.call,
+                f"`{flow.optimizer}` scales losses but the gradient in {where(flow)} is taken of the unscaled "
+                f"loss; compute `{flow.optimizer}.{scale_method(self.context.keras)}(loss)` inside the tape",
+                fix=fix,
+                description="Scale the loss inside the tape",
+            )

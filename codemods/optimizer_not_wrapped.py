@@ -1,0 +1,330 @@
+"""MP101 optimizer-not-wrapped: see the rule's explanation (`mpfix explain MP101`)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpfix.codemods.analysis.gradient_path import Flow
+from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, scaling_changes, step_flows, where, wrap_changes
+from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.findings import FixSafety
+from mpfix.policy import Policy
+
+
+class OptimizerNotWrapped(Rule):
+    code = "MP101"
+    name = "optimizer-not-wrapped"
+    message = ("Custom training loop under mixed_float16 with a bare optimizer: wrap it in "
+               "LossScaleOptimizer and scale the loss, or most float16 gradients underflow to zero")
+    fix_safety = FixSafety.UNSAFE
+    triggers = STEP_TRIGGERS
+    requires_float16 = True
+    explanation = """
+        ## What it does
+        Finds custom training steps (`tf.GradientTape` or `tf.gradients` whose gradients reach
+        `optimizer.apply_gradients`) under a `mixed_float16` policy whose optimizer is built
+        without loss scaling and whose loss is never scaled.
+
+        ## Why is this bad?
+        float16 cannot hold values below ~6e-8 (smallest subnormal). Typical gradients are
+        smaller, so they round to exactly 0: in a small MLP ~95% of the gradient entries are
+        exactly zero, no error is raised, and training crawls (loss falls 26% where float32
+        falls 87%). `model.fit` scales the loss itself; a custom loop must do it by hand.
+
+        ## Example
+        ```python
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        optimizer = tf.keras.optimizers.Adam()
+
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        ```
+
+        ## Use instead
+        Keras 3:
+        ```python
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+            scaled_loss = optimizer.scale_loss(loss)
+        grads = tape.gradient(scaled_loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        ```
+        Keras 2 (`tf_keras`, `TF_USE_LEGACY_KERAS=1`): `scaled_loss = optimizer.get_scaled_loss(loss)`
+        inside the tape and `grads = optimizer.get_unscaled_gradients(tape.gradient(scaled_loss, vars))`.
+
+        With `--loss-scale N` the fix writes a fixed scale: Keras 3 `Adam(..., loss_scale_factor=N)`
+        (Keras 3 has no fixed-scale LossScaleOptimizer), Keras 2
+        `LossScaleOptimizer(opt, dynamic=False, initial_scale=N)` (see MP107).
+
+        When the optimizer is built where mpfix cannot see it (another module, passed through
+        more than one call), the finding has no fix and says so.
+
+        ## Fix safety
+        Unsafe: it changes the numbers the step computes (on purpose). Review with `mpfix diff`.
+    """
+    VALID = [
+        # fit() scripts: compile wraps the optimizer in an LSO by itself.
+        Valid("""
+            import tensorflow as tf
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+            model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+            model.compile(optimizer=tf.keras.optimizers.Adam(), loss="mse")
+            model.fit(x, y)
+        """),
+        # float32-only script: no scaling needed.
+        Valid("""
+            import tensorflow as tf
+            optimizer = tf.keras.optimizers.Adam()
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        """),
+        # bfloat16 has float32's exponent range: no loss scaling, never an LSO.
+        Valid("""
+            import tensorflow as tf
+            tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+            optimizer = tf.keras.optimizers.Adam()
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        """),
+        # minimize(..., tape=tape) scales and unscales by itself.
+        Valid("""
+            import tensorflow as tf
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+            optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x))
+            optimizer.minimize(loss, model.trainable_variables, tape=tape)
+        """),
+        # The user switches scaling on and off: respected.
+        Valid("""
+            import tensorflow as tf
+            from tensorflow.keras import mixed_precision
+            mixed_precision.set_global_policy("mixed_float16")
+            optimizer = tf.keras.optimizers.Adam()
+            if amp:
+                optimizer = mixed_precision.LossScaleOptimizer(optimizer)
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x))
+                if isinstance(optimizer, mixed_precision.LossScaleOptimizer):
+                    loss = optimizer.scale_loss(loss)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        """, keras=3),
+    ]
+    INVALID = [
+        # Keras 3, @tf.function step, module-level optimizer.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+            optimizer = tf.keras.optimizers.Adam(learning_rate=1e-3)
+
+
+            @tf.function
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    # forward pass
+                    loss = loss_fn(y, model(x, training=True))
+                grads = tape.gradient(loss, model.trainable_variables)
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+                return loss
+            """,
+            """
+            import tensorflow as tf
+
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+            optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam(learning_rate=1e-3))
+
+
+            @tf.function
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    # forward pass
+                    loss = loss_fn(y, model(x, training=True))
+                    scaled_loss = optimizer.scale_loss(loss)
+                grads = tape.gradient(scaled_loss, model.trainable_variables)
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+                return loss
+            """,
+            keras=3,
+        ),
+        # Keras 2 (tf_keras), same step.
+        Invalid(
+            """
+            import tensorflow as tf
+            import tf_keras
+
+            tf_keras.mixed_precision.set_global_policy("mixed_float16")
+            optimizer = tf_keras.optimizers.Adam(learning_rate=1e-3)
+
+
+            @tf.function
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x, training=True))
+                grads = tape.gradient(loss, model.trainable_variables)
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+                return loss
+            """,
+            """
+            import tensorflow as tf
+            import tf_keras
+
+            tf_keras.mixed_precision.set_global_policy("mixed_float16")
+            optimizer = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.Adam(learning_rate=1e-3))
+
+
+            @tf.function
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x, training=True))
+                    scaled_loss = optimizer.get_scaled_loss(loss)
+                grads = optimizer.get_unscaled_gradients(tape.gradient(scaled_loss, model.trainable_variables))
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+                return loss
+            """,
+            keras=2,
+        ),
+        # Aliased import, optimizer built by a factory in the same module, module-level loop.
+        Invalid(
+            """
+            import tensorflow as tf
+            from tensorflow.keras import mixed_precision as mp
+
+            mp.set_global_policy("mixed_float16")
+
+
+            def make_optimizer(lr):
+                return tf.keras.optimizers.SGD(lr)
+
+
+            opt = make_optimizer(0.1)
+            for x, y in dataset:
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x))
+                grads = tape.gradient(loss, model.trainable_variables)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            """
+            import tensorflow as tf
+            from tensorflow.keras import mixed_precision as mp
+
+            mp.set_global_policy("mixed_float16")
+
+
+            def make_optimizer(lr):
+                return mp.LossScaleOptimizer(tf.keras.optimizers.SGD(lr))
+
+
+            opt = make_optimizer(0.1)
+            for x, y in dataset:
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x))
+                    scaled_loss = opt.scale_loss(loss)
+                grads = tape.gradient(scaled_loss, model.trainable_variables)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            keras=3,
+        ),
+        # Optimizer passed as an argument: followed to the call site.
+        Invalid(
+            """
+            import keras
+            import tensorflow as tf
+
+            keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+            def train(model, optimizer, data):
+                for x, y in data:
+                    with tf.GradientTape() as tape:
+                        loss = model.compute_loss(x, y, model(x))
+                    grads = tape.gradient(loss, model.trainable_variables)
+                    optimizer.apply(grads, model.trainable_variables)
+
+
+            train(build_model(), keras.optimizers.Adam(), data)
+            """,
+            """
+            import keras
+            import tensorflow as tf
+
+            keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+            def train(model, optimizer, data):
+                for x, y in data:
+                    with tf.GradientTape() as tape:
+                        loss = model.compute_loss(x, y, model(x))
+                        scaled_loss = optimizer.scale_loss(loss)
+                    grads = tape.gradient(scaled_loss, model.trainable_variables)
+                    optimizer.apply(grads, model.trainable_variables)
+
+
+            train(build_model(), keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam()), data)
+            """,
+            keras=3,
+        ),
+        # Built in another module: reported without a guess.
+        Invalid(
+            """
+            import tensorflow as tf
+            from config import optimizer
+
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+        ),
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        if self.context.policy is not Policy.FLOAT16:
+            return
+        analysis, flows = step_flows(self.context)
+        groups: dict[int, list[Flow]] = {}
+        unknown_seen: set[int] = set()
+        for flow in flows:
+            if flow.scale is not None or flow.wrapped is True:
+                continue
+            if flow.wrapped is None:
+                if id(flow.apply.call) in unknown_seen:
+                    continue
+                unknown_seen.add(id(flow.apply.call))
+                self.report(
+                    flow.apply.call,
+                    f"Loss is not scaled under mixed_float16 and mpfix cannot see where `{flow.optimizer}` is "
+                    f"built (another module, a container, or passed through several calls): wrap it in LossScaleOptimizer where it is "
+                    f"built and scale the loss in {where(flow)}",
+                )
+                continue
+            groups.setdefault(id(flow.build.call), []).append(flow)
+        for group in groups.values():
+            first = group[0]
+            changes, imports = wrap_changes(self.context, first.build)
+            fix: dict | None = dict(changes)
+            for flow in group:
+                step = scaling_changes(self.context, analysis, flow)
+                if step is None or any(k in fix for k in step):
+                    fix = None
+                    break
+                fix.update(step)
+            self.report(
+                first.apply.call,
+                f"`{first.optimizer}` has no loss scaling under mixed_float16: most float16 gradients "
+                f"underflow to zero; wrap it in LossScaleOptimizer and scale the loss in {where(first)}",
+                fix=fix,
+                description="Wrap the optimizer in LossScaleOptimizer and scale the loss",
+                imports=imports,
+            )

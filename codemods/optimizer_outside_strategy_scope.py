@@ -1,0 +1,106 @@
+"""MP106 optimizer-outside-strategy-scope: see the rule's explanation (`mpfix explain MP106`)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpfix.codemods.analysis.gradient_path import assigned_targets, training_steps
+from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.findings import FixSafety
+
+
+class OptimizerOutsideStrategyScope(Rule):
+    code = "MP106"
+    name = "optimizer-outside-strategy-scope"
+    message = ("Optimizer built outside `strategy.scope()` while the model is built inside; "
+               "build the optimizer (and its LossScaleOptimizer) inside the scope")
+    fix_safety = FixSafety.NONE
+    triggers = ("scope()",)
+    also_requires = ("optimizer",)  # every optimizer build mpfix can see names `optimizers` somewhere
+    explanation = """
+        ## What it does
+        Finds an optimizer or `LossScaleOptimizer` built outside `with strategy.scope():` in a
+        function (or module) that builds the model inside that scope, under a `mixed_float16`
+        policy or with an explicit LossScaleOptimizer.
+
+        ## Why is this bad?
+        The optimizer's slots and the LossScaleOptimizer's loss-scale variables are then created
+        outside the distribution strategy: they are not mirrored across replicas (each replica
+        can skip steps on its own, or training fails with a cross-replica variable error).
+
+        ## Example
+        ```python
+        with strategy.scope():
+            model = build_model()
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+        ```
+
+        ## Use instead
+        ```python
+        with strategy.scope():
+            model = build_model()
+            optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+        ```
+
+        ## Fix safety
+        No automatic fix: moving the construction can change what it reads.
+    """
+    VALID = [
+        Valid("""
+            import tensorflow as tf
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+            strategy = tf.distribute.MirroredStrategy()
+            with strategy.scope():
+                model = build_model()
+                optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+        """),
+        # float32 only, no LSO: not a mixed-precision concern.
+        Valid("""
+            import tensorflow as tf
+            strategy = tf.distribute.MirroredStrategy()
+            with strategy.scope():
+                model = build_model()
+            optimizer = tf.keras.optimizers.Adam()
+        """),
+    ]
+    INVALID = [
+        Invalid("""
+            import tensorflow as tf
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+            strategy = tf.distribute.MirroredStrategy()
+            with strategy.scope():
+                model = build_model()
+            optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+        """),
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        analysis = training_steps(self.context)
+        for scope in analysis.scopes:
+            scopes = [st.node for st in scope.statements if isinstance(st.node, cst.With) and self._is_scope(st.node)]
+            if not scopes:
+                continue
+            builds_model = any(
+                isinstance(value, cst.Call) and st.node is not None
+                for st in scope.statements if any(w in st.parents for w in scopes)
+                for _, value in assigned_targets(st.node))
+            if not builds_model:
+                continue
+            for build in analysis.builds:
+                if build.scope is not scope or build.statement is None:
+                    continue
+                if any(w in build.statement.parents for w in scopes):
+                    continue
+                if not (self.context.float16 or build.is_lso):
+                    continue
+                self.report(build.call)
+
+    def _is_scope(self, node: cst.With) -> bool:
+        for item in node.items:
+            call = item.item
+            if isinstance(call, cst.Call) and not call.args and isinstance(call.func, cst.Attribute) \
+                    and call.func.attr.value == "scope":
+                owner = self.context.code(call.func.value)
+                if "strategy" in owner.lower() or "distribute" in owner:
+                    return True
+        return False
