@@ -100,6 +100,9 @@ class RuleContext:
     module_policy: Policy  # the mixed policy this module itself names
     imports: ImportTable
     loss_scale: float | None = None  # --loss-scale N: write a fixed loss scale instead of dynamic
+    # False when nothing decides the Keras generation (mpfix.target): ``keras`` is then the default
+    # the rules analyse with, and the engine withholds fixes that differ between the generations.
+    keras_known: bool = True
     # Per-file analysis shared by several rules (e.g. the training-step finder), keyed by its owner.
     cache: dict[str, Any] = field(default_factory=dict)
     reports: list[tuple["Rule", Report]] = field(default_factory=list)

@@ -10,9 +10,10 @@ everything else that can change what mpfix says about those bytes:
   fingerprint of the rule and engine modules (size + mtime, so an edited or
   newly installed rule invalidates the cache even before the version is bumped),
   the selected rule codes, the engine options and the Keras generation that
-  ``--keras auto`` resolves to on this machine;
-* per file: the codes ``per-file-ignores`` switches off, and the project's mixed
-  policy when it can matter (see ``Keyer.key``).
+  ``--keras auto`` finds installed on this machine;
+* per file: the codes ``per-file-ignores`` switches off, the project's mixed
+  policy when it can matter (see ``Keyer.key``), and with ``--keras auto`` the
+  Keras target the project's declared dependencies decide (``mpfix.declared``).
 
 The mode (check/diff/apply) is left out on purpose: a file with no findings has
 nothing to fix, so the three modes agree on it.
@@ -90,14 +91,14 @@ def _code_fingerprint() -> list[tuple[str, int, int]]:
 
 def settings_key(job) -> str:
     """Hash of everything besides the file that decides a result (see the module docstring)."""
-    from mpfix.target import generation_for
+    from mpfix import target
 
     parts = (
         __version__,
         _code_fingerprint(),
         sorted(job.rule_codes),
         repr(job.options),
-        generation_for(job.options.keras, False),
+        target.installed(),  # what --keras auto finds installed, and why
     )
     return hashlib.blake2b(repr(parts).encode(), digest_size=_DIGEST).hexdigest()
 
@@ -115,12 +116,13 @@ class Keyer:
     # still gets the project's in its key: one scan per project, never stale.
     float16_triggers: tuple[tuple[str, tuple[str, ...]], ...] = ()
     project_policy: bool = False
+    declared_target: bool = False  # --keras auto: the Keras target the project declares is part of each key
     _roots: dict[str, str] = field(default_factory=dict, repr=False)
     _policies: dict[str, str] = field(default_factory=dict, repr=False)
 
     def key(self, path: Path, data: bytes, ignored: tuple[str, ...] = ()) -> bytes:
         """The key a result for ``data`` is stored under."""
-        return self._key(data, ignored, self._project_policy(path, data, ignored))
+        return self._key(data, ignored, self._project_policy(path, data, ignored), self._declared(path))
 
     def lookup_keys(self, path: Path, data: bytes, ignored: tuple[str, ...] = ()):
         """The keys ``data`` can have been stored under, cheapest first; one of them is ``key()``.
@@ -131,20 +133,30 @@ class Keyer:
         run). The second key needs the project's policy; until some file has needed it, the
         triggers decide whether this one does, so a project is never scanned for nothing.
         """
-        yield self._key(data, ignored, "")
+        declared = self._declared(path)
+        yield self._key(data, ignored, "", declared)
         if not self.project_policy or not self.float16_triggers:
             return
         policy = self._known_policy(path)
         if policy is None:
             policy = self._project_policy(path, data, ignored) or None
         if policy is not None:
-            yield self._key(data, ignored, policy)
+            yield self._key(data, ignored, policy, declared)
+
+    def _declared(self, path: Path) -> str:
+        if not self.declared_target:
+            return ""
+        from mpfix import declared
+
+        return declared.cache_key(path)
 
     @staticmethod
-    def _key(data: bytes, ignored: tuple[str, ...], policy: str) -> bytes:
+    def _key(data: bytes, ignored: tuple[str, ...], policy: str, target: str = "") -> bytes:
         digest = hashlib.blake2b(data, digest_size=_DIGEST)
         digest.update(b"\0" + ",".join(ignored).encode())
         digest.update(b"\0" + policy.encode())
+        if target:
+            digest.update(b"\0" + target.encode())
         return digest.digest()
 
     def _project_policy(self, path: Path, data: bytes, ignored: tuple[str, ...]) -> str:
@@ -352,4 +364,5 @@ def _keyer_for(job) -> Keyer:
         settings=settings_key(job),
         float16_triggers=tuple((r.code, tuple(r.triggers)) for r in rules if r.requires_float16),
         project_policy=job.options.policy is None and job.options.project_policy,
+        declared_target=job.options.keras in (None, "auto"),
     )

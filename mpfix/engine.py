@@ -25,7 +25,7 @@ from mpfix import suppression
 from mpfix.findings import Edit, FileError, Finding, Fix, Position
 from mpfix.parsing import parse_module
 from mpfix.positions import positions_of
-from mpfix.target import generation_for, selects_legacy_keras
+from mpfix import target as targets
 
 MAX_FIX_PASSES = 10
 
@@ -110,21 +110,34 @@ class Engine:
         if module is None:
             module = parse_module(text)
         imports = ImportTable(module)
-        keras = generation_for(self.options.keras,
-                               imports.imports_module("tf_keras") or selects_legacy_keras(text))
+        target = targets.decide(self.options.keras, text, path,
+                                imports.imports_module("tf_keras") or targets.imports_tf_keras(text))
+        keras = target.keras or targets.DEFAULT
         policy, module_policy = self._policy(text, path) if any(r.requires_float16 for r in rules) else (
             policies.policy_in_text(text), policies.policy_in_text(text))
         context = RuleContext(module=module, path=path, keras=keras, policy=policy,
-                              module_policy=module_policy, imports=imports, loss_scale=self.options.loss_scale)
+                              module_policy=module_policy, imports=imports, loss_scale=self.options.loss_scale,
+                              keras_known=target.known)
+        self._visit(module, context, rules)
+        if not target.known:
+            # Unknown target: the findings are the default generation's; a fix is kept only
+            # where the other generation writes the very same one (mpfix.target).
+            other = RuleContext(module=module, path=path, keras=targets.KERAS2, policy=policy,
+                                module_policy=module_policy, imports=imports, loss_scale=self.options.loss_scale,
+                                keras_known=False)
+            self._visit(module, other, rules)
+            context.reports = _agreed_fixes(context.reports, other.reports)
+        return module, context
+
+    def _visit(self, module: cst.Module, context: RuleContext, rules: list[type[Rule]]) -> None:
         active = [
             r for r in rules
-            if keras in r.keras_generations and (not r.requires_float16 or context.float16)
+            if context.keras in r.keras_generations and (not r.requires_float16 or context.float16)
         ]
         if active:
             # LibCST's own traversal rebuilds every node it passes (2/3 of a cold check);
             # codemods._walk reads the fields in the same order with the same visit/leave calls.
             visit_batched(MetadataWrapper(module, unsafe_skip_copy=True), [r(context) for r in active])
-        return module, context
 
     def _findings(self, text: str, path: Path, context: RuleContext) -> list[Finding]:
         if not context.reports:
@@ -210,6 +223,42 @@ class Engine:
             module, context = self._run(current, path, rules, parsed)
             findings = self._findings(current, path, context)
         raise FixError(f"fixes did not converge after {MAX_FIX_PASSES} passes")
+
+
+def _same_replacement(a, b) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, cst.CSTNode) and isinstance(b, cst.CSTNode):
+        return a.deep_equals(b)
+    if isinstance(a, cst.FlattenSentinel) and isinstance(b, cst.FlattenSentinel):
+        return len(a.nodes) == len(b.nodes) and all(_same_replacement(x, y) for x, y in zip(a.nodes, b.nodes))
+    return type(a) is type(b) and a == b
+
+
+def _same_fix(a: Fix | None, b: Fix | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    if a.safety != b.safety or tuple(a.imports) != tuple(b.imports) or len(a.changes) != len(b.changes):
+        return False
+    others = {id(node): replacement for node, replacement in b.changes.items()}
+    return all(id(node) in others and _same_replacement(replacement, others[id(node)])
+               for node, replacement in a.changes.items())
+
+
+def _agreed_fixes(reports: list, other: list) -> list:
+    """``reports`` with each fix the ``other`` generation does not write identically withheld."""
+    from mpfix.codemods.base import Report
+
+    theirs: dict[tuple[str, int], list] = {}
+    for rule, report in other:
+        theirs.setdefault((rule.code, id(report.node)), []).append(report.fix)
+    kept = []
+    for rule, report in reports:
+        if report.fix is not None and not any(_same_fix(report.fix, fix)
+                                              for fix in theirs.get((rule.code, id(report.node)), ())):
+            report = Report(report.node, report.message + targets.UNKNOWN_HINT, None)
+        kept.append((rule, report))
+    return kept
 
 
 def _compiles(text: str, filename: str) -> bool:

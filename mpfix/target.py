@@ -3,6 +3,19 @@
 Keras 2 and Keras 3 LossScaleOptimizers are not interchangeable (see
 KERAS_API.md): a fix written for the wrong one is a crash or a silent
 32768× update, so every fix is written for the generation found here.
+
+Per file, the first of these that decides wins (``decide``):
+
+1. the file itself selects Keras 2: it imports ``tf_keras`` or sets
+   ``TF_USE_LEGACY_KERAS=1`` (true whatever is configured: ``tf_keras`` is Keras 2);
+2. ``--keras 2|3`` / ``[tool.mpfix] keras = 2|3``;
+3. the file uses an API only Keras 3 has (``keras.ops``, ``keras.config``);
+4. the project's declared dependencies (``mpfix.declared``): requirements files,
+   ``pyproject.toml``, ``setup.cfg``, ``setup.py``, ``environment.yml``, ``Pipfile``, a
+   Dockerfile's base image — what pre-commit and CI, which have no TensorFlow, can see;
+5. the packages installed next to mpfix (``importlib.metadata``);
+6. nothing decides: the target is unknown. Findings are still reported, but a fix that
+   would differ between the generations is withheld and the message says how to set it.
 """
 
 from __future__ import annotations
@@ -10,19 +23,41 @@ from __future__ import annotations
 import functools
 import os
 import re
+from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 
 KERAS2 = 2
 KERAS3 = 3
-DEFAULT = KERAS3  # what a fresh `pip install tensorflow` runs today
+DEFAULT = KERAS3  # what the rules analyse with when the target is unknown (fixes are then withheld)
 
-_TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-macos", "tf-nightly", "tf-nightly-cpu")
+_TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-macos", "tensorflow-intel",
+                     "tf-nightly", "tf-nightly-cpu")
+
+HOW_TO_SET = ('set `keras = 2` or `keras = 3` under [tool.mpfix] in pyproject.toml '
+              '(or pass --keras 2|3)')
+UNKNOWN_HINT = (" [no fix: the Keras generation of this project is unknown (no TensorFlow/Keras installed or "
+                f"declared); {HOW_TO_SET}]")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The decided generation (None: unknown) and why, for ``--verbose`` and SARIF."""
+
+    keras: int | None
+    reason: str
+
+    @property
+    def known(self) -> bool:
+        return self.keras is not None
+
+    def describe(self) -> str:
+        return f"Keras {self.keras}" if self.known else "Keras unknown"
 
 
 def _version(dist: str) -> tuple[int, ...] | None:
-    try:
-        raw = metadata.version(dist)
-    except metadata.PackageNotFoundError:
+    raw = _raw_version(dist)
+    if raw is None:
         return None
     parts: list[int] = []
     for piece in raw.split(".")[:2]:
@@ -31,32 +66,54 @@ def _version(dist: str) -> tuple[int, ...] | None:
     return tuple(parts)
 
 
+def _raw_version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def _legacy_keras_requested() -> bool:
     return os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes")
 
 
 @functools.lru_cache(maxsize=1)
-def installed_generation() -> int | None:
-    """The Keras generation ``import tensorflow as tf; tf.keras`` gives here, or None."""
+def installed() -> Target:
+    """What ``import tensorflow as tf; tf.keras`` gives next to mpfix (keras None: nothing installed)."""
     for dist in _TF_DISTRIBUTIONS:
         tf_version = _version(dist)
         if tf_version is None:
             continue
+        found = f"installed {dist} {_raw_version(dist)}"
         if tf_version < (2, 16):
-            return KERAS2
+            return Target(KERAS2, f"{found} (TensorFlow < 2.16: tf.keras is Keras 2)")
         if _legacy_keras_requested() and _version("tf-keras") is not None:
-            return KERAS2
-        return KERAS3
+            return Target(KERAS2, f"{found} with tf-keras and TF_USE_LEGACY_KERAS=1")
+        return Target(KERAS3, f"{found} (TensorFlow >= 2.16: tf.keras is Keras 3)")
     keras_version = _version("keras")
     if keras_version is not None:
-        return KERAS3 if keras_version >= (3,) else KERAS2
-    return None
+        generation = KERAS3 if keras_version >= (3,) else KERAS2
+        return Target(generation, f"installed keras {_raw_version('keras')}")
+    return Target(None, "no TensorFlow or Keras installed")
+
+
+def installed_generation() -> int | None:
+    """The Keras generation ``import tensorflow as tf; tf.keras`` gives here, or None."""
+    return installed().keras
+
+
+installed_generation.cache_clear = installed.cache_clear  # type: ignore[attr-defined]
 
 
 # A script that selects legacy Keras itself, before importing TensorFlow:
 # os.environ["TF_USE_LEGACY_KERAS"] = "1" / os.environ.setdefault("TF_USE_LEGACY_KERAS", "1").
 _SETS_LEGACY_KERAS = re.compile(
     r"""TF_USE_LEGACY_KERAS['"]\s*(?:\]\s*=|,)\s*['"](?:1|true|True|yes)['"]""")
+_IMPORTS_TF_KERAS = re.compile(
+    r"^[ \t]*(?:from[ \t]+tf_keras\b|import[ \t]+(?:[\w.]+(?:[ \t]+as[ \t]+\w+)?[ \t]*,[ \t]*)*tf_keras\b)", re.M)
+# APIs that exist in Keras 3 only (KERAS_API.md: Keras 2 has no keras.config; keras.ops is new in 3).
+_KERAS3_ONLY = re.compile(r"\bkeras\.(?:ops|config)\.|^[ \t]*from[ \t]+keras[ \t]+import[ \t]+[^\n]*\b(?:ops|config)\b",
+                          re.M)
 
 
 def selects_legacy_keras(text: str) -> bool:
@@ -64,13 +121,42 @@ def selects_legacy_keras(text: str) -> bool:
     return "TF_USE_LEGACY_KERAS" in text and _SETS_LEGACY_KERAS.search(text) is not None
 
 
+def imports_tf_keras(text: str) -> bool:
+    return "tf_keras" in text and _IMPORTS_TF_KERAS.search(text) is not None
+
+
+def decide(configured: str | int | None, text: str, path: Path | None, tf_keras_import: bool | None = None) -> Target:
+    """The Keras target of one file (see the module docstring for the order)."""
+    if tf_keras_import is None:
+        tf_keras_import = imports_tf_keras(text)
+    if tf_keras_import:
+        return Target(KERAS2, "the file imports tf_keras")
+    if selects_legacy_keras(text):
+        return Target(KERAS2, "the file sets TF_USE_LEGACY_KERAS=1")
+    if configured not in (None, "auto", ""):
+        return Target(int(configured), f"configured keras = {configured}")
+    if "keras" in text and _KERAS3_ONLY.search(text):
+        return Target(KERAS3, "the file uses a Keras 3-only API (keras.ops / keras.config)")
+    if path is not None:
+        from mpfix import declared
+
+        found = declared.target_for(path)
+        if found is not None:
+            return found
+    found = installed()
+    if found.known:
+        return found
+    return Target(None, "no TensorFlow or Keras installed, and the project declares no TensorFlow version "
+                        "that decides it")
+
+
 def generation_for(configured: str | int | None, keras2_file: bool) -> int:
-    """Keras generation for one file.
+    """Keras generation for one file, without looking at the project (kept for callers that have no path).
 
     A file that imports ``tf_keras`` or sets ``TF_USE_LEGACY_KERAS=1`` itself
     (``keras2_file``) runs Keras 2 whatever is installed or configured;
     otherwise ``--keras``/``[tool.mpfix] keras`` win, then the installed
-    packages, then today's default.
+    packages, then the default.
     """
     if keras2_file:
         return KERAS2

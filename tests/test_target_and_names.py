@@ -106,3 +106,147 @@ def test_tf_keras_file_is_checked_as_keras2():
     result = lint_snippet("import tf_keras\nimport tensorflow as tf\n"
                           "f = tf.function(lambda x: x, experimental_relax_shapes=True)\n", "MP306", keras=3)
     assert [f.code for f in result.findings] == ["MP306"]
+
+
+# -- the Keras target from the project's declared dependencies (issue 12 #7, issue 15 #3) ------------
+
+from mpfix import declared  # noqa: E402
+
+
+@pytest.fixture
+def nothing_installed(monkeypatch):
+    _fake_versions(monkeypatch, {})
+    monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
+    declared.clear()
+    yield
+    declared.clear()
+
+
+def _project(tmp_path, files: dict[str, str]):
+    (tmp_path / ".git").mkdir()
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return tmp_path / "train.py"
+
+
+@pytest.mark.parametrize(("files", "expected"), [
+    ({"requirements.txt": "numpy\ntensorflow==2.15.*\n"}, 2),
+    ({"requirements.txt": "tensorflow<2.16  # Keras 2\n"}, 2),
+    ({"requirements.txt": "tensorflow[and-cuda]>=2.16\n"}, 3),
+    ({"requirements.txt": "tensorflow~=2.13.0\n"}, 2),
+    ({"requirements.txt": "tensorflow~=2.13\n"}, None),  # PEP 440: >=2.13, ==2.*, so 2.16 is allowed
+    ({"requirements.txt": "tensorflow>=2.10\n"}, None),
+    ({"requirements.txt": "-r requirements/base.txt\n", "requirements/base.txt": "tensorflow-cpu==2.14.1\n"}, 2),
+    ({"requirements-dev.txt": "tensorflow>=2.16\ntf-keras>=2.16\n"}, 2),  # the legacy-Keras setup
+    ({"requirements.txt": "keras>=3\n"}, 3),
+    ({"requirements.txt": "keras<3\n"}, 2),
+    ({"pyproject.toml": '[project]\nname = "x"\ndependencies = ["tensorflow>=2.12,<2.16"]\n'}, 2),
+    ({"pyproject.toml": '[project]\nname = "x"\n[project.optional-dependencies]\ngpu = ["tensorflow>=2.16"]\n'}, 3),
+    ({"pyproject.toml": '[tool.poetry.dependencies]\npython = "^3.10"\ntensorflow = "~2.15"\n'}, 2),
+    ({"pyproject.toml": '[tool.poetry.dependencies]\ntensorflow = "^2.15"\n'}, None),
+    ({"setup.cfg": "[options]\ninstall_requires =\n    numpy\n    tensorflow>=2.11,<2.16\n"}, 2),
+    ({"setup.py": "from setuptools import setup\nREQUIRED = ['tensorflow==2.15.1']\n"
+                  "setup(name='x', install_requires=REQUIRED + ['numpy'])\n"}, 2),
+    ({"setup.py": "import setuptools\nsetuptools.setup(install_requires=['tensorflow>=2.16'])\n"}, 3),
+    ({"environment.yml": "name: x\ndependencies:\n  - python=3.10\n  - tensorflow=2.15\n"}, 2),
+    ({"environment.yml": "dependencies:\n  - pip\n  - pip:\n    - tensorflow>=2.17\n"}, 3),
+    ({"Pipfile": '[packages]\ntensorflow = "==2.13.*"\n'}, 2),
+    ({"Dockerfile": "FROM nvcr.io/nvidia/tensorflow:23.10-tf2-py3\nRUN pip install -r requirements.txt\n"}, 2),
+    ({"Dockerfile": "FROM tensorflow/tensorflow:2.15.0-gpu\n"}, 2),
+    ({"Dockerfile": "FROM tensorflow/tensorflow:2.17.0\n"}, 3),
+    ({"Dockerfile": "FROM python:3.11\nRUN pip install tensorflow==2.16.1 numpy\n"}, 3),
+    ({"README.md": "tensorflow==2.15\n"}, None),  # not a dependency file
+])
+def test_declared_dependencies_decide_the_target(tmp_path, nothing_installed, files, expected):
+    path = _project(tmp_path, files)
+    found = target.decide("auto", "import tensorflow as tf\n", path)
+    assert found.keras == expected, found
+    if expected is not None:
+        assert "declared" in found.reason
+
+
+def test_nearest_folder_that_decides_wins(tmp_path, nothing_installed):
+    path = _project(tmp_path, {"requirements.txt": "tensorflow>=2.16\n",
+                               "legacy/requirements.txt": "tensorflow==2.15.*\n", "legacy/train.py": ""})
+    assert target.decide("auto", "", path.parent / "legacy" / "train.py").keras == 2
+    assert target.decide("auto", "", path).keras == 3
+
+
+def test_order_file_config_declared_installed(tmp_path, monkeypatch):
+    _fake_versions(monkeypatch, {"tensorflow": "2.21.0"})
+    monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
+    declared.clear()
+    path = _project(tmp_path, {"requirements.txt": "tensorflow==2.15.*\n"})
+    # the file's own tf_keras import / legacy switch beat everything (tf_keras is always Keras 2)
+    assert target.decide("3", "import tf_keras\n", path).keras == 2
+    assert target.decide("3", 'os.environ["TF_USE_LEGACY_KERAS"] = "1"\n', path).keras == 2
+    # then the configured generation
+    assert target.decide("3", "import tensorflow as tf\n", path) == target.Target(3, "configured keras = 3")
+    # then a Keras 3-only API in the file
+    assert target.decide("auto", "import keras\nx = keras.ops.exp(1.0)\n", path).keras == 3
+    # then the declared dependencies, over what is installed here (TF 2.21)
+    assert target.decide("auto", "import tensorflow as tf\n", path).keras == 2
+    (tmp_path / "requirements.txt").unlink()
+    declared.clear()
+    found = target.decide("auto", "import tensorflow as tf\n", path)
+    assert found.keras == 3 and "installed tensorflow 2.21.0" in found.reason
+
+
+def test_nothing_decides_the_target(tmp_path, nothing_installed):
+    path = _project(tmp_path, {"requirements.txt": "numpy\n"})
+    found = target.decide("auto", "import tensorflow as tf\n", path)
+    assert found.keras is None and not found.known
+
+
+K2_STEP = """\
+import tensorflow as tf
+
+tf.keras.mixed_precision.set_global_policy("mixed_float16")
+optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+
+
+@tf.function
+def train_step(model, x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+        scaled_loss = optimizer.get_scaled_loss(loss)
+    grads = optimizer.get_unscaled_gradients(tape.gradient(scaled_loss, model.trainable_variables))
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+"""
+
+
+def _lint_file(path, text, fix=True):
+    from mpfix.engine import Engine, Options
+    from mpfix.selection import select
+
+    path.write_text(text)
+    return Engine(select(("ALL",), ()), Options(keras="auto", unsafe_fixes=True)).lint(text, path, fix=fix)
+
+
+def test_unknown_target_withholds_generation_specific_fixes(tmp_path, nothing_installed):
+    path = _project(tmp_path, {})
+    result = _lint_file(path, K2_STEP)
+    # Analysed as Keras 3 (get_scaled_loss does not exist there), but the fix would differ on
+    # Keras 2, where this code is correct: reported, not fixed, and the message says what to set.
+    assert result.findings, "the Keras 3 finding is still reported"
+    assert result.fixed_text is None
+    assert all(f.fix is None for f in result.findings if "get_scaled_loss" in f.message or "scale" in f.message)
+    assert any("[tool.mpfix]" in f.message and "keras = 2" in f.message for f in result.findings)
+
+
+def test_declared_keras2_project_is_left_alone(tmp_path, nothing_installed):
+    path = _project(tmp_path, {"requirements.txt": "tensorflow==2.15.*\n"})
+    result = _lint_file(path, K2_STEP)
+    assert result.fixed_text is None
+    assert not [f for f in result.findings if "get_scaled_loss" in f.message]
+
+
+def test_unknown_target_keeps_fixes_both_generations_agree_on(tmp_path, nothing_installed):
+    path = _project(tmp_path, {})
+    text = "import tensorflow as tf\n\n\n@tf.function(experimental_relax_shapes=True)\ndef f(x):\n    return x\n"
+    found = _lint_file(path, text, fix=False)
+    assert [f.code for f in found.findings] == ["MP306"] and found.findings[0].fix is not None
+    result = _lint_file(path, text)
+    assert result.fixed_text is not None and "reduce_retracing=True" in result.fixed_text

@@ -1,0 +1,547 @@
+"""The Keras generation a project declares: its TensorFlow/Keras requirements, read, never executed.
+
+pre-commit and CI environments have no TensorFlow installed, so what the project
+*declares* is the best evidence of what it runs: a TF 2.15 project pins
+``tensorflow<2.16`` somewhere. Read here, from the file's folder up to its
+project root (the nearest folder with ``pyproject.toml``, ``setup.py`` or
+``.git``); the nearest folder that declares something decides:
+
+* ``requirements*.txt`` (and ``requirements/*.txt``, following ``-r`` includes),
+* ``pyproject.toml``: ``[project]`` dependencies and optional dependencies, Poetry's
+  dependencies and groups,
+* ``setup.cfg`` ``install_requires``/``extras_require``; ``setup.py``'s ``install_requires``
+  (parsed with ``ast``: literal lists and names bound to them),
+* ``environment.yml`` (conda and its ``pip:`` list), ``Pipfile``,
+* a ``Dockerfile``'s base image: ``tensorflow/tensorflow:2.15.0`` or NGC's
+  ``nvcr.io/nvidia/tensorflow:YY.MM-tf2-py3``, and its ``pip install`` lines.
+
+``packaging.specifiers`` decides whether the TensorFlow versions the requirements
+allow are all below 2.16 (Keras 2) or all from 2.16 on (Keras 3); a required
+``tf-keras``, ``keras>=3`` and ``keras<3`` decide as well. Conflicting or open
+requirements (``tensorflow>=2.10``) decide nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import functools
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mpfix.target import KERAS2, KERAS3, Target
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+TF_NAMES = frozenset({"tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-macos", "tensorflow-intel",
+                      "tensorflow-aarch64", "tensorflow-rocm", "intel-tensorflow", "tf-nightly", "tf-nightly-cpu",
+                      "tf-nightly-gpu"})
+_MAX_BYTES = 2_000_000
+_PROJECT_MARKERS = ("pyproject.toml", "setup.py", ".git")
+
+# NGC's TensorFlow 2 containers (nvcr.io/nvidia/tensorflow:YY.MM-tf2-py3): the 24.xx releases and all
+# earlier ones ship TensorFlow 2.x <= 2.15, i.e. Keras 2; "-tf1-" images are TensorFlow 1 (Keras 2 API).
+# Later releases are not mapped: they decide nothing, and the next source is asked.
+_NGC_LAST_KERAS2 = (24, 99)
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass
+class Evidence:
+    """Requirements found in one folder."""
+
+    tf_specs: list[tuple[str, str]] = field(default_factory=list)  # (specifier, where)
+    keras_specs: list[tuple[str, str]] = field(default_factory=list)
+    tf_keras: list[str] = field(default_factory=list)  # where a required tf-keras was declared
+    images: list[tuple[int, str]] = field(default_factory=list)  # (generation, where)
+
+    def empty(self) -> bool:
+        return not (self.tf_specs or self.keras_specs or self.tf_keras or self.images)
+
+    def add_requirement(self, text: str, where: str, optional: bool = False) -> None:
+        requirement = _requirement(text)
+        if requirement is None:
+            return
+        name, spec = requirement
+        if name in TF_NAMES:
+            self.tf_specs.append((spec, where))
+        elif name == "keras":
+            self.keras_specs.append((spec, where))
+        elif name == "tf-keras" and not optional:
+            self.tf_keras.append(where)
+
+
+def _requirement(text: str) -> tuple[str, str] | None:
+    """(canonical name, specifier) of a PEP 508 requirement line; None for anything else."""
+    text = text.split(" #", 1)[0].split(";", 1)[0].strip()
+    if not text or text.startswith(("#", "-", "git+", "http:", "https:", "file:", ".")):
+        return None
+    match = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(\(?)(.*?)\)?\s*$", text)
+    if match is None:
+        return None
+    name, spec = _canonical(match.group(1)), match.group(4).strip()
+    if spec.startswith("@"):
+        return name, ""
+    return name, spec
+
+
+# -- deciding ---------------------------------------------------------------------------------
+
+def _candidates(specs: list[str]) -> list:
+    from packaging.version import InvalidVersion, Version
+
+    found = set()
+    for major in (1, 2, 3):
+        for minor in range(0, 41):
+            for micro in (0, 1, 99):
+                found.add(Version(f"{major}.{minor}.{micro}"))
+    for spec in specs:
+        for raw in re.findall(r"\d+(?:\.\d+)*", spec):
+            parts = [int(p) for p in raw.split(".")]
+            for i in range(len(parts)):
+                for delta in (-1, 0, 1):
+                    bumped = parts[: i + 1]
+                    bumped[i] = max(0, bumped[i] + delta)
+                    try:
+                        found.add(Version(".".join(map(str, bumped))))
+                    except InvalidVersion:
+                        pass
+    return sorted(found)
+
+
+def allowed_generations(specs: list[str], boundary: str) -> set[int] | None:
+    """{2}, {3} or {2, 3}: the generations the versions allowed by all ``specs`` fall into.
+
+    Versions below ``boundary`` count as Keras 2 (TensorFlow: 2.16; Keras itself: 3).
+    None when the specifiers cannot be read or allow nothing.
+    """
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import Version
+
+    combined = SpecifierSet()
+    for spec in specs:
+        try:
+            combined &= SpecifierSet(_poetry(spec))
+        except InvalidSpecifier:
+            return None
+    limit = Version(boundary)
+    allowed = [v for v in _candidates(specs) if combined.contains(v, prereleases=False)]
+    if not allowed:
+        return None
+    return {KERAS2 if v < limit else KERAS3 for v in allowed}
+
+
+def _poetry(spec: str) -> str:
+    """Poetry/Pipfile/conda spellings as PEP 440 specifiers (``^2.15``, ``~2.15``, ``2.15.*``, ``*``)."""
+    spec = spec.strip()
+    if spec in ("", "*"):
+        return ""
+    out = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        caret = re.fullmatch(r"\^\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?", part)
+        tilde = re.fullmatch(r"~\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?", part)
+        if caret:
+            major, minor, micro = (int(x) if x is not None else None for x in caret.groups())
+            low = ".".join(str(x) for x in (major, minor, micro) if x is not None)
+            if major > 0:
+                high = f"{major + 1}"
+            elif minor:
+                high = f"0.{minor + 1}"
+            else:
+                high = f"0.0.{(micro or 0) + 1}"
+            out += [f">={low}", f"<{high}"]
+        elif tilde:
+            major, minor, micro = (int(x) if x is not None else None for x in tilde.groups())
+            low = ".".join(str(x) for x in (major, minor, micro) if x is not None)
+            high = f"{major}.{minor + 1}" if minor is not None else f"{major + 1}"
+            out += [f">={low}", f"<{high}"]
+        elif re.fullmatch(r"\d[\w.*+!-]*", part):
+            out.append(f"=={part}")  # a bare version (Poetry, conda): exactly that, wildcards allowed
+        else:
+            out.append(part)
+    return ",".join(out)
+
+
+def decide(evidence: Evidence) -> Target | None:
+    votes: list[tuple[int, str]] = []
+    if evidence.tf_specs:
+        specs = [s for s, _ in evidence.tf_specs]
+        where = ", ".join(sorted({f"{w}: tensorflow{s}" if s and s[0] in "<>=!~" else f"{w}: tensorflow {s}".rstrip()
+                                  for s, w in evidence.tf_specs}))
+        generations = allowed_generations(specs, "2.16")
+        if generations is not None and len(generations) == 1:
+            (generation,) = generations
+            side = "< 2.16" if generation == KERAS2 else ">= 2.16"
+            votes.append((generation, f"{where} allows only TensorFlow {side}"))
+    if evidence.keras_specs:
+        generations = allowed_generations([s for s, _ in evidence.keras_specs], "3")
+        if generations is not None and len(generations) == 1:
+            (generation,) = generations
+            where = ", ".join(sorted({f"{w}: keras{s}" for s, w in evidence.keras_specs}))
+            votes.append((generation, f"{where} allows only Keras {generation}"))
+    for where in evidence.tf_keras:
+        votes.append((KERAS2, f"{where}: requires tf-keras (Keras 2)"))
+    for generation, where in evidence.images:
+        votes.append((generation, where))
+    if not votes:
+        return None
+    generations = {g for g, _ in votes}
+    if generations == {KERAS2, KERAS3}:
+        # A required tf-keras next to TensorFlow >= 2.16 is the legacy-Keras setup (TF_USE_LEGACY_KERAS=1).
+        if evidence.tf_keras and not any(g == KERAS3 for g, w in votes if "keras" in w and "tensorflow" not in w):
+            reasons = [w for g, w in votes if g == KERAS2]
+            return Target(KERAS2, "declared: " + "; ".join(reasons))
+        return None
+    (generation,) = generations
+    return Target(generation, "declared: " + "; ".join(w for _, w in votes))
+
+
+# -- reading the files ------------------------------------------------------------------------
+
+def _read(path: Path) -> str | None:
+    try:
+        if path.stat().st_size > _MAX_BYTES:
+            return None
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _requirements_file(path: Path, evidence: Evidence, root: Path, seen: set[Path]) -> None:
+    if path in seen or len(seen) > 50:
+        return
+    seen.add(path)
+    text = _read(path)
+    if text is None:
+        return
+    where = _rel(path, root)
+    joined = re.sub(r"\\\r?\n", " ", text)
+    for line in joined.splitlines():
+        line = line.strip()
+        include = re.match(r"(?:-r|--requirement|-c|--constraint)\s*=?\s*(\S+)", line)
+        if include:
+            _requirements_file((path.parent / include.group(1)), evidence, root, seen)
+            continue
+        evidence.add_requirement(line, where)
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.name
+
+
+def _pyproject(path: Path, evidence: Evidence, root: Path) -> None:
+    text = _read(path)
+    if text is None:
+        return
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return  # reported by the settings loader when it matters
+    where = _rel(path, root)
+    project = data.get("project", {})
+    for item in _strings(project.get("dependencies")):
+        evidence.add_requirement(item, where)
+    optional = project.get("optional-dependencies", {})
+    if isinstance(optional, dict):
+        for items in optional.values():
+            for item in _strings(items):
+                evidence.add_requirement(item, where, optional=True)
+    poetry = data.get("tool", {}).get("poetry", {})
+    if isinstance(poetry, dict):
+        _poetry_table(poetry.get("dependencies"), evidence, where, optional=False)
+        _poetry_table(poetry.get("dev-dependencies"), evidence, where, optional=True)
+        groups = poetry.get("group", {})
+        if isinstance(groups, dict):
+            for group in groups.values():
+                if isinstance(group, dict):
+                    _poetry_table(group.get("dependencies"), evidence, where, optional=True)
+
+
+def _strings(value) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _poetry_table(table, evidence: Evidence, where: str, optional: bool) -> None:
+    """Poetry's and Pipfile's ``name = "spec"`` / ``name = {version = "spec"}`` tables."""
+    if not isinstance(table, dict):
+        return
+    for name, value in table.items():
+        if isinstance(value, dict):
+            value = value.get("version", "*")
+        if isinstance(value, list):  # Poetry's multiple-constraint form: undecidable here
+            value = "*"
+        if not isinstance(value, str):
+            continue
+        spec = value.strip()
+        spec = "" if spec == "*" else _poetry(spec)
+        evidence.add_requirement(f"{name} {spec}".strip() if spec and spec[0] not in "<>=!~" else f"{name}{spec}",
+                                 where, optional=optional)
+
+
+def _setup_cfg(path: Path, evidence: Evidence, root: Path) -> None:
+    text = _read(path)
+    if text is None:
+        return
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(text)
+    except configparser.Error:
+        return
+    where = _rel(path, root)
+    if parser.has_option("options", "install_requires"):
+        for line in parser.get("options", "install_requires").splitlines():
+            evidence.add_requirement(line, where)
+    if parser.has_section("options.extras_require"):
+        for _, value in parser.items("options.extras_require"):
+            for line in value.splitlines():
+                evidence.add_requirement(line, where, optional=True)
+
+
+def _setup_py(path: Path, evidence: Evidence, root: Path) -> None:
+    text = _read(path)
+    if text is None:
+        return
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return
+    where = _rel(path, root)
+    bound: dict[str, ast.AST] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            bound[node.targets[0].id] = node.value
+
+    def strings(value: ast.AST | None, depth: int = 0) -> list[str]:
+        if value is None or depth > 3:
+            return []
+        if isinstance(value, ast.Name) and value.id in bound:
+            return strings(bound[value.id], depth + 1)
+        if isinstance(value, (ast.List, ast.Tuple, ast.Set)):
+            out = []
+            for element in value.elts:
+                if isinstance(element, ast.Constant) and isinstance(element.value, str):
+                    out.append(element.value)
+                else:
+                    out.extend(strings(element, depth + 1))
+            return out
+        if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
+            return strings(value.left, depth + 1) + strings(value.right, depth + 1)
+        return []
+
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        if name != "setup":
+            continue
+        for keyword in node.keywords:
+            if keyword.arg == "install_requires":
+                for item in strings(keyword.value):
+                    evidence.add_requirement(item, where)
+            elif keyword.arg == "extras_require":
+                value = keyword.value
+                if isinstance(value, ast.Name) and value.id in bound:
+                    value = bound[value.id]
+                if isinstance(value, ast.Dict):
+                    for item_value in value.values:
+                        for item in strings(item_value):
+                            evidence.add_requirement(item, where, optional=True)
+
+
+def _environment_yml(path: Path, evidence: Evidence, root: Path) -> None:
+    """conda's ``dependencies:`` list and its ``pip:`` sublist, read line by line (no YAML library needed)."""
+    text = _read(path)
+    if text is None:
+        return
+    where = _rel(path, root)
+    in_dependencies = False
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if not line.startswith((" ", "\t", "-")):
+            in_dependencies = line.split(":", 1)[0].strip() == "dependencies"
+            continue
+        if not in_dependencies:
+            continue
+        item = re.match(r"\s*-\s*['\"]?([^'\"#]+)", line)
+        if item is None:
+            continue
+        value = item.group(1).strip()
+        if value.endswith(":"):
+            continue  # "- pip:"
+        if "::" in value:
+            value = value.split("::", 1)[1]  # conda-forge::tensorflow=2.15
+        conda = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:=\s*([\d.*]+)(?:=\S+)?|\s+([\d.*]+))", value)
+        if conda and "==" not in value:
+            version = conda.group(2) or conda.group(3)
+            # conda's "=2.15" means 2.15.*; a space-separated version likewise.
+            spec = f"=={version}" if version.endswith("*") else f"=={version}.*"
+            evidence.add_requirement(conda.group(1) + spec, where)
+        else:
+            evidence.add_requirement(value, where)
+
+
+def _pipfile(path: Path, evidence: Evidence, root: Path) -> None:
+    text = _read(path)
+    if text is None:
+        return
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return
+    where = _rel(path, root)
+    _poetry_table(data.get("packages"), evidence, where, optional=False)
+    _poetry_table(data.get("dev-packages"), evidence, where, optional=True)
+
+
+_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.I | re.M)
+_PIP_INSTALL = re.compile(r"pip3?\s+install\s+([^\n&;|]+)")
+
+
+def _dockerfile(path: Path, evidence: Evidence, root: Path) -> None:
+    text = _read(path)
+    if text is None:
+        return
+    where = _rel(path, root)
+    text = re.sub(r"\\\r?\n", " ", text)
+    for image in _FROM.findall(text):
+        generation = image_generation(image)
+        if generation is not None:
+            evidence.images.append((generation, f"{where}: FROM {image}"))
+    for args in _PIP_INSTALL.findall(text):
+        for token in args.split():
+            token = token.strip("'\"")
+            if token.startswith("-"):
+                continue
+            evidence.add_requirement(token, where)
+
+
+def image_generation(image: str) -> int | None:
+    """The Keras generation of a TensorFlow container image, when the tag says."""
+    name, _, tag = image.partition(":")
+    name = name.lower()
+    if name.endswith("nvcr.io/nvidia/tensorflow") or name == "nvcr.io/nvidia/tensorflow":
+        match = re.match(r"(\d+)\.(\d+)-tf(\d)", tag)
+        if match is None:
+            return None
+        if match.group(3) == "1":
+            return KERAS2
+        if (int(match.group(1)), int(match.group(2))) <= _NGC_LAST_KERAS2:
+            return KERAS2
+        return None
+    if name in ("tensorflow/tensorflow", "docker.io/tensorflow/tensorflow"):
+        match = re.match(r"(\d+)\.(\d+)", tag)
+        if match is None:
+            return None
+        return KERAS2 if (int(match.group(1)), int(match.group(2))) < (2, 16) else KERAS3
+    return None
+
+
+_READERS = (
+    (re.compile(r"requirements.*\.(?:txt|in)$|.*requirements\.txt$|constraints.*\.txt$"), "requirements"),
+    (re.compile(r"pyproject\.toml$"), "pyproject"),
+    (re.compile(r"setup\.cfg$"), "setup_cfg"),
+    (re.compile(r"setup\.py$"), "setup_py"),
+    (re.compile(r"(?:environment|conda|env)[\w.-]*\.ya?ml$"), "environment"),
+    (re.compile(r"Pipfile$"), "pipfile"),
+    (re.compile(r"(?:.*\.)?Dockerfile(?:\..*)?$|Containerfile$", re.I), "dockerfile"),
+)
+
+
+def evidence_in(folder: Path, root: Path) -> Evidence:
+    evidence = Evidence()
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return evidence
+    seen: set[Path] = set()
+    for name in names:
+        path = folder / name
+        for pattern, kind in _READERS:
+            if not pattern.match(name):
+                continue
+            if kind == "requirements":
+                if path.is_file():
+                    _requirements_file(path, evidence, root, seen)
+            elif not path.is_file():
+                pass
+            elif kind == "pyproject":
+                _pyproject(path, evidence, root)
+            elif kind == "setup_cfg":
+                _setup_cfg(path, evidence, root)
+            elif kind == "setup_py":
+                _setup_py(path, evidence, root)
+            elif kind == "environment":
+                _environment_yml(path, evidence, root)
+            elif kind == "pipfile":
+                _pipfile(path, evidence, root)
+            elif kind == "dockerfile":
+                _dockerfile(path, evidence, root)
+            break
+    requirements_dir = folder / "requirements"
+    if requirements_dir.is_dir():
+        try:
+            for name in sorted(os.listdir(requirements_dir)):
+                if name.endswith((".txt", ".in")):
+                    _requirements_file(requirements_dir / name, evidence, root, seen)
+        except OSError:
+            pass
+    return evidence
+
+
+def _project_root(folder: Path) -> Path | None:
+    for parent in [folder, *folder.parents]:
+        if any((parent / marker).exists() for marker in _PROJECT_MARKERS):
+            return parent
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _target_for_folder(folder: Path) -> Target | None:
+    root = _project_root(folder)
+    chain = [folder]
+    if root is not None and root != folder:
+        for parent in folder.parents:
+            chain.append(parent)
+            if parent == root:
+                break
+    for current in chain:
+        evidence = evidence_in(current, root or folder)
+        if not evidence.empty():
+            found = decide(evidence)
+            if found is not None:
+                return found
+    return None
+
+
+def target_for(path: Path) -> Target | None:
+    """The generation the project around ``path`` declares; None when its declarations decide nothing."""
+    try:
+        folder = Path(os.path.abspath(path)).parent
+    except (OSError, ValueError):
+        return None
+    return _target_for_folder(folder)
+
+
+def cache_key(path: Path) -> str:
+    """What the declarations decide for ``path``, as a string for cache keys."""
+    found = target_for(path)
+    return "" if found is None else f"{found.keras}:{found.reason}"
+
+
+clear = _target_for_folder.cache_clear
