@@ -1,0 +1,430 @@
+"""Precision and recall of mpfix on public corpora, against committed judgements.
+
+Runs ``python -m mpfix check CORPUS --format json --no-cache --exit-zero`` on each corpus that is
+present (default settings, as a new user would run it), joins the findings with
+``judgements.tsv`` and the hazard list ``hazards.tsv`` (both next to this script) and prints:
+
+- per rule and per family (MP1/MP2/MP3): findings, true / false / debatable / not judged, and
+  precision = true / (true + false); a finding with no judgement is not shown correct and is
+  listed;
+- recall: how many hazards of ``hazards.tsv`` a finding of the expected family covers.
+
+No corpus is committed. ``--download`` fetches the missing ones into ``--corpora`` (see README.md).
+Usage::
+
+    python benchmarks/precision/run.py                      # run mpfix, report
+    python benchmarks/precision/run.py --reuse              # report from the last saved run
+    python benchmarks/precision/run.py --policy mixed_float16   # stress mode, reported separately
+    python benchmarks/precision/run.py --mpfix /tmp/old     # another mpfix checkout (PYTHONPATH)
+    python benchmarks/precision/run.py --unjudged new.tsv   # write skeleton lines to judge
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+JUDGEMENTS = HERE / "judgements.tsv"
+HAZARDS = HERE / "hazards.tsv"
+VERDICTS = ("true", "false", "debatable")
+
+
+@dataclass(frozen=True)
+class Corpus:
+    name: str
+    folder: str  # under the corpora root
+    target: str  # what mpfix checks, relative to ``folder``
+    how: str  # how --download gets it
+
+
+CORPORA = (
+    Corpus("tfm", "tfm", ".", "pip download --no-deps tf-models-official==2.20.0, wheel unzipped"),
+    Corpus("keras", "keras", "keras", "the installed keras package (3.15.1), copied"),
+    Corpus("tf_keras", "tf_keras", "tf_keras", "the installed tf_keras package (2.21), copied"),
+    Corpus("dle", "dle", "TensorFlow2", "NVIDIA/DeepLearningExamples TensorFlow2/ (git archive), git root kept"),
+    Corpus("addons", "addons", ".", "tensorflow/addons (git archive of the default branch), its own pyproject.toml"),
+)
+
+BARE_PYPROJECT = '[project]\nname = "corpus-{}"\nversion = "0"\n'
+
+
+def default_corpora() -> Path:
+    return Path(os.environ.get("MPFIX_CORPORA", "/work/corpora"))
+
+
+# ----------------------------------------------------------------------------- download
+
+
+def _git_tree(url: str, subdir: str | None, dest: Path) -> None:
+    """The newest tree of ``url`` (a URL or a local bare git dir) extracted into ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    if Path(url).is_dir():
+        git_dir = url
+    else:
+        git_dir = str(dest.parent / (dest.name + ".git"))
+        subprocess.run(["git", "clone", "--bare", "--depth", "1", url, git_dir], check=True)
+    archive = subprocess.run(["git", f"--git-dir={git_dir}", "archive", "HEAD", *([subdir] if subdir else [])],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+
+
+def download(root: Path, name: str) -> None:
+    dest = root / name
+    if dest.exists():
+        return
+    print(f"downloading {name} into {dest}", file=sys.stderr)
+    if name == "tfm":
+        tmp = root / "_dl"
+        tmp.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "tf-models-official==2.20.0",
+                        "-d", str(tmp)], check=True)
+        wheel = next(tmp.glob("tf_models_official-2.20.0-*.whl"))
+        dest.mkdir()
+        shutil.unpack_archive(str(wheel), str(dest), format="zip")
+        (dest / "pyproject.toml").write_text(BARE_PYPROJECT.format(name))
+    elif name in ("keras", "tf_keras"):
+        import importlib.util  # the package's location only: importing keras would import TensorFlow
+
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            raise SystemExit(f"{name} is not installed")
+        dest.mkdir()
+        shutil.copytree(Path(spec.origin).parent, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        (dest / "pyproject.toml").write_text(BARE_PYPROJECT.format(name.replace("_", "-")))
+    elif name == "dle":
+        _git_tree(os.environ.get("MPFIX_DLE_GIT", "https://github.com/NVIDIA/DeepLearningExamples"),
+                  "TensorFlow2", dest)
+        # Like a clone: the git root is the project root; each model keeps its Dockerfile/requirements.
+        subprocess.run(["git", "init", "-q", str(dest)], check=True)
+    elif name == "addons":
+        _git_tree(os.environ.get("MPFIX_ADDONS_GIT", "https://github.com/tensorflow/addons"), None, dest)
+    else:
+        raise SystemExit(f"unknown corpus {name}")
+
+
+# ----------------------------------------------------------------------------- findings
+
+
+def normalized(text: str) -> str:
+    return " ".join(text.split())
+
+
+def text_key(text: str) -> str:
+    """A short hash of a source line's text (whitespace-normalized): no third-party code is stored."""
+    return hashlib.sha1(normalized(text).encode("utf-8")).hexdigest()[:12]
+
+
+@dataclass
+class Finding:
+    corpus: str
+    path: str  # relative to the corpus folder, '/'-separated
+    cell: int | None
+    line: int
+    code: str
+    message: str
+    text: str  # the source line, whitespace-normalized
+
+    @property
+    def where(self) -> str:
+        return f"{self.cell}:{self.line}" if self.cell is not None else str(self.line)
+
+    @property
+    def key(self) -> tuple:
+        return (self.corpus, self.path, self.code, text_key(self.text))
+
+
+class Lines:
+    """Source lines of files (and notebook cells), read once."""
+
+    def __init__(self) -> None:
+        self._files: dict[tuple[str, int | None], list[str]] = {}
+
+    def get(self, filename: str, cell: int | None, line: int) -> str:
+        key = (filename, cell)
+        if key not in self._files:
+            try:
+                if cell is None:
+                    lines = Path(filename).read_text(encoding="utf-8", errors="replace").splitlines()
+                else:
+                    cells = json.loads(Path(filename).read_text(encoding="utf-8")).get("cells", [])
+                    source = cells[cell - 1].get("source", "") if 0 < cell <= len(cells) else ""
+                    lines = ("".join(source) if isinstance(source, list) else source).splitlines()
+            except (OSError, ValueError):
+                lines = []
+            self._files[key] = lines
+        lines = self._files[key]
+        return normalized(lines[line - 1]) if 0 < line <= len(lines) else ""
+
+
+def run_mpfix(corpus: Corpus, root: Path, mpfix: str | None, policy: str | None, jobs: int | None) -> tuple[list, float]:
+    folder = root / corpus.folder
+    cmd = [sys.executable, "-m", "mpfix", "check", corpus.target, "--format", "json", "--no-cache", "--exit-zero"]
+    if policy:
+        cmd += ["--policy", policy]
+    if jobs:
+        cmd += ["--jobs", str(jobs)]
+    env = dict(os.environ)
+    if mpfix:
+        env["PYTHONPATH"] = os.pathsep.join([mpfix, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-4000:])
+        raise SystemExit(f"mpfix failed on {corpus.name} (exit {done.returncode})")
+    return json.loads(done.stdout or "[]"), elapsed
+
+
+def to_findings(corpus: Corpus, root: Path, raw: list, lines: Lines) -> list[Finding]:
+    folder = (root / corpus.folder).resolve()
+    out = []
+    for item in raw:
+        filename = Path(item["filename"])
+        if not filename.is_absolute():
+            filename = folder / corpus.target / filename
+        try:
+            rel = filename.resolve().relative_to(folder).as_posix()
+        except ValueError:
+            rel = filename.as_posix()
+        row = item["location"]["row"]
+        cell = item.get("cell")
+        out.append(Finding(corpus.name, rel, cell, row, item["code"], item["message"],
+                           lines.get(str(filename), cell, row)))
+    return out
+
+
+# ----------------------------------------------------------------------------- judgements
+
+
+@dataclass
+class Judgement:
+    corpus: str
+    path: str
+    where: str
+    code: str
+    verdict: str
+    text_sha: str
+    reason: str
+    lineno: int  # in judgements.tsv
+
+    @property
+    def key(self) -> tuple:
+        return (self.corpus, self.path, self.code, self.text_sha)
+
+    @property
+    def row(self) -> int:
+        return int(self.where.rsplit(":", 1)[-1])
+
+
+JUDGEMENT_FIELDS = ("corpus", "path", "line", "code", "verdict", "text_sha", "reason")
+
+
+def read_tsv(path: Path) -> list[tuple[int, list[str]]]:
+    rows = []
+    if not path.exists():
+        return rows
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not raw.strip() or raw.startswith("#"):
+            continue
+        rows.append((number, raw.split("\t")))
+    return rows
+
+
+def read_judgements(path: Path) -> list[Judgement]:
+    out = []
+    for number, cols in read_tsv(path):
+        if cols[0] == "corpus":
+            continue
+        if len(cols) != len(JUDGEMENT_FIELDS):
+            raise SystemExit(f"{path}:{number}: expected {len(JUDGEMENT_FIELDS)} tab-separated fields, got {len(cols)}")
+        corpus, rel, where, code, verdict, sha, reason = cols
+        if verdict not in VERDICTS:
+            raise SystemExit(f"{path}:{number}: verdict must be one of {VERDICTS}, not {verdict!r}")
+        out.append(Judgement(corpus, rel, where, code, verdict, sha, reason, number))
+    return out
+
+
+def join(findings: list[Finding], judgements: list[Judgement]) -> tuple[dict[int, Judgement], list[Judgement]]:
+    """Finding index → its judgement (same corpus, path, code and line text; nearest line wins,
+    each judgement used once), and the judgements that matched no finding (stale)."""
+    by_key: dict[tuple, list[Judgement]] = collections.defaultdict(list)
+    for j in judgements:
+        by_key[j.key].append(j)
+    matched: dict[int, Judgement] = {}
+    used: set[int] = set()
+    # Exact line first, then nearest, so two findings on identical lines keep their own verdicts.
+    order = sorted(range(len(findings)), key=lambda i: (findings[i].corpus, findings[i].path, findings[i].line))
+    for exact in (True, False):
+        for i in order:
+            if i in matched:
+                continue
+            f = findings[i]
+            candidates = [j for j in by_key.get(f.key, ()) if j.lineno not in used]
+            if exact:
+                candidates = [j for j in candidates if j.where == f.where]
+            if not candidates:
+                continue
+            best = min(candidates, key=lambda j: abs(j.row - f.line))
+            matched[i] = best
+            used.add(best.lineno)
+    stale = [j for j in judgements if j.lineno not in used]
+    return matched, stale
+
+
+# ----------------------------------------------------------------------------- hazards
+
+
+@dataclass
+class Hazard:
+    ident: str
+    corpus: str
+    path: str
+    first: int
+    last: int
+    family: str  # MP1 / MP2 / MP3, or a code
+    reason: str
+
+
+def read_hazards(path: Path) -> list[Hazard]:
+    out = []
+    for number, cols in read_tsv(path):
+        if cols[0] == "id":
+            continue
+        if len(cols) != 7:
+            raise SystemExit(f"{path}:{number}: expected 7 tab-separated fields, got {len(cols)}")
+        ident, corpus, rel, first, last, family, reason = cols
+        out.append(Hazard(ident, corpus, rel, int(first), int(last), family, reason))
+    return out
+
+
+def covers(f: Finding, h: Hazard) -> bool:
+    return (f.corpus == h.corpus and f.path == h.path and f.cell is None
+            and h.first <= f.line <= h.last and f.code.startswith(h.family))
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def precision(t: int, f: int) -> str:
+    return f"{100.0 * t / (t + f):5.1f}%" if t + f else "    -"
+
+
+def report(findings: list[Finding], matched: dict[int, Judgement], title: str) -> dict:
+    counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for i, f in enumerate(findings):
+        verdict = matched[i].verdict if i in matched else "unjudged"
+        for group in (f.code, f.code[:3], "all"):
+            counts[group][verdict] += 1
+            counts[group]["n"] += 1
+    print(f"\n== {title}")
+    print(f"{'rule':<7}{'n':>6}{'true':>6}{'false':>6}{'debat':>6}{'unjud':>6}  precision  per-corpus")
+    per_corpus: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for f in findings:
+        per_corpus[f.code][f.corpus] += 1
+    rules = sorted(k for k in counts if k.startswith("MP") and len(k) > 3)
+    families = sorted(k for k in counts if k.startswith("MP") and len(k) == 3)
+    for group in rules + [None] + families + ["all"]:
+        if group is None:
+            print("-" * 60)
+            continue
+        c = counts[group]
+        spread = " ".join(f"{k}={v}" for k, v in sorted(per_corpus.get(group, {}).items()))
+        print(f"{group:<7}{c['n']:>6}{c['true']:>6}{c['false']:>6}{c['debatable']:>6}{c['unjudged']:>6}"
+              f"  {precision(c['true'], c['false'])}    {spread}")
+    return {k: dict(v) for k, v in counts.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpora", type=Path, default=default_corpora(), help="corpora root (MPFIX_CORPORA)")
+    parser.add_argument("--only", default="", help="comma-separated corpus names (default: all present)")
+    parser.add_argument("--download", action="store_true", help="fetch the corpora that are missing")
+    parser.add_argument("--policy", choices=["mixed_float16"], help="stress mode: force the policy")
+    parser.add_argument("--mpfix", help="run this mpfix checkout (prepended to PYTHONPATH)")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--results", type=Path, help="where raw JSON runs are saved (default CORPORA/_results)")
+    parser.add_argument("--label", default="current", help="name of the saved run")
+    parser.add_argument("--reuse", action="store_true", help="report from the saved run, do not run mpfix")
+    parser.add_argument("--unjudged", type=Path, help="write skeleton judgement lines for unjudged findings")
+    parser.add_argument("--list-unjudged", type=int, default=40, help="how many unjudged findings to print")
+    parser.add_argument("--json", type=Path, help="write the counts as JSON")
+    args = parser.parse_args(argv)
+
+    root = args.corpora
+    results = args.results or root / "_results"
+    label = args.label + (f"-{args.policy}" if args.policy else "")
+    wanted = [c for c in CORPORA if not args.only or c.name in args.only.split(",")]
+    lines = Lines()
+    findings: list[Finding] = []
+    timings = {}
+    for corpus in wanted:
+        if args.download:
+            download(root, corpus.folder)
+        if not (root / corpus.folder / corpus.target).exists():
+            print(f"skipping {corpus.name}: {root / corpus.folder} is absent ({corpus.how}; --download)",
+                  file=sys.stderr)
+            continue
+        saved = results / label / f"{corpus.name}.json"
+        if args.reuse and saved.exists():
+            raw = json.loads(saved.read_text())
+        else:
+            raw, timings[corpus.name] = run_mpfix(corpus, root, args.mpfix, args.policy, args.jobs)
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            saved.write_text(json.dumps(raw))
+        findings += to_findings(corpus, root, raw, lines)
+    if timings:
+        print("mpfix check wall time: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
+
+    judgements = read_judgements(JUDGEMENTS)
+    matched, stale = join(findings, judgements)
+    title = f"{label}: {len(findings)} findings, {len(matched)} judged" + (
+        " (stress mode: --policy mixed_float16)" if args.policy else " (default settings)")
+    counts = report(findings, matched, title)
+
+    hazards = read_hazards(HAZARDS)
+    if hazards:
+        present = {f.corpus for f in findings} | {c.name for c in wanted if (root / c.folder).exists()}
+        considered = [h for h in hazards if h.corpus in present]
+        found = [h for h in considered if any(covers(f, h) for f in findings)]
+        missed = [h for h in considered if h not in found]
+        print(f"\nrecall on hazards.tsv: {len(found)}/{len(considered)}"
+              f" ({100.0 * len(found) / max(1, len(considered)):.1f}%)")
+        fam = collections.defaultdict(lambda: [0, 0])
+        for h in considered:
+            fam[h.family[:3]][1] += 1
+            fam[h.family[:3]][0] += h in found
+        print("  by family: " + ", ".join(f"{k} {a}/{b}" for k, (a, b) in sorted(fam.items())))
+        for h in missed:
+            print(f"  missed {h.ident} {h.corpus}/{h.path}:{h.first}-{h.last} {h.family}: {h.reason}")
+        counts["recall"] = {"found": len(found), "hazards": len(considered), "missed": [h.ident for h in missed]}
+
+    print(f"\njudgements: {len(judgements)} in {JUDGEMENTS.name}, {len(stale)} match no current finding (stale)")
+    unjudged = [f for i, f in enumerate(findings) if i not in matched]
+    if unjudged:
+        print(f"not yet judged ({len(unjudged)}; they count as not shown correct):")
+        for f in unjudged[: args.list_unjudged]:
+            print(f"  {f.corpus}/{f.path}:{f.where} {f.code} {f.message[:110]}")
+        if len(unjudged) > args.list_unjudged:
+            print(f"  ... {len(unjudged) - args.list_unjudged} more (--unjudged FILE writes them all)")
+    if args.unjudged:
+        with args.unjudged.open("w", encoding="utf-8") as out:
+            for f in unjudged:
+                out.write("\t".join([f.corpus, f.path, f.where, f.code, "?", text_key(f.text),
+                                     f.message.replace("\t", " ") + " ## " + f.text]) + "\n")
+    if args.json:
+        args.json.write_text(json.dumps(counts, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
