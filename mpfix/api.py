@@ -1,4 +1,4 @@
-"""A small Python API over the linting pipeline, for tools built on mpfix (``verify --locate``)."""
+"""A small Python API over the linting pipeline, for tools built on mpfix (``verify --locate``, ``mpfix server``)."""
 
 from __future__ import annotations
 
@@ -19,3 +19,41 @@ def check_paths(paths: list[Path | str], *, select: tuple[str, ...] = ("ALL",), 
     files = list(discover([Path(p) for p in paths]))
     job = Job(rule_codes=tuple(r.code for r in rules), options=Options(keras=keras, policy=policy), mode=Mode.CHECK)
     return [f for result in process_all(files, job) for f in result.findings]
+
+
+def settings_for(path: Path):
+    """The ``[tool.mpfix]`` settings of the project holding ``path`` (defaults when it has none).
+
+    Raises ``mpfix.config.ConfigError`` when the table cannot be used.
+    """
+    from mpfix import config
+
+    return config.load(config.find_pyproject(Path(path)))
+
+
+def lint_text(text: str, path: Path | str, settings=None, *, fix: bool = False, unsafe_fixes: bool | None = None):
+    """Lint ``text`` as ``mpfix check`` would lint the file ``path`` holding it (an editor's unsaved buffer).
+
+    ``settings`` (default: :func:`settings_for` ``path``) choose the rules, per-file-ignores and
+    Keras target. Each finding's fix comes with its exact text edits (``Finding.edits``, as in JSON
+    output). With ``fix``, the result's ``fixed_text`` is the text with every fix applied that
+    ``unsafe_fixes`` allows (default: the settings' choice), and its findings are what remains.
+    Returns the engine's ``LintResult``; an excluded file gets an empty one. Python text only.
+    """
+    from mpfix import selection
+    from mpfix.discovery import discover
+    from mpfix.engine import LintResult, Options
+    from mpfix.runner import Job, Mode, engine_for
+
+    path = Path(path)
+    if settings is None:
+        settings = settings_for(path)
+    if settings.exclude and not list(discover([path], exclude=settings.exclude)):
+        return LintResult()
+    rules = selection.select(settings.select, settings.ignore, settings.extend_select)
+    base = settings.config_file.parent if settings.config_file else Path.cwd()
+    ignored = selection.ignored_for_file(path, settings.per_file_ignores, base)
+    unsafe = settings.unsafe_fixes if unsafe_fixes is None else unsafe_fixes
+    job = Job(rule_codes=tuple(r.code for r in rules), mode=Mode.APPLY if fix else Mode.CHECK, want_edits=True,
+              options=Options(keras=settings.keras, policy=settings.policy, unsafe_fixes=unsafe))
+    return engine_for(job).lint(text, path, fix=fix, edits=not fix, ignored=ignored)

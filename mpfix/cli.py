@@ -48,6 +48,7 @@ LAZY_COMMANDS = {
     "apply": "mpfix.commands:apply",
     "rules": "mpfix.commands:rules",
     "explain": "mpfix.commands:explain",
+    "server": "mpfix.server:server",
     "verify": "mpfix.verify.cli:verify",
     "instrument": "mpfix.verify.instrument:instrument",
 }
@@ -64,6 +65,7 @@ def cli() -> None:
     mpfix apply PATHS    write the fixes (--unsafe-fixes for behaviour-changing ones)
     mpfix verify SCRIPT  run a training script briefly and judge its loss
     mpfix rules          list the rules; mpfix explain CODE for one
+    mpfix server         the Language Server for editors (pip install 'mpfix[lsp]')
     """
 
 

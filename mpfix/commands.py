@@ -118,13 +118,48 @@ def _emit(fmt: str, report: Report, quiet: bool, **summary_args) -> None:
 
 @click.command()
 @common_options
-def check(paths, fmt, quiet, exit_zero, **kwargs):
+@click.option("--add-noqa", is_flag=True,
+              help="Append `# noqa: CODE` to each line with a finding, keeping existing noqa codes (adopting mpfix).")
+@click.option("--statistics", is_flag=True, help="Show the number of findings per rule instead of the findings.")
+def check(paths, fmt, quiet, exit_zero, add_noqa, statistics, **kwargs):
     """Report mixed-precision findings (exit 1 when there are any)."""
-    _, report = run("check", paths, fmt=fmt, quiet=quiet, **kwargs)
-    _emit(fmt, report, quiet)
+    if statistics and fmt not in ("text", "full", "json"):
+        click.echo("mpfix: error: --statistics works with --format text or json", err=True)
+        sys.exit(EXIT_ERROR)
+    results, report = run("check", paths, fmt=fmt, quiet=quiet, **kwargs)
+    if add_noqa:
+        sys.exit(_add_noqa(results, report))
+    if statistics:
+        from mpfix.output.statistics import render as render_statistics
+
+        _echo_errors(report)
+        body = render_statistics(report, fmt)
+        if body:
+            click.echo(body)
+    else:
+        _emit(fmt, report, quiet)
     if report.errors:
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_FINDINGS if report.findings and not exit_zero else EXIT_CLEAN)
+
+
+def _echo_errors(report: Report) -> None:
+    for e in report.errors:
+        click.echo(f"{display_path(e.filename)}:{e.line}:{e.column}: {e.code} {e.message}", err=True)
+
+
+def _add_noqa(results, report: Report) -> int:
+    """``check --add-noqa``: write the directives; exit 0, or 2 when a file could not be checked or written."""
+    from mpfix.noqa import add_noqa
+
+    outcome = add_noqa(results)
+    _echo_errors(report)
+    for message in outcome.messages:
+        click.echo(f"mpfix: {message}", err=True)
+    for e in outcome.errors:
+        click.echo(f"{display_path(e.filename)}: {e.code} {e.message}", err=True)
+    click.echo(f"Added {outcome.added} noqa directive{'s' if outcome.added != 1 else ''}.", err=True)
+    return EXIT_ERROR if report.errors or outcome.errors else EXIT_CLEAN
 
 
 @click.command()
