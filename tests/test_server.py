@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from pathlib import Path
@@ -70,7 +71,7 @@ async def _start(env_path: Path | None = None, cwd: Path | None = None):
 
 
 async def _diagnostics(client, uri: str) -> list[types.Diagnostic]:
-    await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    await asyncio.wait_for(client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS), timeout=60)
     return list(client.diagnostics.get(uri, []))
 
 
@@ -114,7 +115,7 @@ async def test_round_trip_diagnostic_code_action_fix_hover(tmp_path, shadowed_te
         hover = await client.text_document_hover_async(types.HoverParams(
             text_document=types.TextDocumentIdentifier(uri=uri), position=diagnostic.range.start))
         assert hover is not None and "relax-shapes (MP306)" in hover.contents.value
-        assert "## What it does" in hover.contents.value or "What it does" in hover.contents.value
+        assert "What it does" in hover.contents.value and hover.range == diagnostic.range
         outside = await client.text_document_hover_async(types.HoverParams(
             text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=0, character=0)))
         assert outside is None
@@ -168,6 +169,14 @@ async def test_syntax_error_and_project_config(tmp_path):
         hover = await client.text_document_hover_async(types.HoverParams(
             text_document=types.TextDocumentIdentifier(uri=broken.as_uri()), position=diagnostics[0].range.start))
         assert hover is None
+        # A [tool.mpfix] that cannot be used is said where the user looks, not ignored.
+        (tmp_path / "bad").mkdir()
+        (tmp_path / "bad" / "pyproject.toml").write_text('[tool.mpfix]\nkeras = 5\n', encoding="utf-8")
+        bad = (tmp_path / "bad" / "train.py").as_uri()
+        client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
+            uri=bad, language_id="python", version=1, text=DOCUMENT)))
+        diagnostics = await _diagnostics(client, bad)
+        assert [d.code for d in diagnostics] == ["MP000"] and "keras must be 2, 3" in diagnostics[0].message
         # Closing clears its diagnostics.
         client.text_document_did_close(types.DidCloseTextDocumentParams(
             text_document=types.TextDocumentIdentifier(uri=broken.as_uri())))
