@@ -157,9 +157,14 @@ def number(value: float) -> str:
     return repr(float(value))
 
 
-def wrap_changes(context, build: OptimizerBuild) -> tuple[dict, tuple[str, ...]]:
-    """Turn loss scaling on where the optimizer is built, in the target generation's form."""
-    call = build.call
+def wrap_changes(context, build: OptimizerBuild, inner: cst.Call | None = None) -> tuple[dict, tuple[str, ...]]:
+    """Turn loss scaling on where the optimizer is built, in the target generation's form.
+
+    ``inner``: the constructor call as it should be inside the wrapper (e.g. with a clip moved in).
+    """
+    original = call = build.call
+    if inner is not None:
+        call = inner
     fixed = context.loss_scale
     if fixed is not None and context.keras == 3:
         # Keras 3 refuses LSO(dynamic=False); a fixed scale is the optimizer's loss_scale_factor.
@@ -169,8 +174,8 @@ def wrap_changes(context, build: OptimizerBuild) -> tuple[dict, tuple[str, ...]]
                 if args[-1].comma is cst.MaybeSentinel.DEFAULT else args[-1]
         args.append(cst.Arg(keyword=cst.Name("loss_scale_factor"), value=cst.Float(number(fixed)),
                             equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-        return {call: call.with_changes(args=args)}, ()
-    spelled, imports = lso_spelling(context, call)
+        return {original: call.with_changes(args=args)}, ()
+    spelled, imports = lso_spelling(context, original)
     args = [cst.Arg(call)]
     if fixed is not None:
         args = [cst.Arg(call, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
@@ -179,7 +184,7 @@ def wrap_changes(context, build: OptimizerBuild) -> tuple[dict, tuple[str, ...]]
                         comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
                 cst.Arg(keyword=cst.Name("initial_scale"), value=cst.Float(number(fixed)),
                         equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))]
-    return {call: cst.Call(func=cst.parse_expression(spelled), args=args)}, imports
+    return {original: cst.Call(func=cst.parse_expression(spelled), args=args)}, imports
 
 
 def step_flows(context) -> tuple[Analysis, list[Flow]]:

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from mpfix.codemods._gradient_fixes import describe, move_clip_changes
 from mpfix.codemods._walk import find_all
+from mpfix.codemods.analysis.gradient_path import UNSCALE, training_steps
 
 from mpfix.codemods import _api_table as table
 from mpfix.codemods.base import Invalid, Rule, Valid
@@ -225,6 +227,58 @@ class Keras2ScalingOnKeras3(Rule):
                 opt.apply_gradients(zip(grads, model.trainable_variables))
             """,
         ),
+        # Clipping after the unscale: Keras 3 unscales inside apply, so the clip moves into the inner
+        # optimizer (dropping the unscale alone would clip gradients 32768x too large).
+        Invalid(
+            """
+            import keras
+            import tensorflow as tf
+
+            opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    scaled_loss = opt.get_scaled_loss(loss_fn(y, model(x)))
+                grads = tape.gradient(scaled_loss, model.trainable_variables)
+                grads = opt.get_unscaled_gradients(grads)
+                grads, _ = tf.clip_by_global_norm(grads, 1.0)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            """
+            import keras
+            import tensorflow as tf
+
+            opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1, global_clipnorm=1.0))
+
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    scaled_loss = opt.scale_loss(loss_fn(y, model(x)))
+                grads = tape.gradient(scaled_loss, model.trainable_variables)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            keras=3, count=2,
+        ),
+        # Half of the unscaled gradients go to a second, plain optimizer: the unscale stays (no fix).
+        Invalid(
+            """
+            import keras
+            import tensorflow as tf
+
+            opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+            head_opt = keras.optimizers.SGD(0.01)
+
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    scaled_loss = opt.get_scaled_loss(loss_fn(y, model(x)))
+                grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, variables))
+                opt.apply_gradients(zip(grads[:n], variables[:n]))
+                head_opt.apply_gradients(zip(grads[n:], variables[n:]))
+            """,
+            keras=3, count=2,
+        ),
         # No gradient of the scaled loss in sight: reported, not guessed.
         Invalid(
             """
@@ -280,7 +334,39 @@ class Keras2ScalingOnKeras3(Rule):
                 fix = {self._statement_of[node]: cst.RemoveFromParent()}
             else:
                 fix = {node: _unwrapped(node.args[0].value)}
-            self.report(node, message, fix=fix, description="Drop the unscale call")
+            fix, safety, why = self._unscale_fix(node, fix)
+            self.report(node, message + why, fix=fix, safety=safety, description="Drop the unscale call")
+
+    def _unscale_fix(self, node: cst.Call, drop: dict) -> tuple[dict | None, FixSafety, str]:
+        """Dropping the unscale keeps the loop right only where the LossScaleOptimizer that unscaled is
+        what applies the gradients and nothing size-dependent happens to them in between."""
+        analysis = training_steps(self.context)
+        through = [(flow, i) for flow in analysis.flows for i, e in enumerate(flow.path.events)
+                   if e.kind == UNSCALE and e.node is node]
+        if not through:
+            return drop, FixSafety.UNSAFE, " (mpfix cannot see the update these gradients reach)"
+        owner = dotted_name(node.func.value)
+        blockers = []
+        for flow, index in through:
+            if flow.optimizer != owner:
+                return None, FixSafety.NONE, (
+                    f"; the unscaled gradients also reach `{flow.optimizer}`, which does not unscale them: "
+                    f"keep the division by `{owner}`'s scale for it (by hand) before dropping this call")
+            blockers += [e for e in flow.path.events[index + 1:] if e.sensitive and e not in blockers]
+        if not blockers:
+            return drop, FixSafety.SAFE, ""
+        flow = through[0][0]
+        build = flow.build
+        inner = analysis.inner_build(build) if build is not None and build.is_lso else None
+        moved = move_clip_changes(self.context, analysis, [f for f, _ in through], blockers, inner)
+        what = describe(blockers[0])
+        if moved is None:
+            return None, FixSafety.NONE, (
+                f"; dropping it alone would leave {what} acting on scaled gradients (Keras 3 unscales inside "
+                f"`apply_gradients`): clip with the inner optimizer's `global_clipnorm`/`clipnorm`/`clipvalue` instead")
+        changes, new_inner = moved
+        return {**drop, **changes, inner: new_inner}, FixSafety.UNSAFE, (
+            f"; {what} moves into the inner optimizer, which clips after the LossScaleOptimizer unscaled")
 
     # -- Keras 2: Keras 3 calls ---------------------------------------------------------
     # One traversal collects, per function, what the Keras 2 translation needs; the module's end

@@ -38,6 +38,22 @@ SCALE_METHODS = ("scale_loss", "get_scaled_loss")
 UNSCALE_METHOD = "get_unscaled_gradients"
 APPLY_METHODS = ("apply_gradients", "apply")
 _NOT_OPTIMIZERS = {"schedules", "legacy", "experimental", "Optimizer", "serialize", "deserialize"}
+_V1_LSO_NAMES = {
+    "tensorflow.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer",
+    "tensorflow.compat.v1.train.experimental.MixedPrecisionLossScaleOptimizer",
+    "tensorflow.train.experimental.MixedPrecisionLossScaleOptimizer",
+    "tensorflow.compat.v1.train.experimental.enable_mixed_precision_graph_rewrite",
+    "tensorflow.compat.v1.mixed_precision.enable_mixed_precision_graph_rewrite",
+    "tensorflow.train.experimental.enable_mixed_precision_graph_rewrite",
+}
+
+
+def _is_v1_optimizer(qualified: str | None) -> bool:
+    if not qualified:
+        return False
+    head, _, last = qualified.rpartition(".")
+    return head in ("tensorflow.compat.v1.train", "tensorflow.train") and last.endswith("Optimizer") \
+        and last != "Optimizer"
 
 
 # --------------------------------------------------------------------------- records
@@ -48,6 +64,9 @@ class Statement:
     node: cst.BaseStatement = field(repr=False)
     parents: tuple[cst.BaseStatement, ...]
     conditional: bool  # under an if/else, try handler or while of this scope
+    # (id of an if/try, which of its branches): two statements on different branches of one `if`
+    # (or a try body and its handler) never both run in one pass.
+    branch: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -64,6 +83,8 @@ class GradientCall:
     tape: str | None  # None for tf.gradients
     target: cst.BaseExpression = field(repr=False)  # the loss the gradient is taken of
     index: int = 0
+    kind: str = "tape"  # tape / tf.gradients / compute_gradients (a TF1 optimizer)
+    optimizer: str | None = None  # compute_gradients: the optimizer that computes them
 
 
 @dataclass
@@ -83,6 +104,72 @@ class ScaleCall:
     conditional: bool  # inside `x if c else y` or an if-statement: user-managed
 
 
+# ----------------------------------------------------------------- gradient-path records
+SCALED = "scaled"  # multiplied by the loss scale (gradient of scale_loss / get_scaled_loss)
+UNSCALED = "unscaled"  # plain gradients, or unscaled by get_unscaled_gradients
+MANUAL = "manually-unscaled"  # divided by the optimizer's scale by hand (`g / opt.dynamic_scale`)
+
+# Transforms whose result depends on the size of the gradients: on scaled gradients they act
+# with a threshold (or noise scale) effectively divided by the loss scale.
+CLIP_GLOBAL_NORM = "clip_by_global_norm"
+CLIP_NORM = "clip_by_norm"
+CLIP_VALUE = "clip_by_value"
+NOISE = "noise"
+SENSITIVE = frozenset({CLIP_GLOBAL_NORM, CLIP_NORM, CLIP_VALUE, "clip_by_average_norm", NOISE, "helper"})
+# Linear transforms: the loss scale passes through them unchanged (the scale only changes inside
+# apply, so accumulating scaled micro-batch gradients between two applies is fine).
+ACCUMULATE = "accumulate"
+ALL_REDUCE = "all_reduce"
+UNSCALE = "unscale"  # get_unscaled_gradients
+MANUAL_UNSCALE = "manual_unscale"
+
+_TRANSFORM_FUNCTIONS = {
+    "tensorflow.clip_by_global_norm": CLIP_GLOBAL_NORM,
+    "tensorflow.clip_by_norm": CLIP_NORM,
+    "tensorflow.clip_by_value": CLIP_VALUE,
+    "tensorflow.clip_by_average_norm": "clip_by_average_norm",
+    "tensorflow.compat.v1.clip_by_average_norm": "clip_by_average_norm",
+    "tensorflow.math.clip_by_global_norm": CLIP_GLOBAL_NORM,
+    "tensorflow.math.clip_by_norm": CLIP_NORM,
+    "tensorflow.math.clip_by_value": CLIP_VALUE,
+    "keras.ops.clip": CLIP_VALUE,
+}
+_ALL_REDUCE_METHODS = {"all_reduce", "allreduce", "batch_reduce_to", "reduce_to", "grouped_allreduce"}
+_ACCUMULATE_METHODS = {"assign_add", "assign", "append", "extend"}
+_SCALE_ATTRIBUTES = {"dynamic_scale", "loss_scale"}
+_RANDOM_PREFIXES = ("tensorflow.random.", "keras.random.", "numpy.random.", "tensorflow.compat.v1.random.")
+
+
+@dataclass
+class PathEvent:
+    """Something that happens to gradients between their computation and an update."""
+
+    kind: str  # CLIP_*, NOISE, ACCUMULATE, ALL_REDUCE, UNSCALE, MANUAL_UNSCALE, "helper"
+    node: cst.CSTNode = field(repr=False)  # the call (or binary operation) doing it
+    statement: Statement = field(repr=False)
+    states: frozenset  # states of the gradients going in
+    optimizer: str | None = None  # UNSCALE / MANUAL_UNSCALE: whose scale
+    helper: str | None = None  # a same-module function doing it
+
+    @property
+    def sensitive(self) -> bool:
+        return self.kind in SENSITIVE
+
+
+@dataclass
+class GradientPath:
+    """What happens to one gradient computation on its way into one update."""
+
+    events: list[PathEvent] = field(default_factory=list)  # source order
+    states: frozenset = frozenset()  # the states reaching the update
+
+    def sensitive_on(self, state: str) -> list[PathEvent]:
+        return [e for e in self.events if e.sensitive and state in e.states]
+
+    def of_kind(self, kind: str) -> list[PathEvent]:
+        return [e for e in self.events if e.kind == kind]
+
+
 @dataclass
 class OptimizerBuild:
     """Where an optimizer (or LossScaleOptimizer) is constructed."""
@@ -100,6 +187,20 @@ class OptimizerBuild:
     @property
     def has_loss_scale_factor(self) -> bool:
         return any(a.keyword is not None and a.keyword.value == "loss_scale_factor" for a in self.call.args)
+
+    @property
+    def is_v1(self) -> bool:
+        """A TF1 optimizer (``tf.compat.v1.train.*Optimizer``), or its mixed-precision wrapper."""
+        return self.qualified in _V1_LSO_NAMES or _is_v1_optimizer(self.qualified)
+
+    @property
+    def is_v1_lso(self) -> bool:
+        return self.qualified in _V1_LSO_NAMES
+
+    def inner(self) -> cst.BaseExpression | None:
+        """The wrapped optimizer expression of an LSO build."""
+        return next((a.value for a in self.call.args if (a.keyword is None and not a.star)
+                     or (a.keyword is not None and a.keyword.value in ("inner_optimizer", "opt", "optimizer"))), None)
 
 
 @dataclass
@@ -125,6 +226,13 @@ class Flow:
     scale_statement: Statement | None  # the assignment of the scaled loss
     unscaled: bool  # gradients pass through get_unscaled_gradients before the update
     user_managed: bool  # isinstance(..., LossScaleOptimizer) guard or conditional scaling
+    path: GradientPath = field(default_factory=GradientPath)
+
+    @property
+    def kind(self) -> str:
+        """The updating optimizer: "lso" (scales: an LSO, `loss_scale_factor`, compiled), "plain", "unknown"."""
+        wrapped = self.wrapped
+        return "unknown" if wrapped is None else "lso" if wrapped else "plain"
 
     @property
     def wrapped(self) -> bool | None:
@@ -144,6 +252,27 @@ class Analysis:
     tapes: dict[int, dict[str, Tape]]  # id(scope.node) -> tape name -> tape
     scale_calls: list[ScaleCall]
     isinstance_guard: bool
+    # `opt.minimize(loss, ...)` without a tape: gradient and update in one call (TF1 style).
+    minimizes: list[tuple[Scope, ApplyCall, OptimizerBuild | None]] = field(default_factory=list)
+
+    def build_of(self, scope: Scope, optimizer: str) -> OptimizerBuild | None:
+        """Where ``optimizer`` (as written in ``scope``) is built, when the file shows it."""
+        found = [b for b in self.builds if b.target == optimizer and (b.scope is scope or b.scope.class_name
+                 and b.scope.class_name == scope.class_name and optimizer.startswith("self."))]
+        found = found or [b for b in self.builds if b.target == optimizer and isinstance(b.scope.node, cst.Module)]
+        return found[-1] if found else None
+
+    def inner_build(self, build: OptimizerBuild) -> cst.Call | None:
+        """The constructor call of the optimizer an LSO build wraps, where it is visible."""
+        inner = build.inner()
+        if isinstance(inner, cst.Call):
+            return inner
+        name = dotted_name(inner) if inner is not None else None
+        if name is None:
+            return None
+        before = [b for b in self.builds if b.target == name and not b.is_lso
+                  and (b.scope is build.scope or isinstance(b.scope.node, cst.Module))]
+        return before[-1].call if before else None
 
     def tape_of(self, flow: Flow) -> Tape | None:
         if flow.gradient.tape is None:
@@ -259,7 +388,7 @@ def _params(node: cst.FunctionDef) -> list[str]:
 def _is_optimizer_constructor(qualified: str | None) -> bool:
     if qualified is None:
         return False
-    if qualified in _LSO_NAMES:
+    if qualified in _LSO_NAMES or qualified in _V1_LSO_NAMES or _is_v1_optimizer(qualified):
         return True
     parts = qualified.split(".")
     if len(parts) < 3 or parts[0] != "keras" or parts[1] != "optimizers":
@@ -279,7 +408,8 @@ def _is_true(expr: cst.BaseExpression | None) -> bool:
 
 
 # --------------------------------------------------------------------------- scopes
-def _walk(body, parents: tuple, conditional: bool, scope: Scope, scopes: list[Scope], class_name: str | None) -> None:
+def _walk(body, parents: tuple, conditional: bool, scope: Scope, scopes: list[Scope], class_name: str | None,
+          branch: tuple = ()) -> None:
     for stmt in body:
         if isinstance(stmt, cst.FunctionDef):
             inner = Scope(stmt, stmt.name.value, class_name, _params(stmt))
@@ -296,27 +426,38 @@ def _walk(body, parents: tuple, conditional: bool, scope: Scope, scopes: list[Sc
                         if isinstance(member.body, cst.IndentedBlock):
                             _walk(member.body.body, (), False, inner, scopes, stmt.name.value)
             continue
-        scope.statements.append(Statement(stmt, parents, conditional))
+        scope.statements.append(Statement(stmt, parents, conditional, branch))
         if isinstance(stmt, cst.SimpleStatementLine):
             continue
         inner_parents = parents + (stmt,)
         branchy = isinstance(stmt, (cst.If, cst.Try, cst.While)) or conditional
+        forks = isinstance(stmt, (cst.If, cst.Try))
+        first = branch + ((id(stmt), 0),) if forks else branch
         body_node = getattr(stmt, "body", None)
         if isinstance(body_node, cst.IndentedBlock):
-            _walk(body_node.body, inner_parents, branchy, scope, scopes, class_name)
+            _walk(body_node.body, inner_parents, branchy, scope, scopes, class_name, first)
         elif isinstance(body_node, cst.SimpleStatementSuite):
-            scope.statements.append(Statement(cst.SimpleStatementLine(body=body_node.body), inner_parents, branchy))
+            scope.statements.append(Statement(cst.SimpleStatementLine(body=body_node.body), inner_parents, branchy, first))
         orelse = getattr(stmt, "orelse", None)
+        # An if's else is the other branch; a try's or loop's else runs after its body.
+        other = branch + ((id(stmt), 1),) if isinstance(stmt, cst.If) else first
         if isinstance(orelse, cst.If):
-            _walk([orelse], inner_parents, True, scope, scopes, class_name)
+            _walk([orelse], inner_parents, True, scope, scopes, class_name, other)
         elif orelse is not None and isinstance(orelse.body, cst.IndentedBlock):
-            _walk(orelse.body.body, inner_parents, True, scope, scopes, class_name)
-        for handler in getattr(stmt, "handlers", ()) or ():
+            _walk(orelse.body.body, inner_parents, True, scope, scopes, class_name, other)
+        for index, handler in enumerate(getattr(stmt, "handlers", ()) or ()):
             if isinstance(handler.body, cst.IndentedBlock):
-                _walk(handler.body.body, inner_parents + (handler,), True, scope, scopes, class_name)
+                _walk(handler.body.body, inner_parents + (handler,), True, scope, scopes, class_name,
+                      branch + ((id(stmt), 2 + index),))
         final = getattr(stmt, "finalbody", None)
         if final is not None and isinstance(final.body, cst.IndentedBlock):
-            _walk(final.body.body, inner_parents, branchy, scope, scopes, class_name)
+            _walk(final.body.body, inner_parents, branchy, scope, scopes, class_name, branch)
+
+
+def exclusive(a: Statement, b: Statement) -> bool:
+    """True if ``a`` and ``b`` sit on different branches of one ``if`` (or a try body and a handler)."""
+    mine = dict(a.branch)
+    return any(key in mine and mine[key] != which for key, which in b.branch)
 
 
 def _scopes(module: cst.Module) -> list[Scope]:
@@ -352,6 +493,8 @@ def _analyse(context: RuleContext) -> Analysis:
     scale_calls: list[ScaleCall] = []
     all_tapes: dict[int, dict[str, Tape]] = {}
     flows: list[Flow] = []
+    all_minimizes: list[tuple[Scope, ApplyCall, OptimizerBuild | None]] = []
+    helpers = _Helpers(context, scopes)
 
     # Pass 1: optimizer builds, factories, compile calls, isinstance guards.
     per_scope_calls: dict[int, list[tuple[Statement, cst.Call, bool]]] = {}
@@ -429,6 +572,7 @@ def _analyse(context: RuleContext) -> Analysis:
 
         gradients: list[GradientCall] = []
         applies: list[ApplyCall] = []
+        minimizes: list[ApplyCall] = []
         local_scales: list[ScaleCall] = []
         for st, call, ifexp in calls:
             func = call.func
@@ -439,45 +583,32 @@ def _analyse(context: RuleContext) -> Analysis:
                 method = func.attr.value
                 if method == "gradient" and isinstance(func.value, cst.Name) and func.value.value in tapes and call.args:
                     gradients.append(GradientCall(call, st, func.value.value, call.args[0].value, len(gradients)))
+                elif method == "compute_gradients" and owner is not None and call.args:
+                    gradients.append(GradientCall(call, st, None, call.args[0].value, len(gradients),
+                                                  "compute_gradients", owner))
+                elif method == "minimize" and owner is not None and call.args and _keyword(call, "tape") is None:
+                    minimizes.append(ApplyCall(call, st, owner))
                 elif method in APPLY_METHODS and owner is not None:
                     applies.append(ApplyCall(call, st, owner))
                 elif method in SCALE_METHODS + (UNSCALE_METHOD,) and owner is not None:
                     local_scales.append(ScaleCall(call, st, method, owner, ifexp or st.conditional))
         scale_calls.extend(local_scales)
+        for call in minimizes:
+            build, _ = _trace(context, scope, scopes, call.optimizer, builds, compiled_models)
+            all_minimizes.append((scope, call, build))
         if not gradients or not applies:
             continue
 
-        # Data flow: which names carry which gradient results (two passes for loops).
-        taint: dict[str, set[int]] = {}
-        by_call = {id(g.call): g.index for g in gradients}
-
-        def sources(expr: cst.CSTNode) -> set[int]:
-            found: set[int] = set()
-            for c, _ in calls_in(expr):
-                if id(c) in by_call:
-                    found.add(by_call[id(c)])
-            for n in names_in(expr):
-                found |= taint.get(n, set())
-            return found
-
-        for _ in range(2):
-            for st in scope.statements:
-                if isinstance(st.node, cst.For):
-                    src = sources(st.node.iter)
-                    for n in target_names(st.node.target):
-                        if src:
-                            taint.setdefault(n, set()).update(src)
-                for target, value in assigned_targets(st.node):
-                    if value is None:
-                        continue
-                    src = sources(value)
-                    if src:
-                        for n in target_names(target):
-                            taint.setdefault(n, set()).update(src)
+        # Data flow: which values carry which gradient results, in which state (two passes for loops).
+        tracer = _PathTracer(context, scope, gradients, local_scales, helpers)
+        tracer.run()
+        paths: dict[tuple[int, int], GradientPath] = {}
         for apply in applies:
-            apply.gradients = set()
-            for arg in apply.call.args:
-                apply.gradients |= sources(arg.value)
+            value = tracer.apply_values.get(id(apply.call), {})
+            apply.gradients = set(value)
+            for index, (states, events) in value.items():
+                ordered = sorted((tracer.events[e] for e in events), key=lambda ev: tracer.order(ev))
+                paths[(id(apply.call), index)] = GradientPath(ordered, states)
         linked = [a for a in applies if a.gradients]
         # `.apply(...)` is a common method name: only linked calls count. An unlinked
         # apply_gradients with exactly one gradient call in the scope is taken as its update.
@@ -489,9 +620,12 @@ def _analyse(context: RuleContext) -> Analysis:
         for apply in linked:
             for index in sorted(apply.gradients):
                 grad = gradients[index]
-                flows.append(_flow(context, scope, scopes, grad, apply, builds, compiled_models,
-                                   local_scales, isinstance_guard))
-    return Analysis(scopes, flows, builds, all_tapes, scale_calls, isinstance_guard)
+                flow = _flow(context, scope, scopes, grad, apply, builds, compiled_models,
+                             local_scales, isinstance_guard)
+                flow.path = paths.get((id(apply.call), index)) or GradientPath(
+                    [], frozenset({SCALED if flow.scale is not None else UNSCALED}))
+                flows.append(flow)
+    return Analysis(scopes, flows, builds, all_tapes, scale_calls, isinstance_guard, all_minimizes)
 
 
 def _scale_of(scope: Scope, target: cst.BaseExpression, before: Statement,
@@ -598,6 +732,305 @@ def _trace_argument(context, scope, scopes, optimizer, builds, compiled_models):
     if results and all(same(r, results[0]) for r in results):
         return results[0]
     return None, False
+
+
+# --------------------------------------------------------------------------- the gradient path
+# A value is {gradient index: (states, event ids)}: which gradient computations it carries, in
+# which states (SCALED/UNSCALED/MANUAL), and what has happened to them on the way.
+_Value = dict
+
+
+def _merge(*values: dict) -> dict:
+    out: dict = {}
+    for value in values:
+        for index, (states, events) in value.items():
+            if index in out:
+                old = out[index]
+                out[index] = (old[0] | states, old[1] | events)
+            else:
+                out[index] = (states, events)
+    return out
+
+
+def _root_key(node: cst.BaseExpression) -> str | None:
+    """The variable a subscript or method receiver belongs to: ``accum[i]`` -> ``accum``."""
+    while isinstance(node, cst.Subscript):
+        node = node.value
+    return dotted_name(node)
+
+
+class _Helpers:
+    """Functions of this module that gradients are passed to: what each does to them."""
+
+    def __init__(self, context: RuleContext, scopes: list[Scope]) -> None:
+        self.context = context
+        self.functions: dict[tuple[str | None, str], Scope] = {}
+        for scope in scopes:
+            if isinstance(scope.node, cst.FunctionDef) and scope.params:
+                self.functions.setdefault((scope.class_name, scope.name), scope)
+        self._summaries: dict[int, tuple[bool, bool]] = {}
+
+    def lookup(self, func: cst.BaseExpression, caller: Scope) -> Scope | None:
+        if isinstance(func, cst.Name):
+            return self.functions.get((None, func.value))
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self" \
+                and caller.class_name is not None:
+            return self.functions.get((caller.class_name, func.attr.value))
+        return None
+
+    def summary(self, scope: Scope) -> tuple[bool, bool]:
+        """(has a size-sensitive transform, unscales) for a helper function's body."""
+        found = self._summaries.get(id(scope.node))
+        if found is None:
+            sensitive = unscales = False
+            resolve = self.context.resolve
+            for node in walk(scope.node.body):
+                kind = type(node)
+                if kind is cst.Call:
+                    if resolve(node.func) in _TRANSFORM_FUNCTIONS:
+                        sensitive = True
+                    elif isinstance(node.func, cst.Attribute) and node.func.attr.value == UNSCALE_METHOD:
+                        unscales = True
+                elif kind is cst.BinaryOperation and isinstance(node.operator, cst.Add) and (
+                        _has_random(self.context, node.left) or _has_random(self.context, node.right)):
+                    sensitive = True
+            found = self._summaries[id(scope.node)] = (sensitive, unscales)
+        return found
+
+
+def _has_random(context: RuleContext, expr: cst.CSTNode) -> bool:
+    for call, _ in calls_in(expr):
+        qualified = context.resolve(call.func) or ""
+        if qualified.startswith(_RANDOM_PREFIXES):
+            return True
+    return False
+
+
+def _scale_read(expr: cst.BaseExpression) -> str | None:
+    """``opt.dynamic_scale`` / ``opt.loss_scale`` / ``opt.loss_scale()`` / ``loss_scale`` / a cast of one:
+    the optimizer (or "") whose current loss scale ``expr`` reads, else None."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value in _SCALE_ATTRIBUTES:
+        return dotted_name(expr.value) or ""
+    if isinstance(expr, cst.Name) and expr.value in ("loss_scale", "dynamic_scale", "current_loss_scale"):
+        return ""
+    if isinstance(expr, cst.Call):
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "loss_scale" and not expr.args:
+            return dotted_name(expr.func.value) or ""
+        if expr.args and isinstance(expr.func, (cst.Name, cst.Attribute)) and \
+                (dotted_name(expr.func) or "").rpartition(".")[2] == "cast":
+            return _scale_read(expr.args[0].value)
+    return None
+
+
+class _PathTracer:
+    """Follows gradient values through one scope, statement by statement (two passes for loops)."""
+
+    def __init__(self, context: RuleContext, scope: Scope, gradients: list[GradientCall],
+                 scales: list[ScaleCall], helpers: _Helpers) -> None:
+        self.context = context
+        self.scope = scope
+        self.helpers = helpers
+        self.taint: dict[str, dict] = {}
+        self.events: dict[int, PathEvent] = {}
+        self._event_ids: dict[tuple[int, str], int] = {}
+        self._sequence: dict[int, int] = {}
+        self.apply_values: dict[int, dict] = {}
+        self.by_call: dict[int, tuple[int, frozenset]] = {}
+        for g in gradients:
+            scale, _ = _scale_of(scope, g.target, g.statement, scales)
+            state = SCALED if scale is not None and scale.method in SCALE_METHODS else UNSCALED
+            self.by_call[id(g.call)] = (g.index, frozenset({state}))
+        self._position = {id(st.node): i for i, st in enumerate(scope.statements)}
+        self.statement: Statement | None = None
+
+    def order(self, event: PathEvent) -> tuple[int, int]:
+        return self._position.get(id(event.statement.node), 0), self._sequence[id(event)]
+
+    # -- events ---------------------------------------------------------------------
+    def _event(self, kind: str, node: cst.CSTNode, value: dict, optimizer: str | None = None,
+               helper: str | None = None, state: frozenset | None = None) -> dict:
+        """Record ``kind`` happening to ``value`` at ``node``; the value after it."""
+        states = frozenset().union(*(s for s, _ in value.values())) if value else frozenset()
+        key = (id(node), kind)
+        eid = self._event_ids.get(key)
+        if eid is None:
+            event = PathEvent(kind, node, self.statement, states, optimizer, helper)
+            eid = self._event_ids[key] = len(self.events)
+            self.events[eid] = event
+            self._sequence[id(event)] = eid
+        else:
+            event = self.events[eid]
+            event.states = event.states | states
+        return {i: (state if state is not None else s, e | {eid}) for i, (s, e) in value.items()}
+
+    # -- statements -----------------------------------------------------------------
+    def run(self) -> None:
+        for _ in range(2):
+            for st in self.scope.statements:
+                self.statement = st
+                self._statement(st)
+
+    def _statement(self, st: Statement) -> None:
+        node = st.node
+        strong = not st.conditional
+        if isinstance(node, cst.For):
+            self._bind(node.target, self.eval(node.iter, {}), False)
+            return
+        if isinstance(node, cst.With):
+            for item in node.items:
+                self.eval(item.item, {})
+            return
+        if isinstance(node, (cst.If, cst.While)):
+            self.eval(node.test, {})
+            return
+        if not isinstance(node, cst.SimpleStatementLine):
+            return
+        for small in node.body:
+            kind = type(small)
+            if kind is cst.Assign:
+                value = self.eval(small.value, {})
+                for target in small.targets:
+                    self._bind(target.target, value, strong)
+            elif kind is cst.AugAssign:
+                value = self.eval(small.value, {})
+                if value:
+                    value = self._event(ACCUMULATE, small, value) if isinstance(small.operator, cst.AddAssign) \
+                        else value
+                self._bind(small.target, value, False)
+            elif kind is cst.AnnAssign and small.value is not None:
+                self._bind(small.target, self.eval(small.value, {}), strong)
+            elif kind is cst.Expr or kind is cst.Return:
+                if small.value is not None:
+                    self.eval(small.value, {})
+
+    def _bind(self, target: cst.BaseExpression, value: dict, strong: bool) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._bind(element.value, value, strong)
+            return
+        if isinstance(target, cst.StarredElement):
+            self._bind(target.value, value, strong)
+            return
+        if isinstance(target, cst.Subscript):
+            key, strong = _root_key(target), False
+        else:
+            key = dotted_name(target)
+        if key is None:
+            return
+        if strong:
+            if value:
+                self.taint[key] = value
+            else:
+                self.taint.pop(key, None)
+        elif value:
+            self.taint[key] = _merge(self.taint.get(key, {}), value)
+
+    # -- expressions ----------------------------------------------------------------
+    def eval(self, expr: cst.CSTNode, overlay: dict) -> dict:
+        kind = type(expr)
+        if kind is cst.Name:
+            name = expr.value
+            return overlay[name] if name in overlay else self.taint.get(name, {})
+        if kind is cst.Attribute:
+            dotted = dotted_name(expr)
+            if dotted is not None:
+                head = dotted.partition(".")[0]
+                if head in overlay:
+                    return overlay[head]
+                return self.taint.get(dotted, {})
+            return self.eval(expr.value, overlay)
+        if kind is cst.Call:
+            return self._call(expr, overlay)
+        if kind is cst.BinaryOperation:
+            return self._binary(expr, overlay)
+        if kind in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
+            return self._comprehension(expr, overlay)
+        if kind is cst.Lambda or kind is cst.FunctionDef:
+            return {}
+        if kind is cst.Subscript:
+            for element in expr.slice:
+                self.eval(element, overlay)
+            return self.eval(expr.value, overlay)
+        return _merge(*(self.eval(child, overlay) for child in children(expr)))
+
+    def _args(self, call: cst.Call, overlay: dict) -> dict:
+        return _merge(*(self.eval(arg.value, overlay) for arg in call.args))
+
+    def _call(self, call: cst.Call, overlay: dict) -> dict:
+        func = call.func
+        found = self.by_call.get(id(call))
+        if found is not None:
+            self._args(call, overlay)
+            return {found[0]: (found[1], frozenset())}
+        if isinstance(func, cst.Attribute):
+            method = func.attr.value
+            owner = dotted_name(func.value)
+            if method == UNSCALE_METHOD:
+                value = self._args(call, overlay)
+                return self._event(UNSCALE, call, value, owner, state=frozenset({UNSCALED})) if value else {}
+            if method in APPLY_METHODS:
+                value = self._args(call, overlay)
+                if value:
+                    self.apply_values[id(call)] = _merge(self.apply_values.get(id(call), {}), value)
+                return {}
+            if method in _ALL_REDUCE_METHODS:
+                value = self._args(call, overlay)
+                return self._event(ALL_REDUCE, call, value) if value else {}
+            if method in _ACCUMULATE_METHODS:
+                value = self._args(call, overlay)
+                if value:
+                    value = self._event(ACCUMULATE, call, value)
+                    key = _root_key(func.value)
+                    if key is not None:
+                        self.taint[key] = _merge(self.taint.get(key, {}), value)
+                return value
+        qualified = self.context.resolve(func)
+        transform = _TRANSFORM_FUNCTIONS.get(qualified) if qualified else None
+        if transform is not None:
+            value = self._args(call, overlay)
+            return self._event(transform, call, value) if value else {}
+        helper = self.helpers.lookup(func, self.scope)
+        if helper is not None and helper is not self.scope:
+            value = self._args(call, overlay)
+            if not value:
+                return {}
+            sensitive, unscales = self.helpers.summary(helper)
+            if sensitive:
+                value = self._event("helper", call, value, helper=helper.name)
+            if unscales:
+                value = self._event(UNSCALE, call, value, helper=helper.name, state=frozenset({UNSCALED}))
+            return value
+        receiver = self.eval(func.value, overlay) if isinstance(func, cst.Attribute) else {}
+        return _merge(receiver, self._args(call, overlay))
+
+    def _binary(self, node: cst.BinaryOperation, overlay: dict) -> dict:
+        left = self.eval(node.left, overlay)
+        right = self.eval(node.right, overlay)
+        operator = type(node.operator)
+        if operator is cst.Divide and left and not right:
+            owner = _scale_read(node.right)
+            if owner is not None:
+                return self._event(MANUAL_UNSCALE, node, left, owner or None, state=frozenset({MANUAL}))
+        if operator in (cst.Add, cst.Subtract) and (left or right):
+            # `g + tf.random.normal(tf.shape(g), stddev=s)`: the noise side may read g's shape.
+            for value, other in ((left, node.right), (right, node.left)):
+                if value and isinstance(other, cst.Call) and _has_random(self.context, other):
+                    return self._event(NOISE, node, value)
+        return _merge(left, right)
+
+    def _comprehension(self, node, overlay: dict) -> dict:
+        inner = dict(overlay)
+        for_in = node.for_in
+        while for_in is not None:
+            value = self.eval(for_in.iter, inner)
+            for name in target_names(for_in.target):
+                inner[name] = value
+            for condition in for_in.ifs:
+                self.eval(condition.test, inner)
+            for_in = for_in.inner_for_in
+        if isinstance(node, cst.DictComp):
+            return _merge(self.eval(node.key, inner), self.eval(node.value, inner))
+        return self.eval(node.elt, inner)
 
 
 def training_steps(context: RuleContext) -> Analysis:

@@ -1,0 +1,175 @@
+"""Fixes that keep a training loop's gradient path right (shared by MP101, MP109, MP110, MP303).
+
+No rules live here. Each helper returns LibCST changes ``{original node: replacement}``, or None
+where the edit cannot be made without changing what reaches an optimizer:
+
+* ``move_unscale_changes``: Keras 2, unscale right at the gradient call (so every transform after
+  it sees unscaled gradients) and drop the later ``get_unscaled_gradients``.
+* ``move_clip_changes``: Keras 3, move a constant ``clip_by_global_norm`` / ``clip_by_norm`` /
+  ``clip_by_value`` into the inner optimizer's ``global_clipnorm`` / ``clipnorm`` / ``clipvalue``,
+  which Keras 3 applies after the LossScaleOptimizer has unscaled, and drop the manual clip.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpfix.codemods._loss_scaling_support import new_statement, unscale_call
+from mpfix.codemods._mp_api_support import keyword_arg
+from mpfix.codemods.analysis.gradient_path import (
+    CLIP_GLOBAL_NORM,
+    CLIP_NORM,
+    CLIP_VALUE,
+    Analysis,
+    Flow,
+    PathEvent,
+)
+from mpfix.codemods.names import dotted_name
+
+CLIP_KEYWORDS = {CLIP_GLOBAL_NORM: "global_clipnorm", CLIP_NORM: "clipnorm", CLIP_VALUE: "clipvalue"}
+
+
+def describe(event: PathEvent) -> str:
+    """How a finding names a transform."""
+    if event.helper is not None:
+        return f"`{event.helper}(...)` (which clips or adds noise)"
+    return "noise" if event.kind == "noise" else f"`{event.kind}`"
+
+
+def _number(node: cst.BaseExpression) -> float | None:
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return float(node.evaluated_value)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = _number(node.expression)
+        return None if inner is None else -inner
+    return None
+
+
+def _arg(call: cst.Call, position: int, keyword: str) -> cst.BaseExpression | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    return positional[position].value if position < len(positional) else None
+
+
+def _single_assign(event: PathEvent) -> cst.Assign | None:
+    st = event.statement
+    node = st.node
+    if st.conditional or not isinstance(node, cst.SimpleStatementLine) or len(node.body) != 1:
+        return None
+    small = node.body[0]
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+        return None
+    return small
+
+
+def _pass_through(context, statement: cst.SimpleStatementLine, target: str, source: str):
+    """The statement's replacement once the transform is gone: ``target = source``, or nothing."""
+    if target == source:
+        return cst.RemoveFromParent()
+    return new_statement(context, f"{target} = {source}").with_changes(leading_lines=statement.leading_lines)
+
+
+def constant_clip(context, event: PathEvent) -> tuple[str, cst.BaseExpression, object] | None:
+    """(optimizer keyword, its value, the clip statement's replacement) for a movable constant clip."""
+    assign = _single_assign(event)
+    if assign is None or event.kind not in CLIP_KEYWORDS:
+        return None
+    call = event.node
+    value, target = assign.value, assign.targets[0].target
+    statement = event.statement.node
+    if event.kind == CLIP_GLOBAL_NORM:
+        # `grads, _ = tf.clip_by_global_norm(grads, C)` or `grads = tf.clip_by_global_norm(grads, C)[0]`
+        if value is call and isinstance(target, cst.Tuple) and len(target.elements) == 2 \
+                and isinstance(target.elements[1].value, cst.Name) and target.elements[1].value.value == "_":
+            out = target.elements[0].value
+        elif isinstance(value, cst.Subscript) and value.value is call and len(value.slice) == 1 \
+                and isinstance(value.slice[0].slice, cst.Index) and _number(value.slice[0].slice.value) == 0:
+            out = target
+        else:
+            return None
+        source, limit = _arg(call, 0, "t_list"), _arg(call, 1, "clip_norm")
+        if limit is None or _number(limit) is None or _number(limit) <= 0:
+            return None
+    else:
+        # `grads = [tf.clip_by_norm(g, C) for g in grads]` / `[tf.clip_by_value(g, -C, C) for g in grads]`
+        if not isinstance(value, cst.ListComp) or value.elt is not call or value.for_in.ifs \
+                or value.for_in.inner_for_in is not None or not isinstance(value.for_in.target, cst.Name):
+            return None
+        element = value.for_in.target.value
+        first = _arg(call, 0, "t")
+        if not (isinstance(first, cst.Name) and first.value == element):
+            return None
+        source, out = value.for_in.iter, target
+        if event.kind == CLIP_NORM:
+            limit = _arg(call, 1, "clip_norm")
+            if limit is None or _number(limit) is None or _number(limit) <= 0 or len(call.args) != 2:
+                return None
+        else:
+            low, limit = _arg(call, 1, "clip_value_min"), _arg(call, 2, "clip_value_max")
+            if low is None or limit is None or _number(limit) is None or _number(low) != -_number(limit) \
+                    or len(call.args) != 3:
+                return None
+    source_name, out_name = dotted_name(source) if source is not None else None, dotted_name(out)
+    if source_name is None or out_name is None:
+        return None
+    return CLIP_KEYWORDS[event.kind], limit, _pass_through(context, statement, out_name, source_name)
+
+
+def with_clip(call: cst.Call, keyword: str, value: cst.BaseExpression) -> cst.Call | None:
+    """``call`` with ``keyword=value`` added; None if it already clips or takes ``**kwargs``."""
+    if any(a.star for a in call.args) or any(a.keyword is not None and a.keyword.value in CLIP_KEYWORDS.values()
+                                             for a in call.args):
+        return None
+    args = list(call.args)
+    if args and not isinstance(args[-1].comma, cst.Comma):
+        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return call.with_changes(args=[*args, keyword_arg(keyword, value)])
+
+
+def move_clip_changes(context, analysis: Analysis, flows: list[Flow], events: list[PathEvent],
+                      inner: cst.Call | None) -> tuple[dict, cst.Call] | None:
+    """Move every clip in ``events`` into the constructor ``inner``; (changes, new constructor) or None.
+
+    Only where each clip is a constant one, on a plain statement, and what it clips reaches no
+    update but those of ``flows`` (one optimizer), so removing it changes nothing else.
+    """
+    if inner is None or not events:
+        return None
+    applies = {id(f.apply.call) for f in flows}
+    changes: dict = {}
+    new_inner = inner
+    for event in events:
+        found = constant_clip(context, event)
+        if found is None:
+            return None
+        for other in analysis.flows:
+            if any(e is event for e in other.path.events) and id(other.apply.call) not in applies:
+                return None
+        keyword, limit, replacement = found
+        new_inner = with_clip(new_inner, keyword, limit)
+        if new_inner is None:
+            return None
+        changes[event.statement.node] = replacement
+    return changes, new_inner
+
+
+def move_unscale_changes(context, analysis: Analysis, flow: Flow, unscale: PathEvent) -> dict | None:
+    """Keras 2: unscale at the gradient call instead of after the transforms; None if not plainly possible."""
+    call = unscale.node
+    if unscale.helper is not None or not isinstance(call, cst.Call) or unscale.optimizer is None:
+        return None
+    assign = _single_assign(unscale)
+    if assign is None or assign.value is not call or len(call.args) != 1:
+        return None
+    source, target = dotted_name(call.args[0].value), dotted_name(assign.targets[0].target)
+    if source is None or target is None:
+        return None
+    # Every update fed by this gradient computation must pass through this unscale.
+    for other in analysis.flows:
+        if other.gradient.call is flow.gradient.call and not any(e is unscale for e in other.path.events):
+            return None
+    gradient = flow.gradient.call
+    return {gradient: unscale_call(unscale.optimizer, gradient),
+            unscale.statement.node: _pass_through(context, unscale.statement.node, target, source)}

@@ -1,0 +1,242 @@
+"""MP109 transform-of-scaled-gradients: clipping or noise applied to gradients that still carry the loss scale."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpfix.codemods._gradient_fixes import describe, move_clip_changes, move_unscale_changes
+from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, K3_SCALE, step_flows
+from mpfix.codemods.analysis.gradient_path import SCALED, UNSCALE, Flow
+from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.findings import FixSafety
+
+
+class TransformOfScaledGradients(Rule):
+    code = "MP109"
+    name = "transform-of-scaled-gradients"
+    message = ("Gradients are clipped (or get noise) while they still carry the loss scale; "
+               "transform them after unscaling")
+    fix_safety = FixSafety.UNSAFE
+    triggers = STEP_TRIGGERS
+    also_requires = ("scale",)
+    explanation = """
+        ## What it does
+        Finds size-dependent transforms (`tf.clip_by_global_norm`, `tf.clip_by_norm`,
+        `tf.clip_by_value`, added noise, or a same-file helper doing one of them) applied to
+        gradients of a scaled loss before they are unscaled: on Keras 2 before
+        `get_unscaled_gradients`, on Keras 3 before `apply_gradients` of the LossScaleOptimizer
+        (which unscales inside `apply`).
+
+        ## Why is this bad?
+        The gradients are 32768 times too large at that point (the dynamic loss scale, which also
+        changes during training). A clip threshold of 1.0 acts as 1/32768 on the real gradients, so
+        every update comes out thousands of times too small; noise is divided by the scale. SGD
+        then barely trains (10-20x worse final loss in a few hundred steps); Adam hides part of it.
+
+        ## Example
+        ```python
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+            scaled_loss = optimizer.scale_loss(loss)
+        grads = tape.gradient(scaled_loss, model.trainable_variables)
+        grads, _ = tf.clip_by_global_norm(grads, 1.0)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        ```
+
+        ## Use instead
+        Keras 3: let the inner optimizer clip; it does so after the LossScaleOptimizer unscaled.
+        ```python
+        optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1, global_clipnorm=1.0))
+        ...
+        grads = tape.gradient(scaled_loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        ```
+        Keras 2: unscale first, then clip.
+        ```python
+        grads = optimizer.get_unscaled_gradients(tape.gradient(scaled_loss, model.trainable_variables))
+        grads, _ = tf.clip_by_global_norm(grads, 1.0)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        ```
+
+        ## Fix safety
+        Unsafe (it changes the update, to what was meant). Keras 2: the unscale moves to the
+        gradient call. Keras 3: a constant clip moves into the inner optimizer's
+        `global_clipnorm` / `clipnorm` / `clipvalue` where its construction is in the file; other
+        transforms (noise, helpers, a clip on a computed threshold) are reported without a fix.
+    """
+    VALID = [
+        # Keras 2: clip after the unscale.
+        Valid("""
+            import tensorflow as tf
+            import tf_keras
+            opt = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.1))
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x))
+                scaled_loss = opt.get_scaled_loss(loss)
+            grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, model.trainable_variables))
+            grads, _ = tf.clip_by_global_norm(grads, 1.0)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+        """),
+        # Keras 3: the inner optimizer clips after the LSO unscaled.
+        Valid("""
+            import keras
+            import tensorflow as tf
+            opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1, global_clipnorm=1.0))
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x))
+                scaled_loss = opt.scale_loss(loss)
+            grads = tape.gradient(scaled_loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+        """, keras=3),
+        # Accumulating scaled micro-batch gradients is linear: the scale only changes inside apply.
+        Valid("""
+            import keras
+            import tensorflow as tf
+            opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+            for x, y in micro_batches:
+                with tf.GradientTape() as tape:
+                    scaled_loss = opt.scale_loss(loss_fn(y, model(x)))
+                grads = tape.gradient(scaled_loss, model.trainable_variables)
+                for acc, g in zip(accumulators, grads):
+                    acc.assign_add(g)
+            opt.apply_gradients(zip(accumulators, model.trainable_variables))
+        """, keras=3),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import keras
+            import tensorflow as tf
+
+            opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1, momentum=0.9))
+
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x))
+                    scaled_loss = opt.scale_loss(loss)
+                grads = tape.gradient(scaled_loss, model.trainable_variables)
+                grads, _ = tf.clip_by_global_norm(grads, 1.0)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            """
+            import keras
+            import tensorflow as tf
+
+            opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1, momentum=0.9, global_clipnorm=1.0))
+
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x))
+                    scaled_loss = opt.scale_loss(loss)
+                grads = tape.gradient(scaled_loss, model.trainable_variables)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            keras=3,
+        ),
+        Invalid(
+            """
+            import tensorflow as tf
+            import tf_keras
+
+            opt = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.1))
+
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x))
+                    scaled_loss = opt.get_scaled_loss(loss)
+                grads = tape.gradient(scaled_loss, model.trainable_variables)
+                grads = [tf.clip_by_norm(g, 1.0) for g in grads]
+                grads = opt.get_unscaled_gradients(grads)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            """
+            import tensorflow as tf
+            import tf_keras
+
+            opt = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.1))
+
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x))
+                    scaled_loss = opt.get_scaled_loss(loss)
+                grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, model.trainable_variables))
+                grads = [tf.clip_by_norm(g, 1.0) for g in grads]
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            keras=2,
+        ),
+        # Noise on scaled gradients, optimizer built elsewhere: reported without a fix on Keras 3.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            def train_step(opt, x, y):
+                with tf.GradientTape() as tape:
+                    scaled_loss = opt.scale_loss(loss_fn(y, model(x)))
+                grads = tape.gradient(scaled_loss, model.trainable_variables)
+                grads = [g + tf.random.normal(tf.shape(g), stddev=0.01) for g in grads]
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            keras=3,
+        ),
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        analysis, flows = step_flows(self.context)
+        seen: set[int] = set()
+        for flow in flows:
+            if flow.scale is None or SCALED not in flow.path.states | frozenset().union(
+                    *(e.states for e in flow.path.events)):
+                continue
+            if self.context.keras == 2:
+                self._keras2(analysis, flow, seen)
+            else:
+                self._keras3(analysis, flow, flows, seen)
+
+    def _keras2(self, analysis, flow: Flow, seen: set[int]) -> None:
+        events = flow.path.events
+        for index, unscale in enumerate(events):
+            if unscale.kind != UNSCALE:
+                continue
+            before = [e for e in events[:index] if e.sensitive and SCALED in e.states]
+            if not before or id(before[0].node) in seen:
+                continue
+            seen.update(id(e.node) for e in before)
+            self.report(
+                before[0].node,
+                f"{describe(before[0])} acts on gradients that still carry the loss scale: "
+                f"`{unscale.optimizer}.get_unscaled_gradients` comes after it; unscale first",
+                fix=move_unscale_changes(self.context, analysis, flow, unscale),
+                description="Unscale the gradients before transforming them")
+            return
+
+    def _keras3(self, analysis, flow: Flow, flows: list[Flow], seen: set[int]) -> None:
+        if flow.scale.method != K3_SCALE or flow.kind == "plain":
+            return  # a plain Keras 3 optimizer's scale_loss does not scale (MP111 covers other updaters)
+        if flow.scale.optimizer != flow.optimizer:
+            return
+        events = [e for e in flow.path.sensitive_on(SCALED) if id(e.node) not in seen]
+        if not events:
+            return
+        seen.update(id(e.node) for e in events)
+        fix = None
+        build = flow.build
+        if build is not None:
+            inner = analysis.inner_build(build) if build.is_lso else build.call if build.has_loss_scale_factor \
+                else None
+            same = [f for f in flows if f.build is not None and f.build.call is build.call]
+            moved = move_clip_changes(self.context, analysis, same, events, inner)
+            if moved is not None:
+                changes, new_inner = moved
+                fix = {**changes, inner: new_inner}
+        where = "" if fix is not None else (
+            " (mpfix moves only a constant clip into an optimizer built in this file: move it by hand)")
+        self.report(
+            events[0].node,
+            f"{describe(events[0])} acts on scaled gradients: Keras 3's LossScaleOptimizer unscales only inside "
+            f"`apply_gradients`; clip with the inner optimizer's `global_clipnorm`/`clipnorm`/`clipvalue`{where}",
+            fix=fix, description="Clip in the inner optimizer, after unscaling")
