@@ -10,6 +10,7 @@ shows its rule's explanation. Nothing here imports TensorFlow.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from mpfix.rule_docs import rule_url
 SOURCE = "mpfix"
 FIX_ALL_KIND = f"{types.CodeActionKind.SourceFixAll.value}.mpfix"
 _NEWLINE = re.compile(r"\r\n|\r|\n")
+DEBOUNCE_S = 0.15  # after a change, wait this long for the next one before linting
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +144,7 @@ class MpfixServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("mpfix", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.linted: dict[str, Linted] = {}
+        self.pending: dict[str, asyncio.TimerHandle] = {}
 
     def units(self):
         return impls.get(self.workspace.position_encoding, Utf16())
@@ -174,7 +177,19 @@ class MpfixServer(LanguageServer):
         linted = self.linted[uri] = Linted(text, lines, findings, diagnostics)
         return linted
 
+    def publish_soon(self, uri: str) -> None:
+        """Publish after a short pause in typing: a burst of changes costs one lint, of the last text."""
+        pending = self.pending.pop(uri, None)
+        if pending is not None:
+            pending.cancel()
+        self.pending[uri] = asyncio.get_running_loop().call_later(DEBOUNCE_S, self.publish, uri)
+
     def publish(self, uri: str) -> None:
+        pending = self.pending.pop(uri, None)
+        if pending is not None:
+            pending.cancel()
+        if uri not in self.workspace.text_documents:
+            return  # closed meanwhile
         linted = self.lint(uri)
         if linted is None:
             return
@@ -292,7 +307,7 @@ def create_server() -> MpfixServer:
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: MpfixServer, params: types.DidChangeTextDocumentParams) -> None:
-        ls.publish(params.text_document.uri)
+        ls.publish_soon(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE, types.SaveOptions(include_text=False))
     def did_save(ls: MpfixServer, params: types.DidSaveTextDocumentParams) -> None:
@@ -309,6 +324,9 @@ def create_server() -> MpfixServer:
     def did_close(ls: MpfixServer, params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
         ls.linted.pop(uri, None)
+        pending = ls.pending.pop(uri, None)
+        if pending is not None:
+            pending.cancel()
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(

@@ -70,9 +70,14 @@ async def _start(env_path: Path | None = None, cwd: Path | None = None):
     return client
 
 
+async def _published(client, uri: str) -> types.PublishDiagnosticsParams:
+    params = await asyncio.wait_for(client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS), timeout=60)
+    assert params.uri == uri
+    return params
+
+
 async def _diagnostics(client, uri: str) -> list[types.Diagnostic]:
-    await asyncio.wait_for(client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS), timeout=60)
-    return list(client.diagnostics.get(uri, []))
+    return list((await _published(client, uri)).diagnostics)
 
 
 @pytest.mark.asyncio
@@ -136,6 +141,14 @@ async def test_round_trip_diagnostic_code_action_fix_hover(tmp_path, shadowed_te
                                                  character=_utf16_column(line, start + len("reduce_retracing")))),
                 text=ARGUMENT)]))
         assert [d.code for d in await _diagnostics(client, uri)] == ["MP306"]
+
+        # A burst of changes is linted once, for the last text.
+        for version, text in ((4, fixed), (5, DOCUMENT), (6, fixed)):
+            client.text_document_did_change(types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
+        published = await _published(client, uri)
+        assert (published.version, list(published.diagnostics)) == (6, [])
     finally:
         await client.shutdown_session()
         await client.stop()
