@@ -105,6 +105,7 @@ class Linted:
     lines: Lines
     findings: list[Finding]
     diagnostics: list[types.Diagnostic]
+    fix_all: list[types.TextEdit] | None = None  # every safe fix of the text, computed when first asked for
 
 
 def _path_of(uri: str) -> Path:
@@ -250,14 +251,26 @@ def code_actions(server: MpfixServer, params: types.CodeActionParams) -> list[ty
                                                 kind=types.CodeActionKind.QuickFix,
                                                 diagnostics=[diagnostic], edit=edit))
     if _wanted(FIX_ALL_KIND, only) and any(f.fixable(False) for f in linted.findings):
-        result = api.lint_text(linted.text, _path_of(uri), fix=True, unsafe_fixes=False)
-        if result.fixed_text is not None and not result.errors:
-            from mpfix.engine import text_edits as engine_edits
-
-            edits = text_edits(linted.text, engine_edits(linted.text, result.fixed_text), linted.lines)
+        if linted.fix_all is None:
+            linted.fix_all = _fix_all(uri, linted)
+        if linted.fix_all:
             actions.append(types.CodeAction(title="mpfix: Fix all safe fixes in this file", kind=FIX_ALL_KIND,
-                                            edit=types.WorkspaceEdit(changes={uri: edits})))
+                                            edit=types.WorkspaceEdit(changes={uri: linted.fix_all})))
     return actions
+
+
+def _fix_all(uri: str, linted: Linted) -> list[types.TextEdit]:
+    """The edits that apply every safe fix, until stable, as ``mpfix apply`` would (none if that fails)."""
+    from mpfix.engine import text_edits as engine_edits
+
+    try:
+        result = api.lint_text(linted.text, _path_of(uri), fix=True, unsafe_fixes=False)
+    except Exception:  # a settings error is already a diagnostic; a rule's bug must not stop the server
+        logger.exception("mpfix could not fix %s", uri)
+        return []
+    if result.fixed_text is None or result.errors:
+        return []
+    return text_edits(linted.text, engine_edits(linted.text, result.fixed_text), linted.lines)
 
 
 def _noqa_edit(uri: str, linted: Linted, finding: Finding) -> types.WorkspaceEdit | None:
