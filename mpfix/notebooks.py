@@ -7,36 +7,33 @@ statement, so findings map back to ``(cell, line in cell)`` and fixed text
 splits back into cells.
 
 IPython syntax (``%time``, ``%%capture``, ``!pip install``, ``x = !ls``,
-``obj?``) is not Python: each such line is masked to a ``pass`` placeholder of
-the same indentation before parsing and restored, byte for byte, afterwards.
-Cell magics whose body is not Python (``%%bash``, ``%%writefile``…) skip the
-cell. A cell that still does not parse is reported (MP000) and left out; the
-others are checked.
+``obj?``, a ``!cmd \\`` continued on the next line, an indented ``!cmd`` inside an
+``if``) is not Python. Which lines are IPython's is decided by IPython's own rules
+(``mpfix.ipython_syntax``); each such physical line is masked to a ``pass``
+placeholder with the indentation of the construct's first line before parsing,
+and restored, byte for byte, afterwards. Cell magics whose body is not Python
+(``%%bash``, ``%%writefile``…) skip the cell. A cell that still does not parse is
+reported (MP000) and left out; the others are checked.
 
-Notebooks are read and validated with nbformat. They are written with
-nbformat's own writer when that reproduces the file exactly (Jupyter's
-layout); otherwise with the JSON layout the file already has (indent, key
-order, ASCII escapes), checked first to reproduce the original byte for byte.
-Either way only the ``source`` of changed cells differs; if neither layout
-reproduces the file, mpfix reports the findings and refuses to rewrite it.
+Notebooks are read with the ``json`` module (nbformat is not needed: pre-commit
+hook environments do not have it). They are written back in the JSON layout the
+file already has (indent, key order, ASCII escapes; Jupyter's own is one-space
+indents with sorted keys), checked first to reproduce the original byte for byte.
+Only the ``source`` of changed cells differs; if no layout reproduces the file,
+mpfix reports the findings and refuses to rewrite it.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
-import io
 import json
 import re
-import tokenize
-import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from mpfix import ipython_syntax
 from mpfix.findings import Edit, FileError, Finding, Position
-
-MISSING_NBFORMAT = ("cannot check notebooks: nbformat is not installed "
-                    "(pip install 'mpfix[notebooks]', or skip them with [tool.mpfix] exclude = [\"*.ipynb\"])")
 
 # Cell magics whose body is Python (IPython runs it): only the magic line is masked.
 PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug", "tensorflow_version"})
@@ -45,11 +42,6 @@ _MARKER = "__mpfix_cell_{}__"
 _MARKER_LINE = re.compile(r"^__mpfix_cell_(\d+)__\r?\n?$")
 _PLACEHOLDER = "pass  # __mpfix_ipython_{}__"
 _PLACEHOLDER_LINE = re.compile(r"^[ \t]*pass  # __mpfix_ipython_(\d+)__(\r?\n)?$")
-
-# Lines IPython rewrites before Python sees them (only at the start of a logical line).
-_MAGIC = re.compile(r"^[ \t]*[%!]")
-_HELP = re.compile(r"^[ \t]*(\?{1,2}[\w.*]+|[\w.*]+\?{1,2})[ \t]*(#.*)?$")
-_ASSIGN_FROM_MAGIC = re.compile(r"^[ \t]*[A-Za-z_][\w.]*(?:[ \t]*,[ \t]*[A-Za-z_][\w.]*)*[ \t]*=[ \t]*[%!]")
 _CELL_MAGIC = re.compile(r"^%%(\w+)")
 
 
@@ -65,41 +57,32 @@ class _Cell:
         return self.index + 1
 
 
-def _logical_line_starts_here(previous: list[str]) -> bool:
-    """Whether the text so far is complete, so the next line starts a new statement."""
-    if not previous:
-        return True
-    try:
-        for _ in tokenize.generate_tokens(io.StringIO("".join(previous)).readline):
-            pass
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        return False  # open bracket, open triple-quoted string or a trailing backslash
-    return True
-
-
-def _is_ipython_line(line: str) -> bool:
-    return bool(_MAGIC.match(line) or _HELP.match(line) or _ASSIGN_FROM_MAGIC.match(line))
-
-
 def mask(source: str, counter: list[int]) -> tuple[str, dict[int, str]] | None:
     """(masked text, originals) for one cell's source; None when the cell is not Python."""
     lines = source.splitlines(keepends=True)
+    if lines:
+        cell_magic = _CELL_MAGIC.match(lines[0])
+        if cell_magic is not None and cell_magic.group(1) not in PYTHON_CELL_MAGICS:
+            return None  # %%bash, %%writefile, %%html…: the body is not Python
     originals: dict[int, str] = {}
-    out: list[str] = []
-    for number, line in enumerate(lines):
-        if number == 0:
-            cell_magic = _CELL_MAGIC.match(line)
-            if cell_magic is not None and cell_magic.group(1) not in PYTHON_CELL_MAGICS:
-                return None  # %%bash, %%writefile, %%html…: the body is not Python
-        if _is_ipython_line(line) and _logical_line_starts_here(out):
-            key = counter[0]
-            counter[0] += 1
-            originals[key] = line
-            indent = line[: len(line) - len(line.lstrip(" \t"))]
-            newline = line[len(line.rstrip("\r\n")):]
-            out.append(indent + _PLACEHOLDER.format(key) + newline)
-        else:
-            out.append(line)
+    out = list(lines)
+    masked_lines: dict[int, str] = {}  # physical line -> the indentation of its construct
+    if lines and _CELL_MAGIC.match(lines[0]):
+        masked_lines[0] = ""  # %%time, %%capture…: only the magic line is IPython's
+        body = ["\n"] + lines[1:]  # keeps line numbers; the magic line itself is not Python
+    else:
+        body = lines
+    for first, last in ipython_syntax.spans(body):
+        indent = lines[first][: len(lines[first]) - len(lines[first].lstrip(" \t"))]
+        for number in range(first, last + 1):
+            masked_lines[number] = indent
+    for number in sorted(masked_lines):
+        line = lines[number]
+        key = counter[0]
+        counter[0] += 1
+        originals[key] = line
+        newline = line[len(line.rstrip("\r\n")):]
+        out[number] = masked_lines[number] + _PLACEHOLDER.format(key) + newline
     text = "".join(out)
     if text and not text.endswith("\n"):
         text += "\n"
@@ -205,24 +188,19 @@ def _map_finding(combined: _Combined, markers, finding: Finding) -> Finding:
 
 # -- reading and writing --------------------------------------------------------------------
 def _read(text: str, path: Path):
-    """(nbformat node, raw JSON dict) or a FileError."""
-    try:
-        import nbformat
-    except ImportError:
-        return FileError(str(path), MISSING_NBFORMAT)
+    """The notebook's JSON as a dict, or a FileError."""
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         return FileError(str(path), f"not a notebook: invalid JSON ({exc.msg})", exc.lineno, exc.colno)
     if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
         return FileError(str(path), "not a notebook: no list of cells (only nbformat 4 notebooks are checked)")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # e.g. MissingIDFieldWarning: ids are added in memory only
-            node = nbformat.reads(text, as_version=nbformat.NO_CONVERT, capture_validation_error={})
-    except Exception as exc:  # nbformat raises several unrelated types for bad input
-        return FileError(str(path), f"not a notebook nbformat can read: {exc}")
-    return node, raw
+    if not isinstance(raw.get("nbformat"), int) or raw["nbformat"] < 4:
+        return FileError(str(path), "not a notebook mpfix can read: only nbformat 4 notebooks are checked")
+    for index, cell in enumerate(raw["cells"]):
+        if not isinstance(cell, dict) or not isinstance(cell.get("source", ""), (str, list)):
+            return FileError(str(path), f"not a notebook mpfix can read: cell {index + 1} is malformed")
+    return raw
 
 
 def _layouts(text: str):
@@ -240,28 +218,9 @@ def _dump(raw: dict, layout, newline_at_end: bool) -> str:
     return out + "\n" if newline_at_end else out
 
 
-def _nbformat_writes(node) -> str:
-    import nbformat
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return nbformat.writes(node, version=nbformat.NO_CONVERT)
-
-
-def _writer(text: str, node, raw: dict):
+def _writer(text: str, raw: dict):
     """A function (changed sources → new file text) that reproduces ``text`` exactly, or None."""
     newline_at_end = text.endswith("\n")
-    try:
-        canonical = _nbformat_writes(node)
-    except Exception:
-        canonical = None
-    if canonical is not None and canonical + ("\n" if newline_at_end else "") == text:
-        def write_with_nbformat(sources: dict[int, str]) -> str:
-            new = copy.deepcopy(node)
-            for index, source in sources.items():
-                new.cells[index].source = source
-            return _nbformat_writes(new) + ("\n" if newline_at_end else "")
-        return write_with_nbformat
     for layout in _layouts(text):
         if _dump(raw, layout, newline_at_end) == text:
             def write_with_layout(sources: dict[int, str], layout=layout) -> str:
@@ -290,7 +249,7 @@ def process_notebook(path: Path, source, job, ignored: tuple[str, ...] = (), acc
     if isinstance(read, FileError):
         result.errors.append(read)
         return result
-    node, raw = read
+    raw = read
 
     counter = [0]
     cells: list[_Cell] = []
@@ -351,7 +310,7 @@ def process_notebook(path: Path, source, job, ignored: tuple[str, ...] = (), acc
             sources[cell.index] = new
     if not sources:
         return result
-    writer = _writer(source.text, node, raw)
+    writer = _writer(source.text, raw)
     if writer is None:
         result.errors.append(FileError(str(path), "the notebook's JSON layout is not one mpfix can reproduce exactly, "
                                                   "so it was not rewritten (open and save it in Jupyter, then rerun)"))

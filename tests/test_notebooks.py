@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from mpfix.cli import cli
-from mpfix.notebooks import MISSING_NBFORMAT, _Cell, _Combined, mask, unmask
+from mpfix import ipython_syntax
+from mpfix.notebooks import _Cell, _Combined, mask, unmask
 
 RELAX = "@tf.function(experimental_relax_shapes=True)"
 
@@ -177,18 +178,26 @@ def test_folders_are_searched_for_notebooks_but_not_checkpoints(tmp_path):
     assert "checkpoint" not in result.output
 
 
-def test_missing_nbformat_is_explained(tmp_path):
-    _write(tmp_path / "train.ipynb", _notebook())
+def test_notebooks_are_checked_and_fixed_without_nbformat(tmp_path):
+    # pre-commit's hook environment has mpfix's own dependencies only: no nbformat.
+    before = _write(tmp_path / "train.ipynb", _notebook())
     code = ("import sys; sys.modules['nbformat'] = None\n"  # what `import nbformat` sees when it is not installed
-            "from mpfix.cli import main; sys.argv = ['mpfix', 'check', '-j', '1', '--no-cache', 'train.ipynb']; main()")
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
-    assert result.returncode == 2
-    assert MISSING_NBFORMAT in result.stdout
+            "from mpfix.cli import main; sys.argv = ['mpfix', sys.argv[1], '-j', '1', '--no-cache', 'train.ipynb']; "
+            "main()")
+    check = subprocess.run([sys.executable, "-c", code, "check"], cwd=tmp_path, capture_output=True, text=True)
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert "train.ipynb:cell 3:2:14: MP306" in check.stdout
+    fix = subprocess.run([sys.executable, "-c", code, "apply"], cwd=tmp_path, capture_output=True, text=True)
+    assert fix.returncode == 0, fix.stdout + fix.stderr
+    after = (tmp_path / "train.ipynb").read_text(encoding="utf-8")
+    assert after != before and "reduce_retracing=True" in after
+    # Written in Jupyter's own layout: what nbformat itself writes for the fixed notebook.
+    assert after == nbformat.writes(nbformat.reads(after, as_version=4)) + "\n"
 
 
 @pytest.mark.parametrize("line", [
     "%time x = f()\n", "!pip install foo\n", "files = !ls\n", "a, b = %sx echo 1 2\n", "model.fit?\n",
-    "??tf.function\n", "%%capture\n",
+    "??tf.function\n", "%%capture\n", "/print a b\n",
 ])
 def test_ipython_lines_are_masked_and_restored(line):
     masked, originals = mask(line + "y = 1\n", [0])
@@ -239,3 +248,83 @@ def test_interactive_review_shows_cells_and_applies_only_accepted_fixes(tmp_path
     after = path.read_text(encoding="utf-8")
     assert len(_changed_lines(before, after)) == 1
     assert "".join(json.loads(after)["cells"][2]["source"]).startswith("%%capture\n@tf.function(reduce_retracing=True)")
+
+
+# -- IPython's own rules for what a line is (issue 12 #8) ---------------------------------------------
+
+CELLS = [
+    "!python train.py --a=1 \\\n  --b=2\nx = 1\n",
+    "if use_gpu:\n    !nvidia-smi\nelse:\n    !echo cpu \\\n        --quiet\ny = 2\n",
+    "for i in range(2):\n    %time f(i)\n",
+    "files = !ls \\\n   -la\n",
+    "out = %sx echo 1\n",
+    "tf.function?\n",
+    "tf.function??\n",
+    "?tf.function\n",
+    "model.layers[0]?\n",
+    "f(a,\n  b)?\n",  # not a help target: IPython leaves it (and it does not compile)
+    "x = (a\n     % b)\n",
+    "s = '!not a command'\nt = \"\"\"\n%not a magic\n\"\"\"\n",
+    "print(a != b)  # ! in a comment\n",
+    "!!ls\n",
+    ",f a b\n",
+    ";f a b\n",
+    "/f a b\n",
+    "a = b = %time f()\n",
+    "x == !ls\n",
+    "def g():\n    return 1\n%timeit g()\n!echo done\n",
+    "d = {'a': 1}\n!echo {d}\n",
+    "x = 1 \\\n  + 2\n!ls\n",
+    "%matplotlib inline\nimport numpy as np\n",
+    "!echo a \\\n",  # a continuation at the very end of the cell
+]
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_own_rules_agree_with_ipython(cell):
+    pytest.importorskip("IPython")
+    lines = cell.splitlines(keepends=True)
+    assert ipython_syntax._own_spans(lines) == ipython_syntax.spans(lines)
+
+
+def test_ipython_is_what_decides_when_installed():
+    pytest.importorskip("IPython")
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    # Every line IPython rewrites is masked, and every line it leaves alone is kept.
+    for cell in CELLS:
+        masked, originals = mask(cell, [0])
+        rewritten = TransformerManager().transform_cell(cell)
+        assert (rewritten != cell) == bool(originals), cell
+        assert unmask(masked, originals) == cell
+
+
+@pytest.mark.parametrize(("cell", "masked_lines"), [
+    ("!python train.py --a=1 \\\n  --b=2\nx = 1\n", [1, 2]),
+    ("if ok:\n    !nvidia-smi\n    x = 1\n", [2]),
+])
+def test_continued_and_indented_commands_compile(cell, masked_lines):
+    masked, originals = mask(cell, [0])
+    compile(masked, "cell", "exec")
+    lines = masked.splitlines()
+    assert [n for n, line in enumerate(lines, 1) if "__mpfix_ipython_" in line] == masked_lines
+    assert unmask(masked, originals) == cell
+
+
+def test_a_cell_with_continued_shell_escape_is_checked(tmp_path):
+    nb = new_notebook(cells=[
+        new_code_cell("import tensorflow as tf\n!python train.py --a=1 \\\n  --b=2"),
+        new_code_cell("if True:\n    !nvidia-smi\n@tf.function(experimental_relax_shapes=True)\ndef f(x):\n    return x"),
+    ])
+    _write(tmp_path / "nb.ipynb", nb)
+    result = _mpfix("check", "nb.ipynb", cwd=tmp_path)
+    assert result.exit_code == 1, result.output
+    assert "MP000" not in result.output
+    assert "nb.ipynb:cell 2:3:14: MP306" in result.output
+
+
+def test_without_ipython_the_own_rules_are_used(monkeypatch):
+    monkeypatch.setitem(sys.modules, "IPython", None)
+    monkeypatch.setitem(sys.modules, "IPython.core", None)
+    lines = "if ok:\n    !echo a \\\n      b\nx = 1\n".splitlines(keepends=True)
+    assert ipython_syntax.spans(lines) == [(1, 2)]

@@ -1,0 +1,196 @@
+"""Which lines of a notebook cell are IPython syntax, by IPython's own rules.
+
+IPython turns four kinds of special syntax into Python before running a cell
+(``IPython.core.inputtransformer2``): escaped commands at the start of a logical
+line (``!cmd``, ``!!cmd``, ``%magic``, ``?obj``, ``??obj``, and the autocall escapes
+``/f a``, ``,f a``, ``;f a``), assignments from them (``x = !ls``, ``x = %time f()``),
+and help requests at the end of a logical line (``obj?``, ``obj.attr??``). Escaped
+commands and assignments run on through backslash-continued lines (``!python
+train.py \\`` then ``  --b=2``); inside an ``if`` they keep their indentation.
+
+``spans(lines)`` returns the physical lines each construct covers. With IPython
+importable, IPython's own transformers find them (what Jupyter will run is, by
+definition, what they say); otherwise ``_own_spans`` applies the same rules, which
+the tests check against IPython on the same cells. Cell magics (``%%bash``) are
+handled by the caller: they concern the whole cell.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+
+ESCAPES = frozenset({"!", "%", "?", "/", ",", ";"})  # one character; "!!" and "??" begin with them
+_LOOP_LIMIT = 500  # IPython's own bound on transformations per cell
+_HELP_TARGET = re.compile(r"(%{0,2}(?!\d)[\w*]+(?:\.(?!\d)[\w*]+|\[-?[0-9]+\])*)(\?\??)$")
+
+
+def spans(lines: list[str]) -> list[tuple[int, int]]:
+    """(first, last) 0-based physical line of each IPython construct in ``lines``, in source order.
+
+    ``lines`` keep their line endings (``str.splitlines(keepends=True)``).
+    """
+    if not any(ch in line for line in lines for ch in "!%?/,;"):
+        return []
+    try:
+        from IPython.core import inputtransformer2 as ipython
+    except Exception:  # not installed, or broken: the same rules, reimplemented
+        return _own_spans(lines)
+    return _ipython_spans(lines, ipython)
+
+
+def _track(lines: list[str], find_and_replace) -> list[tuple[int, int]]:
+    """Apply ``find_and_replace`` until it finds nothing, mapping each replacement back to original lines.
+
+    ``find_and_replace(lines)`` returns (start line, new lines) or None. A replacement turns
+    one construct into a single Python line, so the original range it covered follows from
+    how many lines it removed.
+    """
+    lines = list(lines)
+    if lines and not lines[-1].endswith(("\n", "\r")):
+        lines[-1] += "\n"
+    first = list(range(len(lines)))
+    last = list(range(len(lines)))
+    found: list[tuple[int, int]] = []
+    for _ in range(_LOOP_LIMIT):
+        step = find_and_replace(lines)
+        if step is None:
+            break
+        start, new = step
+        covered = len(lines) - len(new) + 1
+        span = (first[start], last[start + covered - 1])
+        found.append(span)
+        first[start: start + covered] = [span[0]]
+        last[start: start + covered] = [span[1]]
+        lines = new
+    return sorted(found)
+
+
+def _ipython_spans(lines: list[str], ipython) -> list[tuple[int, int]]:
+    manager = ipython.TransformerManager()
+
+    def step(current: list[str]):
+        tokens = ipython.make_tokens_by_line(current)
+        candidates = [t for t in (cls.find(tokens) for cls in manager.token_transformers) if t]
+        for transformer in sorted(candidates, key=ipython.TokenTransformBase.sortby):
+            try:
+                return transformer.start_line, transformer.transform(current)
+            except SyntaxError:
+                continue
+        return None
+
+    return _track(lines, step)
+
+
+# -- the same rules without IPython --------------------------------------------------------------
+
+def _logical_lines(lines: list[str]) -> list[list[tokenize.TokenInfo]]:
+    """Tokens grouped by logical line: a line ends at NEWLINE, or at NL outside brackets."""
+    grouped: list[list[tokenize.TokenInfo]] = [[]]
+    depth = 0
+    try:
+        for token in tokenize.generate_tokens(io.StringIO("".join(lines)).readline):
+            grouped[-1].append(token)
+            if token.type == tokenize.NEWLINE or (token.type == tokenize.NL and depth <= 0):
+                grouped.append([])
+            elif token.string in "([{" and token.type == tokenize.OP:
+                depth += 1
+            elif token.string in ")]}" and token.type == tokenize.OP and depth > 0:
+                depth -= 1
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass  # what was read so far is what IPython works with too
+    if not grouped[-1]:
+        grouped.pop()
+    return grouped
+
+
+def _first_code_token(line: list[tokenize.TokenInfo]) -> int:
+    index = 0
+    while index < len(line) and line[index].type in (tokenize.INDENT, tokenize.DEDENT):
+        index += 1
+    return index
+
+
+def _top_level_assign(line: list[tokenize.TokenInfo]) -> int | None:
+    depth = 0
+    for index, token in enumerate(line):
+        if token.string == "=" and depth == 0:
+            return index
+        if token.string in ("(", "[", "{"):
+            depth += 1
+        elif token.string in (")", "]", "}") and depth > 0:
+            depth -= 1
+    return None
+
+
+def _continued_end(lines: list[str], start: int) -> int:
+    """The last physical line of a backslash-continued line that starts at ``start``."""
+    end = start
+    while end < len(lines) and lines[end].endswith("\\\n"):
+        end += 1
+    return min(end, len(lines) - 1) if end >= len(lines) else end
+
+
+def _find(tokens: list[list[tokenize.TokenInfo]]) -> list[tuple[tuple[int, int, int], str, tuple]]:
+    """Every rule's first match: ((line, column, priority), kind, extra); lines 0-based."""
+    found = []
+    for line in tokens:  # x = %magic
+        index = _top_level_assign(line)
+        if index is not None and len(line) >= index + 2 and line[index + 1].string == "%" \
+                and len(line) > index + 2 and line[index + 2].type == tokenize.NAME:
+            row, col = line[index + 1].start
+            found.append(((row - 1, col, 10), "assign", ()))
+            break
+    for line in tokens:  # x = !cmd
+        index = _top_level_assign(line)
+        if index is None or line[index].line.strip().startswith("=") or len(line) < index + 2 \
+                or line[index + 1].type != tokenize.ERRORTOKEN:
+            continue
+        hit = None
+        for token in line[index + 1:]:
+            if token.type != tokenize.ERRORTOKEN:
+                break
+            if token.string == "!":
+                hit = token
+                break
+            if not token.string.isspace():
+                break
+        if hit is not None:
+            found.append(((hit.start[0] - 1, hit.start[1], 10), "assign", ()))
+            break
+    for line in tokens:  # !cmd, %magic, ?obj, /f a …
+        if not line:
+            continue
+        index = _first_code_token(line)
+        if index < len(line) and line[index].string in ESCAPES:
+            row, col = line[index].start
+            found.append(((row - 1, col, 10), "escape", ()))
+            break
+    for line in tokens:  # obj?
+        if len(line) > 2 and line[-2].string == "?":
+            index = _first_code_token(line)
+            row, col = line[index].start
+            found.append(((row - 1, col, 5), "help", (line[-2].start[0] - 1,)))
+            break
+    return found
+
+
+def _own_step(lines: list[str]):
+    for (start, col, _), kind, extra in sorted(_find(_logical_lines(lines))):
+        if kind == "help":
+            (question_line,) = extra
+            piece = "".join(lines[start: question_line + 1])
+            if _HELP_TARGET.search(piece[col:]) is None:
+                continue  # IPython raises SyntaxError here and tries the next candidate
+            end = question_line
+        else:
+            end = _continued_end(lines, start)
+        # One neutral Python line in place of the construct, as IPython leaves one call.
+        replacement = lines[start][:col] + "None\n"
+        return start, lines[:start] + [replacement] + lines[end + 1:]
+    return None
+
+
+def _own_spans(lines: list[str]) -> list[tuple[int, int]]:
+    return _track(lines, _own_step)
