@@ -53,7 +53,7 @@ def _arg(call: cst.Call, position: int, keyword: str) -> cst.BaseExpression | No
     return positional[position].value if position < len(positional) else None
 
 
-def _single_assign(event: PathEvent) -> cst.Assign | None:
+def single_assign(event: PathEvent) -> cst.Assign | None:
     st = event.statement
     node = st.node
     if st.conditional or not isinstance(node, cst.SimpleStatementLine) or len(node.body) != 1:
@@ -64,7 +64,7 @@ def _single_assign(event: PathEvent) -> cst.Assign | None:
     return small
 
 
-def _pass_through(context, statement: cst.SimpleStatementLine, target: str, source: str):
+def pass_through(context, statement: cst.SimpleStatementLine, target: str, source: str):
     """The statement's replacement once the transform is gone: ``target = source``, or nothing."""
     if target == source:
         return cst.RemoveFromParent()
@@ -73,7 +73,7 @@ def _pass_through(context, statement: cst.SimpleStatementLine, target: str, sour
 
 def constant_clip(context, event: PathEvent) -> tuple[str, cst.BaseExpression, object] | None:
     """(optimizer keyword, its value, the clip statement's replacement) for a movable constant clip."""
-    assign = _single_assign(event)
+    assign = single_assign(event)
     if assign is None or event.kind not in CLIP_KEYWORDS:
         return None
     call = event.node
@@ -114,7 +114,7 @@ def constant_clip(context, event: PathEvent) -> tuple[str, cst.BaseExpression, o
     source_name, out_name = dotted_name(source) if source is not None else None, dotted_name(out)
     if source_name is None or out_name is None:
         return None
-    return CLIP_KEYWORDS[event.kind], limit, _pass_through(context, statement, out_name, source_name)
+    return CLIP_KEYWORDS[event.kind], limit, pass_through(context, statement, out_name, source_name)
 
 
 def with_clip(call: cst.Call, keyword: str, value: cst.BaseExpression) -> cst.Call | None:
@@ -160,7 +160,7 @@ def move_unscale_changes(context, analysis: Analysis, flow: Flow, unscale: PathE
     call = unscale.node
     if unscale.helper is not None or not isinstance(call, cst.Call) or unscale.optimizer is None:
         return None
-    assign = _single_assign(unscale)
+    assign = single_assign(unscale)
     if assign is None or assign.value is not call or len(call.args) != 1:
         return None
     source, target = dotted_name(call.args[0].value), dotted_name(assign.targets[0].target)
@@ -172,4 +172,4 @@ def move_unscale_changes(context, analysis: Analysis, flow: Flow, unscale: PathE
             return None
     gradient = flow.gradient.call
     return {gradient: unscale_call(unscale.optimizer, gradient),
-            unscale.statement.node: _pass_through(context, unscale.statement.node, target, source)}
+            unscale.statement.node: pass_through(context, unscale.statement.node, target, source)}

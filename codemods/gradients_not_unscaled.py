@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods.analysis.gradient_path import training_steps
+from mpfix.codemods.analysis.gradient_path import SCALED, training_steps
 from mpfix.codemods._loss_scaling_support import K2_SCALE, unscale_call
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
@@ -126,6 +126,8 @@ class GradientsNotUnscaled(Rule):
         for flow in analysis.flows:
             if flow.user_managed or flow.unscaled or flow.scale is None or flow.scale.method != K2_SCALE:
                 continue
+            if flow.scale.optimizer != flow.optimizer or SCALED not in flow.path.states:
+                continue  # another optimizer applies them (MP111), or they are unscaled on the way
             call = flow.gradient.call
             self.report(
                 flow.apply.call,

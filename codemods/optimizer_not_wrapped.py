@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods.analysis.gradient_path import Flow
+from mpfix.codemods._gradient_fixes import describe, move_clip_changes
+from mpfix.codemods.analysis.gradient_path import Flow, assigned_targets, training_steps
 from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, scaling_changes, step_flows, where, wrap_changes
+from mpfix.codemods.names import dotted_name
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 from mpfix.policy import Policy
@@ -157,6 +159,41 @@ class OptimizerNotWrapped(Rule):
             """,
             keras=3,
         ),
+        # Keras 3 with clipping: the scaled gradients would be clipped, so the clip moves into the
+        # optimizer, which clips after the LossScaleOptimizer has unscaled.
+        Invalid(
+            """
+            import keras
+            import tensorflow as tf
+
+            keras.mixed_precision.set_global_policy("mixed_float16")
+            optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x, training=True))
+                grads = tape.gradient(loss, model.trainable_variables)
+                grads, _ = tf.clip_by_global_norm(grads, 5.0)
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            """
+            import keras
+            import tensorflow as tf
+
+            keras.mixed_precision.set_global_policy("mixed_float16")
+            optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1, momentum=0.9, global_clipnorm=5.0))
+
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x, training=True))
+                    scaled_loss = optimizer.scale_loss(loss)
+                grads = tape.gradient(scaled_loss, model.trainable_variables)
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            keras=3,
+        ),
         # Keras 2 (tf_keras), same step.
         Invalid(
             """
@@ -298,22 +335,35 @@ class OptimizerNotWrapped(Rule):
         for flow in flows:
             if flow.scale is not None or flow.wrapped is True:
                 continue
+            if flow.build is not None and flow.build.is_v1:
+                continue  # a TF1 optimizer: MP112
             if flow.wrapped is None:
                 if id(flow.apply.call) in unknown_seen:
                     continue
                 unknown_seen.add(id(flow.apply.call))
-                self.report(
-                    flow.apply.call,
-                    f"Loss is not scaled under mixed_float16 and mpfix cannot see where `{flow.optimizer}` is "
-                    f"built (another module, a container, or passed through several calls): wrap it in LossScaleOptimizer where it is "
-                    f"built and scale the loss in {where(flow)}",
-                )
+                self.report(flow.apply.call, self._unknown_message(flow))
                 continue
             groups.setdefault(id(flow.build.call), []).append(flow)
         for group in groups.values():
             first = group[0]
-            changes, imports = wrap_changes(self.context, first.build)
-            fix: dict | None = dict(changes)
+            # Keras 3: scaling the loss makes every transform between the gradient and the update act on
+            # scaled gradients (the LSO unscales inside apply); a constant clip moves into the optimizer.
+            transforms = [e for f in group for e in f.path.events if e.sensitive] if self.context.keras == 3 else []
+            inner = None
+            moved_changes: dict = {}
+            if transforms:
+                moved = move_clip_changes(self.context, analysis, group, transforms, first.build.call)
+                if moved is None:
+                    self.report(
+                        first.apply.call,
+                        f"`{first.optimizer}` has no loss scaling under mixed_float16: most float16 gradients "
+                        f"underflow to zero; wrap it in LossScaleOptimizer and scale the loss in {where(first)}, "
+                        f"and move {describe(transforms[0])} after unscaling (Keras 3: the inner optimizer's "
+                        f"`global_clipnorm`/`clipnorm`/`clipvalue`): scaling alone would clip scaled gradients")
+                    continue
+                moved_changes, inner = moved
+            changes, imports = wrap_changes(self.context, first.build, inner)
+            fix: dict | None = {**changes, **moved_changes}
             for flow in group:
                 step = scaling_changes(self.context, analysis, flow)
                 if step is None or any(k in fix for k in step):
@@ -328,3 +378,23 @@ class OptimizerNotWrapped(Rule):
                 description="Wrap the optimizer in LossScaleOptimizer and scale the loss",
                 imports=imports,
             )
+
+    def _unknown_message(self, flow: Flow) -> str:
+        built = self._built_by(flow)
+        if built is not None:
+            return (f"Loss is not scaled under mixed_float16 and `{flow.optimizer}` comes from `{built}`, "
+                    f"which mpfix cannot see into: make sure it returns a LossScaleOptimizer (or wrap its "
+                    f"result in one) and scale the loss in {where(flow)}")
+        return (f"Loss is not scaled under mixed_float16 and mpfix cannot see where `{flow.optimizer}` is "
+                f"built (another module, a container, or passed through several calls): wrap it in "
+                f"LossScaleOptimizer where it is built and scale the loss in {where(flow)}")
+
+    def _built_by(self, flow: Flow) -> str | None:
+        """The call that binds the optimizer in the step's own function or the module, if any."""
+        module_scope = next(iter(training_steps(self.context).scopes))
+        for scope in (flow.scope, module_scope):
+            for st in reversed(scope.statements):
+                for target, value in assigned_targets(st.node):
+                    if dotted_name(target) == flow.optimizer and isinstance(value, cst.Call):
+                        return self.context.code(value.func) + "(...)"
+        return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods.analysis.gradient_path import assigned_targets, training_steps
+from mpfix.codemods.analysis.gradient_path import assigned_targets, exclusive, training_steps
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
@@ -54,6 +54,20 @@ class OptimizerOutsideStrategyScope(Rule):
                 model = build_model()
                 optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
         """),
+        # Without a strategy there is no scope to build in (issue 12, defect 6).
+        Valid("""
+            import tensorflow as tf
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+            if use_strategy:
+                strategy = tf.distribute.MirroredStrategy()
+                with strategy.scope():
+                    model = build_model()
+                    optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+            else:
+                strategy = None
+                model = build_model()
+                optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+        """),
         # float32 only, no LSO: not a mixed-precision concern.
         Valid("""
             import tensorflow as tf
@@ -77,9 +91,10 @@ class OptimizerOutsideStrategyScope(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         analysis = training_steps(self.context)
         for scope in analysis.scopes:
-            scopes = [st.node for st in scope.statements if isinstance(st.node, cst.With) and self._is_scope(st.node)]
-            if not scopes:
+            with_statements = [st for st in scope.statements if isinstance(st.node, cst.With) and self._is_scope(st.node)]
+            if not with_statements:
                 continue
+            scopes = [st.node for st in with_statements]
             builds_model = any(
                 isinstance(value, cst.Call) and st.node is not None
                 for st in scope.statements if any(w in st.parents for w in scopes)
@@ -91,6 +106,8 @@ class OptimizerOutsideStrategyScope(Rule):
                     continue
                 if any(w in build.statement.parents for w in scopes):
                     continue
+                if build.is_v1 or all(exclusive(build.statement, w) for w in with_statements):
+                    continue  # built on another branch (`if use_strategy: ... else: ...`): no scope there
                 if not (self.context.float16 or build.is_lso):
                     continue
                 self.report(build.call)

@@ -1,0 +1,134 @@
+"""MP111 scaled-gradients-to-plain-optimizer: gradients of a scaled loss applied by an optimizer that does not unscale."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, step_flows
+from mpfix.codemods.analysis.gradient_path import SCALED
+from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.findings import FixSafety
+
+
+class ScaledGradientsToPlainOptimizer(Rule):
+    code = "MP111"
+    name = "scaled-gradients-to-plain-optimizer"
+    message = ("Gradients of a loss scaled by one optimizer are applied, still scaled, by another that does "
+               "not unscale them; every such update is multiplied by the loss scale")
+    fix_safety = FixSafety.NONE
+    triggers = STEP_TRIGGERS
+    also_requires = ("scale",)
+    explanation = """
+        ## What it does
+        Finds gradients of `a.scale_loss(loss)` (Keras 3) or `a.get_scaled_loss(loss)` (Keras 2)
+        that reach `b.apply_gradients` of another optimizer `b` without being unscaled: on Keras 3
+        where `b` is built in the file as a plain optimizer (no LossScaleOptimizer, no
+        `loss_scale_factor`), on Keras 2 wherever no `get_unscaled_gradients` comes first. Typical
+        when a model's gradients are split between two optimizers (a body and a head, an embedding
+        optimizer) and only one of them was wrapped.
+
+        ## Why is this bad?
+        Only a LossScaleOptimizer divides by its own scale, and only in its own `apply_gradients`.
+        The second optimizer applies the gradients 32768 times too large: with SGD the weights it
+        updates diverge at once; Adam hides most of it (it normalises the step), so the bug often
+        goes unnoticed.
+
+        ## Example
+        ```python
+        grads = tape.gradient(opt.scale_loss(loss), body_vars + head_vars)
+        opt.apply_gradients(zip(grads[:n], body_vars))
+        head_opt.apply_gradients(zip(grads[n:], head_vars))  # head_opt = keras.optimizers.SGD(...)
+        ```
+
+        ## Use instead
+        Unscale the second optimizer's share yourself, or take its gradients of the unscaled loss
+        with a second tape call. Keras 3:
+        ```python
+        scale = opt.dynamic_scale  # read before opt.apply_gradients updates it
+        opt.apply_gradients(zip(grads[:n], body_vars))
+        head_opt.apply_gradients(zip([g / scale for g in grads[n:]], head_vars))
+        ```
+
+        ## Fix safety
+        No automatic fix: the right unscale depends on which optimizer's scale was used and on
+        when it changes.
+    """
+    VALID = [
+        Valid("""
+            import keras
+            import tensorflow as tf
+            opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+            head_opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.01))
+            with tf.GradientTape(persistent=True) as tape:
+                loss = loss_fn(y, model(x))
+                scaled = opt.scale_loss(loss)
+                head_scaled = head_opt.scale_loss(loss)
+            opt.apply_gradients(zip(tape.gradient(scaled, body_vars), body_vars))
+            head_opt.apply_gradients(zip(tape.gradient(head_scaled, head_vars), head_vars))
+        """, keras=3),
+        Valid("""
+            import tensorflow as tf
+            import tf_keras
+            opt = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.1))
+            head_opt = tf_keras.optimizers.SGD(0.01)
+            with tf.GradientTape() as tape:
+                scaled = opt.get_scaled_loss(loss_fn(y, model(x)))
+            grads = opt.get_unscaled_gradients(tape.gradient(scaled, variables))
+            opt.apply_gradients(zip(grads[:n], variables[:n]))
+            head_opt.apply_gradients(zip(grads[n:], variables[n:]))
+        """, keras=2),
+    ]
+    INVALID = [
+        Invalid("""
+            import keras
+            import tensorflow as tf
+
+            opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+            head_opt = keras.optimizers.SGD(0.01)
+
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    scaled_loss = opt.scale_loss(loss_fn(y, model(x)))
+                grads = tape.gradient(scaled_loss, variables)
+                opt.apply_gradients(zip(grads[:n], variables[:n]))
+                head_opt.apply_gradients(zip(grads[n:], variables[n:]))
+        """, keras=3),
+        Invalid("""
+            import tensorflow as tf
+            import tf_keras
+
+            opt = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.1))
+            head_opt = tf_keras.optimizers.SGD(0.01)
+
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    scaled_loss = opt.get_scaled_loss(loss_fn(y, model(x)))
+                grads = tape.gradient(scaled_loss, variables)
+                body = opt.get_unscaled_gradients(grads[:n])
+                opt.apply_gradients(zip(body, variables[:n]))
+                head_opt.apply_gradients(zip(grads[n:], variables[n:]))
+        """, keras=2),
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        _, flows = step_flows(self.context)
+        seen: set[int] = set()
+        for flow in flows:
+            scale = flow.scale
+            if scale is None or SCALED not in flow.path.states or scale.optimizer == flow.optimizer:
+                continue
+            if id(flow.apply.call) in seen:
+                continue
+            if self.context.keras == 3:
+                # Another LSO, or one mpfix cannot see, may unscale; a plain Keras 3 scaler does not scale.
+                scaler = next((f for f in flows if f.optimizer == scale.optimizer and f.scope is flow.scope), None)
+                if flow.kind != "plain" or (scaler is not None and scaler.kind == "plain"):
+                    continue
+            elif flow.build is not None and flow.build.is_lso:
+                continue  # Keras 2: another LSO (a separate mistake, rarely deliberate); MP103 for the same one
+            seen.add(id(flow.apply.call))
+            self.report(flow.apply.call,
+                        f"Gradients of `{scale.optimizer}.{scale.method}(...)` reach `{flow.optimizer}`, which does "
+                        f"not unscale them: its updates are multiplied by `{scale.optimizer}`'s loss scale")
