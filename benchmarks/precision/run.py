@@ -312,6 +312,24 @@ def covers(f: Finding, h: Hazard) -> bool:
             and h.first <= f.line <= h.last and f.code.startswith(h.family))
 
 
+def checkout(commit: str) -> str:
+    """mpfix as of ``commit``, importable from the returned folder (the rules folder codemods/ is
+    installed as mpfix.codemods, so it is linked there)."""
+    import tempfile
+
+    repo = HERE.parent.parent
+    rev = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", commit], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    dest = Path(tempfile.gettempdir()) / f"mpfix-{rev}"
+    if not (dest / "mpfix").exists():
+        dest.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(repo), "archive", rev, "mpfix", "codemods"],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+        (dest / "mpfix" / "codemods").symlink_to(Path("..") / "codemods")
+    return str(dest)
+
+
 # ----------------------------------------------------------------------------- report
 
 
@@ -351,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--download", action="store_true", help="fetch the corpora that are missing")
     parser.add_argument("--policy", choices=["mixed_float16"], help="stress mode: force the policy")
     parser.add_argument("--mpfix", help="run this mpfix checkout (prepended to PYTHONPATH)")
+    parser.add_argument("--commit", help="run mpfix as of this commit of the repository (git archive into a temp dir)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--results", type=Path, help="where raw JSON runs are saved (default CORPORA/_results)")
     parser.add_argument("--label", default="current", help="name of the saved run")
@@ -361,6 +380,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     root = args.corpora
+    if args.commit:
+        args.mpfix = checkout(args.commit)
+        if args.label == "current":
+            args.label = args.commit
     results = args.results or root / "_results"
     label = args.label + (f"-{args.policy}" if args.policy else "")
     wanted = [c for c in CORPORA if not args.only or c.name in args.only.split(",")]
