@@ -89,7 +89,7 @@ def download(root: Path, name: str) -> None:
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "tf-models-official==2.20.0",
                         "-d", str(tmp)], check=True)
         wheel = next(tmp.glob("tf_models_official-2.20.0-*.whl"))
-        dest.mkdir()
+        dest.mkdir(parents=True)
         shutil.unpack_archive(str(wheel), str(dest), format="zip")
         (dest / "pyproject.toml").write_text(BARE_PYPROJECT.format(name))
     elif name in ("keras", "tf_keras"):
@@ -98,7 +98,7 @@ def download(root: Path, name: str) -> None:
         spec = importlib.util.find_spec(name)
         if spec is None or spec.origin is None:
             raise SystemExit(f"{name} is not installed")
-        dest.mkdir()
+        dest.mkdir(parents=True)
         shutil.copytree(Path(spec.origin).parent, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
         (dest / "pyproject.toml").write_text(BARE_PYPROJECT.format(name.replace("_", "-")))
     elif name == "dle":
