@@ -166,3 +166,28 @@ def test_add_noqa_never_imports_tensorflow(tmp_path):
                           cwd=Path(__file__).resolve().parents[1])
     assert done.stdout.strip() == "exit 0", done.stderr
     assert "# noqa: MP301" in path.read_text(encoding="utf-8")
+
+
+def test_every_rule_example_round_trips():
+    """The INVALID examples of every rule, both generations: after add-noqa nothing is reported, and a
+    second pass adds nothing (multi-line calls, decorators, strings and comments of real rule examples)."""
+    import textwrap
+
+    from mpfix.codemods import all_rules
+    from mpfix.testing import lint_snippet
+
+    checked = 0
+    for rule in all_rules():
+        for example in rule.INVALID:
+            for keras in ([example.keras] if example.keras else (2, 3)):
+                text = textwrap.dedent(example.code).lstrip("\n")
+                before = lint_snippet(text, keras=keras, policy=example.policy)
+                if before.errors or not before.findings:
+                    continue
+                new, added, messages = add_noqa_to_text(text, before.findings)
+                assert added and not messages, (rule.code, messages)
+                after = lint_snippet(new, keras=keras, policy=example.policy)
+                assert (after.errors, after.findings) == ([], []), (rule.code, keras, new)
+                assert add_noqa_to_text(new, after.findings)[:2] == (new, 0)
+                checked += 1
+    assert checked >= len(all_rules())
