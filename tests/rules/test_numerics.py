@@ -252,7 +252,7 @@ def test_replacement_constants_are_float16_safe():
 def test_scope_analysis_is_cached_on_the_context():
     import libcst as cst
 
-    from mpfix.codemods._float16_scope import float16_scope
+    from mpfix.codemods.analysis.dtypes import dtype_analysis
     from mpfix.codemods.base import RuleContext
     from mpfix.codemods.names import ImportTable
     from mpfix.policy import Policy
@@ -260,7 +260,6 @@ def test_scope_analysis_is_cached_on_the_context():
     module = cst.parse_module("import tensorflow as tf\n")
     context = RuleContext(module=module, path=Path("m.py"), keras=3, policy=Policy.FLOAT16,
                           module_policy=Policy.FLOAT16, imports=ImportTable(module))
-    scope = float16_scope(context)
-    assert context.cache["float16_scope"] is scope
-    assert float16_scope(context) is scope
-    assert "_float16_scope" not in context.__dict__
+    analysis = dtype_analysis(context)
+    assert context.cache["dtypes"] is analysis
+    assert dtype_analysis(context) is analysis

@@ -1,0 +1,238 @@
+"""Models a file builds and their output layers: the heads MP205 reports and MP207 follows."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from mpfix.codemods._float16_scope import argument, cast, dtype_analysis, Dtype
+from mpfix.codemods._walk import Visitor, nodes_by_type
+from mpfix.codemods.names import dotted_name
+
+_OUTPUT_LAYERS = {"Dense", "EinsumDense", "Activation", "Softmax", "Conv1D", "Conv2D", "Conv3D", "Conv2DTranspose"}
+_SAFE_HEADS = {"softmax", "log_softmax"}
+
+
+def _activation_name(node: cst.BaseExpression | None) -> str:
+    if node is None:
+        return "linear"
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value or "linear"
+    if isinstance(node, cst.Name) and node.value == "None":
+        return "linear"
+    dotted = dotted_name(node) or ""
+    return dotted.split(".")[-1] or "custom"
+
+
+def _equal() -> cst.AssignEqual:
+    return cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
+
+
+def _with_float32(call: cst.Call) -> cst.Call:
+    return call.with_changes(args=[*call.args, cst.Arg(keyword=cst.Name("dtype"), value=cst.SimpleString('"float32"'),
+                                                       equal=_equal())])
+
+
+def _frame() -> dict:
+    # applied: names fed to another layer (`Dense(3)(x)`): a tensor that goes on is a feature, not
+    # an output; called: names called on tensors (`block(x)`): a Sequential used as a layer.
+    return {"assigned": {}, "sequential": {}, "applied": set(), "called": set(), "pending": []}
+
+
+class _Models(Visitor):
+    """Output layers of Sequential lists, ``model.add`` chains and functional ``Model(inputs, outputs)``.
+
+    Sub-blocks are left out: a ``Sequential`` passed on as an argument or list element
+    (``blocks.append(Sequential([...]))``) or called on tensors under a name that does not say
+    model, and a functional ``Model(inputs, x)`` whose ``x`` feeds another layer (a feature
+    sub-model next to the real one).
+    """
+
+    def __init__(self, resolve) -> None:
+        super().__init__()
+        self.resolve = resolve
+        self.frames: list[dict] = [_frame()]
+        self.stack: list[cst.CSTNode] = []
+        self.heads: list[tuple[str, cst.Call, cst.CSTNode | None]] = []  # (form, constructor, applied/statement)
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.stack.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self.stack.pop()
+
+    def visit_ClassDef(self, node) -> bool:
+        # A Sequential inside a layer class is a sub-block (ASPP, MLP), not the model's output.
+        return False
+
+    def visit_FunctionDef(self, node) -> None:
+        self.frames.append(_frame())
+
+    def leave_FunctionDef(self, node) -> None:
+        self._close(self.frames.pop())
+
+    def leave_Module(self, node) -> None:
+        self._close(self.frames[0])
+
+    def _close(self, frame) -> None:
+        for name, last in frame["sequential"].items():
+            if last is not None and not _used_as_layer(name, frame):
+                self.heads.append(("add", *last))
+        for form, layer, where, name in frame["pending"]:
+            if form == "list" and name is not None and _used_as_layer(name, frame):
+                continue
+            if form == "applied" and name is not None and name in frame["applied"]:
+                continue
+            self.heads.append((form, layer, where))
+
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
+        # `output = Dense(3)(output)`: feeding the old value on says nothing about the new one.
+        for small in original_node.body:
+            if isinstance(small, cst.Assign):
+                for target in small.targets:
+                    if isinstance(target.target, cst.Name):
+                        self.frames[-1]["applied"].discard(target.target.value)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        frame = self.frames[-1]
+        for small in node.body:
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                name = small.targets[0].target.value
+                frame["assigned"][name] = small.value
+                if isinstance(small.value, cst.Call) and (self.resolve(small.value.func) or "") in (
+                        "keras.Sequential", "keras.models.Sequential") and not small.value.args:
+                    frame["sequential"][name] = None
+            elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+                call = small.value
+                if isinstance(call.func, cst.Attribute) and call.func.attr.value == "add" and \
+                        isinstance(call.func.value, cst.Name) and call.func.value.value in frame["sequential"] and \
+                        call.args and isinstance(call.args[0].value, cst.Call):
+                    frame["sequential"][call.func.value.value] = (call.args[0].value, node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        frame = self.frames[-1]
+        if isinstance(node.func, cst.Call):
+            frame["applied"].update(a.value.value for a in node.args if isinstance(a.value, cst.Name))
+        elif isinstance(node.func, cst.Name):
+            frame["called"].add(node.func.value)
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value in ("append", "extend", "insert"):
+            # blocks.append(block): a Sequential collected as a stage of a bigger model.
+            frame["called"].update(a.value.value for a in node.args if isinstance(a.value, cst.Name))
+        resolved = self.resolve(node.func) or ""
+        if resolved in ("keras.Sequential", "keras.models.Sequential"):
+            layers = argument(node, "layers", 0)
+            parent = self.stack[-2] if len(self.stack) > 1 else None
+            if isinstance(parent, (cst.Arg, cst.Element)):
+                return  # a block inside another model or list
+            name = None
+            if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+                name = parent.targets[0].target.value
+            if layers is not None and isinstance(layers.value, cst.List) and layers.value.elements:
+                last = layers.value.elements[-1].value
+                if isinstance(last, cst.Call):
+                    frame["pending"].append(("list", last, layers.value, name))
+        elif resolved in ("keras.Model", "keras.models.Model"):
+            outputs = argument(node, "outputs", 1)
+            if outputs is None:
+                return
+            values = [e.value for e in outputs.value.elements] if isinstance(outputs.value, (cst.List, cst.Tuple)) else [outputs.value]
+            for value in values:
+                name = None
+                if isinstance(value, cst.Name):
+                    name = value.value
+                    value = frame["assigned"].get(value.value)
+                if isinstance(value, cst.Call) and isinstance(value.func, cst.Call):
+                    frame["pending"].append(("applied", value.func, value, name))
+
+
+def _used_as_layer(name: str, frame: dict) -> bool:
+    return name in frame["called"] and "model" not in name.lower()
+
+
+# Hidden-layer activations: a model ending in one is a feature extractor (a backbone or
+# sub-model feeding a head elsewhere), not a model output.
+_FEATURE_ACTIVATIONS = {"relu", "relu6", "elu", "selu", "gelu", "swish", "silu", "leaky_relu", "tanh", "mish",
+                        "hard_swish", "hard_silu"}
+
+
+# The loss *functions* of keras.losses (Keras 3 and tf_keras): internal helpers reached through
+# keras' own modules (keras.losses.loss.squeeze_or_expand_to_same_rank) are not losses.
+_LOSS_FUNCTIONS = {
+    "KLD", "MAE", "MAPE", "MSE", "MSLE", "binary_crossentropy", "binary_focal_crossentropy", "categorical_crossentropy",
+    "categorical_focal_crossentropy", "categorical_generalized_cross_entropy", "categorical_hinge", "circle",
+    "cosine_similarity", "ctc", "dice", "hinge", "huber", "kl_divergence", "kld", "kullback_leibler_divergence",
+    "log_cosh", "logcosh", "mae", "mape", "mean_absolute_error", "mean_absolute_percentage_error",
+    "mean_squared_error", "mean_squared_logarithmic_error", "mse", "msle", "poisson", "sparse_categorical_crossentropy",
+    "squared_hinge", "tversky",
+}
+_MODEL_CONSTRUCTORS = ("keras.Sequential", "keras.models.Sequential", "keras.Model", "keras.models.Model")
+
+
+def _is_keras_loss_function(resolved: str) -> bool:
+    # keras.metrics.* functions (accuracies) are reported, not differentiated: not flagged.
+    parts = resolved.split(".")
+    return len(parts) == 3 and parts[:2] == ["keras", "losses"] and parts[2] in _LOSS_FUNCTIONS
+
+
+def _bindings(index: dict[type, list[cst.CSTNode]]) -> tuple[dict[str, list[cst.BaseExpression]], set[str]]:
+    """Every ``name = value`` / ``self.name = value`` in the module, and the functions and classes it defines."""
+    assigned: dict[str, list[cst.BaseExpression]] = {}
+    for node in index.get(cst.Assign, ()):
+        for target in node.targets:
+            dotted = dotted_name(target.target)
+            if dotted:
+                assigned.setdefault(dotted, []).append(node.value)
+    defined = {node.name.value for kind in (cst.FunctionDef, cst.ClassDef) for node in index.get(kind, ())}
+    return assigned, defined
+
+
+class _ModelFacts:
+    """What the file says about its models' outputs, computed once for MP205 and MP207."""
+
+    def __init__(self, context) -> None:
+        index = nodes_by_type(context)
+        self.heads = []
+        # _Models finds heads only at these constructors: without one, skip its walk of the module.
+        if any(context.resolve(call.func) in _MODEL_CONSTRUCTORS for call in index.get(cst.Call, ())):
+            finder = _Models(context.resolve)
+            finder.walk(context.module)
+            self.heads = finder.heads
+        self.assigned, self.defined = _bindings(index)
+        self.float16_heads: list[cst.Call] = []
+        for _form, layer, _where in self.heads:
+            resolved = context.resolve(layer.func) or ""
+            if resolved.startswith("keras.layers.") and resolved.split(".")[-1] in _OUTPUT_LAYERS and \
+                    argument(layer, "dtype", None) is None and _head_activation(layer, resolved) not in _FEATURE_ACTIVATIONS:
+                self.float16_heads.append(layer)
+        # A layer built with dtype="float32" anywhere: the author put the output in float32.
+        self.says_float32 = False
+        for call in dtype_analysis(context).all_calls:
+            dtype = argument(call, "dtype", None)
+            if dtype is not None and "float32" in context.code(dtype.value) and \
+                    (context.resolve(call.func) or "").startswith("keras.layers."):
+                self.says_float32 = True
+                break
+
+
+def model_facts(context) -> _ModelFacts:
+    facts = context.cache.get("float16_models")
+    if facts is None or facts.module is not context.module:
+        facts = _ModelFacts(context)
+        facts.module = context.module
+        context.cache["float16_models"] = facts
+    return facts
+
+
+def _head_activation(layer: cst.Call, resolved: str) -> str:
+    kind = resolved.split(".")[-1]
+    if kind == "Activation":
+        return _activation_name(layer.args[0].value if layer.args else None).lower()
+    if kind == "Softmax":
+        return "softmax"
+    activation_arg = argument(layer, "activation", None)
+    return _activation_name(activation_arg.value if activation_arg else None).lower()
+
+

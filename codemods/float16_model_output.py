@@ -1,0 +1,232 @@
+"""MP205: a model's output layer left in float16 under mixed_float16."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from mpfix.codemods._float16_scope import Dtype, argument, cast, dtype_analysis
+from mpfix.codemods.analysis.model_outputs import (
+    _FEATURE_ACTIVATIONS, _MODEL_CONSTRUCTORS, _OUTPUT_LAYERS, _SAFE_HEADS, _activation_name, _is_keras_loss_function,
+    _ModelFacts, _with_float32, model_facts,
+)
+from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.names import dotted_name
+from mpfix.findings import FixSafety
+
+
+class Float16ModelOutput(Rule):
+    code = "MP205"
+    name = "float16-model-output"
+    message = "The model's output layer computes in float16 under mixed_float16; build it with dtype=\"float32\""
+    fix_safety = FixSafety.UNSAFE
+    requires_float16 = True
+    # `Model(` as a whole word (keras.Model(, models.Model(): "Model(" alone let every
+    # `BertModel(`/`build_model(`-style call through; an aliased import (`Model as M`) still counts.
+    triggers = ("Sequential", re.compile(r"Model\((?<!\wModel\()"), "Model as ")
+    explanation = """
+        ## What it does
+        Finds the last layer of a `Sequential` model (list or `model.add` chain) or of a
+        functional `Model(inputs, outputs)` — a softmax, sigmoid or linear head — built without
+        `dtype="float32"` while the `mixed_float16` policy is set.
+
+        ## Why is this bad?
+        The output is float16: at most 65504, with 3 significant digits. A softmax in float16
+        loses small probabilities; a regression head cannot represent targets near 1e5, and on
+        Keras 2 the loss is then float16 too (inf at step 0; Keras 3 drove the loss scale to
+        0.0 and hit inf at step 54 in our reproduction).
+
+        ## Example
+        ```python
+        outputs = layers.Dense(10, activation="softmax")(x)
+        ```
+
+        ## Use instead
+        ```python
+        outputs = layers.Activation("softmax", dtype="float32")(layers.Dense(10)(x))
+        ```
+        The Keras guide's form: the matmul stays float16, the activation runs in float32. Heads
+        without a fused activation get `dtype="float32"` on the layer itself.
+
+        ## Fix safety
+        Safe for softmax heads (the same values, computed more exactly); unsafe otherwise (the
+        head's matmul changes dtype, and with it the output's rounding).
+    """
+    VALID = [
+        Valid("""
+            import tensorflow as tf
+            from tensorflow.keras import layers
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+            inputs = tf.keras.Input((8,))
+            x = layers.Dense(64, activation="relu")(inputs)
+            x = layers.Dense(10)(x)
+            outputs = layers.Activation("softmax", dtype="float32")(x)
+            model = tf.keras.Model(inputs, outputs)
+        """),
+        Valid("""
+            import tensorflow as tf
+
+            model = tf.keras.Sequential([tf.keras.layers.Dense(64), tf.keras.layers.Dense(1)])
+        """),
+        # A feature sub-model next to the real one: its `x` goes on into the float32 head.
+        Valid("""
+            import tensorflow as tf
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+            inputs = tf.keras.Input((8,))
+            x = tf.keras.layers.Dense(16, activation="relu")(inputs)
+            logits = tf.keras.layers.Dense(4)(x)
+            probs = tf.keras.layers.Activation("softmax", dtype="float32")(logits)
+            features = tf.keras.Model(inputs, x)
+            model = tf.keras.Model(inputs, probs)
+        """),
+        # Sequential blocks inside a model (ConvNeXt's downsampling stages).
+        Valid("""
+            import tensorflow as tf
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+            def stages(x):
+                blocks = []
+                blocks.append(tf.keras.Sequential([tf.keras.layers.LayerNormalization(), tf.keras.layers.Conv2D(8, 2)]))
+                stage = tf.keras.Sequential([tf.keras.layers.Conv2D(8, 2)])
+                blocks.append(stage)
+                block = tf.keras.Sequential([tf.keras.layers.Conv2D(8, 3)])
+                return block(blocks[1](blocks[0](x)))
+        """),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import tensorflow as tf
+            from tensorflow.keras import layers
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+            inputs = tf.keras.Input((8,))
+            x = layers.Dense(64, activation="relu")(inputs)
+            outputs = layers.Dense(10, activation="softmax")(x)
+            model = tf.keras.Model(inputs, outputs)
+            """,
+            """
+            import tensorflow as tf
+            from tensorflow.keras import layers
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+            inputs = tf.keras.Input((8,))
+            x = layers.Dense(64, activation="relu")(inputs)
+            outputs = layers.Activation("softmax", dtype="float32")(layers.Dense(10)(x))
+            model = tf.keras.Model(inputs, outputs)
+            """,
+        ),
+        Invalid(
+            """
+            import tensorflow as tf
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+            model = tf.keras.Sequential([
+                tf.keras.Input((8,)),
+                tf.keras.layers.Dense(64, activation="relu"),
+                tf.keras.layers.Dense(1),
+            ])
+            """,
+            """
+            import tensorflow as tf
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+            model = tf.keras.Sequential([
+                tf.keras.Input((8,)),
+                tf.keras.layers.Dense(64, activation="relu"),
+                tf.keras.layers.Dense(1, dtype="float32"),
+            ])
+            """,
+        ),
+        Invalid(
+            """
+            from tensorflow import keras
+            keras.mixed_precision.set_global_policy("mixed_float16")
+
+            def build():
+                model = keras.Sequential()
+                model.add(keras.layers.Dense(32, activation="relu"))
+                model.add(keras.layers.Dense(10, activation="softmax"))
+                return model
+            """,
+            """
+            from tensorflow import keras
+            keras.mixed_precision.set_global_policy("mixed_float16")
+
+            def build():
+                model = keras.Sequential()
+                model.add(keras.layers.Dense(32, activation="relu"))
+                model.add(keras.layers.Dense(10))
+                model.add(keras.layers.Activation("softmax", dtype="float32"))
+                return model
+            """,
+        ),
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        for form, layer, where in model_facts(self.context).heads:
+            resolved = self.context.resolve(layer.func) or ""
+            kind = resolved.split(".")[-1]
+            if not resolved.startswith("keras.layers.") or kind not in _OUTPUT_LAYERS:
+                continue
+            if argument(layer, "dtype", None) is not None:
+                continue
+            self._report(form, layer, where, kind)
+
+    def _report(self, form: str, layer: cst.Call, where, kind: str) -> None:
+        activation_arg = argument(layer, "activation", None)
+        if kind == "Activation":
+            activation = _activation_name(layer.args[0].value if layer.args else None)
+        elif kind == "Softmax":
+            activation = "softmax"
+        else:
+            activation = _activation_name(activation_arg.value if activation_arg else None)
+        if activation.lower() in _FEATURE_ACTIVATIONS:
+            return
+        safety = FixSafety.SAFE if activation in _SAFE_HEADS else FixSafety.UNSAFE
+        head = f"{activation} head" if activation != "linear" else "linear (regression/logits) head"
+        message = f"`{self.context.code(layer.func)}` is the model's {head} and computes in float16; "
+        fused = kind != "Activation" and kind != "Softmax" and activation != "linear" and activation_arg is not None \
+            and not (isinstance(activation_arg.value, cst.Name) and activation_arg.value.value == "None")
+        fix: dict = {}
+        if fused and isinstance(layer.func, cst.Attribute):
+            activation_layer = cst.parse_expression(
+                f"{self.context.code(layer.func.value)}.Activation(__a__, dtype=\"float32\")")
+            activation_layer = activation_layer.with_changes(
+                args=[activation_layer.args[0].with_changes(value=activation_arg.value), activation_layer.args[1]])
+            args = [a for a in layer.args if a is not activation_arg]
+            if args:
+                args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            bare = layer.with_changes(args=args)
+            message += f"move the activation to `Activation({self.context.code(activation_arg.value)}, dtype=\"float32\")`"
+            if form == "applied":
+                fix = {where: cst.Call(func=activation_layer, args=[cst.Arg(where.with_changes(func=bare))])}
+            elif form == "list":
+                elements = []
+                for element in where.elements:
+                    if element.value is layer:
+                        # Same line, so the list's own layout stays as it is.
+                        elements.append(element.with_changes(
+                            value=bare, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))))
+                        elements.append(element.with_changes(value=activation_layer))
+                    else:
+                        elements.append(element)
+                fix = {where: where.with_changes(elements=elements)}
+            elif form == "add":
+                statement = where
+                expr = statement.body[0].value
+                first = statement.with_changes(body=[statement.body[0].with_changes(
+                    value=expr.with_changes(args=[expr.args[0].with_changes(value=bare)]))])
+                second = statement.with_changes(leading_lines=[], body=[statement.body[0].with_changes(
+                    value=expr.with_changes(args=[expr.args[0].with_changes(value=activation_layer)]))])
+                fix = {statement: cst.FlattenSentinel([first, second])}
+        else:
+            message += "build it with `dtype=\"float32\"`"
+            fix = {layer: _with_float32(layer)}
+        self.report(layer, message, fix=fix or None, safety=safety,
+                    description="Compute the output layer in float32")
+
+

@@ -1,0 +1,280 @@
+"""MP201: Python constants past float16's range (-1e9 masks) meeting float16 tensors."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from mpfix.codemods._float16_scope import (
+    FLOAT16_MAX, SAFE_EPSILON, SAFE_MASK, Dtype, Region, argument, arithmetic_root, cast, cast_template,
+    describe_float16, dtype_analysis, epsilon_vanishes, first_arg, is_float_literal, is_simple, number, tf_spelling,
+    backend_agnostic, ops_spelling, LOSS_NAME,
+)
+from mpfix.codemods.analysis import float32_ops
+from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.findings import FixSafety
+
+# Ops where a huge constant meets the other (tensor) arguments elementwise.
+_MASK_OPS = {"where", "where_v2", "math.add", "add", "math.subtract", "subtract", "math.multiply", "multiply",
+             "math.divide", "divide", "select"}
+# Ops that convert a constant to the dtype given next to it.
+_CONVERT_OPS = {"cast", "constant", "convert_to_tensor", "fill"}
+_EPSILON_KEYWORDS = {"epsilon", "eps", "variance_epsilon", "norm_epsilon", "layer_norm_eps", "layer_norm_epsilon"}
+_NOT_LAYERS = re.compile(r"optim|adam|rmsprop|adagrad|adadelta|adamax|nadam|ftrl|lamb|lion|sgd|lars|config|schedule|"
+                         r"params|metric|loss", re.IGNORECASE)
+_NORM_LAYER_NAME = re.compile(r"(Norm|Normalization|Normalize)$")
+# Keras layers that compute in float32 under mixed_float16 whatever their epsilon (checked on
+# Keras 2 and 3: LayerNormalization(epsilon=1e-12) stays finite on constant float16 rows).
+_UPCASTING_KERAS_LAYERS = {"LayerNormalization", "BatchNormalization", "SyncBatchNormalization"}
+_L2_NORMALIZE = {"tensorflow.math.l2_normalize", "tensorflow.nn.l2_normalize", "tensorflow.linalg.l2_normalize"}
+
+
+def _op(resolved: str | None) -> str | None:
+    return float32_ops.op_name(resolved)
+
+
+_INF = float("inf")
+
+
+def _is_self_attribute(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self"
+
+
+def _signed(value: float, magnitude: str) -> cst.BaseExpression:
+    literal = cst.Float(magnitude)
+    return cst.UnaryOperation(cst.Minus(), literal) if value < 0 else literal
+
+
+class Float16OverflowConstant(Rule):
+    code = "MP201"
+    name = "float16-overflow-constant"
+    message = "Constant beyond float16's range (65504) meets a float16 tensor and becomes inf; use -3e4 or compute in float32"
+    fix_safety = FixSafety.UNSAFE
+    requires_float16 = True
+    # What the rule can flag: float literals past 65504 (1e5, 7e4, 100000.0), negative integers
+    # past it (a name bound to -1000000) and dtype extremes (tf.float32.min). Infinities are not
+    # float16's doing (-inf is -inf in float32 too). A plain integer literal is never flagged
+    # (index arithmetic), so large ints do not pass a file to the parser. Each regex starts with
+    # a literal and checks what comes before it with a lookbehind: a leading \d or \b makes re
+    # try every position (0.8 s on tfm + keras, against 0.1 s).
+    triggers = (
+        re.compile(r"e(?<=\de)\+?0*(?:[4-9]|[1-9]\d)\b"),
+        re.compile(r"E(?<=\dE)\+?0*(?:[4-9]|[1-9]\d)\b"),
+        re.compile(r"\.(?:(?<=\d{6}\.)|(?<=[7-9]\d{4}\.)|(?<=6[6-9]\d{3}\.)|(?<=65[6-9]\d\d\.)|(?<=655[1-9]\d\.)"
+                   r"|(?<=6550[5-9]\.)|(?<=\d_\d{3}\.))"),
+        re.compile(r"-\s*(?:\d{6,}|[7-9]\d{4}|6[6-9]\d{3}|65[6-9]\d\d|655[1-9]\d|6550[5-9]|\d{1,3}(?:_\d{3})+)\b"),
+        re.compile(r"float(?:32|64)\.m(?:in|ax)\b"),
+    )
+    explanation = """
+        ## What it does
+        Finds Python constants larger than float16's maximum (65504) — `-1e9`, `1e10`, `-1e30`,
+        `tf.float32.min` — meeting a tensor that is float16 under `mixed_float16`: additive
+        attention masks, `tf.where(mask, scores, -1e9)`, `ops.where(...)`, also when the constant
+        arrives through a name, a module constant or a constructor default stored in an attribute
+        (`def __init__(self, mask_value=-1e9)` … `self.mask_value`).
+
+        ## Why is this bad?
+        TensorFlow converts the constant to the tensor's dtype without a word: `-1e9` becomes
+        `-inf`. `(1 - mask) * -inf` is `0 * -inf = NaN` at every unmasked position, and a softmax
+        over a fully masked row of `-inf` is NaN too. The loss is NaN from the first step.
+
+        ## Example
+        ```python
+        def call(self, scores, mask):
+            scores += (1.0 - mask) * -1e9
+            return tf.nn.softmax(scores)
+        ```
+
+        ## Use instead
+        ```python
+        def call(self, scores, mask):
+            scores += (1.0 - mask) * -3e4
+            return tf.nn.softmax(scores)
+        ```
+        `-3e4` is Keras 3's own float16 mask value: `exp(-3e4)` is 0 in every float type and
+        two such masks still add up below 65504. Constants guarded by a dtype test
+        (`tf.float16.min if x.dtype == tf.float16 else -1e9`), constants that only meet float32
+        tensors, and infinities (`float("-inf")` is `-inf` in float32 as well) are left alone.
+
+        ## Fix safety
+        Unsafe: the constant changes, which also changes float32 runs if logits exceed 3e4.
+    """
+    VALID = [
+        Valid("""
+            import tensorflow as tf
+
+            class Attention(tf.keras.layers.Layer):
+                def call(self, scores, mask):
+                    big = tf.float16.min if scores.dtype == tf.float16 else -1e9
+                    return tf.nn.softmax(tf.where(mask, scores, big))
+        """, policy="mixed_float16"),
+        # Float32 compute by choice: the constant meets float32 only.
+        Valid("""
+            import tensorflow as tf
+
+            class Attention(tf.keras.layers.Layer):
+                def call(self, scores, mask):
+                    scores = tf.cast(scores, tf.float32)
+                    return tf.nn.softmax(scores + (1.0 - tf.cast(mask, tf.float32)) * -1e9)
+        """, policy="mixed_float16"),
+        # -inf is -inf in float32 too: a fully masked row is NaN in any dtype, not float16's doing.
+        Valid("""
+            from keras import layers, ops
+
+            class Pool(layers.Layer):
+                def call(self, scores, mask):
+                    return ops.softmax(ops.where(mask, scores, float("-inf")))
+        """, policy="mixed_float16"),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import tensorflow as tf
+
+            class Attention(tf.keras.layers.Layer):
+                def call(self, scores, mask):
+                    scores += (1.0 - mask) * -1e9
+                    return tf.nn.softmax(scores)
+            """,
+            """
+            import tensorflow as tf
+
+            class Attention(tf.keras.layers.Layer):
+                def call(self, scores, mask):
+                    scores += (1.0 - mask) * -3e4
+                    return tf.nn.softmax(scores)
+            """,
+            policy="mixed_float16",
+        ),
+        # The constant arrives as a constructor default stored in an attribute: the default changes.
+        Invalid(
+            """
+            from keras import layers, ops
+
+            class MaskedSoftmax(layers.Layer):
+                def __init__(self, mask_value=-1e9, **kwargs):
+                    super().__init__(**kwargs)
+                    self.mask_value = mask_value
+
+                def call(self, scores, mask):
+                    return ops.softmax(ops.where(mask, scores, self.mask_value))
+            """,
+            """
+            from keras import layers, ops
+
+            class MaskedSoftmax(layers.Layer):
+                def __init__(self, mask_value=-3e4, **kwargs):
+                    super().__init__(**kwargs)
+                    self.mask_value = mask_value
+
+                def call(self, scores, mask):
+                    return ops.softmax(ops.where(mask, scores, self.mask_value))
+            """,
+            policy="mixed_float16",
+        ),
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        scope = dtype_analysis(self.context)
+        for candidate, region in list(scope.region_of.items()):
+            if (isinstance(candidate, cst.Name) or _is_self_attribute(candidate)) and scope.parent.get(candidate) is not None:
+                if isinstance(scope.parent.get(candidate), cst.Attribute) and scope.parent[candidate].value is candidate:
+                    continue  # `self` of `self.mask_value`
+                resolved = scope.constant(candidate, region)
+                if resolved is None or candidate is resolved[1] or not isinstance(resolved[1], (cst.Float, cst.UnaryOperation)):
+                    continue
+                value, literal = resolved
+            elif isinstance(candidate, (cst.Float, cst.Call, cst.Attribute, cst.UnaryOperation)):
+                if isinstance(scope.parent.get(candidate), cst.UnaryOperation):
+                    continue  # judged as part of -1e9
+                value = number(candidate)
+                if value is None or not is_float_literal(candidate):
+                    continue
+                literal = candidate
+            else:
+                continue
+            if abs(value) <= FLOAT16_MAX or value in (_INF, -_INF) or scope.is_guarded(candidate):
+                # An infinity is infinite in float32 too: what it does to a softmax is not float16's doing.
+                continue
+            if not self._meets_float16(scope, candidate, region):
+                continue
+            spelled = self.context.code(candidate)
+            where = f"`{spelled}`" if candidate is literal else f"`{spelled}` (= {self.context.code(literal)})"
+            self.report(
+                candidate,
+                f"{where} becomes {'-inf' if value < 0 else 'inf'} in float16 (max 65504); "
+                f"`0 * inf` and softmax over all-inf rows give NaN; use {'-' if value < 0 else ''}{SAFE_MASK}",
+                fix={literal: _signed(value, SAFE_MASK)},
+                description=f"Use the float16-safe constant {'-' if value < 0 else ''}{SAFE_MASK}",
+            )
+
+    def _float32_meets_float16(self, scope, node: cst.CSTNode, region: Region) -> bool:
+        """A float32 value in a layer method that later meets a float16 tensor (directly or by name)."""
+        current = node
+        parent = scope.parent.get(current)
+        while isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation)):
+            if isinstance(parent, cst.BinaryOperation):
+                sibling = parent.right if parent.left is current else parent.left
+                if scope.dtype(sibling, region) is Dtype.FLOAT16:
+                    return True
+            current, parent = parent, scope.parent.get(parent)
+        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+            return False
+        name = parent.targets[0].target.value
+        for binop in region.binops:
+            for mine, other in ((binop.left, binop.right), (binop.right, binop.left)):
+                if isinstance(mine, cst.Name) and mine.value == name and scope.dtype(other, region) is Dtype.FLOAT16:
+                    return True
+        return False
+
+    def _meets_augmented_target(self, scope, root: cst.CSTNode, region: Region) -> bool:
+        """``scores += (1.0 - mask) * -1e9``: the value meets ``scores``."""
+        parent = scope.parent.get(root)
+        return isinstance(parent, cst.AugAssign) and parent.value is root and \
+            scope.dtype(parent.target, region) is Dtype.FLOAT16
+
+    def _meets_float16(self, scope, node: cst.CSTNode, region: Region) -> bool:
+        root = arithmetic_root(scope, node)
+        if root is not node:
+            # Climb until the constant meets a tensor: `tf.cast(m, tf.float32) * 1e6` meets float32
+            # first (fine in float32; mixing that with float16 is MP206's error, not an overflow) —
+            # unless, inside a layer's call, that float32 value goes on to meet the layer's float16
+            # tensors: MP206 then makes it the compute dtype, and the constant becomes inf with it
+            # (tf-models' multi_channel_attention: `(1.0 - mask32) * -100000.0` added to scores).
+            current = node
+            while current is not root:
+                parent = scope.parent.get(current)
+                if isinstance(parent, cst.BinaryOperation):
+                    sibling = parent.right if parent.left is current else parent.left
+                    kind = scope.dtype(sibling, region)
+                    if kind is Dtype.FLOAT16:
+                        return True
+                    if kind in (Dtype.INT, Dtype.BOOL, Dtype.COMPLEX, Dtype.BFLOAT16):
+                        return False
+                    if kind.wide:
+                        return region.layer_method and self._float32_meets_float16(scope, parent, region)
+                current = parent
+            return self._meets_augmented_target(scope, root, region)
+        if self._meets_augmented_target(scope, node, region):
+            return True
+        parent = scope.parent.get(node)
+        if isinstance(parent, cst.Arg):
+            call = scope.parent.get(parent)
+            if not isinstance(call, cst.Call):
+                return False
+            op = _op(self.context.resolve(call.func))
+            if op is None:
+                return False
+            short = op.split(".")[-1]
+            if op in _MASK_OPS or short in ("where",):
+                others = [a.value for a in call.args if a is not parent and a.keyword is None]
+                if short == "where":
+                    others = others[1:] if call.args and call.args[0] is not parent else others
+                return any(scope.dtype(o, region) is Dtype.FLOAT16 for o in others)
+            if short in _CONVERT_OPS:
+                dtype = argument(call, "dtype", 1 if short == "cast" else None)
+                return dtype is not None and scope.dtype_of_spelling(dtype.value, region) is Dtype.FLOAT16
+        return False
+
+

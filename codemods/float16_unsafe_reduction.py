@@ -1,0 +1,244 @@
+"""MP203: sums of squares, norms and variances over float16 activations that overflow."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from mpfix.codemods._float16_scope import (
+    FLOAT16_MAX, SAFE_EPSILON, SAFE_MASK, Dtype, Region, argument, arithmetic_root, cast, cast_template,
+    describe_float16, dtype_analysis, epsilon_vanishes, first_arg, is_float_literal, is_simple, number, tf_spelling,
+    backend_agnostic, ops_spelling, LOSS_NAME,
+)
+from mpfix.codemods.analysis import float32_ops
+from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.findings import FixSafety
+
+# Reductions whose result is back in float16's range (a square root, or a mean of squares of
+# in-range deviations): casting the result back to the input's dtype is effective.
+_IN_RANGE = {"norm": "norm", "linalg.norm": "norm", "reduce_euclidean_norm": "norm", "reduce_std": "standard deviation",
+             "std": "standard deviation", "reduce_variance": "variance", "var": "variance"}
+# Reductions whose result itself is past 65504 when the activations are large.
+_OVERFLOWING = {"nn.l2_loss": "l2_loss"}
+_SUMS = {"reduce_sum", "sum"}
+_SQUARES = {"square"}
+# Ops that bring a float32 sum of squares back into float16's range.
+_SHRINKING = {"sqrt", "rsqrt", "log", "log1p"}
+
+
+def _op(context, node: cst.BaseExpression) -> str | None:
+    return float32_ops.op_name(context.resolve(node))
+
+
+def _is_loss(scope, call: cst.Call, region: Region, code) -> bool:
+    """The reduction's result is a loss term: it may stay float32 (losses are float32 in Keras)."""
+    for ancestor in scope.ancestors(call):
+        if isinstance(ancestor, cst.Call) and isinstance(ancestor.func, cst.Attribute) and ancestor.func.attr.value == "add_loss":
+            return True
+        if isinstance(ancestor, cst.Assign):
+            return any(LOSS_NAME.search(code(t.target)) for t in ancestor.targets)
+        if isinstance(ancestor, (cst.AugAssign, cst.AnnAssign)):
+            return bool(LOSS_NAME.search(code(ancestor.target)))
+        if isinstance(ancestor, cst.Return):
+            return region.kind == "loss"
+        if isinstance(ancestor, cst.BinaryOperation) and any(
+                LOSS_NAME.search(n.value) for n in (ancestor.left, ancestor.right) if isinstance(n, cst.Name)):
+            return True
+        if isinstance(ancestor, (cst.SimpleStatementLine, cst.FunctionDef)):
+            return False
+    return False
+
+
+class Float16UnsafeReduction(Rule):
+    code = "MP203"
+    name = "float16-unsafe-reduction"
+    message = "Sum of squares over float16 activations overflows past 65504; compute it in float32"
+    fix_safety = FixSafety.UNSAFE
+    requires_float16 = True
+    # Substrings, and regexes that start with a literal (a leading \b makes re try every position).
+    triggers = ("l2_loss", "reduce_variance", "reduce_std", ".var(", ".std(", re.compile(r"square(?<!\wsquare)\s*\("),
+                re.compile(r"norm(?<!\wnorm)\s*\("), re.compile(r"\*\*\s*2\b"), re.compile(r"sum(?<![a-z]sum)\s*\("))
+    explanation = """
+        ## What it does
+        Finds `tf.nn.l2_loss`, `tf.reduce_sum(tf.square(x))`, `tf.norm`,
+        `tf.math.reduce_variance` and `tf.math.reduce_std` over tensors that are float16 under
+        `mixed_float16` (activations inside `call`, model outputs in a training step).
+
+        ## Why is this bad?
+        Squares grow fast and float16 stops at 65504: 3,000 activations of magnitude 5 sum to
+        75,000, which is `inf`. An activity regulariser `1e-4 * tf.nn.l2_loss(h)` makes the loss
+        `inf` from the first step while the gradients stay finite, so the loss scale never
+        reacts. Weights are float32 variables and are not flagged outside a layer's `call`.
+
+        ## Example
+        ```python
+        loss = ce(y, logits) + 1e-4 * tf.nn.l2_loss(hidden)
+        ```
+
+        ## Use instead
+        ```python
+        loss = ce(y, logits) + 1e-4 * tf.nn.l2_loss(tf.cast(hidden, tf.float32))
+        ```
+        A result that is not a loss is cast back to the input's dtype once it is back in range
+        (after a norm, or the `sqrt`/`rsqrt` that takes the sum): TensorFlow does not promote, and
+        `float16 + float32` is an error, but a float32 sum cast back to float16 overflows all the
+        same. Where the sum leaves the expression first (`energy = ...` on a line of its own), the
+        finding comes without a fix.
+
+        ## Fix safety
+        Unsafe: the result's dtype changes for loss terms (float32, as Keras' losses are).
+    """
+    VALID = [
+        Valid("""
+            import tensorflow as tf
+
+            @tf.function
+            def train_step(model, x, y):
+                with tf.GradientTape() as tape:
+                    logits = model(x)
+                    loss = tf.reduce_mean(tf.square(y - logits))
+                    loss += 1e-4 * tf.add_n([tf.nn.l2_loss(v) for v in model.trainable_variables])
+                return loss
+        """, policy="mixed_float16"),
+        Valid("""
+            import tensorflow as tf
+
+            class Act(tf.keras.layers.Layer):
+                def call(self, h):
+                    self.add_loss(1e-4 * tf.nn.l2_loss(tf.cast(h, tf.float32)))
+                    return h
+        """, policy="mixed_float16"),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import tensorflow as tf
+
+            class Act(tf.keras.layers.Layer):
+                def call(self, h):
+                    self.add_loss(1e-4 * tf.nn.l2_loss(h))
+                    return h
+            """,
+            """
+            import tensorflow as tf
+
+            class Act(tf.keras.layers.Layer):
+                def call(self, h):
+                    self.add_loss(1e-4 * tf.nn.l2_loss(tf.cast(h, tf.float32)))
+                    return h
+            """,
+            policy="mixed_float16",
+        ),
+        # An RMS scale: the float32 sum stays float32 until rsqrt brings it back in range.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            class Scale(tf.keras.layers.Layer):
+                def call(self, x):
+                    return x * tf.math.rsqrt(tf.reduce_sum(tf.square(x), axis=-1, keepdims=True) + 1.0)
+            """,
+            """
+            import tensorflow as tf
+
+            class Scale(tf.keras.layers.Layer):
+                def call(self, x):
+                    return x * tf.cast(tf.math.rsqrt(tf.reduce_sum(tf.square(tf.cast(x, tf.float32)), axis=-1, keepdims=True) + 1.0), x.dtype)
+            """,
+            policy="mixed_float16",
+        ),
+        # A backend-agnostic Keras 3 module gets keras.ops casts, on both operands of `x * x`.
+        Invalid(
+            """
+            from keras import layers, ops
+
+            class Scale(layers.Layer):
+                def call(self, x):
+                    return x / ops.sqrt(ops.sum(x * x, axis=-1, keepdims=True))
+            """,
+            """
+            from keras import layers, ops
+
+            class Scale(layers.Layer):
+                def call(self, x):
+                    return x / ops.cast(ops.sqrt(ops.sum(ops.cast(x, "float32") * ops.cast(x, "float32"), axis=-1, keepdims=True)), x.dtype)
+            """,
+            keras=3,
+            policy="mixed_float16",
+        ),
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        scope = dtype_analysis(self.context)
+        for call, region in list(scope.region_of.items()):
+            if not isinstance(call, cst.Call) or region.kind == "module":
+                continue
+            op = _op(self.context, call.func)
+            x = first_arg(call)
+            if op is None or x is None:
+                continue
+            what = _IN_RANGE.get(op) or _OVERFLOWING.get(op)
+            target, replaced = x, None
+            if what is None and op in _SUMS:
+                inner = x
+                if isinstance(inner, cst.Call) and _op(self.context, inner.func) in _SQUARES and first_arg(inner) is not None:
+                    target = first_arg(inner)
+                elif isinstance(inner, cst.BinaryOperation) and isinstance(inner.operator, cst.Multiply) and \
+                        self.context.code(inner.left) == self.context.code(inner.right):
+                    target, replaced = inner.left, inner  # x * x: both operands are cast
+                elif isinstance(inner, cst.BinaryOperation) and isinstance(inner.operator, cst.Power) and number(inner.right) == 2:
+                    target = inner.left
+                else:
+                    continue
+                what = "sum of squares"
+            if what is None or scope.dtype(target, region) is not Dtype.FLOAT16:
+                continue
+            self._report(scope, call, target, replaced, region, what, in_range=op in _IN_RANGE)
+
+    def _cast_in(self, call: cst.Call, target, replaced) -> tuple[cst.Call, tuple[str, ...]]:
+        converted, imports = cast(self.context, target, "float32")
+        if replaced is not None:
+            other, _ = cast(self.context, target, "float32")
+            return call.deep_replace(replaced, replaced.with_changes(left=converted, right=other)), imports
+        return call.deep_replace(target, converted), imports
+
+    def _report(self, scope, call: cst.Call, target, replaced, region: Region, what: str, in_range: bool) -> None:
+        message = f"float16 {what} of `{self.context.code(target)}` overflows past 65504; compute it in float32"
+        if _is_loss(scope, call, region, self.context.code):
+            new_call, imports = self._cast_in(call, target, replaced)
+            self.report(call, message, fix={call: new_call}, imports=imports, description="Compute in float32")
+            return
+        back = f"{self.context.code(target)}.dtype" if is_simple(target) else (
+            "self.compute_dtype" if region.in_class and region.kind in ("layer-call", "helper") else None)
+        # Casting back is effective only once the value is in range again: right after a norm or
+        # standard deviation, or after the sqrt/rsqrt/log that takes the sum of squares (an
+        # RMS norm's `rsqrt(sum + eps)`). Cast back before that and float16 overflows all the same.
+        outer = call if in_range else self._shrinking_call(scope, call, region)
+        if back is None or outer is None:
+            self.report(call, message + " and keep it float32 until a sqrt/rsqrt brings it back in range")
+            return
+        new_call, imports = self._cast_in(call, target, replaced)
+        new_outer = new_call if outer is call else outer.deep_replace(call, new_call)
+        cast_back, more = cast(self.context, new_outer, back)
+        self.report(call, message + " and cast the result back", fix={outer: cast_back}, imports=(*imports, *more),
+                    description="Compute in float32")
+
+    def _shrinking_call(self, scope, call: cst.Call, region: Region) -> cst.Call | None:
+        """The sqrt/rsqrt/log in the same expression that takes ``call``'s result, with nothing float16 on the way."""
+        current = call
+        for ancestor in scope.ancestors(call):
+            if isinstance(ancestor, cst.BinaryOperation):
+                sibling = ancestor.right if ancestor.left is current else ancestor.left
+                if scope.dtype(sibling, region) not in (Dtype.PYTHON, Dtype.FLOAT32):
+                    return None
+            elif isinstance(ancestor, cst.Call):
+                if _op(self.context, ancestor.func) in _SHRINKING and first_arg(ancestor) is current:
+                    return ancestor
+                return None
+            elif isinstance(ancestor, cst.Arg):
+                continue  # the call's argument: `current` stays the value passed
+            elif not isinstance(ancestor, cst.UnaryOperation):
+                return None
+            current = ancestor
+        return None
