@@ -118,7 +118,7 @@ class Keyer:
     project_policy: bool = False
     declared_target: bool = False  # --keras auto: the Keras target the project declares is part of each key
     _roots: dict[str, str] = field(default_factory=dict, repr=False)
-    _policies: dict[str, str] = field(default_factory=dict, repr=False)
+    _projects: dict[str, object] = field(default_factory=dict, repr=False)  # root -> ProjectReach
 
     def key(self, path: Path, data: bytes, ignored: tuple[str, ...] = ()) -> bytes:
         """The key a result for ``data`` is stored under."""
@@ -183,17 +183,20 @@ class Keyer:
         return root
 
     def _policy_of(self, path: Path) -> str:
+        """The policy this file runs under (float16 reachability is per file: entry points and imports)."""
         from mpfix import policy as policies
 
         root = self._root(path)
-        policy = self._policies.get(root)
-        if policy is None:
-            policy = self._policies[root] = str(policies.policy_in_project(Path(root)))
-        return policy
+        reach = self._projects.get(root)
+        if reach is None:
+            reach = self._projects[root] = policies.project_reach(Path(root))
+        return str(reach.reach_for(path).policy)
 
     def _known_policy(self, path: Path) -> str | None:
-        """The project's policy if it was scanned already in this process, else None."""
-        return self._policies.get(self._root(path))
+        """The file's policy if its project was scanned already in this process, else None."""
+        if self._root(path) not in self._projects:
+            return None
+        return self._policy_of(path)
 
 
 class Cache:

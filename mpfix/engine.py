@@ -81,17 +81,12 @@ class Engine:
         self.options = options
 
     # -- rule selection for one file -------------------------------------------------
+    def reach(self, text: str, path: Path):
+        """The policy ``path`` runs under and why (``reachability.Reach``; see ``mpfix.policy.reach_for``)."""
+        return policies.reach_for(path, text, configured=self.options.policy, project=self.options.project_policy)
+
     def _policy(self, text: str, path: Path) -> tuple[policies.Policy, policies.Policy]:
-        module_policy = policies.policy_in_text(text)
-        if self.options.policy == "mixed_float16":
-            return policies.Policy.FLOAT16, module_policy
-        if self.options.policy == "mixed_bfloat16":
-            return policies.Policy.BFLOAT16, module_policy
-        if self.options.policy == "float32":
-            return policies.Policy.NONE, module_policy
-        if module_policy is not policies.Policy.NONE or not self.options.project_policy:
-            return module_policy, module_policy
-        return policies.policy_in_project(policies.project_root(path)), module_policy
+        return self.reach(text, path).policy, policies.policy_in_text(text)
 
     def _candidates(self, text: str, path: Path, ignored: tuple[str, ...]) -> list[type[Rule]]:
         """The rules worth parsing for: triggered, not ignored, and float16 ones only under float16."""

@@ -1,8 +1,11 @@
-"""Whether float16 compute can reach a file: the dtype policy of the module and its project.
+"""Whether float16 compute can reach a file: the dtype policy it runs under, and why.
 
-A mixed policy is global state, so it is often set in one module (``train.py``)
-and felt in another (``layers.py``). We find it by scanning text, which costs a
-fraction of a parse: a ``"mixed_float16"`` string means float16 can be reached.
+A mixed policy is global state, so it is often set in one module (``train.py``) and felt in
+another (``layers.py``). Which files it reaches is decided by entry points and imports
+(``mpfix.codemods.analysis.reachability``): the module that sets the policy, what it imports
+within the project, tests that take a fixture parametrised over the policy. A configured
+``policy`` (``[tool.mpfix]`` or ``--policy``) decides for every file. The project is scanned
+once per process.
 """
 
 from __future__ import annotations
@@ -14,8 +17,6 @@ from pathlib import Path
 
 _FLOAT16 = re.compile(r"""['"]mixed_float16['"]""")
 _BFLOAT16 = re.compile(r"""['"]mixed_bfloat16['"]""")
-_FLOAT16_BYTES = re.compile(rb"""['"]mixed_float16['"]""")
-_BFLOAT16_BYTES = re.compile(rb"""['"]mixed_bfloat16['"]""")
 
 
 class Policy(str, enum.Enum):
@@ -28,7 +29,7 @@ class Policy(str, enum.Enum):
 
 
 def policy_in_text(text: str) -> Policy:
-    """The mixed policy a source text names; float16 wins when both appear."""
+    """The mixed policy a source text names (in any string); float16 wins when both appear."""
     if _FLOAT16.search(text):
         return Policy.FLOAT16
     if _BFLOAT16.search(text):
@@ -49,21 +50,40 @@ def project_root(path: Path) -> Path:
 
 
 @functools.lru_cache(maxsize=32)
-def policy_in_project(root: Path) -> Policy:
-    """The mixed policy any Python file of the project names (discovery rules apply)."""
+def project_reach(root: Path):
+    """Every file of the project under ``root`` that runs under a mixed policy (discovery rules apply)."""
+    from mpfix.codemods.analysis.reachability import scan_project
     from mpfix.discovery import discover  # local: discovery imports config
 
-    found = Policy.NONE
-    for file in discover([root], exclude=()):
-        if file.suffix != ".py":
-            continue
-        # Bytes, not decoded text: the policy names are ASCII in every encoding we read.
-        try:
-            data = file.read_bytes()
-        except OSError:
-            continue
-        if _FLOAT16_BYTES.search(data):
-            return Policy.FLOAT16
-        if _BFLOAT16_BYTES.search(data):
-            found = Policy.BFLOAT16
+    return scan_project(root, list(discover([root], exclude=())))
+
+
+def policy_in_project(root: Path) -> Policy:
+    """The strongest mixed policy any file of the project runs under."""
+    return project_reach(root).policy
+
+
+policy_in_project.cache_clear = project_reach.cache_clear  # type: ignore[attr-defined]
+
+
+_CONFIGURED = {"mixed_float16": Policy.FLOAT16, "mixed_bfloat16": Policy.BFLOAT16, "float32": Policy.NONE}
+
+
+def reach_for(path: Path, text: str | None = None, *, configured: str | None = None, project: bool = True):
+    """The policy ``path`` runs under and why (a ``reachability.Reach``).
+
+    ``configured``: the ``policy`` setting, which decides for every file. ``project``: consult
+    the rest of the project (else only the file's own entry points). ``text``: the file's
+    current text, when it may differ from what is on disk (fix passes, notebooks).
+    """
+    from mpfix.codemods.analysis.reachability import Reach, reach_in_text
+
+    if configured in _CONFIGURED:
+        return Reach(_CONFIGURED[configured], f"configured: policy = {configured!r}")
+    own = reach_in_text(text) if text is not None else None
+    if own is not None and own.policy is Policy.FLOAT16 or not project:
+        return own if own is not None else Reach(Policy.NONE, "the project was not consulted")
+    found = project_reach(project_root(path)).reach_for(path)
+    if found.policy is Policy.NONE and own is not None and own.policy is not Policy.NONE:
+        return own
     return found

@@ -147,7 +147,8 @@ def test_a_policy_change_elsewhere_in_the_project_invalidates_clean_entries(proj
     (first,) = process_all([layer], _job(), jobs=1)
     assert first.clean  # float16 unreachable: the rule does not run
     assert process_all([layer], _job(), jobs=1)[0].cached
-    _files(project, {"train.py": 'import tensorflow as tf\ntf.keras.mixed_precision.set_global_policy("mixed_float16")\n'})
+    _files(project, {"train.py": 'import tensorflow as tf\nfrom model import layers\n'
+                                 'tf.keras.mixed_precision.set_global_policy("mixed_float16")\n'})
     policies.policy_in_project.cache_clear()  # a new mpfix process
     (second,) = process_all([layer], _job(), jobs=1)
     assert not second.cached and code in [f.code for f in second.findings]
@@ -157,7 +158,7 @@ def test_the_stored_key_is_one_a_lookup_tries_and_clean_files_skip_the_triggers(
     import mpfix.codemods.base as codemods_base
 
     code, layer_text = _float16_example()
-    train = 'import tensorflow as tf\ntf.keras.mixed_precision.set_global_policy("mixed_float16")\n'
+    train = 'import tensorflow as tf\nfrom model import layers\ntf.keras.mixed_precision.set_global_policy("mixed_float16")\n'
     files = _files(project, {"clean.py": CLEAN, "model/layers.py": layer_text, "train.py": train})
     policies.policy_in_project.cache_clear()
     keyer = cache_mod._keyer_for(_job())

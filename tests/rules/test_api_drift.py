@@ -22,7 +22,7 @@ import pytest
 
 from mpfix.codemods import _api_table as table
 from mpfix.codemods import all_rules
-from mpfix.codemods.mixed_precision_api import Intent
+from mpfix.codemods._loss_scale_intent import Intent
 from mpfix.engine import Engine, Options
 
 FIXTURES = Path(__file__).parent / "fixtures" / "api_drift"
@@ -381,3 +381,34 @@ def test_table_rows_are_well_formed():
         assert set(change.new) <= {2, 3} and any(change.new.values()), change
         if change.kind == "member":
             assert change.old.startswith("LossScaleOptimizer."), change
+
+
+# ---------------------------------------------------------------------------------- MP305's switches
+# TF reads TF_ENABLE_AUTO_MIXED_PRECISION as a boolean: "1"/"true" switch the grappler rewrite on,
+# "0"/"false" (and an empty value) leave it off. Only a switch that is (or may be) on is a finding.
+@pytest.mark.parametrize("code", [
+    'import os\nos.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = "0"\n',
+    "import os\nos.environ['TF_ENABLE_AUTO_MIXED_PRECISION'] = 'false'\n",
+    'import os\nos.environ.setdefault("TF_ENABLE_AUTO_MIXED_PRECISION", "0")\n',
+    'import os\nos.putenv("TF_ENABLE_AUTO_MIXED_PRECISION", "0")\n',
+    'import os\nos.environ.update({"TF_ENABLE_AUTO_MIXED_PRECISION": "0"})\n',
+    'import os\nos.environ.update(TF_ENABLE_AUTO_MIXED_PRECISION="0")\n',
+    'import os\nenabled = os.environ.get("TF_ENABLE_AUTO_MIXED_PRECISION") == "1"\n',  # a read sets nothing
+    'import os\nos.environ.pop("TF_ENABLE_AUTO_MIXED_PRECISION", None)\n',
+    'import tensorflow as tf\ntf.config.optimizer.set_experimental_options({"auto_mixed_precision": 0})\n',
+])
+def test_graph_rewrite_switched_off_is_not_a_finding(code: str):
+    assert codes(code, 3) == []
+
+
+@pytest.mark.parametrize("code", [
+    'import os\nos.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = "1"\n',
+    'import os\nos.environ.setdefault("TF_ENABLE_AUTO_MIXED_PRECISION", "true")\n',
+    'import os\nos.environ.update(TF_ENABLE_AUTO_MIXED_PRECISION="1")\n',
+    'import subprocess\nsubprocess.run(["python", "train.py"], env={"TF_ENABLE_AUTO_MIXED_PRECISION": "1"})\n',
+    # On when the flag is: a value mpfix cannot read is reported.
+    'import os\nos.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = "1" if args.amp else "0"\n',
+    'import os\nos.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = str(int(args.amp))\n',
+])
+def test_graph_rewrite_switched_on_is_a_finding(code: str):
+    assert codes(code, 3) == ["MP305"]

@@ -1,8 +1,7 @@
-"""Deprecated TensorFlow APIs around ``tf.function`` that mixed-precision scripts carry along.
+"""MP306: deprecated `tf.function` arguments (`experimental_relax_shapes`, `experimental_compile`).
 
-These still run on TF 2.21 but warn, and tutorials from the TF 2.1–2.4 era
-that introduced mixed precision use them throughout. Both fixes are pure
-renames with identical semantics, so they are safe.
+They still run on TF 2.21 but warn, and tutorials from the TF 2.1–2.4 era that introduced
+mixed precision use them throughout. The fix is a pure rename with identical semantics.
 """
 
 from __future__ import annotations
@@ -119,93 +118,3 @@ class DeprecatedTfFunctionArgument(Rule):
                     fix={arg.keyword: arg.keyword.with_changes(value=new)},
                     description=f"Rename `{old}` to `{new}`",
                 )
-
-
-# Deprecated tf.config function → its stable name.
-_EAGER_RENAMES = {
-    "experimental_run_functions_eagerly": "run_functions_eagerly",
-    "experimental_functions_run_eagerly": "functions_run_eagerly",
-}
-
-
-class ExperimentalRunFunctionsEagerly(Rule):
-    code = "MP307"
-    name = "run-functions-eagerly"
-    message = "Deprecated `tf.config.experimental_*` eager switch; use `tf.config.run_functions_eagerly`"
-    fix_safety = FixSafety.SAFE
-    triggers = tuple(_EAGER_RENAMES)
-    explanation = """
-        ## What it does
-        Finds `tf.config.experimental_run_functions_eagerly(...)` and
-        `tf.config.experimental_functions_run_eagerly()`.
-
-        ## Why is this bad?
-        They became `tf.config.run_functions_eagerly` / `functions_run_eagerly` in TF 2.3 and
-        are deprecated. Debugging a NaN by running `tf.function`s eagerly is common in
-        mixed-precision work, so the old spelling is copied around.
-
-        ## Example
-        ```python
-        tf.config.experimental_run_functions_eagerly(True)
-        ```
-
-        ## Use instead
-        ```python
-        tf.config.run_functions_eagerly(True)
-        ```
-
-        ## Fix safety
-        Safe: the stable function is the same function.
-    """
-    VALID = [
-        Valid("""
-            import tensorflow as tf
-
-            tf.config.run_functions_eagerly(True)
-            assert tf.config.functions_run_eagerly()
-        """),
-    ]
-    INVALID = [
-        Invalid(
-            """
-            import tensorflow as tf
-
-            tf.config.experimental_run_functions_eagerly(True)
-            """,
-            """
-            import tensorflow as tf
-
-            tf.config.run_functions_eagerly(True)
-            """,
-        ),
-        Invalid(
-            """
-            import tensorflow.compat.v2 as tf2
-
-            if not tf2.config.experimental_functions_run_eagerly():
-                tf2.config.experimental_run_functions_eagerly(True)
-            """,
-            """
-            import tensorflow.compat.v2 as tf2
-
-            if not tf2.config.functions_run_eagerly():
-                tf2.config.run_functions_eagerly(True)
-            """,
-            count=2,
-        ),
-    ]
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        old = node.attr.value
-        if old not in _EAGER_RENAMES:
-            return
-        resolved = self.context.resolve(node)
-        if resolved not in (f"tensorflow.config.{old}", f"tensorflow.compat.v1.config.{old}"):
-            return
-        new = _EAGER_RENAMES[old]
-        self.report(
-            node,
-            f"`tf.config.{old}` is deprecated; use `tf.config.{new}`",
-            fix={node.attr: node.attr.with_changes(value=new)},
-            description=f"Rename to `tf.config.{new}`",
-        )

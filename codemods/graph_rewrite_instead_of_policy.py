@@ -1,4 +1,4 @@
-"""API drift, part 3: the TF1-era automatic mixed-precision graph rewrite (MP305).
+"""MP305: the TF1-era automatic mixed-precision graph rewrite and its grappler/environment switches.
 
 ``enable_mixed_precision_graph_rewrite`` and grappler's ``auto_mixed_precision``
 cast ops to float16 behind Keras' back. In TF 2 the function only survives under
@@ -15,8 +15,9 @@ import libcst as cst
 from mpfix.codemods._walk import find_all
 
 from mpfix.codemods import _api_table as table
+from mpfix.codemods.analysis import reachability
 from mpfix.codemods.base import Invalid, Rule, Valid
-from mpfix.codemods.mixed_precision_api import Intent, loss_scale_intent
+from mpfix.codemods._loss_scale_intent import Intent, loss_scale_intent
 from mpfix.codemods._mp_api_support import (
     find_arg,
     mixed_precision_spelling,
@@ -31,7 +32,22 @@ from mpfix.policy import Policy
 _REWRITES = {c.old for c in table.API_CHANGES if c.kind == "rewrite" and c.old_last == table.GRAPH_REWRITE_FUNCTION}
 _GRAPPLER = {"tensorflow.config.optimizer.set_experimental_options",
              "tensorflow.compat.v1.config.optimizer.set_experimental_options"}
-_ENV_VARIABLE = "TF_ENABLE_AUTO_MIXED_PRECISION"
+_ENV_VARIABLE = reachability.ENV_SWITCH
+# Calls that set an environment variable from (name, value) arguments or keywords; reading one
+# (``get``, ``getenv``, ``pop``) switches nothing on.
+_ENV_SETTERS = ("setdefault", "putenv", "setenv", "update")
+
+
+def _may_switch_on(value: cst.BaseExpression) -> bool:
+    """Whether ``value`` can switch the rewrite on: true literals, and what mpfix cannot read."""
+    if isinstance(value, cst.IfExp):
+        return _may_switch_on(value.body) or _may_switch_on(value.orelse)
+    text = string_value(value)
+    if text is not None:
+        return reachability.env_switch_on(text)
+    if isinstance(value, (cst.Integer, cst.Name)) and value.value in ("0", "False", "None"):
+        return False
+    return True
 
 
 def _bound_names(stmt: cst.BaseStatement) -> set[str]:
@@ -66,8 +82,9 @@ class GraphRewrite(Rule):
         Finds `tf.train.experimental.enable_mixed_precision_graph_rewrite(opt)`, its
         `tf.compat.v1` spellings, grappler's `auto_mixed_precision` in
         `tf.config.optimizer.set_experimental_options`, and the
-        `TF_ENABLE_AUTO_MIXED_PRECISION` environment variable; also when the function's return
-        value is unused.
+        `TF_ENABLE_AUTO_MIXED_PRECISION` environment variable set to a true value (`"1"`,
+        `"true"`, or a value mpfix cannot read; `"0"` turns the rewrite off and is not
+        reported, nor is reading the variable); also when the function's return value is unused.
 
         ## Why is this bad?
         `tf.train.experimental.enable_mixed_precision_graph_rewrite` no longer exists in TF 2
@@ -102,6 +119,11 @@ class GraphRewrite(Rule):
 
             tf.keras.mixed_precision.set_global_policy("mixed_float16")
             tf.config.optimizer.set_experimental_options({"auto_mixed_precision": False, "layout_optimizer": True})
+        """),
+        # "0" turns the rewrite off: nothing to migrate.
+        Valid("""
+            import os
+            os.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = "0"
         """),
         # A user's own function of the same name.
         Valid("""
@@ -222,10 +244,25 @@ class GraphRewrite(Rule):
     def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
         self._statement = None
 
-    def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        if string_value(node) == _ENV_VARIABLE:
-            self.report(node, f"`{_ENV_VARIABLE}` turns on the grappler float16 rewrite behind Keras' back; "
+    # -- the environment switch: a finding only where it is (or may be) set to a true value -------
+    def _env(self, name: cst.CSTNode, value: cst.BaseExpression | None) -> None:
+        if value is not None and _may_switch_on(value):
+            self.report(name, f"`{_ENV_VARIABLE}` turns on the grappler float16 rewrite behind Keras' back; "
                               "remove it and set a `mixed_float16` policy")
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        # os.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = value
+        for target in node.targets:
+            key = target.target
+            if isinstance(key, cst.Subscript) and len(key.slice) == 1 and isinstance(key.slice[0].slice, cst.Index):
+                index = key.slice[0].slice.value
+                if string_value(index) == _ENV_VARIABLE:
+                    self._env(index, node.value)
+
+    def visit_DictElement(self, node: cst.DictElement) -> None:
+        # os.environ.update({...: value}), subprocess.run(..., env={...: value})
+        if string_value(node.key) == _ENV_VARIABLE:
+            self._env(node.key, node.value)
 
     def visit_Call(self, node: cst.Call) -> None:
         resolved = self.context.resolve(node.func)
@@ -233,6 +270,14 @@ class GraphRewrite(Rule):
             self._graph_rewrite(node)
         elif resolved in _GRAPPLER:
             self._grappler(node)
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value in _ENV_SETTERS:
+            # os.environ.setdefault(name, value), os.putenv(name, value), monkeypatch.setenv(name, value)
+            name, value = find_arg(node, position=0), find_arg(node, position=1)
+            if name is not None and string_value(name[1].value) == _ENV_VARIABLE:
+                self._env(name[1].value, value[1].value if value is not None else None)
+            for arg in node.args:  # os.environ.update(TF_ENABLE_AUTO_MIXED_PRECISION="1")
+                if arg.keyword is not None and arg.keyword.value == _ENV_VARIABLE:
+                    self._env(arg.keyword, arg.value)
 
     # -- the two forms ----------------------------------------------------------------------
     def _graph_rewrite(self, node: cst.Call) -> None:
@@ -279,7 +324,7 @@ class GraphRewrite(Rule):
         options = found[1].value
         entries = [e for e in options.elements if isinstance(e, cst.DictElement)
                    and string_value(e.key) == table.GRAPPLER_OPTION]
-        if not entries or (isinstance(entries[0].value, cst.Name) and entries[0].value.value == "False"):
+        if not entries or reachability.grappler_value_off(self.context.code(entries[0].value)):
             return
         message = ("grappler's `auto_mixed_precision` casts ops to float16 without loss scaling and behind "
                    "Keras' back; set a `mixed_float16` policy instead")

@@ -1,0 +1,234 @@
+"""Float16 reachability by entry points, on small throwaway projects (no TensorFlow, no parse)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mpfix import policy as policies
+from mpfix.codemods.analysis.reachability import entries_in, reach_in_text, scan_project
+from mpfix.discovery import discover
+from mpfix.engine import Engine, Options
+from mpfix.policy import Policy
+
+SETS = 'import tensorflow as tf\ntf.keras.mixed_precision.set_global_policy("mixed_float16")\n'
+LAYER = "import tensorflow as tf\n\nclass Block(tf.keras.layers.Layer):\n    def call(self, x):\n        return x\n"
+
+
+def _project(root: Path, files: dict[str, str]):
+    (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"))
+    reach = scan_project(root, list(discover([root])))
+    return lambda name: reach.reach_for(root / name)
+
+
+def test_a_conftest_fixture_reaches_only_the_tests_that_take_it(tmp_path: Path):
+    reach = _project(tmp_path, {
+        "mylib/__init__.py": "",
+        "mylib/layers.py": LAYER,
+        "tests/conftest.py": """
+            import keras
+            import pytest
+
+            @pytest.fixture(params=["float32", "mixed_float16"])
+            def dtype_policy(request):
+                keras.mixed_precision.set_global_policy(request.param)
+                yield request.param
+                keras.mixed_precision.set_global_policy("float32")
+        """,
+        "tests/test_layers.py": """
+            from mylib import layers
+
+            def test_block(dtype_policy):
+                layers.Block()
+        """,
+        "tests/test_other.py": "from mylib import layers\n\ndef test_plain():\n    layers.Block()\n",
+        "tutorials/walkthrough.py": "from mylib import layers\nlayers.Block()\n",
+        "scripts/train.py": "from mylib.layers import Block\nBlock()\n",
+    })
+    assert reach("tests/test_layers.py").policy is Policy.FLOAT16
+    assert "fixture `dtype_policy`" in reach("tests/test_layers.py").why
+    assert "tests/conftest.py:4" in reach("tests/test_layers.py").why
+    for name in ("mylib/layers.py", "mylib/__init__.py", "tests/test_other.py", "tutorials/walkthrough.py",
+                 "scripts/train.py"):
+        assert reach(name).policy is Policy.NONE, (name, reach(name).why)
+    # Resetting the policy to float32 in the fixture is no entry point either.
+    assert all(e.scope == "fixture" for e in entries_in((tmp_path / "tests/conftest.py").read_bytes(), True))
+
+
+def test_parametrize_in_a_test_module_reaches_that_module_only(tmp_path: Path):
+    reach = _project(tmp_path, {
+        "lib/__init__.py": "",
+        "lib/model.py": LAYER,
+        "tests/test_model.py": """
+            import pytest
+            from lib import model
+
+            @pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+            def test_model(policy):
+                model.Block(dtype=policy)
+        """,
+    })
+    assert reach("tests/test_model.py").policy is Policy.FLOAT16
+    assert reach("lib/model.py").policy is Policy.NONE
+
+
+@pytest.mark.parametrize(("option", "expected"), [("True", Policy.FLOAT16), ("False", Policy.NONE)])
+def test_grappler_option_is_an_entry_point(tmp_path: Path, option: str, expected: Policy):
+    reach = _project(tmp_path, {
+        "train.py": f"""
+            import tensorflow as tf
+            from model import net
+
+            tf.config.optimizer.set_experimental_options({{"auto_mixed_precision": {option}}})
+            net.build()
+        """,
+        "model/net.py": LAYER,
+    })
+    assert reach("train.py").policy is expected
+    assert reach("model/net.py").policy is expected
+    if expected is Policy.FLOAT16:
+        assert "auto_mixed_precision" in reach("model/net.py").why and "train.py" in reach("model/net.py").why
+
+
+@pytest.mark.parametrize(("assignment", "expected"), [
+    ('os.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = "0"', Policy.NONE),
+    ("os.environ['TF_ENABLE_AUTO_MIXED_PRECISION'] = 'false'", Policy.NONE),
+    ('flag = os.environ.get("TF_ENABLE_AUTO_MIXED_PRECISION", "1")', Policy.NONE),
+    ('os.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = "1"', Policy.FLOAT16),
+    ('os.environ.setdefault("TF_ENABLE_AUTO_MIXED_PRECISION", "true")', Policy.FLOAT16),
+    ('os.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = "1" if args.amp else "0"', Policy.FLOAT16),
+])
+def test_env_switch_counts_only_when_true(tmp_path: Path, assignment: str, expected: Policy):
+    reach = _project(tmp_path, {"run.py": f"import os\nimport helpers\n{assignment}\n", "helpers.py": LAYER})
+    assert reach("run.py").policy is expected
+    assert reach("helpers.py").policy is expected
+
+
+def test_imports_are_followed_transitively_within_the_project(tmp_path: Path):
+    reach = _project(tmp_path, {
+        "main.py": SETS + "import pkg.b\n",
+        "pkg/__init__.py": "",
+        "pkg/b.py": "from . import c\n",
+        "pkg/c.py": "from .sub import d\n",
+        "pkg/sub/__init__.py": "",
+        "pkg/sub/d.py": LAYER,
+        "pkg/unused.py": LAYER,
+        "other.py": "import pkg.unused\n",
+    })
+    for name in ("main.py", "pkg/__init__.py", "pkg/b.py", "pkg/c.py", "pkg/sub/__init__.py", "pkg/sub/d.py"):
+        assert reach(name).policy is Policy.FLOAT16, name
+    assert reach("main.py").why.startswith("entry point")
+    why = reach("pkg/sub/d.py").why
+    assert "imported from main.py" in why and "pkg/b.py → pkg/c.py" in why
+    assert reach("pkg/unused.py").policy is Policy.NONE
+    assert reach("other.py").policy is Policy.NONE
+    assert "main.py:2" in reach("other.py").why  # names the entry points that exist
+
+
+def test_examples_that_set_the_policy_make_the_library_they_import_reachable(tmp_path: Path):
+    reach = _project(tmp_path, {
+        "src/mylib/__init__.py": "",
+        "src/mylib/models.py": "from mylib.layers import Block\n",
+        "src/mylib/layers.py": LAYER,
+        "src/mylib/io.py": "import json\n",
+        "examples/train_mixed.py": """
+            import keras
+            from mylib.models import Block
+
+            keras.mixed_precision.set_global_policy("mixed_float16")
+            Block()
+        """,
+    })
+    for name in ("src/mylib/models.py", "src/mylib/layers.py", "src/mylib/__init__.py"):
+        assert reach(name).policy is Policy.FLOAT16, name
+    assert "examples/train_mixed.py" in reach("src/mylib/layers.py").why
+    assert reach("src/mylib/io.py").policy is Policy.NONE
+
+
+def test_a_project_function_that_sets_the_policy_makes_its_callers_entry_points(tmp_path: Path):
+    reach = _project(tmp_path, {
+        "lib/__init__.py": "",
+        "lib/performance.py": """
+            import tensorflow as tf
+
+            def set_mixed_precision_policy(dtype):
+                if dtype == "float16":
+                    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        """,
+        "lib/model.py": LAYER,
+        "lib/unrelated.py": LAYER,
+        "train.py": """
+            from lib import model, performance
+
+            def main(cfg):
+                performance.set_mixed_precision_policy(cfg.dtype)
+                model.Block()
+        """,
+    })
+    assert reach("lib/model.py").policy is Policy.FLOAT16
+    assert "set_mixed_precision_policy()" in reach("lib/model.py").why
+    assert reach("lib/unrelated.py").policy is Policy.NONE
+
+
+@pytest.mark.parametrize("mention", [
+    'if layer.dtype_policy.name == "mixed_float16":\n    pass\n',
+    'if policy in ("mixed_float16", "mixed_bfloat16"):\n    pass\n',
+    'NAMES = {"mixed_float16": 16}\n',
+    '# set_global_policy("mixed_float16") before building\n',
+    'def f():\n    """Works under "mixed_float16" too.\n\n    >>> set_global_policy("mixed_float16")\n    """\n',
+])
+def test_mentions_that_set_nothing_are_not_entry_points(mention: str):
+    assert entries_in(mention.encode()) == []
+    assert reach_in_text(mention).policy is Policy.NONE
+
+
+@pytest.mark.parametrize("setter", [
+    'keras.mixed_precision.set_global_policy("mixed_float16")',
+    'policy = tf.keras.mixed_precision.Policy("mixed_float16")',
+    'layer = keras.layers.Dense(4, dtype="mixed_float16")',
+    'config = {"policy": "mixed_float16"}',
+    'parser.add_argument("--dtype", default="mixed_bfloat16")',
+])
+def test_policy_setters_are_entry_points(setter: str):
+    found = entries_in(setter.encode())
+    assert len(found) == 1 and found[0].scope == "global"
+    assert found[0].policy is (Policy.BFLOAT16 if "bfloat16" in setter else Policy.FLOAT16)
+
+
+def test_configured_policy_decides_for_every_file(tmp_path: Path):
+    _project(tmp_path, {"lib.py": LAYER})
+    reach = policies.reach_for(tmp_path / "lib.py", LAYER, configured="mixed_float16")
+    assert reach.policy is Policy.FLOAT16 and "configured" in reach.why
+    assert policies.reach_for(tmp_path / "lib.py", SETS, configured="float32").policy is Policy.NONE
+
+
+def test_the_engine_and_the_cache_key_follow_the_file_not_the_project(tmp_path: Path):
+    from mpfix import cache as cache_mod
+    from mpfix.runner import Job, Mode
+
+    from mpfix.codemods import all_rules
+
+    # A float16-only rule's own example: its triggers put the file's policy into its cache key.
+    rule, text = next((r, e.code) for r in all_rules() if r.requires_float16
+                      for e in r.INVALID if e.policy == "mixed_float16" and "mixed_" not in e.code)
+    _project(tmp_path, {"train.py": SETS, "model/layers.py": text})
+    layers = tmp_path / "model/layers.py"
+    engine = Engine((), Options())
+    policies.project_reach.cache_clear()
+    assert engine.reach(text, layers).policy is Policy.NONE  # the project has float16, this file does not
+    job = Job(rule_codes=(rule.code,), options=Options(), mode=Mode.CHECK)
+    before = cache_mod._keyer_for(job).key(layers, text.encode())
+
+    (tmp_path / "train.py").write_text(SETS + "from model import layers\n")
+    policies.project_reach.cache_clear()  # a new process
+    assert engine.reach(text, layers).policy is Policy.FLOAT16
+    assert "train.py" in engine.reach(text, layers).why
+    after = cache_mod._keyer_for(job).key(layers, text.encode())
+    assert before != after
+    policies.project_reach.cache_clear()
