@@ -185,6 +185,8 @@ def _arith(a: Dtype, b: Dtype, strict: bool) -> Dtype:
     """``a op b`` outside a layer (``strict``): float16 meeting float32 only runs if it is float32."""
     if strict and {a, b} in ({F16, F32}, {F16, F64}):
         return a if a.wide else b
+    if strict and UNK in (a, b) and (a.wide or b.wide):
+        return a if a.wide else b  # float32 op unknown: the unknown is a Python number or float32 too
     return join(a, b)
 
 
