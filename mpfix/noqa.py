@@ -139,10 +139,9 @@ def _notebook(path: Path, source, findings: list[Finding], label: str) -> tuple[
     """The notebook's new text with directives in its code cells (None: unchanged or not rewritable)."""
     from mpfix import notebooks
 
-    read = notebooks._read(source.text, path)
-    if isinstance(read, FileError):
-        return None, 0, [f"{label}: {read.message}; no noqa directives added"]
-    node, raw = read
+    raw = notebooks._read(source.text, path)
+    if isinstance(raw, FileError):
+        return None, 0, [f"{label}: {raw.message}; no noqa directives added"]
     by_cell: dict[int, list[Finding]] = {}
     for finding in findings:
         by_cell.setdefault(finding.cell, []).append(finding)
@@ -170,7 +169,7 @@ def _notebook(path: Path, source, findings: list[Finding], label: str) -> tuple[
             added += count
     if not sources:
         return None, 0, messages
-    writer = notebooks._writer(source.text, node, raw)
+    writer = notebooks._writer(source.text, raw)  # the notebook's own JSON layout, or None
     if writer is None:
         return None, 0, messages + [f"{label}: the notebook's JSON layout cannot be reproduced exactly, so it was "
                                     "not rewritten; no noqa directives added"]
