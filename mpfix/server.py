@@ -20,7 +20,7 @@ def server(stdio):
     try:
         from mpfix.lsp import serve
     except ImportError as exc:
-        click.echo(f"mpfix server: error: {exc.name or exc} is not installed; "
+        click.echo(f"mpfix server: error: it needs pygls 2 and lsprotocol ({exc}); "
                    "install the editor extra: pip install 'mpfix[lsp]'", err=True)
         sys.exit(EXIT_ERROR)
     serve()
