@@ -1,4 +1,39 @@
-from mpfix.cli import main
+"""``python -m mpfix``."""
+
+import os
+import sys
+
+
+def _regular_package_first() -> None:
+    """Make ``mpfix`` the installed package even when the current folder holds a folder named ``mpfix``.
+
+    ``python -m`` puts the current folder first on ``sys.path``. Run from the folder that
+    contains a clone named ``mpfix/`` (its root has no ``__init__.py``), Python makes that
+    folder a namespace package ``mpfix``; an editable install's import hook comes after the
+    path search, so the real package never loads (``cannot import name '__version__'``).
+    Such folders are dropped from ``sys.path`` and ``mpfix`` is imported again.
+    """
+    package = sys.modules.get("mpfix")
+    if package is None or getattr(package, "__file__", None) is not None:
+        return
+
+    def shadows(entry: str) -> bool:
+        folder = os.path.join(entry or os.curdir, "mpfix")
+        return os.path.isdir(folder) and not os.path.isfile(os.path.join(folder, "__init__.py"))
+
+    sys.path[:] = [entry for entry in sys.path if not shadows(entry)]
+    for name in [n for n in sys.modules if n == "mpfix" or n.startswith("mpfix.")]:
+        if name != __name__:
+            del sys.modules[name]
+    import importlib
+
+    importlib.invalidate_caches()
+    importlib.import_module("mpfix")
+
+
+_regular_package_first()
+
+from mpfix.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     main(prog_name="mpfix")

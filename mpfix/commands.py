@@ -29,12 +29,14 @@ def common_options(func):
     @click.option("--ignore", multiple=True, help="Rule codes or prefixes to disable.")
     @click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Also apply fixes that change behaviour.")
     @click.option("--keras", type=click.Choice(["auto", "2", "3"]), default=None,
-                  help="Keras generation to write fixes for (auto: from installed packages).")
+                  help="Keras generation to write fixes for (auto: from the file's imports, the project's "
+                       "declared dependencies, then the installed packages; see --verbose).")
     @click.option("--policy", type=click.Choice(["mixed_float16", "mixed_bfloat16", "float32"]), default=None,
                   help="Assume this dtype policy for the checked project.")
     @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
     @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
     @click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary.")
+    @click.option("-v", "--verbose", is_flag=True, help="Also say which Keras generation each file was checked for, and why.")
     @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
                   help="Worker processes (default: one per core).")
     @click.option("--no-cache", is_flag=True, help="Ignore and do not write the .mpfix_cache of clean results.")
@@ -58,7 +60,7 @@ def _settings(paths, config_path, select, extend_select, ignore, unsafe_fixes, k
 
 
 def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select, ignore,
-        unsafe_fixes, keras, policy, jobs=None, no_cache=False, accept=None, loss_scale=None):
+        unsafe_fixes, keras, policy, jobs=None, no_cache=False, accept=None, loss_scale=None, verbose=False):
     """Shared body of check/diff/apply: settings → discovery → runner → (results, report)."""
     from mpfix import selection
     from mpfix.discovery import discover
@@ -78,6 +80,10 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
         if not p.exists() and not p.is_symlink():
             errors.append(FileError(str(p), "no such file or directory"))
     files = list(discover([p for p in paths if p.exists()], exclude=settings.exclude))
+    if not files and not errors and not quiet:
+        # Ruff's behaviour: a warning, exit 0 (a pre-commit run or a CI glob that matches nothing is not an error).
+        click.echo("mpfix: warning: no Python files found (.py, .ipynb) under "
+                   + ", ".join(display_path(str(p)) for p in paths), err=True)
     base = settings.config_file.parent if settings.config_file else Path.cwd()
     ignored_for = {f: selection.ignored_for_file(f, settings.per_file_ignores, base) for f in files}
     job = Job(
@@ -103,6 +109,13 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
     texts = {str(r.path): r.original for r in results if r.original is not None}
     report = Report(findings=findings, errors=errors, unsafe_fixes=settings.unsafe_fixes,
                     texts=texts, files_checked=len(files))
+    if verbose or fmt == "sarif":
+        from mpfix.target import describe, targets_of
+
+        report.targets = targets_of(files, settings.keras)
+        if verbose:
+            for line in describe(report.targets):
+                click.echo(f"mpfix: {line}", err=True)
     return results, report
 
 
@@ -184,13 +197,16 @@ def diff(paths, fmt, quiet, exit_zero, **kwargs):
 @click.command()
 @common_options
 @click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit 1 when files were changed.")
+@click.option("--fix-only", is_flag=True,
+              help="Write the fixes and say how many; do not report or exit 1 for findings left (the pre-commit hook).")
 @click.option("-i", "--interactive", is_flag=True, help="Show each fix as a diff and ask y/n/q before applying it.")
 @click.option("--loss-scale", type=click.FloatRange(min=1.0), default=None,
               help="Write a fixed loss scale N instead of dynamic loss scaling (a last resort; see `mpfix explain MP101`).")
 @click.option("--verify", "verify_script", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="After fixing, run this training script before and after the fixes (`mpfix verify`) "
                    "and exit with the fixed script's verdict code.")
-def apply(paths, fmt, quiet, exit_zero, exit_non_zero_on_fix, interactive, loss_scale, verify_script, **kwargs):
+def apply(paths, fmt, quiet, exit_zero, exit_non_zero_on_fix, fix_only, interactive, loss_scale, verify_script,
+          **kwargs):
     """Write the fixes in place (safe ones; unsafe ones too with --unsafe-fixes).
 
     Exits 1 when findings remain that could not be fixed (or with
@@ -208,6 +224,16 @@ def apply(paths, fmt, quiet, exit_zero, exit_non_zero_on_fix, interactive, loss_
         paths = (verify_script,)
     results, report = run("apply", paths, fmt=fmt, quiet=quiet, accept=accept, loss_scale=loss_scale, **kwargs)
     applied = sum(r.applied for r in results if r.written)
+    if fix_only:
+        # Ruff's --fix-only: leftover findings are the check hook's to report, so pre-commit shows them once.
+        _echo_errors(report)
+        written = sum(1 for r in results if r.written)
+        if written and not quiet:
+            click.echo(f"mpfix: fixed {applied} finding{'s' if applied != 1 else ''} in {written} "
+                       f"file{'s' if written != 1 else ''}", err=True)
+        if report.errors:
+            sys.exit(EXIT_ERROR)
+        sys.exit(EXIT_FINDINGS if exit_non_zero_on_fix and written else EXIT_CLEAN)
     _emit(fmt, report, quiet, applied=applied, verb_fixed=True)
     if report.errors:
         sys.exit(EXIT_ERROR)

@@ -44,7 +44,12 @@ _KEYS = {
 
 
 def find_pyproject(start: Path) -> Path | None:
-    """The nearest ``pyproject.toml`` with a ``[tool.mpfix]`` table, at or above ``start``."""
+    """The nearest ``pyproject.toml`` with a ``[tool.mpfix]`` table, at or above ``start``.
+
+    A ``pyproject.toml`` on the way that is not valid TOML is a ConfigError (exit 2), as in
+    Ruff: it may hold the settings the user expects, and skipping it silently would check
+    with others.
+    """
     start = start.resolve()
     folder = start if start.is_dir() else start.parent
     for parent in [folder, *folder.parents]:
@@ -52,8 +57,12 @@ def find_pyproject(start: Path) -> Path | None:
         if candidate.is_file():
             try:
                 data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            except OSError:
                 continue
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{candidate}: not UTF-8 ({exc.reason})") from exc
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"{candidate}: not valid TOML: {exc}") from exc
             if "mpfix" in data.get("tool", {}):
                 return candidate
     return None

@@ -59,7 +59,7 @@ def _canonical(name: str) -> str:
 class Evidence:
     """Requirements found in one folder."""
 
-    tf_specs: list[tuple[str, str]] = field(default_factory=list)  # (specifier, where)
+    tf_specs: list[tuple[str, str, str]] = field(default_factory=list)  # (specifier, where, distribution)
     keras_specs: list[tuple[str, str]] = field(default_factory=list)
     tf_keras: list[str] = field(default_factory=list)  # where a required tf-keras was declared
     images: list[tuple[int, str]] = field(default_factory=list)  # (generation, where)
@@ -73,7 +73,7 @@ class Evidence:
             return
         name, spec = requirement
         if name in TF_NAMES:
-            self.tf_specs.append((spec, where))
+            self.tf_specs.append((spec, where, name))
         elif name == "keras":
             self.keras_specs.append((spec, where))
         elif name == "tf-keras" and not optional:
@@ -176,9 +176,9 @@ def _poetry(spec: str) -> str:
 def decide(evidence: Evidence) -> Target | None:
     votes: list[tuple[int, str]] = []
     if evidence.tf_specs:
-        specs = [s for s, _ in evidence.tf_specs]
-        where = ", ".join(sorted({f"{w}: tensorflow{s}" if s and s[0] in "<>=!~" else f"{w}: tensorflow {s}".rstrip()
-                                  for s, w in evidence.tf_specs}))
+        specs = [s for s, _, _ in evidence.tf_specs]
+        where = ", ".join(sorted({f"{w}: {n}{s}" if s and s[0] in "<>=!~" else f"{w}: {n} {s}".rstrip()
+                                  for s, w, n in evidence.tf_specs}))
         generations = allowed_generations(specs, "2.16")
         if generations is not None and len(generations) == 1:
             (generation,) = generations

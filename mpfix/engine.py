@@ -64,13 +64,22 @@ class LintResult:
 
 
 def _syntax_error(path: str, text: str, exc: cst.ParserSyntaxError) -> FileError:
-    line = exc.raw_line
+    # LibCST's native parser reports the position after the error (`print "hello"` on line 1 came
+    # out as 2:14): CPython's own compiler gives the position and message, LibCST's the fallback.
+    line, column, message = exc.raw_line, exc.raw_column + 1, f"SyntaxError: {exc.message}"
+    try:
+        compile(text, path, "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    except SyntaxError as error:
+        if error.lineno:
+            line, column = error.lineno, max(1, error.offset or 1)
+            message = f"{type(error).__name__}: {error.msg}"
+    except (ValueError, MemoryError, RecursionError):
+        pass
     lines = text.splitlines()
     source_line = lines[line - 1] if 0 < line <= len(lines) else ""
-    message = f"SyntaxError: {exc.message}"
     if any(p.search(source_line) for p in _PY2_HINTS):
         message += " (this looks like Python 2; mpfix checks Python 3 code)"
-    return FileError(filename=path, message=message, line=line, column=exc.raw_column + 1)
+    return FileError(filename=path, message=message, line=line, column=column)
 
 
 class Engine:

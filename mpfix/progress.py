@@ -29,6 +29,11 @@ class Progress:
         if now - self._last < _INTERVAL and self.done < self.total:
             return
         self._last = now
+        self._draw()
+
+    def _draw(self) -> None:
+        if not self.enabled:
+            return
         filled = int(30 * self.done / self.total) if self.total else 30
         line = f"mpfix [{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} files"
         self._width = max(self._width, len(line))
@@ -42,6 +47,7 @@ class Progress:
             self._width = 0
 
     def __enter__(self) -> "Progress":
+        self._draw()  # from the start: a run that shows nothing for seconds looks hung
         return self
 
     def __exit__(self, *exc) -> None:

@@ -422,6 +422,24 @@ def _lookup(paths, job, ignored_for, store, results, bar) -> list[int]:
     return todo
 
 
+def _scan_projects(paths, todo, job) -> None:
+    """Scan the projects for float16 entry points once, before forking, so that workers inherit
+    the result instead of each scanning them again (only for runs big enough to need it)."""
+    if (len(todo) < 32 or job.options.policy is not None or not job.options.project_policy
+            or _pool_context().get_start_method() != "fork"
+            or not any(r.requires_float16 for r in rules_for(job))):
+        return
+    from mpfix import policy as policies
+
+    roots = {}
+    for i in todo:
+        folder = paths[i].parent
+        if folder not in roots:
+            roots[folder] = policies.project_root(paths[i])
+    for root in set(roots.values()):
+        policies.project_reach(root)
+
+
 def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> None:
     """Run ``todo`` in worker processes; a worker that dies (OOM killer, a crash in a C
     extension) costs its files a second, in-process try instead of hanging the run."""
@@ -431,6 +449,7 @@ def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> No
     from dataclasses import replace
 
     engine_for(job)  # built before forking, inherited by every worker
+    _scan_projects(paths, todo, job)
     keyer = None
     if store is not None:
         keyer = replace(store.keyer, clean=frozenset())  # lookups are done; workers only compute keys
@@ -441,8 +460,13 @@ def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> No
                                    initargs=(job, keyer))
     executor._mpfix_earlier = earlier  # children that are not this pool's workers
     try:
-        for batch, batch_results in zip(batches, executor.map(_work, tasks)):
-            for i, result in zip(batch, batch_results):
+        # In completion order, not submission order: the first batches hold the largest files, and
+        # waiting for them kept the progress bar blank for most of a run.
+        from concurrent.futures import as_completed
+
+        pending = {executor.submit(_work, task): batch for batch, task in zip(batches, tasks)}
+        for future in as_completed(pending):
+            for i, result in zip(pending[future], future.result()):
                 results[i] = result
                 bar.update()
             check_stop()

@@ -163,3 +163,45 @@ def generation_for(configured: str | int | None, keras2_file: bool) -> int:
     if configured not in (None, "auto"):
         return int(configured)
     return installed_generation() or DEFAULT
+
+
+def _file_text(path: Path) -> str:
+    """The text the decision reads: the source, or a notebook's code cells (best effort, never raises)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    if path.suffix == ".ipynb":
+        import json
+
+        try:
+            cells = json.loads(text).get("cells", [])
+            text = "\n".join("".join(c.get("source", "")) if isinstance(c.get("source"), list) else str(c.get("source", ""))
+                             for c in cells if isinstance(c, dict) and c.get("cell_type") == "code")
+        except (ValueError, AttributeError):
+            return ""
+    return text
+
+
+def targets_of(files, configured: str | None) -> dict[str, tuple[int | None, str]]:
+    """filename → (generation or None, why) for each file (``--verbose`` and SARIF run properties)."""
+    return {str(path): (found.keras, found.reason)
+            for path in files for found in [decide(configured, _file_text(Path(path)), Path(path))]}
+
+
+def describe(targets: dict[str, tuple[int | None, str]], shown: int = 5) -> list[str]:
+    """One line per distinct decision: the generation, why, how many files and which."""
+    from mpfix.output import display_path
+
+    groups: dict[tuple[int | None, str], list[str]] = {}
+    for name, decision in targets.items():
+        groups.setdefault(decision, []).append(display_path(name))
+    lines = []
+    for (keras, reason), names in sorted(groups.items(), key=lambda item: -len(item[1])):
+        label = f"Keras {keras}" if keras is not None else "Keras generation unknown (fixes that differ are withheld)"
+        listed = ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+        lines.append(f"{label} for {len(names)} file{'s' if len(names) != 1 else ''} ({listed}): {reason}")
+        if keras is None:
+            lines.append(f"  {HOW_TO_SET}")
+    return lines

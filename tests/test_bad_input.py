@@ -62,7 +62,7 @@ def folder(tmp_path: Path) -> Path:
 
 # A trigger (experimental_relax_shapes) makes sure the file is parsed, not skipped by the prefilter.
 BROKEN = [
-    ("syntax.py", DEPRECATED + "def broken(:\n    pass\n", ["MP000", "SyntaxError", "syntax.py:11:"]),
+    ("syntax.py", DEPRECATED + "def broken(:\n    pass\n", ["MP000", "SyntaxError: invalid syntax", "syntax.py:10:12:"]),
     ("py2.py", DEPRECATED + 'print "hello"\n', ["MP000", "looks like Python 2"]),
     ("binary.py", b"\x7fELF\x02\x01\x01\x00\x00experimental_relax_shapes\x00\xff", ["not a Python source file", "NUL bytes"]),
     ("latin.py", DEPRECATED.encode() + b"name = 'caf\xe9'\n", ["cannot decode as utf-8", "0xe9", "latin.py:10:12"]),
@@ -224,3 +224,70 @@ def test_apply_interrupted_mid_run_leaves_no_truncated_file(folder: Path, signum
         # 130 = 128 + SIGINT, what a shell expects of an interrupted command (not 1, "findings").
         assert proc.returncode == 130 and "interrupted" in stderr, stdout + stderr
     assert contents.count(new) >= 1 and contents.count(old) >= 1  # it really stopped mid-run
+
+
+# -- issue 15, defects 4 and 5 ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("source", "where", "message"), [
+    # LibCST's own parser said 2:14 and 4:5 here: the position after the error.
+    ('print "hello"\n' + DEPRECATED, "py2.py:1:1:", "Missing parentheses in call to 'print'"),
+    (DEPRECATED.replace("@tf.function(experimental_relax_shapes=True)",
+                        "@tf.function(experimental_relax_shapes=True", 1), "py2.py:4:13:", "'(' was never closed"),
+    (DEPRECATED + "def broken(:\n    pass\n", "py2.py:10:12:", "invalid syntax"),
+])
+def test_syntax_errors_are_placed_by_cpython(folder: Path, source: str, where: str, message: str):
+    assert "experimental_relax_shapes" in source  # a trigger: the file is parsed, not skipped
+    (folder / "py2.py").write_text(source)
+    result = mpfix("check", "py2.py", cwd=folder)
+    assert_clean_failure(result, f"{where} MP000 SyntaxError: {message}".replace("SyntaxError: SyntaxError: ",
+                                                                                   "SyntaxError: "))
+
+
+def test_a_pyproject_that_does_not_parse_is_an_error(folder: Path):
+    (folder / "pyproject.toml").write_text("[tool.mpfix]\nselect = [\"MP3\"\n")
+    (folder / "train.py").write_text(DEPRECATED)
+    result = mpfix("check", "train.py", cwd=folder)
+    assert_clean_failure(result, f"mpfix: error: {folder / 'pyproject.toml'}: not valid TOML")
+    assert "MP306" not in result.stdout  # not checked with other settings instead
+
+
+def test_a_path_with_no_python_files_says_so(folder: Path):
+    (folder / "docs").mkdir()
+    (folder / "docs" / "index.md").write_text("# nothing to check\n")
+    result = mpfix("check", "docs", cwd=folder)
+    assert result.returncode == 0  # Ruff's choice: a warning, not an error
+    assert "mpfix: warning: no Python files found (.py, .ipynb) under docs" in result.stderr
+
+
+def test_python_dash_m_works_from_the_folder_that_holds_a_clone_named_mpfix(tmp_path: Path):
+    # The clone's root has no __init__.py: Python makes it a namespace package `mpfix`,
+    # found before an editable install's import hook.
+    (tmp_path / "mpfix").mkdir()
+    (tmp_path / "mpfix" / "README.md").write_text("a clone\n")
+    (tmp_path / "train.py").write_text(DEPRECATED)
+    result = subprocess.run([sys.executable, "-m", "mpfix", "check", "--no-cache", "train.py"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert "train.py:4:14: MP306" in result.stdout
+
+
+def test_fix_only_writes_fixes_and_ignores_what_is_left(folder: Path):
+    (folder / "train.py").write_text(DEPRECATED)
+    first = mpfix("apply", "--fix-only", "train.py", cwd=folder)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stdout == ""  # leftover findings are the check hook's to report
+    assert first.stderr.strip().startswith("mpfix: fixed ") and first.stderr.strip().endswith(" in 1 file")
+    assert (folder / "train.py").read_text() == DEPRECATED_FIXED
+    again = mpfix("apply", "--fix-only", "train.py", cwd=folder)
+    assert (again.returncode, again.stdout, again.stderr) == (0, "", "")
+    # A finding with no safe fix (MP201's fix is unsafe) is left for the check hook: exit 0, no output.
+    unfixable = (Path(__file__).resolve().parents[1] / "samples" / "attention_mask_1e9.py").read_text()
+    (folder / "mask.py").write_text(unfixable)
+    left = mpfix("apply", "--fix-only", "mask.py", cwd=folder)
+    assert (left.returncode, left.stdout, left.stderr) == (0, "", "")
+    assert (folder / "mask.py").read_text() == unfixable
+    assert mpfix("check", "mask.py", cwd=folder).returncode == 1
+    changed = folder / "other.py"
+    changed.write_text(DEPRECATED)
+    flagged = mpfix("apply", "--fix-only", "--exit-non-zero-on-fix", "other.py", cwd=folder)
+    assert flagged.returncode == 1

@@ -250,3 +250,28 @@ def test_unknown_target_keeps_fixes_both_generations_agree_on(tmp_path, nothing_
     assert [f.code for f in found.findings] == ["MP306"] and found.findings[0].fix is not None
     result = _lint_file(path, text)
     assert result.fixed_text is not None and "reduce_retracing=True" in result.fixed_text
+
+
+def test_verbose_and_sarif_say_which_target_and_why(tmp_path, nothing_installed, monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    from mpfix.cli import cli
+
+    _project(tmp_path, {"requirements.txt": "tensorflow==2.15.*\n", "train.py": K2_STEP,
+                        "legacy.py": "import tf_keras\n", "other/setup.cfg": "[metadata]\nname = x\n"})
+    (tmp_path / "other" / "mod.py").write_text("import tensorflow as tf\n")
+    monkeypatch.chdir(tmp_path)
+    verbose = CliRunner().invoke(cli, ["check", "-v", "--no-cache", "-j", "1", "."])
+    assert "mpfix: Keras 2 for 2 files (train.py, other/mod.py): declared: requirements.txt: " \
+           "tensorflow==2.15.* allows only TensorFlow < 2.16" in verbose.output
+    assert "mpfix: Keras 2 for 1 file (legacy.py): the file imports tf_keras" in verbose.output
+    sarif = json.loads(CliRunner().invoke(cli, ["check", "--format", "sarif", "--no-cache", "-j", "1", "."]).stdout)
+    targets = {t["uri"]: (t["keras"], t["reason"]) for t in sarif["runs"][0]["properties"]["kerasTargets"]}
+    assert targets["legacy.py"] == (2, "the file imports tf_keras")
+    assert targets["train.py"][0] == 2 and "requirements.txt" in targets["train.py"][1]
+    (tmp_path / "requirements.txt").write_text("numpy\n")
+    declared.clear()
+    unknown = CliRunner().invoke(cli, ["check", "-v", "--no-cache", "-j", "1", "train.py"])
+    assert "Keras generation unknown" in unknown.output and "keras = 2" in unknown.output

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mpfix.findings import FileError, Finding
@@ -20,6 +20,8 @@ class Report:
     unsafe_fixes: bool
     texts: dict[str, str]  # filename → source text, for excerpts (full format)
     files_checked: int
+    # filename → (Keras generation or None when unknown, why): for --verbose and SARIF's run properties
+    targets: dict[str, tuple[int | None, str]] = field(default_factory=dict)
 
 
 def display_path(filename: str) -> str:

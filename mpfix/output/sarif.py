@@ -82,4 +82,9 @@ def render(report: Report) -> str:
             "results": results,
         }],
     }
+    if report.targets:
+        # The Keras generation each file was checked for, and why (mpfix.target.decide).
+        sarif["runs"][0]["properties"] = {"kerasTargets": [
+            {"uri": _uri(name), "keras": keras, "reason": reason}
+            for name, (keras, reason) in sorted(report.targets.items())]}
     return json.dumps(sarif, indent=2)
