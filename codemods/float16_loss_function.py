@@ -217,7 +217,13 @@ class Float16LossFunction(Rule):
         """``model`` for ``model(x)`` (directly or through a name bound once to it): a model's raw output."""
         if isinstance(node, cst.Name) and depth < 3:
             values = region.assigned.get(node.value, [])
-            return self._model_callee(facts, values[0], region, depth + 1) if len(values) == 1 else None
+            if len(values) != 1:
+                return None
+            unpacked = region.unpacked.get(node.value, [])
+            if len(unpacked) == 1:
+                # `logits, aux = model(x)`: an element of the model's tuple output.
+                return self._model_callee(facts, unpacked[0][0], region, depth + 1)
+            return self._model_callee(facts, values[0], region, depth + 1)
         if not isinstance(node, cst.Call):
             return None
         callee = dotted_name(node.func)

@@ -263,3 +263,267 @@ def test_scope_analysis_is_cached_on_the_context():
     analysis = dtype_analysis(context)
     assert context.cache["dtypes"] is analysis
     assert dtype_analysis(context) is analysis
+
+
+# -- issue 12: each defect class on the float16 rules, reproduced ---------------------------
+# Defect 2: deliberate float32 islands, float32 signatures, layers that do not autocast, complex,
+# bounded exp arguments, caller-cast values, infinities. None of these may be reported.
+ISLANDS = {
+    "rotary-embedding-keras-ops": """
+        from keras import layers, ops
+        class Rotary(layers.Layer):
+            def __init__(self, dim, **kwargs):
+                super().__init__(**kwargs)
+                self.dim = dim
+            def _inverse_frequencies(self, dim):
+                idx = ops.arange(0, dim, 2, dtype="float32")
+                denom = ops.cast(dim, "float32")
+                return 1.0 / (10000.0 ** (idx / denom))
+            def call(self, x):
+                freqs = self._inverse_frequencies(self.dim)
+                return x * ops.cast(freqs, x.dtype)
+    """,
+    "anchor-generator-tf": """
+        import tensorflow as tf
+        class Anchors(tf.keras.layers.Layer):
+            def call(self, features):
+                size = tf.shape(features)[1]
+                grid = tf.range(size, dtype=tf.float32) / tf.cast(size, tf.float32)
+                centers = tf.linspace(0.0, 1.0, 8) * grid[0]
+                return centers + tf.random.normal([8]) * 1e-9
+    """,
+    "float32-input-signature": """
+        import tensorflow as tf
+        @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32)])
+        def serve(x):
+            return tf.exp(x) / tf.reduce_sum(tf.exp(x), axis=-1, keepdims=True) + 1e-12
+    """,
+    "autocast-false-feature-layer": """
+        import tensorflow as tf
+        class LogMel(tf.keras.layers.Layer):
+            def __init__(self, **kwargs):
+                super().__init__(autocast=False, **kwargs)
+            def call(self, audio):
+                power = tf.reduce_sum(tf.square(audio), axis=-1)
+                return tf.math.log(power + 1e-12) + tf.exp(audio)
+    """,
+    "complex-phase": """
+        import math
+        import tensorflow as tf
+        class Shift(tf.keras.layers.Layer):
+            def call(self, x, phase):
+                rotation = tf.exp(2j * math.pi * tf.cast(phase, tf.complex64))
+                return tf.math.real(tf.signal.fft(tf.cast(x, tf.complex64)) * rotation)
+    """,
+    "gaussian-exp": """
+        import tensorflow as tf
+        class RBF(tf.keras.layers.Layer):
+            def call(self, x):
+                return tf.exp(-x ** 2) + tf.exp(-tf.square(x) / (2.0 * 0.5 ** 2))
+    """,
+    "positional-exp": """
+        import math
+        import tensorflow as tf
+        class Positions(tf.keras.layers.Layer):
+            def call(self, x, d_model=512):
+                i = tf.range(d_model // 2)
+                inv = tf.exp(-math.log(10000.0) * i / d_model)
+                return x * tf.cast(inv, x.dtype)
+    """,
+    "minus-inf-in-where": """
+        from keras import layers, ops
+        class Pool(layers.Layer):
+            def call(self, scores, mask):
+                scores = ops.where(mask, scores, float("-inf"))
+                return ops.softmax(scores)
+    """,
+    "caller-casts-to-float32": """
+        import tensorflow as tf
+        def masked_logits(logits, mask):
+            return logits + (1.0 - mask) * -1e9
+        @tf.function
+        def train_step(model, x, mask):
+            logits = tf.cast(model(x), tf.float32)
+            return masked_logits(logits, tf.cast(mask, tf.float32))
+    """,
+    "float32-helper-from-this-file": """
+        import tensorflow as tf
+        def get_padding(ids):
+            return tf.cast(tf.equal(ids, 0), tf.float32)
+        def attention_bias(ids):
+            return get_padding(ids) * -1e9
+        class Encoder(tf.keras.layers.Layer):
+            def call(self, x, ids):
+                return x
+    """,
+    "float32-layer-attribute": """
+        import tensorflow as tf
+        class Block(tf.keras.layers.Layer):
+            def __init__(self):
+                super().__init__()
+                self.norm = tf.keras.layers.Dense(4, dtype="float32")
+            def call(self, x):
+                h = self.norm(x)
+                return h / (tf.norm(h, axis=-1, keepdims=True) + 1e-8)
+    """,
+}
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+@pytest.mark.parametrize("name", sorted(ISLANDS))
+def test_float32_islands_are_left_alone(name: str, keras: int):
+    result = lint(ISLANDS[name], keras, fix=False)
+    assert not result.errors, result.errors
+    assert [(f.code, f.line, f.message) for f in result.findings] == []
+
+
+# Defect 3: hazards the per-rule reasoning missed (keras.ops spellings, attributes, closures,
+# tuple outputs, clip bounds, boolean masks).
+HAZARDS = {
+    "mask-value-constructor-default": ("""
+        import tensorflow as tf
+        class Attention(tf.keras.layers.Layer):
+            def __init__(self, mask_value=-1e9, **kwargs):
+                super().__init__(**kwargs)
+                self.mask_value = mask_value
+            def call(self, scores, mask):
+                return tf.nn.softmax(scores + (1.0 - mask) * self.mask_value)
+    """, ["MP201"], "mask_value=-3e4"),
+    "layernorm-epsilon-default": ("""
+        import tensorflow as tf
+        class LayerNorm(tf.keras.layers.Layer):
+            def __init__(self, epsilon=1e-8, **kwargs):
+                super().__init__(**kwargs)
+                self.epsilon = epsilon
+            def call(self, x):
+                mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
+                return (x - mean) * tf.math.rsqrt(var + self.epsilon)
+    """, ["MP202"], "epsilon=1e-4"),
+    "keras-ops-where": ("""
+        from keras import layers, ops
+        class A(layers.Layer):
+            def call(self, scores, mask):
+                return ops.softmax(ops.where(mask, scores, -1e9))
+    """, ["MP201"], "-3e4"),
+    "keras-ops-exp": ("""
+        from keras import layers, ops
+        class A(layers.Layer):
+            def call(self, x):
+                return ops.exp(x) / ops.sum(ops.exp(x), axis=-1, keepdims=True)
+    """, ["MP204"], "ops.softmax(x, axis=-1)"),
+    "keras-ops-sum-square": ("""
+        from keras import layers, ops
+        class A(layers.Layer):
+            def call(self, x):
+                return x * ops.rsqrt(ops.sum(ops.square(x), axis=-1, keepdims=True) + 1.0)
+    """, ["MP203"], 'ops.square(ops.cast(x, "float32"))'),
+    "clip-lower-bound": ("""
+        from keras import ops
+        def cross_entropy_loss(y_true, y_pred):
+            return -ops.sum(y_true * ops.log(ops.clip(y_pred, 1e-10, 1.0)), axis=-1)
+    """, ["MP202"], "1e-4"),
+    "nested-closure": ("""
+        import tensorflow as tf
+        class A(tf.keras.layers.Layer):
+            def call(self, scores, mask):
+                def apply_mask(s, m):
+                    return s + m * -1e9
+                return tf.nn.softmax(apply_mask(scores, 1.0 - mask))
+    """, ["MP201"], "-3e4"),
+    "boolean-mask-combination": ("""
+        import tensorflow as tf
+        class A(tf.keras.layers.Layer):
+            def call(self, scores, padding, causal):
+                keep = tf.logical_and(padding > 0, causal > 0)
+                return tf.nn.softmax(tf.where(keep, scores, -1e9))
+    """, ["MP201"], "-3e4"),
+    "model-tuple-output": ("""
+        import tensorflow as tf
+        @tf.function
+        def train_step(model, x, y):
+            logits, features = model(x, training=True)
+            norm = features / (tf.norm(features, axis=-1, keepdims=True) + 1e-8)
+            return tf.keras.losses.mean_squared_error(y, logits) + tf.reduce_mean(norm)
+    """, ["MP202", "MP203", "MP207"], "1e-4"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HAZARDS))
+def test_hazards_are_found(name: str):
+    code, expected, fixed = HAZARDS[name]
+    result = lint(code, 3, fix=False)
+    assert not result.errors, result.errors
+    assert codes(result) == expected
+    assert fixed in lint(code, 3).fixed_text
+
+
+# Defect 4: fixes follow the Keras generation's autocast rules.
+def test_tf_keras_second_call_argument_is_not_assumed_float16():
+    # tf_keras autocasts only `inputs`: `mask` keeps the caller's dtype, so nothing can be said
+    # about `mask * -1e9` alone, while Keras 3 autocasts it to float16.
+    code = """
+        import tensorflow as tf
+        class A(tf.keras.layers.Layer):
+            def call(self, inputs, mask):
+                bias = mask * -1e9
+                return bias
+    """
+    assert codes(lint(code, 3, fix=False)) == ["MP201"]
+    assert codes(lint(code, 2, fix=False)) == []
+
+
+def test_mp206_fix_never_makes_a_float32_island_a_mix():
+    code = """
+        import tensorflow as tf
+        class Rel(tf.keras.layers.Layer):
+            def call(self, x):
+                pos = tf.range(8, dtype=tf.float32)
+                scale = tf.cast(tf.shape(x)[-1], tf.float32)
+                rel = pos / scale
+                return x * rel
+    """
+    result = lint(code, 3, fix=False)
+    assert codes(result) == ["MP206"]
+    fixed = lint(code, 3).fixed_text
+    # Changing only `scale` would leave `pos / scale` float32 / float16: no fix that makes a mix.
+    assert fixed is None or "pos / scale" not in fixed or fixed.count("self.compute_dtype") != 1
+
+
+# Defect 5 (dtype part): fixes in the module's own spelling, effective, never a new mix.
+def test_backend_agnostic_module_gets_keras_ops_casts():
+    code = """
+        from keras import layers, ops
+        class Act(layers.Layer):
+            def call(self, h):
+                self.add_loss(1e-4 * ops.sum(h * h))
+                return h
+    """
+    fixed = lint(code, 3).fixed_text
+    assert 'ops.sum(ops.cast(h, "float32") * ops.cast(h, "float32"))' in fixed
+    assert "tf." not in fixed
+
+
+def test_sum_of_squares_is_not_cast_back_before_rsqrt():
+    code = """
+        import tensorflow as tf
+        class RMS(tf.keras.layers.Layer):
+            def call(self, x):
+                ms = tf.reduce_sum(tf.square(x), axis=-1, keepdims=True)
+                return x * tf.math.rsqrt(ms + 1.0)
+    """
+    result = lint(code, 3, fix=False)
+    assert codes(result) == ["MP203"]
+    assert result.findings[0].fix is None  # casting `ms` back to float16 would overflow all the same
+
+
+def test_fixes_make_no_new_dtype_mix():
+    import libcst as cst
+
+    from mpfix.codemods.analysis.dtypes import new_dtype_mixes
+
+    for source in [*PAIRS, *[None]]:
+        if source is None:
+            continue
+        text = source.read_text()
+        fixed = lint(text, 3).fixed_text
+        assert new_dtype_mixes(cst.parse_module(text), cst.parse_module(fixed)) == [], source.name
