@@ -182,6 +182,18 @@ async def test_syntax_error_and_project_config(tmp_path):
         hover = await client.text_document_hover_async(types.HoverParams(
             text_document=types.TextDocumentIdentifier(uri=broken.as_uri()), position=diagnostics[0].range.start))
         assert hover is None
+        # An unsafe fix is offered, labelled as such, never preferred and not part of "fix all safe fixes".
+        sample = Path(__file__).resolve().parents[1] / "samples" / "attention_mask_1e9.py"
+        client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
+            uri=sample.as_uri(), language_id="python", version=1, text=sample.read_text(encoding="utf-8"))))
+        diagnostics = await _diagnostics(client, sample.as_uri())
+        assert [d.code for d in diagnostics] == ["MP201"]
+        actions = await client.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=sample.as_uri()), range=diagnostics[0].range,
+            context=types.CodeActionContext(diagnostics=diagnostics)))
+        fixes = [a for a in actions if a.title.endswith("[unsafe fix: may change behaviour]")]
+        assert len(fixes) == 1 and not fixes[0].is_preferred and fixes[0].kind == types.CodeActionKind.QuickFix
+        assert not [a for a in actions if a.kind == "source.fixAll.mpfix"]
         # A [tool.mpfix] that cannot be used is said where the user looks, not ignored.
         (tmp_path / "bad").mkdir()
         (tmp_path / "bad" / "pyproject.toml").write_text('[tool.mpfix]\nkeras = 5\n', encoding="utf-8")
