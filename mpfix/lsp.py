@@ -4,8 +4,10 @@ Each open Python document is linted through ``mpfix.api.lint_text`` when it is o
 changed and saved, with the ``[tool.mpfix]`` settings of its project; findings become
 warnings (code, source ``mpfix``, a link to the rule's documentation). Each fix is a
 quick fix built from the engine's own text edits (the JSON ``fix.edits``), labelled safe
-or unsafe; ``source.fixAll.mpfix`` applies every safe fix of the file; hovering a finding
-shows its rule's explanation. Nothing here imports TensorFlow.
+or unsafe, and ``# noqa: CODE`` for the line is one more (``mpfix.noqa``);
+``source.fixAll.mpfix`` applies every safe fix of the file; hovering a finding shows its
+rule's explanation. Changes are linted after a short pause in typing. Nothing here imports
+TensorFlow.
 """
 
 from __future__ import annotations
@@ -275,14 +277,12 @@ def _fix_all(uri: str, linted: Linted) -> list[types.TextEdit]:
 
 def _noqa_edit(uri: str, linted: Linted, finding: Finding) -> types.WorkspaceEdit | None:
     """The edit that adds ``# noqa: CODE`` where it suppresses ``finding`` (None when no line can hold it)."""
-    try:
-        from mpfix.noqa import add_noqa_to_text
-    except ImportError:  # pragma: no cover - the module ships with mpfix
-        return None
+    from mpfix.engine import text_edits as engine_edits
+    from mpfix.noqa import add_noqa_to_text
+
     new_text, added, _ = add_noqa_to_text(linted.text, [finding])
     if not added:
         return None
-    from mpfix.engine import text_edits as engine_edits
 
     return types.WorkspaceEdit(changes={uri: text_edits(linted.text, engine_edits(linted.text, new_text),
                                                         linted.lines)})
