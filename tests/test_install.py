@@ -54,6 +54,11 @@ def test_wheel_installs_only_the_mpfix_package(tmp_path):
     top = {name.split("/", 1)[0] for name in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"mpfix"}, sorted(top)
     assert "mpfix/codemods/__init__.py" in names and "mpfix/codemods/base.py" in names
+    # Every package of the source tree is in the wheel (a missing subpackage only shows once installed).
+    for init in [*(checkout / "mpfix").rglob("__init__.py"), *(checkout / "codemods").rglob("__init__.py")]:
+        relative = init.relative_to(checkout).as_posix()
+        installed = relative if relative.startswith("mpfix/") else f"mpfix/{relative}"
+        assert installed in names, f"{relative} is not installed"
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
