@@ -24,7 +24,7 @@ class Float16ModelOutput(Rule):
     requires_float16 = True
     # `Model(` as a whole word (keras.Model(, models.Model(): "Model(" alone let every
     # `BertModel(`/`build_model(`-style call through; an aliased import (`Model as M`) still counts.
-    triggers = ("Sequential", re.compile(r"Model\((?<!\wModel\()"), "Model as ")
+    triggers = ("Sequential", re.compile(r"Model\((?<!\wModel\()"), "Model as ", re.compile(r"__init__\(\s*inputs"))
     explanation = """
         ## What it does
         Finds the last layer of a `Sequential` model (list or `model.add` chain) or of a
@@ -64,11 +64,7 @@ class Float16ModelOutput(Rule):
             x = layers.Dense(10)(x)
             outputs = layers.Activation("softmax", dtype="float32")(x)
             model = tf.keras.Model(inputs, outputs)
-        """),
-        Valid("""
-            import tensorflow as tf
-
-            model = tf.keras.Sequential([tf.keras.layers.Dense(64), tf.keras.layers.Dense(1)])
+            model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
         """),
         # A feature sub-model next to the real one: its `x` goes on into the float32 head.
         Valid("""
@@ -81,19 +77,15 @@ class Float16ModelOutput(Rule):
             probs = tf.keras.layers.Activation("softmax", dtype="float32")(logits)
             features = tf.keras.Model(inputs, x)
             model = tf.keras.Model(inputs, probs)
+            model.compile(optimizer="adam", loss="categorical_crossentropy")
         """),
-        # Sequential blocks inside a model (ConvNeXt's downsampling stages).
+        # A model nobody trains or returns (exported, summarised, converted): no loss sees its head.
         Valid("""
             import tensorflow as tf
             tf.keras.mixed_precision.set_global_policy("mixed_float16")
 
-            def stages(x):
-                blocks = []
-                blocks.append(tf.keras.Sequential([tf.keras.layers.LayerNormalization(), tf.keras.layers.Conv2D(8, 2)]))
-                stage = tf.keras.Sequential([tf.keras.layers.Conv2D(8, 2)])
-                blocks.append(stage)
-                block = tf.keras.Sequential([tf.keras.layers.Conv2D(8, 3)])
-                return block(blocks[1](blocks[0](x)))
+            model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+            model.save("model.keras")
         """),
     ]
     INVALID = [
@@ -107,6 +99,7 @@ class Float16ModelOutput(Rule):
             x = layers.Dense(64, activation="relu")(inputs)
             outputs = layers.Dense(10, activation="softmax")(x)
             model = tf.keras.Model(inputs, outputs)
+            model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
             """,
             """
             import tensorflow as tf
@@ -117,30 +110,10 @@ class Float16ModelOutput(Rule):
             x = layers.Dense(64, activation="relu")(inputs)
             outputs = layers.Activation("softmax", dtype="float32")(layers.Dense(10)(x))
             model = tf.keras.Model(inputs, outputs)
+            model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
             """,
         ),
-        Invalid(
-            """
-            import tensorflow as tf
-            tf.keras.mixed_precision.set_global_policy("mixed_float16")
-
-            model = tf.keras.Sequential([
-                tf.keras.Input((8,)),
-                tf.keras.layers.Dense(64, activation="relu"),
-                tf.keras.layers.Dense(1),
-            ])
-            """,
-            """
-            import tensorflow as tf
-            tf.keras.mixed_precision.set_global_policy("mixed_float16")
-
-            model = tf.keras.Sequential([
-                tf.keras.Input((8,)),
-                tf.keras.layers.Dense(64, activation="relu"),
-                tf.keras.layers.Dense(1, dtype="float32"),
-            ])
-            """,
-        ),
+        # A factory's model is the model's final output, wherever it is trained.
         Invalid(
             """
             from tensorflow import keras
@@ -164,10 +137,38 @@ class Float16ModelOutput(Rule):
                 return model
             """,
         ),
+        # A subclassed functional model: its outputs are built in __init__.
+        Invalid(
+            """
+            import keras
+            keras.mixed_precision.set_global_policy("mixed_float16")
+
+            class Regressor(keras.Model):
+                def __init__(self):
+                    inputs = keras.Input((8,))
+                    hidden = keras.layers.Dense(32, activation="relu")(inputs)
+                    outputs = keras.layers.Dense(1)(hidden)
+                    super().__init__(inputs=inputs, outputs=outputs)
+            """,
+            """
+            import keras
+            keras.mixed_precision.set_global_policy("mixed_float16")
+
+            class Regressor(keras.Model):
+                def __init__(self):
+                    inputs = keras.Input((8,))
+                    hidden = keras.layers.Dense(32, activation="relu")(inputs)
+                    outputs = keras.layers.Dense(1, dtype="float32")(hidden)
+                    super().__init__(inputs=inputs, outputs=outputs)
+            """,
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        for form, layer, where in model_facts(self.context).heads:
+        facts = model_facts(self.context)
+        for form, layer, where, returned in facts.heads:
+            if not (returned or facts.trains):
+                continue  # no loss in this file sees the head, and no caller gets the model
             resolved = self.context.resolve(layer.func) or ""
             kind = resolved.split(".")[-1]
             if not resolved.startswith("keras.layers.") or kind not in _OUTPUT_LAYERS:

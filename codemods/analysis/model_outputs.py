@@ -37,7 +37,8 @@ def _with_float32(call: cst.Call) -> cst.Call:
 def _frame() -> dict:
     # applied: names fed to another layer (`Dense(3)(x)`): a tensor that goes on is a feature, not
     # an output; called: names called on tensors (`block(x)`): a Sequential used as a layer.
-    return {"assigned": {}, "sequential": {}, "applied": set(), "called": set(), "pending": []}
+    # returned: names the function returns (a factory's model is the model's final output).
+    return {"assigned": {}, "sequential": {}, "applied": set(), "called": set(), "pending": [], "returned": set()}
 
 
 class _Models(Visitor):
@@ -54,7 +55,9 @@ class _Models(Visitor):
         self.resolve = resolve
         self.frames: list[dict] = [_frame()]
         self.stack: list[cst.CSTNode] = []
-        self.heads: list[tuple[str, cst.Call, cst.CSTNode | None]] = []  # (form, constructor, applied/statement)
+        # (form, output layer, applied call / list / statement, returned from a factory function)
+        self.heads: list[tuple[str, cst.Call, cst.CSTNode | None, bool]] = []
+        self.class_depth = 0
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.stack.append(node)
@@ -65,8 +68,14 @@ class _Models(Visitor):
         self.stack.pop()
 
     def visit_ClassDef(self, node) -> bool:
-        # A Sequential inside a layer class is a sub-block (ASPP, MLP), not the model's output.
-        return False
+        # A Sequential inside a layer class is a sub-block (ASPP, MLP), not the model's output;
+        # a functional model built in a method (`self.model = keras.Model(...)`,
+        # `super().__init__(inputs=..., outputs=...)`) is one.
+        self.class_depth += 1
+        return True
+
+    def leave_ClassDef(self, node) -> None:
+        self.class_depth -= 1
 
     def visit_FunctionDef(self, node) -> None:
         self.frames.append(_frame())
@@ -80,13 +89,13 @@ class _Models(Visitor):
     def _close(self, frame) -> None:
         for name, last in frame["sequential"].items():
             if last is not None and not _used_as_layer(name, frame):
-                self.heads.append(("add", *last))
-        for form, layer, where, name in frame["pending"]:
+                self.heads.append(("add", *last, name in frame["returned"]))
+        for form, layer, where, name, model, returned in frame["pending"]:
             if form == "list" and name is not None and _used_as_layer(name, frame):
                 continue
             if form == "applied" and name is not None and name in frame["applied"]:
                 continue
-            self.heads.append((form, layer, where))
+            self.heads.append((form, layer, where, returned or (model is not None and model in frame["returned"])))
 
     def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
         # `output = Dense(3)(output)`: feeding the old value on says nothing about the new one.
@@ -99,11 +108,13 @@ class _Models(Visitor):
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         frame = self.frames[-1]
         for small in node.body:
+            if isinstance(small, cst.Return) and isinstance(small.value, cst.Name):
+                frame["returned"].add(small.value.value)
             if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
                 name = small.targets[0].target.value
                 frame["assigned"][name] = small.value
                 if isinstance(small.value, cst.Call) and (self.resolve(small.value.func) or "") in (
-                        "keras.Sequential", "keras.models.Sequential") and not small.value.args:
+                        "keras.Sequential", "keras.models.Sequential") and not small.value.args and not self.class_depth:
                     frame["sequential"][name] = None
             elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
                 call = small.value
@@ -122,30 +133,46 @@ class _Models(Visitor):
             # blocks.append(block): a Sequential collected as a stage of a bigger model.
             frame["called"].update(a.value.value for a in node.args if isinstance(a.value, cst.Name))
         resolved = self.resolve(node.func) or ""
+        parent = self.stack[-2] if len(self.stack) > 1 else None
+        model = None
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+            model = parent.targets[0].target.value
+        returned = any(isinstance(n, cst.Return) for n in self.stack[-4:-1])
         if resolved in ("keras.Sequential", "keras.models.Sequential"):
+            if self.class_depth:
+                return  # a block of a layer or model class
             layers = argument(node, "layers", 0)
-            parent = self.stack[-2] if len(self.stack) > 1 else None
             if isinstance(parent, (cst.Arg, cst.Element)):
                 return  # a block inside another model or list
-            name = None
-            if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
-                name = parent.targets[0].target.value
             if layers is not None and isinstance(layers.value, cst.List) and layers.value.elements:
                 last = layers.value.elements[-1].value
                 if isinstance(last, cst.Call):
-                    frame["pending"].append(("list", last, layers.value, name))
-        elif resolved in ("keras.Model", "keras.models.Model"):
+                    frame["pending"].append(("list", last, layers.value, model, model, returned))
+            return
+        if resolved in ("keras.Model", "keras.models.Model"):
             outputs = argument(node, "outputs", 1)
-            if outputs is None:
-                return
-            values = [e.value for e in outputs.value.elements] if isinstance(outputs.value, (cst.List, cst.Tuple)) else [outputs.value]
-            for value in values:
-                name = None
-                if isinstance(value, cst.Name):
-                    name = value.value
-                    value = frame["assigned"].get(value.value)
-                if isinstance(value, cst.Call) and isinstance(value.func, cst.Call):
-                    frame["pending"].append(("applied", value.func, value, name))
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "__init__" and \
+                isinstance(node.func.value, cst.Call) and dotted_name(node.func.value.func) == "super" and self.class_depth:
+            # class Net(keras.Model): def __init__(...): ... super().__init__(inputs=x, outputs=y)
+            outputs = argument(node, "outputs", 1) if argument(node, "inputs", 0) is not None else None
+            returned = True  # the class is the model: its outputs are the model's final outputs
+        else:
+            return
+        if outputs is None:
+            return
+        values = [e.value for e in outputs.value.elements] if isinstance(outputs.value, (cst.List, cst.Tuple)) else [outputs.value]
+        for value in values:
+            name = None
+            if isinstance(value, cst.Name):
+                name = value.value
+                value = frame["assigned"].get(value.value)
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Call):
+                frame["pending"].append(("applied", value.func, value, name, model, returned))
+
+
+# `super().__init__(inputs=..., outputs=...)` in a keras.Model subclass.
+SUBCLASSED_FUNCTIONAL = re.compile(r"__init__\(\s*inputs")
+_TRAINS = re.compile(r"\.compile\(|\.fit\(|GradientTape|train_on_batch|\.minimize\(|losses\.|loss_fn|compute_loss")
 
 
 def _used_as_layer(name: str, frame: dict) -> bool:
@@ -196,17 +223,20 @@ class _ModelFacts:
         index = nodes_by_type(context)
         self.heads = []
         # _Models finds heads only at these constructors: without one, skip its walk of the module.
-        if any(context.resolve(call.func) in _MODEL_CONSTRUCTORS for call in index.get(cst.Call, ())):
+        if any(context.resolve(call.func) in _MODEL_CONSTRUCTORS for call in index.get(cst.Call, ())) or \
+                SUBCLASSED_FUNCTIONAL.search(context.module.code):
             finder = _Models(context.resolve)
             finder.walk(context.module)
             self.heads = finder.heads
         self.assigned, self.defined = _bindings(index)
         self.float16_heads: list[cst.Call] = []
-        for _form, layer, _where in self.heads:
+        for _form, layer, _where, _returned in self.heads:
             resolved = context.resolve(layer.func) or ""
             if resolved.startswith("keras.layers.") and resolved.split(".")[-1] in _OUTPUT_LAYERS and \
                     argument(layer, "dtype", None) is None and _head_activation(layer, resolved) not in _FEATURE_ACTIVATIONS:
                 self.float16_heads.append(layer)
+        # Whether the file trains a model (compile/fit, a tape, a loss): a head that feeds a loss here.
+        self.trains = _TRAINS.search(context.module.code) is not None
         # A layer built with dtype="float32" anywhere: the author put the output in float32.
         self.says_float32 = False
         for call in dtype_analysis(context).all_calls:

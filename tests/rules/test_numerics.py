@@ -218,6 +218,8 @@ def test_softmax_head_fix_is_safe_linear_head_unsafe():
         import tensorflow as tf
         a = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(3, activation="softmax")])
         b = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+        a.compile(loss="categorical_crossentropy")
+        b.compile(loss="mse")
     """
     safety = sorted(str(f.fix_safety) for f in lint(code, fix=False).findings)
     assert safety == ["safe", "unsafe"]
