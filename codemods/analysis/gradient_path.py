@@ -254,6 +254,8 @@ class Analysis:
     isinstance_guard: bool
     # `opt.minimize(loss, ...)` without a tape: gradient and update in one call (TF1 style).
     minimizes: list[tuple[Scope, ApplyCall, OptimizerBuild | None]] = field(default_factory=list)
+    # Every gradient computation, whether or not an update in the same scope uses it.
+    gradients: list[tuple[Scope, GradientCall]] = field(default_factory=list)
 
     def build_of(self, scope: Scope, optimizer: str) -> OptimizerBuild | None:
         """Where ``optimizer`` (as written in ``scope``) is built, when the file shows it."""
@@ -494,6 +496,7 @@ def _analyse(context: RuleContext) -> Analysis:
     all_tapes: dict[int, dict[str, Tape]] = {}
     flows: list[Flow] = []
     all_minimizes: list[tuple[Scope, ApplyCall, OptimizerBuild | None]] = []
+    all_gradients: list[tuple[Scope, GradientCall]] = []
     helpers = _Helpers(context, scopes)
 
     # Pass 1: optimizer builds, factories, compile calls, isinstance guards.
@@ -593,6 +596,7 @@ def _analyse(context: RuleContext) -> Analysis:
                 elif method in SCALE_METHODS + (UNSCALE_METHOD,) and owner is not None:
                     local_scales.append(ScaleCall(call, st, method, owner, ifexp or st.conditional))
         scale_calls.extend(local_scales)
+        all_gradients.extend((scope, g) for g in gradients)
         for call in minimizes:
             build, _ = _trace(context, scope, scopes, call.optimizer, builds, compiled_models)
             all_minimizes.append((scope, call, build))
@@ -625,7 +629,7 @@ def _analyse(context: RuleContext) -> Analysis:
                 flow.path = paths.get((id(apply.call), index)) or GradientPath(
                     [], frozenset({SCALED if flow.scale is not None else UNSCALED}))
                 flows.append(flow)
-    return Analysis(scopes, flows, builds, all_tapes, scale_calls, isinstance_guard, all_minimizes)
+    return Analysis(scopes, flows, builds, all_tapes, scale_calls, isinstance_guard, all_minimizes, all_gradients)
 
 
 def _scale_of(scope: Scope, target: cst.BaseExpression, before: Statement,

@@ -12,11 +12,22 @@ and after the optimizer's ``apply_gradients``/``apply``/``minimize`` that follow
 ``opt.loss_scale_factor or 1.0`` when ``opt`` is a plain optimizer, which has
 ``scale_loss`` but no ``dynamic_scale``) or ``opt.loss_scale`` (Keras 2). ``tf.print`` and
 ``check_numerics`` work eagerly and inside ``tf.function``. Running it twice changes nothing the second time.
+
+The tapes, scaling calls and updates are those of the gradient-path model the loss-scaling rules use
+(``mpfix.codemods.analysis.gradient_path``): one notion of a training step for ``check`` and ``instrument``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import libcst as cst
+
+from mpfix.codemods._walk import walk
+from mpfix.codemods.analysis.gradient_path import training_steps
+from mpfix.codemods.base import RuleContext
+from mpfix.codemods.names import ImportTable
+from mpfix.policy import policy_in_text
 
 SCALE_METHODS = {"scale_loss": 3, "get_scaled_loss": 2}
 APPLY_METHODS = ("apply_gradients", "apply", "minimize")
@@ -42,28 +53,6 @@ def _tf_alias(module: cst.Module) -> str | None:
 def imports_tf_keras(module: cst.Module) -> bool:
     code = module.code
     return "import tf_keras" in code or "from tf_keras" in code
-
-
-def _is_tape(with_node: cst.With) -> bool:
-    for item in with_node.items:
-        call = item.item
-        if isinstance(call, cst.Call) and _code(call.func).split(".")[-1] == "GradientTape":
-            return True
-    return False
-
-
-def _gradient_targets(node: cst.CSTNode) -> set[str]:
-    """Names passed as the first argument of ``*.gradient(...)`` anywhere under node."""
-    found: set[str] = set()
-
-    class Visitor(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "gradient" and call.args:
-                if isinstance(call.args[0].value, cst.Name):
-                    found.add(call.args[0].value.value)
-
-    node.visit(Visitor())
-    return found
 
 
 def _scaling(stmt: cst.BaseStatement):
@@ -95,26 +84,39 @@ def _assigned_name(stmt: cst.BaseStatement) -> str | None:
 
 
 def _calls_method_on(stmt: cst.CSTNode, owner: str, methods) -> bool:
-    found = False
-
-    class Visitor(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            nonlocal found
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value in methods:
-                if _code(call.func.value) == owner:
-                    found = True
-
-    stmt.visit(Visitor())
-    return found
+    for node in walk(stmt):
+        if type(node) is cst.Call and isinstance(node.func, cst.Attribute) and node.func.attr.value in methods \
+                and _code(node.func.value) == owner:
+            return True
+    return False
 
 
-class InstrumentSteps(cst.CSTTransformer):
-    """Insert the guards; ``changed`` counts the tape blocks instrumented."""
+class _Plan:
+    """Where the guards go, found with the gradient-path model (mpfix.codemods.analysis.gradient_path):
+    statements to insert before / after a statement, keyed by the original statement node."""
 
-    def __init__(self, tf: str, keras: int) -> None:
+    def __init__(self, module: cst.Module, tf: str, keras: int) -> None:
         self.tf = tf
         self.keras = keras
+        self.before: dict[int, list[cst.BaseStatement]] = {}
+        self.after: dict[int, list[cst.BaseStatement]] = {}
         self.changed = 0
+        text = module.code
+        context = RuleContext(module=module, path=Path("<instrument>"), keras=keras, policy=policy_in_text(text),
+                              module_policy=policy_in_text(text), imports=ImportTable(module))
+        analysis = training_steps(context)
+        for scope in analysis.scopes:
+            tapes = analysis.tapes.get(id(scope.node), {})
+            targets = {g.target.value for s, g in analysis.gradients
+                       if s is scope and g.tape is not None and isinstance(g.target, cst.Name)}
+            # Where each scaling call's gradients are applied, from the flows of this scope.
+            applies = {id(f.scale.call): f.apply.statement.node for f in analysis.flows
+                       if f.scope is scope and f.scale is not None}
+            blocks = {id(with_node): with_node for tape in tapes.values() for with_node in tape.withs}
+            statements = [st.node for st in scope.statements]
+            for with_node in blocks.values():
+                if isinstance(with_node.body, cst.IndentedBlock):
+                    self._tape_block(with_node, targets, applies, statements, analysis)
 
     def _check(self, name: str, message: str) -> cst.BaseStatement:
         return cst.parse_statement(f'{name} = {self.tf}.debugging.check_numerics({name}, "{message}")\n')
@@ -132,55 +134,64 @@ class InstrumentSteps(cst.CSTTransformer):
             )
         return cst.parse_statement(f'{self.tf}.print("loss scale:", {scale})\n')
 
-    def _instrument_tape(self, node: cst.With, targets: set[str]):
+    def _tape_block(self, node: cst.With, targets: set[str], applies: dict, statements: list, analysis) -> None:
         if any(marker in _code(node) for marker in MARKERS):
-            return node, None
-        body = list(node.body.body)
-        out: list[cst.BaseStatement] = []
+            return
+        body = node.body.body
         optimizer = None
+        scale_node = None
+        scales = {id(s.statement.node): s for s in analysis.scale_calls if s.method in SCALE_METHODS}
         for stmt in body:
             scaling = _scaling(stmt)
-            if scaling is not None:
+            if scaling is not None and id(stmt) in scales:
                 scaled, loss, optimizer = scaling
-                out += [self._check(loss, "loss before scaling"), stmt, self._check(scaled, "loss after scaling")]
-            else:
-                out.append(stmt)
+                scale_node = scales[id(stmt)].call
+                self.before.setdefault(id(stmt), []).append(self._check(loss, "loss before scaling"))
+                self.after.setdefault(id(stmt), []).insert(0, self._check(scaled, "loss after scaling"))
         if optimizer is None:
             # No scaling call: guard the last assignment of a gradient target.
-            for index in range(len(out) - 1, -1, -1):
-                name = _assigned_name(out[index])
+            for stmt in reversed(body):
+                name = _assigned_name(stmt)
                 if name is not None and name in targets:
-                    out.insert(index + 1, self._check(name, "loss"))
+                    self.after.setdefault(id(stmt), []).insert(0, self._check(name, "loss"))
                     break
             else:
-                return node, None
+                return
+            self.changed += 1
+            return
         self.changed += 1
-        return node.with_changes(body=node.body.with_changes(body=out)), optimizer
+        where = applies.get(id(scale_node))
+        if where is None or not _calls_method_on(where, optimizer, APPLY_METHODS):
+            where = node
+            # The update that follows the block (minimize included), else the block itself.
+            if node in statements:
+                for later in statements[statements.index(node) + 1:]:
+                    if _calls_method_on(later, optimizer, APPLY_METHODS):
+                        where = later
+                        break
+        self.after.setdefault(id(where), []).append(self._print_scale(optimizer))
 
-    def _instrument_block(self, statements, scope: cst.CSTNode):
-        targets = _gradient_targets(scope)
-        out = list(statements)
-        index = 0
-        while index < len(out):
-            stmt = out[index]
-            if isinstance(stmt, cst.With) and _is_tape(stmt):
-                new, optimizer = self._instrument_tape(stmt, targets)
-                out[index] = new
-                if optimizer is not None and new is not stmt:
-                    where = index
-                    for later in range(index + 1, len(out)):
-                        if _calls_method_on(out[later], optimizer, APPLY_METHODS):
-                            where = later
-                            break
-                    out.insert(where + 1, self._print_scale(optimizer))
-            index += 1
+
+class InstrumentSteps(cst.CSTTransformer):
+    """Insert the guards the plan lists; ``changed`` counts the tape blocks instrumented."""
+
+    def __init__(self, plan: _Plan) -> None:
+        self.plan = plan
+        self.changed = plan.changed
+
+    def _rebuild(self, original_body, updated_body) -> list:
+        out: list = []
+        for original, updated in zip(original_body, updated_body):
+            out += self.plan.before.get(id(original), [])
+            out.append(updated)
+            out += self.plan.after.get(id(original), [])
         return out
 
     def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
-        return updated.with_changes(body=self._instrument_block(updated.body, updated))
+        return updated.with_changes(body=self._rebuild(original.body, updated.body))
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
-        return updated.with_changes(body=self._instrument_block(updated.body, updated))
+        return updated.with_changes(body=self._rebuild(original.body, updated.body))
 
 
 def instrument_source(source: str, keras: int = 3) -> tuple[str, int]:
@@ -190,7 +201,7 @@ def instrument_source(source: str, keras: int = 3) -> tuple[str, int]:
     if imports_tf_keras(module):
         keras = 2
     alias = _tf_alias(module)
-    transform = InstrumentSteps(alias or "tf", keras)
+    transform = InstrumentSteps(_Plan(module, alias or "tf", keras))
     new = module.visit(transform)
     if transform.changed and alias is None:
         from libcst.codemod import CodemodContext

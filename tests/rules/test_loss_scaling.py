@@ -394,3 +394,153 @@ def test_lso_spelling_uses_the_files_own_imports_or_adds_its_keras():
                                     "from keras import optimizers\n        from keras.mixed_precision import set_global_policy")
                  .replace("mixed_precision.set_global_policy", "set_global_policy"), 3).fixed_text
     assert "import keras\n" in fixed and "opt = keras.mixed_precision.LossScaleOptimizer(optimizers.SGD(0.1))" in fixed
+
+
+# ----------------------------------------------------------------- the gradient path (issue 13)
+MP303 = tuple(r for r in all_rules() if r.code == "MP303")
+
+
+def _k2_loop(between: str, optimizers: str = "") -> str:
+    return f"""
+        import keras
+        import tensorflow as tf
+        opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+        {optimizers}
+        def train_step(x, y):
+            with tf.GradientTape() as tape:
+                scaled_loss = opt.get_scaled_loss(loss_fn(y, model(x)))
+            grads = tape.gradient(scaled_loss, model.trainable_variables)
+            grads = opt.get_unscaled_gradients(grads)
+            {between}
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+    """
+
+
+def _unscale_finding(code: str):
+    found = [f for f in lint(code, 3, fix=False, rules=MP303).findings if "get_unscaled_gradients" in f.message]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_mp303_drops_an_unscale_safely_only_without_a_transform_after_it():
+    plain = _unscale_finding(_k2_loop("pass"))
+    assert str(plain.fix.safety) == "safe"
+    moved = _unscale_finding(_k2_loop("grads, _ = tf.clip_by_global_norm(grads, 1.0)"))
+    assert str(moved.fix.safety) == "unsafe" and "moves into the inner optimizer" in moved.message
+    for blocker in ("grads = [g + tf.random.normal(tf.shape(g)) for g in grads]",
+                    "grads, _ = tf.clip_by_global_norm(grads, self.clip_norm)",
+                    "grads, norm = tf.clip_by_global_norm(grads, 1.0)"):
+        finding = _unscale_finding(_k2_loop(blocker))
+        assert finding.fix is None, blocker
+        assert "acting on scaled gradients" in finding.message
+
+
+def test_mp303_keeps_the_unscale_a_second_optimizer_depends_on():
+    code = _k2_loop("head.apply_gradients(zip(grads, head_vars))", "head = keras.optimizers.SGD(0.1)")
+    finding = _unscale_finding(code)
+    assert finding.fix is None and "`head`" in finding.message
+
+
+def test_mp109_keras3_clip_that_cannot_move_is_reported_without_a_fix():
+    base = """
+        import keras
+        import tensorflow as tf
+        opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1, clipnorm=2.0))
+        with tf.GradientTape() as tape:
+            scaled_loss = opt.scale_loss(loss_fn(y, model(x)))
+        grads = tape.gradient(scaled_loss, model.trainable_variables)
+        grads, _ = tf.clip_by_global_norm(grads, 1.0)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+    """
+    result = lint(base, 3, fix=False)
+    assert codes(result) == ["MP109"]
+    assert result.findings[0].fix is None  # the optimizer already clips: mpfix does not pick one
+    # A clip on a threshold computed at run time stays where it is too.
+    computed = base.replace("clipnorm=2.0", "momentum=0.9").replace("(grads, 1.0)", "(grads, args.clip)")
+    assert [f.fix for f in lint(computed, 3, fix=False).findings] == [None]
+    # The same loop with the clip after the LSO's apply would be fine; with the clip inside the optimizer it is.
+    moved = lint(base.replace("clipnorm=2.0", "momentum=0.9"), 3).fixed_text
+    assert "SGD(0.1, momentum=0.9, global_clipnorm=1.0)" in moved and "clip_by_global_norm" not in moved
+
+
+def test_mp109_keras2_noise_before_unscale_moves_the_unscale():
+    code = """
+        import tensorflow as tf
+        import tf_keras
+        opt = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.1))
+        with tf.GradientTape() as tape:
+            scaled_loss = opt.get_scaled_loss(loss_fn(y, model(x)))
+        grads = tape.gradient(scaled_loss, model.trainable_variables)
+        grads = [g + tf.random.normal(tf.shape(g), stddev=0.01) for g in grads]
+        unscaled = opt.get_unscaled_gradients(grads)
+        opt.apply_gradients(zip(unscaled, model.trainable_variables))
+    """
+    result = lint(code, 2)
+    assert codes(lint(code, 2, fix=False)) == ["MP109"]
+    assert "grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, model.trainable_variables))" \
+        in result.fixed_text
+    assert "unscaled = grads\n" in result.fixed_text
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_mp101_names_the_factory_it_cannot_see_into(keras: int):
+    code = """
+        import tensorflow as tf
+        from official.nlp import optimization
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+        def main():
+            optimizer = optimization.create_optimizer(3e-5, 1000, 100)
+            for x, y in data:
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x))
+                grads = tape.gradient(loss, model.trainable_variables)
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    """
+    (finding,) = lint(code, keras, fix=False).findings
+    assert finding.code == "MP101" and finding.fix is None
+    assert "comes from `optimization.create_optimizer(...)`" in finding.message
+    assert "cannot see where" not in finding.message
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_mp106_reports_the_build_on_the_strategy_branch_only(keras: int):
+    code = """
+        import tensorflow as tf
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        if use_strategy:
+            strategy = tf.distribute.MirroredStrategy()
+            with strategy.scope():
+                model = build_model()
+            optimizer = tf.keras.optimizers.Adam()
+        else:
+            strategy = None
+            model = build_model()
+            optimizer = tf.keras.optimizers.Adam()
+    """
+    result = lint(code, keras, fix=False)
+    assert [(f.code, f.line) for f in result.findings] == [("MP106", 7)]
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_gradient_path_rules_stay_silent_on_correct_loops(keras: int):
+    scale, unscale = ("scale_loss", "") if keras == 3 else ("get_scaled_loss", "grads = opt.get_unscaled_gradients(grads)")
+    code = f"""
+        import tensorflow as tf
+        import {"keras" if keras == 3 else "tf_keras as keras"}
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1, momentum=0.9))
+
+        @tf.function
+        def distributed_step(batch):
+            def step_fn(x, y):
+                with tf.GradientTape() as tape:
+                    loss = tf.nn.compute_average_loss(loss_fn(y, model(x)), global_batch_size=64)
+                    scaled = opt.{scale}(loss)
+                grads = tape.gradient(scaled, model.trainable_variables)
+                grads = tf.distribute.get_replica_context().all_reduce("sum", grads)
+                {unscale}
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            strategy.run(step_fn, args=batch)
+    """
+    assert codes(lint(code, keras, fix=False)) == []

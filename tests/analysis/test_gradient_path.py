@@ -1,0 +1,243 @@
+"""The gradient-path model (mpfix.codemods.analysis.gradient_path) on its own: values, states, events, tags."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from mpfix.codemods.analysis.gradient_path import (
+    ACCUMULATE,
+    ALL_REDUCE,
+    CLIP_GLOBAL_NORM,
+    MANUAL,
+    MANUAL_UNSCALE,
+    NOISE,
+    SCALED,
+    UNSCALE,
+    UNSCALED,
+    exclusive,
+    training_steps,
+)
+from mpfix.codemods.base import RuleContext
+from mpfix.codemods.names import ImportTable
+from mpfix.policy import policy_in_text
+
+
+def analyse(code: str, keras: int = 3):
+    module = cst.parse_module(textwrap.dedent(code).lstrip("\n"))
+    text = module.code
+    context = RuleContext(module=module, path=Path("x.py"), keras=keras, policy=policy_in_text(text),
+                          module_policy=policy_in_text(text), imports=ImportTable(module))
+    return module, training_steps(context)
+
+
+def events(flow) -> list[tuple[str, list[str]]]:
+    return [(e.kind, sorted(e.states)) for e in flow.path.events]
+
+
+def test_keras2_clip_before_unscale_then_helper_after():
+    module, analysis = analyse("""
+        import tensorflow as tf
+        import tf_keras
+        opt = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.1))
+
+        def clip(gradients):
+            return [tf.clip_by_norm(g, 1.0) for g in gradients]
+
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                scaled = opt.get_scaled_loss(loss_fn(y, model(x)))
+            grads = tape.gradient(scaled, model.trainable_variables)
+            grads, _ = tf.clip_by_global_norm(grads, 1.0)
+            grads = opt.get_unscaled_gradients(grads)
+            grads = clip(grads)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+    """, keras=2)
+    (flow,) = analysis.flows
+    assert flow.kind == "lso"
+    assert events(flow) == [(CLIP_GLOBAL_NORM, [SCALED]), (UNSCALE, [SCALED]), ("helper", [UNSCALED])]
+    assert flow.path.events[-1].helper == "clip"
+    assert flow.path.states == {UNSCALED}
+    assert [e.kind for e in flow.path.sensitive_on(SCALED)] == [CLIP_GLOBAL_NORM]
+
+
+def test_noise_and_manual_unscale_in_comprehensions():
+    _, analysis = analyse("""
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1))
+        with tf.GradientTape() as tape:
+            scaled = opt.scale_loss(loss_fn(y, model(x)))
+        grads = tape.gradient(scaled, model.trainable_variables)
+        grads = [g + tf.random.normal(tf.shape(g), stddev=0.1) for g in grads]
+        grads = [g / opt.dynamic_scale for g in grads]
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+    """)
+    (flow,) = analysis.flows
+    assert events(flow) == [(NOISE, [SCALED]), (MANUAL_UNSCALE, [SCALED])]
+    assert flow.path.events[1].optimizer == "opt"
+    assert flow.path.states == {MANUAL}
+
+
+def test_accumulation_into_variables_links_the_update_and_keeps_the_state():
+    _, analysis = analyse("""
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1))
+        for x, y in micro_batches:
+            with tf.GradientTape() as tape:
+                scaled = opt.scale_loss(loss_fn(y, model(x)))
+            grads = tape.gradient(scaled, model.trainable_variables)
+            for i, g in enumerate(grads):
+                self.accumulated[i].assign_add(g)
+        opt.apply_gradients(zip(self.accumulated, model.trainable_variables))
+    """)
+    (flow,) = analysis.flows
+    assert events(flow) == [(ACCUMULATE, [SCALED])]
+    assert flow.path.states == {SCALED}
+    assert flow.path.sensitive_on(SCALED) == []  # linear: not a bug by itself
+
+
+def test_all_reduce_list_accumulation_and_split_into_two_optimizers():
+    _, analysis = analyse("""
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1))
+        head = tf.keras.optimizers.SGD(0.01)
+
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                scaled = opt.scale_loss(loss_fn(y, model(x)))
+            grads = tape.gradient(scaled, variables)
+            grads = tf.distribute.get_replica_context().all_reduce("sum", grads)
+            parts = []
+            parts.append(grads[:n])
+            opt.apply_gradients(zip(parts[0], variables[:n]))
+            head.apply_gradients(zip(grads[n:], variables[n:]))
+    """)
+    by_optimizer = {f.optimizer: f for f in analysis.flows}
+    assert set(by_optimizer) == {"opt", "head"}
+    assert by_optimizer["opt"].kind == "lso" and by_optimizer["head"].kind == "plain"
+    assert [e.kind for e in by_optimizer["opt"].path.events] == [ALL_REDUCE, ACCUMULATE]
+    assert [e.kind for e in by_optimizer["head"].path.events] == [ALL_REDUCE]
+    assert all(f.path.states == {SCALED} for f in analysis.flows)
+
+
+def test_rebinding_replaces_the_state_but_a_branch_only_adds_to_it():
+    _, analysis = analyse("""
+        import tensorflow as tf
+        import tf_keras
+        opt = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.1))
+        with tf.GradientTape() as tape:
+            scaled = opt.get_scaled_loss(loss)
+        grads = tape.gradient(scaled, params)
+        if unscale:
+            grads = opt.get_unscaled_gradients(grads)
+        opt.apply_gradients(zip(grads, params))
+    """, keras=2)
+    (flow,) = analysis.flows
+    assert flow.path.states == {SCALED, UNSCALED}
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_optimizer_tags(keras: int):
+    _, analysis = analyse("""
+        import tensorflow as tf
+        from somewhere import make_optimizer
+        plain = tf.keras.optimizers.SGD(0.1)
+        factor = tf.keras.optimizers.SGD(0.1, loss_scale_factor=128.0)
+        unknown = make_optimizer()
+
+        class Net(tf.keras.Model):
+            def train_step(self, data):
+                with tf.GradientTape() as tape:
+                    loss = self.compute_loss(data)
+                grads = tape.gradient(loss, self.trainable_variables)
+                self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+
+        def step():
+            with tf.GradientTape() as tape:
+                loss = f()
+            g = tape.gradient(loss, params)
+            plain.apply_gradients(zip(g, params))
+            factor.apply_gradients(zip(g, params))
+            unknown.apply_gradients(zip(g, params))
+    """, keras=keras)
+    kinds = {f.optimizer: f.kind for f in analysis.flows}
+    assert kinds == {"self.optimizer": "lso", "plain": "plain", "factor": "lso", "unknown": "unknown"}
+
+
+def test_tf1_compute_gradients_and_minimize():
+    _, analysis = analyse("""
+        import tensorflow as tf
+        opt = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9)
+        grads_and_vars = opt.compute_gradients(loss)
+        grads_and_vars = [(tf.clip_by_value(g, -1.0, 1.0), v) for g, v in grads_and_vars]
+        opt.apply_gradients(grads_and_vars)
+        other = tf.compat.v1.train.AdamOptimizer()
+        train_op = other.minimize(loss)
+    """)
+    (flow,) = analysis.flows
+    assert flow.gradient.kind == "compute_gradients" and flow.gradient.optimizer == "opt"
+    assert flow.build.is_v1 and not flow.build.is_v1_lso
+    assert [e.kind for e in flow.path.events] == ["clip_by_value"]
+    ((_, minimize, build),) = analysis.minimizes
+    assert minimize.optimizer == "other" and build.is_v1
+
+
+def test_strategy_run_step_with_compute_average_loss_and_a_term_after_scaling():
+    _, analysis = analyse("""
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1))
+
+        @tf.function
+        def distributed_step(batch):
+            def step_fn(x, y):
+                with tf.GradientTape() as tape:
+                    per_example = loss_fn(y, model(x))
+                    loss = tf.nn.compute_average_loss(per_example, global_batch_size=64)
+                    scaled = opt.scale_loss(loss)
+                    scaled += tf.add_n(model.losses)
+                grads = tape.gradient(scaled, model.trainable_variables)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            strategy.run(step_fn, args=batch)
+    """)
+    (flow,) = analysis.flows
+    assert flow.scope.name == "step_fn" and flow.scale is not None and flow.path.states == {SCALED}
+    assert flow.build is not None and flow.build.is_lso
+
+
+def test_branches_are_exclusive_only_across_an_if():
+    _, analysis = analyse("""
+        if use_strategy:
+            a = 1
+            if deeper:
+                b = 2
+        else:
+            c = 3
+        try:
+            d = 4
+        except ValueError:
+            e = 5
+        f = 6
+    """)
+    statements = {next(iter(st.node.body)).targets[0].target.value: st
+                  for st in analysis.scopes[0].statements if isinstance(st.node, cst.SimpleStatementLine)}
+    assert exclusive(statements["a"], statements["c"]) and exclusive(statements["b"], statements["c"])
+    assert not exclusive(statements["a"], statements["b"])
+    assert exclusive(statements["d"], statements["e"])
+    assert not exclusive(statements["f"], statements["a"]) and not exclusive(statements["c"], statements["f"])
+
+
+def test_gradient_used_only_for_logging_does_not_reach_the_update_path():
+    _, analysis = analyse("""
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1))
+        with tf.GradientTape() as tape:
+            scaled = opt.scale_loss(loss)
+        grads = tape.gradient(scaled, params)
+        norm = tf.linalg.global_norm([tf.clip_by_norm(g, 1.0) for g in grads])
+        opt.apply_gradients(zip(grads, params))
+    """)
+    (flow,) = analysis.flows
+    assert flow.path.events == []
