@@ -146,3 +146,84 @@ def test_no_python_files_given_to_mpfix_itself_is_quiet(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 0
     assert result.stdout == "" and result.stderr == ""
+
+
+# -- a Keras 2 project and a notebook, no TensorFlow in the hook's environment (issue 15 #2, #3) ------
+
+K2_TRAIN = """\
+import tensorflow as tf
+
+tf.keras.mixed_precision.set_global_policy("mixed_float16")
+model = tf.keras.Sequential([tf.keras.layers.Dense(4), tf.keras.layers.Activation("linear", dtype="float32")])
+optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+
+
+@tf.function
+def train_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+        scaled_loss = optimizer.get_scaled_loss(loss)
+    grads = optimizer.get_unscaled_gradients(tape.gradient(scaled_loss, model.trainable_variables))
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+"""
+
+
+def _notebook(*sources: str) -> str:
+    import json
+
+    cells = [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
+              "source": source.splitlines(keepends=True)} for i, source in enumerate(sources)]
+    nb = {"cells": cells, "metadata": {"language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"  # Jupyter's layout
+
+
+NOTEBOOK = _notebook("import tensorflow as tf\n!pip install -q tf-keras \\\n    numpy",
+                     "if True:\n    !nvidia-smi\n" + BUGGY.split("\n", 2)[2])
+NOTEBOOK_FIXED = NOTEBOOK.replace("experimental_relax_shapes", "reduce_retracing")
+
+
+def _hook_env_python(env: dict) -> Path:
+    found = sorted(Path(env["PRE_COMMIT_HOME"]).glob("repo*/py_env-*/bin/python"))
+    assert found, "pre-commit did not create a python environment for the hooks"
+    return found[0]
+
+
+def test_keras2_project_with_a_notebook(tmp_path, hook_repo, env):
+    repo, rev = hook_repo
+    user = _user_repo(tmp_path / "user", env, {
+        "requirements.txt": "tensorflow==2.15.*\nnumpy\n", "train.py": K2_TRAIN, "explore.ipynb": NOTEBOOK,
+        ".pre-commit-config.yaml": _config(repo, rev)})
+    first = _run([*_pre_commit(), "run"], user, env)
+    output = first.stdout + first.stderr
+    # The hook environment is pre-commit's own virtualenv: no TensorFlow, no nbformat, no IPython.
+    missing = subprocess.run([str(_hook_env_python(env)), "-c",
+                              "import importlib.util as u; print([m for m in ('tensorflow', 'nbformat', 'IPython') "
+                              "if u.find_spec(m)])"], capture_output=True, text=True)
+    assert missing.stdout.strip() == "[]", missing.stdout + missing.stderr
+    assert first.returncode == 1, output
+    assert "nbformat" not in output and "MP000" not in output
+    # mpfix-fix fixed the notebook's deprecated argument (and failed, as pre-commit does for modified files)...
+    assert "files were modified by this hook" in first.stdout
+    assert (user / "explore.ipynb").read_text() == NOTEBOOK_FIXED
+    # ...and left the correct Keras 2 training step alone: the requirements pin TensorFlow 2.15.
+    assert (user / "train.py").read_text() == K2_TRAIN
+    assert "get_scaled_loss" not in output and "MP303" not in output
+    _git("add", "-A", cwd=user, env=env)
+    second = _run([*_pre_commit(), "run"], user, env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert second.stdout.count("Passed") == 2
+    assert (user / "train.py").read_text() == K2_TRAIN
+
+
+def test_unknown_keras_target_is_reported_never_rewritten(tmp_path, hook_repo, env):
+    repo, rev = hook_repo
+    user = _user_repo(tmp_path / "user", env, {"requirements.txt": "numpy\n", "train.py": K2_TRAIN,
+                                               ".pre-commit-config.yaml": _config(repo, rev)})
+    result = _run([*_pre_commit(), "run"], user, env)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert (user / "train.py").read_text() == K2_TRAIN  # nothing rewritten into Keras 3's API
+    assert "files were modified by this hook" not in result.stdout
+    # The check hook says what it cannot tell and how to settle it.
+    assert "MP303" in output and "keras = 2" in output and "[tool.mpfix]" in output
