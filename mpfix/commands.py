@@ -116,6 +116,11 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
         if verbose:
             for line in describe(report.targets):
                 click.echo(f"mpfix: {line}", err=True)
+    if verbose:
+        from mpfix.policy import describe as describe_policies
+
+        for line in describe_policies(files, settings.policy):
+            click.echo(f"mpfix: {line}", err=True)
     return results, report
 
 

@@ -20,6 +20,7 @@ from libcst.metadata import MetadataWrapper
 from mpfix.codemods import Rule, RuleContext
 from mpfix.codemods._walk import visit_batched
 from mpfix.codemods.names import ImportTable
+from mpfix import fix_validation
 from mpfix import policy as policies
 from mpfix import suppression
 from mpfix.findings import Edit, FileError, Finding, Fix, Position
@@ -179,14 +180,20 @@ class Engine:
         except RecursionError:
             return LintResult(errors=[FileError(name, "file is nested too deeply for the parser")])
         findings = self._findings(text, path, context)
+        validator = fix_validation.Validator(text, name, module, context.keras)
         if edits:
             for finding in findings:
                 if finding.fix is not None and finding.fix.changes:
-                    finding.edits = _edits_for(module, text, finding.fix)
+                    after, _ = apply_fixes(module, [finding.fix])
+                    reason = _problem(validator, after)
+                    if reason is not None:
+                        _withhold(finding, reason)
+                        continue
+                    finding.edits = text_edits(text, after)
         result = LintResult(findings=findings)
         if fix:
             try:
-                result = self._fix_until_stable(text, path, rules, findings, module, accept)
+                result = self._fix_until_stable(text, path, rules, findings, module, accept, validator)
             except FixError as exc:
                 result.errors.append(FileError(name, f"internal error: {exc}; nothing was written"))
         for finding in result.findings:
@@ -196,37 +203,89 @@ class Engine:
                                   description=finding.fix.description, imports=finding.fix.imports)
         return result
 
-    def _fix_until_stable(self, text, path, rules, findings, module, accept=None) -> LintResult:
+    def _fix_until_stable(self, text, path, rules, findings, module, accept=None, validator=None) -> LintResult:
         original_compiles = _compiles(text, str(path))
+        if validator is None:
+            validator = fix_validation.Validator(text, str(path), module)
         applied = 0
         current = text
         # Declined fixes are remembered by code, message and the text of their line,
-        # which survives the line shifts that accepted fixes cause.
+        # which survives the line shifts that accepted fixes cause. So are fixes that failed
+        # validation (fix_validation), with the reason: they are reported without a fix.
         declined: set[tuple[str, str, str]] = set()
-        for _ in range(MAX_FIX_PASSES):
-            fixes = []
+        rejected: dict[tuple[str, str, str], str] = {}
+
+        def done() -> LintResult:
             lines = current.splitlines()
             for f in findings:
-                key = (f.code, f.message, lines[f.line - 1].strip() if f.line <= len(lines) else "")
-                if not f.fixable(self.options.unsafe_fixes) or key in declined:
+                reason = rejected.get(_fix_key(f, lines))
+                if reason is not None and f.fix is not None:
+                    _withhold(f, reason)
+            return LintResult(findings=findings, fixed_text=current if current != text else None, applied=applied)
+
+        for _ in range(MAX_FIX_PASSES):
+            fixes, chosen = [], []
+            lines = current.splitlines()
+            for f in findings:
+                key = _fix_key(f, lines)
+                if not f.fixable(self.options.unsafe_fixes) or key in declined or key in rejected:
                     continue
                 if accept is not None:
                     after, _ = apply_fixes(module, [f.fix])
+                    reason = _problem(validator, after)
+                    if reason is not None:
+                        rejected[key] = reason  # never offered
+                        continue
                     if not accept(f, current, after):
                         declined.add(key)
                         continue
                 fixes.append(f.fix)
+                chosen.append((f, key))
             if not fixes:
-                return LintResult(findings=findings, fixed_text=current if current != text else None, applied=applied)
+                return done()
             new_text, count = apply_fixes(module, fixes)
             if new_text == current:
-                return LintResult(findings=findings, fixed_text=current if current != text else None, applied=applied)
+                return done()
             parsed = _validate(new_text, str(path), original_compiles)
+            reason = validator.problem(new_text, parsed)
+            if reason is not None:
+                # Find the fixes to blame, one by one; if none fails alone, their combination does.
+                blamed = {}
+                for f, key in chosen:
+                    alone, _ = apply_fixes(module, [f.fix])
+                    alone_reason = _problem(validator, alone)
+                    if alone_reason is not None:
+                        blamed[key] = alone_reason
+                rejected.update(blamed or {key: reason for _, key in chosen})
+                continue  # this pass again, without them
             applied += count
             current = new_text
             module, context = self._run(current, path, rules, parsed)
             findings = self._findings(current, path, context)
         raise FixError(f"fixes did not converge after {MAX_FIX_PASSES} passes")
+
+
+def _fix_key(finding: Finding, lines: list[str]) -> tuple[str, str, str]:
+    return (finding.code, finding.message,
+            lines[finding.line - 1].strip() if finding.line <= len(lines) else "")
+
+
+def _problem(validator: fix_validation.Validator, fixed: str) -> str | None:
+    """Why the fixed text ``fixed`` must not be written (the dtype check parses it only if needed)."""
+    module = None
+    if fix_validation.changes_dtypes(validator.original, fixed):
+        try:
+            module = parse_module(fixed)
+        except (cst.ParserSyntaxError, RecursionError):
+            return None  # the engine's own parse and compile checks report it
+    return validator.problem(fixed, module)
+
+
+def _withhold(finding: Finding, reason: str) -> None:
+    """Report ``finding`` without its fix, saying why."""
+    finding.fix = None
+    finding.edits = []
+    finding.message = f"{finding.message} (no fix offered: {reason})"
 
 
 def _same_replacement(a, b) -> bool:

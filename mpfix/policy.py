@@ -87,3 +87,25 @@ def reach_for(path: Path, text: str | None = None, *, configured: str | None = N
     if found.policy is Policy.NONE and own is not None and own.policy is not Policy.NONE:
         return own
     return found
+
+
+def describe(files, configured: str | None = None, shown: int = 50) -> list[str]:
+    """``--verbose`` lines: the policy each checked file runs under, and why (the entry point)."""
+    from mpfix.output import display_path
+
+    if configured in _CONFIGURED:
+        return [f"policy {_CONFIGURED[configured]} for all {len(files)} files: configured ({configured!r})"]
+    reached, unreached = [], []
+    for path in files:
+        reach = reach_for(Path(path))
+        (unreached if reach.policy is Policy.NONE else reached).append((display_path(str(path)), reach))
+    lines = [f"float16 reachability: {len(reached)} of {len(files)} files run under a mixed policy "
+             "(set `policy` in [tool.mpfix] or pass --policy to decide for every file)"]
+    for name, reach in reached[:shown]:
+        lines.append(f"  {name}: {reach.policy} — {reach.why}")
+    if len(reached) > shown:
+        lines.append(f"  … and {len(reached) - shown} more")
+    if unreached:
+        lines.append(f"  {len(unreached)} file{'s' if len(unreached) != 1 else ''} with no mixed policy: "
+                     f"{unreached[0][1].why}")
+    return lines

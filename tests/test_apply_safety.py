@@ -114,6 +114,10 @@ class _TwoFixesSameNode(Rule):
                 self.report(arg, fix={arg: cst.Integer("2")})
 
 
+# Both names the fixes use are bound: fix validation rejects a fix that uses an undefined name.
+_DEFS = "from helpers import value, wrapped\n"
+
+
 def test_a_fix_that_does_not_compile_is_never_written(tmp_path: Path):
     engine = Engine((_BreaksCode,), Options())
     result = engine.lint(DEPRECATED, tmp_path / "t.py", fix=True)
@@ -130,9 +134,9 @@ def test_fixes_that_never_settle_are_an_error(tmp_path: Path):
 
 def test_overlapping_fixes_are_applied_over_passes(tmp_path: Path):
     engine = Engine((_TwoFixesSameNode,), Options())
-    result = engine.lint("y = value(1)\n", tmp_path / "t.py", fix=True)
+    result = engine.lint(_DEFS + "y = value(1)\n", tmp_path / "t.py", fix=True)
     assert not result.errors
-    assert result.fixed_text == "y = wrapped(2)\n"
+    assert result.fixed_text == _DEFS + "y = wrapped(2)\n"
     assert result.applied == 2
 
 
@@ -141,9 +145,9 @@ def test_unsafe_fixes_need_the_flag(tmp_path: Path):
         code = "MP994"
         fix_safety = FixSafety.UNSAFE
 
-    assert Engine((_Unsafe,), Options()).lint("y = value(1)\n", tmp_path / "t.py", fix=True).fixed_text is None
-    fixed = Engine((_Unsafe,), Options(unsafe_fixes=True)).lint("y = value(1)\n", tmp_path / "t.py", fix=True)
-    assert fixed.fixed_text == "y = wrapped(2)\n"
+    assert Engine((_Unsafe,), Options()).lint(_DEFS + "y = value(1)\n", tmp_path / "t.py", fix=True).fixed_text is None
+    fixed = Engine((_Unsafe,), Options(unsafe_fixes=True)).lint(_DEFS + "y = value(1)\n", tmp_path / "t.py", fix=True)
+    assert fixed.fixed_text == _DEFS + "y = wrapped(2)\n"
 
 
 def test_apply_reports_internal_error_and_writes_nothing(project: Path, monkeypatch: pytest.MonkeyPatch):

@@ -253,7 +253,7 @@ def entries_in(data: bytes, conftest: bool = False) -> list[Entry]:
             following = _NEXT_DEF.match(data, span[1])
             fixture = following.group(1).decode("ascii", "replace") if following else None
         autouse = re.search(rb"autouse\s*=\s*True", data[span[0]:span[1]]) is not None
-        if fixture is not None and conftest:
+        if fixture is not None:
             found.append(Entry(policy, line, f"parametrises fixture `{fixture}` over \"mixed_"
                                f"{match.group(2).decode()}\"", scope="fixture", fixture=fixture, autouse=autouse))
         else:
@@ -478,6 +478,10 @@ class _Project:
         self._imports[file] = found = list(dict.fromkeys(f for f in out if f != file))
         return found
 
+    def in_package(self, file: str) -> bool:
+        """Whether ``file`` is part of a package (not a script or tutorial beside no ``__init__.py``)."""
+        return os.path.join(os.path.dirname(file), "__init__.py") in self._present
+
     def importers(self) -> dict[str, set[str]]:
         """For each file, the files that import it (every file's imports read, once)."""
         if self._importers is None:
@@ -550,17 +554,20 @@ def scan_project(root: Path, files: list[Path]) -> ProjectReach:
     return result
 
 
-def _is_call_of(code: bytes, start: int, prefix: bytes) -> bool:
-    """Whether the name at ``start`` is called bare (``f(``) or on its module (``module.f(``)."""
+def _is_call_of(code: bytes, start: int, end: int, prefix: bytes) -> bool:
+    """Whether the name at ``code[start:end]`` is called bare (``f(``) or used on its module
+    (``module.f(``, or ``app.run(module.f)``, which calls it later)."""
     before = code[start - 1:start]
-    if before and (before.isalnum() or before == b"_"):
-        return False  # the tail of a longer name
+    after = code[end:end + 1]
+    if (before and (before.isalnum() or before == b"_")) or (after and (after.isalnum() or after == b"_")):
+        return False  # part of a longer name
     if before == b".":
         if not code[:start].endswith(prefix):
             return False  # a method of something else
         head = code[start - len(prefix) - 1:start - len(prefix)]
-        if head and (head.isalnum() or head in b"_"):
-            return False
+        return not (head and (head.isalnum() or head == b"_"))
+    if not re.match(rb"\s*\(", code[end:end + 20]):
+        return False
     return not _line_prefix(code, start).lstrip().startswith((b"def ", b"async def "))
 
 
@@ -588,11 +595,11 @@ def _callers_of_setters(project: _Project, entries: dict[str, list[Entry]]) -> N
         for file, name, entry in setters:
             stem = os.path.basename(file).rpartition(".")[0]
             module = os.path.basename(os.path.dirname(file)) if stem == "__init__" else stem
-            call = re.compile(re.escape(name.encode()) + rb"\s*\(")  # a literal first: a fast search
+            call = re.compile(re.escape(name.encode()))  # a literal: a fast search
             prefix = module.encode() + b"."
             for other in sorted(importers.get(file, ())):
                 code = project.code(other)
-                match = next((m for m in call.finditer(code) if _is_call_of(code, m.start(), prefix)), None)
+                match = next((m for m in call.finditer(code) if _is_call_of(code, m.start(), m.end(), prefix)), None)
                 if match is None:
                     continue
                 entries.setdefault(other, []).append(Entry(
@@ -653,37 +660,72 @@ def _is_test_file(file: str) -> bool:
     return name.startswith("test") or name.endswith("_test.py") or name == "conftest.py"
 
 
+def _fixture_folders(project: _Project, file: str) -> list[str]:
+    """Folders whose tests can take the fixtures ``file`` defines: a conftest's own, or those of
+    the conftests that import ``file`` (``from pkg.test_utils import *``, a common layout)."""
+    if os.path.basename(file) == "conftest.py":
+        return [os.path.dirname(file) + os.sep]
+    return [os.path.dirname(c) + os.sep for c in sorted(project.importers().get(file, ()))
+            if os.path.basename(c) == "conftest.py"]
+
+
 def _reach_by_fixtures(project: _Project, entries: dict[str, list[Entry]], policy: Policy,
                        result: ProjectReach) -> None:
+    """Tests parametrised over the policy, and the library modules they import.
+
+    A test that takes the fixture runs what it imports under the policy (the library's own tests
+    running its layers in float16), so those modules are reached; other tests, scripts, tutorials
+    and notebooks are not, even when they import the same library.
+    """
+    tests: list[tuple[str, str]] = []  # (test file, why)
     for file, found in entries.items():
         for entry in found:
             if entry.policy is not policy or entry.scope == "global" or file in result.reached:
                 continue
-            result.reached[file] = Reach(policy, f"its tests are parametrised: {entry.what} (line {entry.line})")
+            why = f"its tests are parametrised: {entry.what} (line {entry.line})"
+            result.reached[file] = Reach(policy, why)
+            if entry.scope == "module" or _is_test_file(file):
+                tests.append((file, why))
     for file, found in entries.items():
         for entry in found:
             if entry.policy is not policy or entry.scope != "fixture" or entry.fixture is None:
                 continue
-            folder = os.path.dirname(file) + os.sep
+            folders = _fixture_folders(project, file)
+            importers = project.importers().get(file, set()) if os.path.basename(file) != "conftest.py" else set()
             names = {entry.fixture}
             # Fixtures that take the policy fixture carry it on (one level per pass, a few passes).
             for _ in range(3):
                 for other in project.files:
-                    if other.startswith(folder) and os.path.basename(other) == "conftest.py":
+                    if any(other.startswith(f) for f in folders) and os.path.basename(other) == "conftest.py":
                         code = project.code(other)
                         for match in re.finditer(rb"@pytest\.fixture[^\n]*\n\s*def[ \t]+(\w+)[ \t]*\(([^)]*)\)", code):
                             if any(re.search(rb"\b" + re.escape(n.encode()) + rb"\b", match.group(2)) for n in names):
                                 names.add(match.group(1).decode("ascii", "replace"))
             where = f"{project.display(file)}:{entry.line}"
             for other in project.files:
-                if not other.startswith(folder) or other in result.reached or not _is_test_file(other):
+                if other in result.reached or not _is_test_file(other):
+                    continue
+                if not (any(other.startswith(f) for f in folders) or other in importers):
                     continue
                 code = project.code(other)
                 used = next((n for n in sorted(names) if _takes_fixture(code, n)), None)
                 if used is None and not entry.autouse:
                     continue
                 how = f"uses fixture `{used}`" if used else f"runs under autouse fixture `{entry.fixture}`"
-                result.reached[other] = Reach(policy, f"test {how}, which {where} parametrises over the policy")
+                why = f"test {how}, which {where} parametrises over the policy"
+                result.reached[other] = Reach(policy, why)
+                tests.append((other, why))
+    # What those tests import, through library modules only (never another test or a script).
+    queue = deque((test, test) for test, _ in tests)
+    origin = dict(tests)
+    while queue:
+        file, test = queue.popleft()
+        for imported in project.imported_files(file):
+            if imported in result.reached or _is_test_file(imported) or not project.in_package(imported):
+                continue
+            result.reached[imported] = Reach(policy, f"imported from {project.display(test)}, a test that runs "
+                                                     f"under the policy ({origin[test]})")
+            queue.append((imported, test))
 
 
 def reach_in_text(text: str) -> Reach:

@@ -31,6 +31,7 @@ def test_a_conftest_fixture_reaches_only_the_tests_that_take_it(tmp_path: Path):
     reach = _project(tmp_path, {
         "mylib/__init__.py": "",
         "mylib/layers.py": LAYER,
+        "mylib/io.py": LAYER,
         "tests/conftest.py": """
             import keras
             import pytest
@@ -42,29 +43,64 @@ def test_a_conftest_fixture_reaches_only_the_tests_that_take_it(tmp_path: Path):
                 keras.mixed_precision.set_global_policy("float32")
         """,
         "tests/test_layers.py": """
-            from mylib import layers
+            from mylib.layers import Block
 
             def test_block(dtype_policy):
-                layers.Block()
+                Block()
         """,
-        "tests/test_other.py": "from mylib import layers\n\ndef test_plain():\n    layers.Block()\n",
-        "tutorials/walkthrough.py": "from mylib import layers\nlayers.Block()\n",
-        "scripts/train.py": "from mylib.layers import Block\nBlock()\n",
+        "tests/test_io.py": "from mylib import io\n\ndef test_plain():\n    io.Block()\n",
+        "tutorials/walkthrough.py": "from mylib import io, layers\nio.Block()\n",
+        "scripts/train.py": "from mylib.io import Block\nBlock()\n",
     })
     assert reach("tests/test_layers.py").policy is Policy.FLOAT16
     assert "fixture `dtype_policy`" in reach("tests/test_layers.py").why
     assert "tests/conftest.py:4" in reach("tests/test_layers.py").why
-    for name in ("mylib/layers.py", "mylib/__init__.py", "tests/test_other.py", "tutorials/walkthrough.py",
-                 "scripts/train.py"):
+    # The library's own test runs this layer under the policy; nothing runs mylib/io.py so.
+    assert reach("mylib/layers.py").policy is Policy.FLOAT16
+    assert "tests/test_layers.py" in reach("mylib/layers.py").why
+    for name in ("mylib/io.py", "tests/test_io.py", "tutorials/walkthrough.py", "scripts/train.py"):
         assert reach(name).policy is Policy.NONE, (name, reach(name).why)
     # Resetting the policy to float32 in the fixture is no entry point either.
-    assert all(e.scope == "fixture" for e in entries_in((tmp_path / "tests/conftest.py").read_bytes(), True))
+    assert all(e.scope == "fixture" for e in entries_in((tmp_path / "tests/conftest.py").read_bytes()))
 
 
-def test_parametrize_in_a_test_module_reaches_that_module_only(tmp_path: Path):
+def test_a_fixture_imported_into_a_conftest_reaches_the_tests_under_it(tmp_path: Path):
+    reach = _project(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/utils/__init__.py": "",
+        "pkg/utils/test_utils.py": """
+            import pytest
+            import tensorflow as tf
+
+            @pytest.fixture(scope="function", params=["float32", "mixed_float16"])
+            def run_with_mixed_precision_policy(request):
+                tf.keras.mixed_precision.set_global_policy(request.param)
+                yield
+        """,
+        "pkg/conftest.py": "from pkg.utils.test_utils import run_with_mixed_precision_policy  # noqa: F401\n",
+        "pkg/layers/__init__.py": "",
+        "pkg/layers/crf.py": LAYER,
+        "pkg/layers/tests/__init__.py": "",
+        "pkg/layers/tests/crf_test.py": """
+            import pytest
+            from pkg.layers.crf import Block
+
+            @pytest.mark.usefixtures("run_with_mixed_precision_policy")
+            def test_crf():
+                Block()
+        """,
+        "pkg/layers/tests/other_test.py": "def test_other():\n    pass\n",
+    })
+    assert reach("pkg/layers/tests/crf_test.py").policy is Policy.FLOAT16
+    assert reach("pkg/layers/crf.py").policy is Policy.FLOAT16
+    assert reach("pkg/layers/tests/other_test.py").policy is Policy.NONE
+
+
+def test_parametrize_reaches_its_test_module_and_what_it_runs_not_other_tests(tmp_path: Path):
     reach = _project(tmp_path, {
         "lib/__init__.py": "",
         "lib/model.py": LAYER,
+        "lib/data.py": "import json\n",
         "tests/test_model.py": """
             import pytest
             from lib import model
@@ -73,9 +109,13 @@ def test_parametrize_in_a_test_module_reaches_that_module_only(tmp_path: Path):
             def test_model(policy):
                 model.Block(dtype=policy)
         """,
+        "tests/test_data.py": "from lib import data\n\ndef test_data():\n    pass\n",
+        "tests/helpers.py": "def make():\n    pass\n",
     })
     assert reach("tests/test_model.py").policy is Policy.FLOAT16
-    assert reach("lib/model.py").policy is Policy.NONE
+    assert reach("lib/model.py").policy is Policy.FLOAT16
+    for name in ("lib/data.py", "tests/test_data.py", "tests/helpers.py"):
+        assert reach(name).policy is Policy.NONE, name
 
 
 @pytest.mark.parametrize(("option", "expected"), [("True", Policy.FLOAT16), ("False", Policy.NONE)])
@@ -231,4 +271,21 @@ def test_the_engine_and_the_cache_key_follow_the_file_not_the_project(tmp_path: 
     assert "train.py" in engine.reach(text, layers).why
     after = cache_mod._keyer_for(job).key(layers, text.encode())
     assert before != after
+    policies.project_reach.cache_clear()
+
+
+def test_verbose_says_which_files_run_under_the_policy_and_why(project: Path):
+    from click.testing import CliRunner
+
+    from mpfix.cli import cli
+
+    (project / "model").mkdir()
+    (project / "model/layers.py").write_text(LAYER)
+    (project / "train.py").write_text(SETS + "from model import layers\n")
+    (project / "tools.py").write_text("import os\n")
+    policies.project_reach.cache_clear()
+    result = CliRunner().invoke(cli, ["check", "--no-cache", "--verbose", "."])
+    assert "2 of 3 files run under a mixed policy" in result.stderr
+    assert 'model/layers.py: mixed_float16 — imported from train.py, which sets "mixed_float16" (line 2)' in result.stderr
+    assert "1 file with no mixed policy: no float16 entry point of the project reaches it" in result.stderr
     policies.project_reach.cache_clear()
