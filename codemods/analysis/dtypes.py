@@ -382,6 +382,7 @@ class DtypeAnalysis:
                 elif isinstance(stmt, (cst.If, cst.Try, cst.With)) and isinstance(stmt.body, cst.IndentedBlock):
                     walk_functions(stmt.body.body, owner)
 
+        self.wrapped_metrics = self._wrapped_metric_functions()
         walk_functions(self.module.body, None)
         seen: set[cst.FunctionDef] = set()
         queue = list(seeds)
@@ -513,6 +514,25 @@ class DtypeAnalysis:
                 region.params.update(learnt)
                 self._compute_env(region)
 
+    def _wrapped_metric_functions(self) -> set[str]:
+        """Functions passed to a metric wrapper (``MeanMetricWrapper(cosine_similarity)``): it casts y_pred to float32."""
+        if "MetricWrapper" not in self.module.code:
+            return set()
+        found: set[str] = set()
+        for stmt in self.module.body:
+            if not isinstance(stmt, cst.ClassDef):
+                continue
+            bases = " ".join(self.module.code_for_node(b.value) for b in stmt.bases)
+            if "MetricWrapper" not in bases and "Metric" not in bases:
+                continue
+            for node in _walk_calls(stmt):
+                if isinstance(node.func, cst.Attribute) and node.func.attr.value == "__init__":
+                    found.update(a.value.value for a in node.args if isinstance(a.value, cst.Name))
+        for stmt in _walk_calls(self.module):
+            if "MetricWrapper" in (dotted_name(stmt.func) or ""):
+                found.update(a.value.value for a in stmt.args if isinstance(a.value, cst.Name))
+        return found
+
     def _float32_state_class(self, owner: cst.ClassDef) -> bool:
         found = self._float32_state.get(owner)
         if found is None:  # once per class, not once per method
@@ -526,18 +546,23 @@ class DtypeAnalysis:
             # Optimizers update and regularizers penalise float32 variables (the policy's
             # variable dtype); metrics cast their inputs to their own float32 dtype.
             return None
-        if owner is None and _METRIC_FUNCTION.search(name):
+        if owner is None and (_METRIC_FUNCTION.search(name) or name in self.wrapped_metrics):
             return None
         for decorator in func.decorators:
             target = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
             if self.resolve(target) == "tensorflow.function":
                 return "tf-function"
         if owner is not None and name == "call":
+            if any(re.search(r"(^|\.)(Operation|Function)$", self.module.code_for_node(b.value)) for b in owner.bases):
+                return None  # keras.ops' own Operation classes: called on whatever the user passes, never autocast
             return "layer-call"
         if name in ("train_step", "test_step", "predict_step", "compute_loss") or _STEP_NAME.search(name):
             return "train-step"
         if owner is not None and name == "__call__" and LOSS_NAME.search(owner.name.value):
             return "loss"
+        if owner is not None and name == "__call__" and any(
+                (self.resolve(b.value) or "") == "tensorflow.Module" for b in owner.bases):
+            return "module-call"  # a tf.Module layer: no autocast, but its `self.compute_dtype` may be float16
         params = [p.name.value for p in func.params.params]
         if "loss" in name.lower() and [p for p in params if p not in ("self", "cls")]:
             return "loss"
@@ -589,7 +614,7 @@ class DtypeAnalysis:
                     dtype = PY
                 elif signature is not None:
                     dtype = signature[position] if position < len(signature) else UNK
-                elif region.kind == "shadow":
+                elif region.kind in ("shadow", "module-call"):
                     dtype = UNK
                 elif layer_call and not autocast:
                     dtype = UNK  # autocast=False / preprocessing layers keep their inputs' dtype
@@ -998,7 +1023,11 @@ class DtypeAnalysis:
             parts = _comparison_parts(node)
             return PY if all(self.dtype(n, region, deeper) is PY for n in parts) else BOOL
         if node_type is cst.IfExp:
-            return join(self.dtype(node.body, region, deeper), self.dtype(node.orelse, region, deeper))
+            body, orelse = self.dtype(node.body, region, deeper), self.dtype(node.orelse, region, deeper)
+            if {body, orelse} in ({F16, F32}, {F16, F64}, {UNK, F32}) and self._casts_the_other(node):
+                # `tf.cast(x, tf.float32) if convert else x`: cast where needed, so the float16 path is float32.
+                return body if body.wide else orelse
+            return join(body, orelse)
         if node_type is cst.Attribute:
             attr = node.attr.value
             if attr in ("shape", "ndim", "dtype", "compute_dtype", "variable_dtype", "name", "rank"):
@@ -1013,6 +1042,14 @@ class DtypeAnalysis:
         if node_type is cst.Call:
             return self._call_dtype(node, region, deeper)
         return UNK
+
+    def _casts_the_other(self, node: cst.IfExp) -> bool:
+        code = self.module.code_for_node
+        for cast_branch, other in ((node.body, node.orelse), (node.orelse, node.body)):
+            if isinstance(cast_branch, cst.Call) and (ops_table.op_name(self.resolve(cast_branch.func)) or "") in \
+                    ops_table.CAST_OPS and cast_branch.args and code(cast_branch.args[0].value) == code(other):
+                return True
+        return False
 
     def dtype_of_spelling(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> Dtype:
         """What a dtype argument gives: ``tf.float32`` → float32, ``x.dtype`` → x's dtype, ``self.dtype`` → float32."""
@@ -1249,6 +1286,12 @@ def _all_integers(node: cst.BaseExpression) -> bool:
     if isinstance(node, (cst.List, cst.Tuple)):
         return all(_all_integers(e.value) for e in node.elements)
     return False
+
+
+def _walk_calls(root: cst.CSTNode):
+    from mpfix.codemods._walk import find_all
+
+    return find_all(root, cst.Call)
 
 
 def _assignments(func: cst.FunctionDef):

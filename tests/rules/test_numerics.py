@@ -368,6 +368,48 @@ ISLANDS = {
                 h = self.norm(x)
                 return h / (tf.norm(h, axis=-1, keepdims=True) + 1e-8)
     """,
+    # Keras' own op implementations are called on whatever the user passes: never autocast.
+    "keras-op-implementation": """
+        from keras.src import backend
+        from keras.src.ops.operation import Operation
+        class Norm(Operation):
+            def call(self, x):
+                x = backend.convert_to_tensor(x)
+                return backend.linalg.norm(x, axis=-1)
+    """,
+    # A layer that casts its inputs to float32 first (BatchNormalization): its helpers see float32.
+    "upcasting-layer-helper": """
+        import tensorflow as tf
+        class BatchNorm(tf.keras.layers.Layer):
+            def call(self, inputs):
+                if self.compute_dtype in ("float16", "bfloat16"):
+                    inputs = tf.cast(inputs, tf.float32)
+                mean, var = self._moments(inputs)
+                return (inputs - mean) * tf.math.rsqrt(var + 1e-3)
+            def _moments(self, inputs):
+                mean = tf.reduce_mean(inputs, axis=0)
+                return mean, tf.reduce_sum(tf.square(inputs - mean), axis=0)
+    """,
+    # A metric function wrapped by a MeanMetricWrapper: the wrapper casts y_pred to float32.
+    "wrapped-metric-function": """
+        import tensorflow as tf
+        def cosine_similarity(y_true, y_pred, axis=-1):
+            y_true = tf.linalg.l2_normalize(y_true, axis=axis)
+            y_pred = tf.linalg.l2_normalize(y_pred, axis=axis)
+            return tf.reduce_sum(y_true * y_pred, axis=axis)
+        class CosineSimilarity(tf.keras.metrics.MeanMetricWrapper):
+            def __init__(self, name="cosine_similarity", dtype=None, axis=-1):
+                super().__init__(cosine_similarity, name, dtype=dtype, axis=axis)
+    """,
+    # Cast to float32 where needed: on the float16 path the value is float32.
+    "conditional-cast-to-float32": """
+        import tensorflow as tf
+        def pairwise_loss(embeddings, labels):
+            convert = embeddings.dtype == tf.float16
+            precise = tf.cast(embeddings, tf.float32) if convert else embeddings
+            distances = tf.reduce_sum(tf.square(precise), axis=-1)
+            return tf.math.log1p(tf.math.exp(distances)) + 1e-12 * tf.reduce_sum(precise)
+    """,
 }
 
 
@@ -447,6 +489,48 @@ HAZARDS = {
             norm = features / (tf.norm(features, axis=-1, keepdims=True) + 1e-8)
             return tf.keras.losses.mean_squared_error(y, logits) + tf.reduce_mean(norm)
     """, ["MP202", "MP203", "MP207"], "1e-4"),
+    # From reading real code (benchmarks/precision/hazards.tsv).
+    "clip-lower-bound-divisor": ("""
+        import tensorflow as tf
+        class A(tf.keras.layers.Layer):
+            def call(self, x):
+                return x / tf.clip_by_value(x, 1e-10, 1.0)
+    """, ["MP202"], "1e-4"),
+    "epsilon-after-moments": ("""
+        import tensorflow as tf
+        class WeightNorm(tf.keras.layers.Layer):
+            def call(self, inputs):
+                x_init = self.layer(inputs)
+                m, v = tf.nn.moments(x_init, axes=[0])
+                return x_init * (1.0 / tf.math.sqrt(v + 1e-10))
+    """, ["MP202"], "1e-4"),
+    "merge-layer-l2-normalize": ("""
+        import tensorflow as tf
+        class Dot(tf.keras.layers.Layer):
+            def call(self, inputs):
+                return self._merge_function(inputs)
+            def _merge_function(self, inputs):
+                x1, x2 = inputs[0], inputs[1]
+                x1 = tf.linalg.l2_normalize(x1, axis=-1)
+                return tf.reduce_sum(x1 * x2, axis=-1)
+    """, ["MP202"], "tf.cast(x1, tf.float32)"),
+    "module-compute-dtype-mask": ("""
+        import tensorflow as tf
+        class Attention(tf.Module):
+            def __init__(self, compute_dtype=tf.float32):
+                super().__init__()
+                self.compute_dtype = compute_dtype
+            def __call__(self, scores, mask):
+                return scores + (1.0 - tf.cast(mask, self.compute_dtype)) * -1e9
+    """, ["MP201"], "-3e4"),
+    "variable-dtype-epsilon": ("""
+        import tensorflow as tf
+        class FRN(tf.keras.layers.Layer):
+            def call(self, x):
+                nu2 = tf.reduce_mean(tf.square(x), axis=[1, 2], keepdims=True)
+                epsilon = tf.cast(1e-6, self.dtype)
+                return x * tf.math.rsqrt(nu2 + epsilon)
+    """, ["MP206"], "tf.cast(1e-6, self.compute_dtype)"),
 }
 
 
