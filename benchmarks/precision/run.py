@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         with args.unjudged.open("w", encoding="utf-8") as out:
             for f in unjudged:
                 out.write("\t".join([f.corpus, f.path, f.where, f.code, "?", text_key(f.text),
-                                     f.message.replace("\t", " ") + " ## " + f.text]) + "\n")
+                                     " ".join(f.message.split()) + " ## " + f.text]) + "\n")
     if args.json:
         args.json.write_text(json.dumps(counts, indent=1, sort_keys=True))
     return 0
