@@ -137,7 +137,8 @@ class Float16ModelOutput(Rule):
                 return model
             """,
         ),
-        # A subclassed functional model: its outputs are built in __init__.
+        # A subclassed functional model: its outputs are built in __init__. (A linear head of a model
+        # trained elsewhere is left alone: callers may cast the logits before the loss.)
         Invalid(
             """
             import keras
@@ -147,7 +148,7 @@ class Float16ModelOutput(Rule):
                 def __init__(self):
                     inputs = keras.Input((8,))
                     hidden = keras.layers.Dense(32, activation="relu")(inputs)
-                    outputs = keras.layers.Dense(1)(hidden)
+                    outputs = keras.layers.Dense(1, activation="sigmoid")(hidden)
                     super().__init__(inputs=inputs, outputs=outputs)
             """,
             """
@@ -158,7 +159,7 @@ class Float16ModelOutput(Rule):
                 def __init__(self):
                     inputs = keras.Input((8,))
                     hidden = keras.layers.Dense(32, activation="relu")(inputs)
-                    outputs = keras.layers.Dense(1, dtype="float32")(hidden)
+                    outputs = keras.layers.Activation("sigmoid", dtype="float32")(keras.layers.Dense(1)(hidden))
                     super().__init__(inputs=inputs, outputs=outputs)
             """,
         ),
@@ -175,9 +176,9 @@ class Float16ModelOutput(Rule):
                 continue
             if argument(layer, "dtype", None) is not None:
                 continue
-            self._report(form, layer, where, kind)
+            self._report(form, layer, where, kind, seen_by_a_loss=facts.trains)
 
-    def _report(self, form: str, layer: cst.Call, where, kind: str) -> None:
+    def _report(self, form: str, layer: cst.Call, where, kind: str, seen_by_a_loss: bool) -> None:
         activation_arg = argument(layer, "activation", None)
         if kind == "Activation":
             activation = _activation_name(layer.args[0].value if layer.args else None)
@@ -186,6 +187,10 @@ class Float16ModelOutput(Rule):
         else:
             activation = _activation_name(activation_arg.value if activation_arg else None)
         if activation.lower() in _FEATURE_ACTIVATIONS:
+            return
+        if activation == "linear" and not seen_by_a_loss:
+            # Logits of a model trained elsewhere: callers that cast them to float32 before the loss
+            # (tf-models' tasks do) lose nothing. A fused softmax/sigmoid is float16 whatever they do.
             return
         safety = FixSafety.SAFE if activation in _SAFE_HEADS else FixSafety.UNSAFE
         head = f"{activation} head" if activation != "linear" else "linear (regression/logits) head"
