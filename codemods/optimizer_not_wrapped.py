@@ -391,8 +391,8 @@ class OptimizerNotWrapped(Rule):
 
     def _built_by(self, flow: Flow) -> str | None:
         """The call that binds the optimizer in the step's own function or the module, if any."""
-        module_scope = next(iter(training_steps(self.context).scopes))
-        for scope in (flow.scope, module_scope):
+        analysis = training_steps(self.context)
+        for scope in (flow.scope, *analysis.enclosing(flow.scope), analysis.scopes[0]):
             for st in reversed(scope.statements):
                 for target, value in assigned_targets(st.node):
                     if dotted_name(target) == flow.optimizer and isinstance(value, cst.Call):

@@ -23,7 +23,7 @@ class Tf1LoopWithoutLossScaling(Rule):
     requires_float16 = True
     explanation = """
         ## What it does
-        Under a `mixed_float16` policy, finds TF1 optimizers (`tf.compat.v1.train.MomentumOptimizer`
+        In a file that sets a `mixed_float16` policy, finds TF1 optimizers (`tf.compat.v1.train.MomentumOptimizer`
         and friends) whose gradients are taken with `compute_gradients` or `minimize` in this file,
         with no `MixedPrecisionLossScaleOptimizer` (or graph-rewrite) wrapped around them.
 
@@ -108,7 +108,10 @@ class Tf1LoopWithoutLossScaling(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        if self.context.policy is not Policy.FLOAT16:
+        # A Keras policy only reaches Keras layers; TF1 graph code elsewhere in a project that uses
+        # mixed_float16 (estimator model_fns, tf.compat.v1.layers) usually computes in float32. So the
+        # file itself must set (or name) the float16 policy.
+        if self.context.policy is not Policy.FLOAT16 or self.context.module_policy is not Policy.FLOAT16:
             return
         analysis = training_steps(self.context)
         wrapped: set[str] = set()

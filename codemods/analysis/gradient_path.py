@@ -264,6 +264,11 @@ class Analysis:
         found = found or [b for b in self.builds if b.target == optimizer and isinstance(b.scope.node, cst.Module)]
         return found[-1] if found else None
 
+    def enclosing(self, scope: Scope) -> list[Scope]:
+        """The functions ``scope`` is nested in, innermost first."""
+        outer = [s for s in self.scopes if _encloses(s.node, scope.node)]  # scopes are in pre-order
+        return outer[::-1]
+
     def inner_build(self, build: OptimizerBuild) -> cst.Call | None:
         """The constructor call of the optimizer an LSO build wraps, where it is visible."""
         inner = build.inner()

@@ -544,3 +544,27 @@ def test_gradient_path_rules_stay_silent_on_correct_loops(keras: int):
             strategy.run(step_fn, args=batch)
     """
     assert codes(lint(code, keras, fix=False)) == []
+
+
+def test_mp101_names_the_call_in_the_enclosing_function_that_binds_the_optimizer():
+    # tf-models' transformer_main: `opt = self._create_optimizer()` in train(), the step nested in it.
+    code = """
+        import tensorflow as tf
+        import tf_keras
+        tf_keras.mixed_precision.set_global_policy("mixed_float16")
+
+        class Task:
+            def train(self):
+                opt = self._create_optimizer()
+
+                @tf.function
+                def train_steps(iterator, steps):
+                    for _ in tf.range(steps):
+                        with tf.GradientTape() as tape:
+                            loss = self.loss(next(iterator))
+                        grads = tape.gradient(loss, self.tvars)
+                        opt.apply_gradients(zip(grads, self.tvars))
+                return train_steps
+    """
+    (finding,) = lint(code, 2, fix=False).findings
+    assert "comes from `self._create_optimizer(...)`" in finding.message
