@@ -362,6 +362,49 @@ def report(findings: list[Finding], matched: dict[int, Judgement], title: str) -
     return {k: dict(v) for k, v in counts.items()}
 
 
+def saved_findings(root: Path, results: Path, label: str, wanted) -> list[Finding]:
+    lines = Lines()
+    findings: list[Finding] = []
+    for corpus in wanted:
+        saved = results / label / f"{corpus.name}.json"
+        if saved.exists():
+            findings += to_findings(corpus, root, json.loads(saved.read_text()), lines)
+    return findings
+
+
+def markdown(root: Path, results: Path, labels: list[str], wanted) -> str:
+    """Per rule and family: findings, true/false/debatable/unjudged and precision of each saved run."""
+    judgements = read_judgements(JUDGEMENTS)
+    hazards = read_hazards(HAZARDS)
+    tables = []
+    for label in labels:
+        findings = saved_findings(root, results, label, wanted)
+        matched, _ = join(findings, judgements)
+        counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        for i, f in enumerate(findings):
+            verdict = matched[i].verdict if i in matched else "unjudged"
+            for group in (f.code, f.code[:3] + "xx", "all"):
+                counts[group][verdict] += 1
+        found = sum(any(covers(f, h) for f in findings) for h in hazards)
+        tables.append((counts, found))
+    groups = sorted({g for counts, _ in tables for g in counts if g != "all"},
+                    key=lambda g: (g.endswith("xx"), g)) + ["all"]
+    head = "| rule | " + " | ".join(f"{lab}: n (T/F/D/?) | precision" for lab in labels) + " |"
+    out = [head, "|" + "---|" * (1 + 2 * len(labels))]
+    for group in groups:
+        cells = []
+        for counts, _ in tables:
+            c = counts.get(group, collections.Counter())
+            n = sum(c.values())
+            cells.append(f"{n} ({c['true']}/{c['false']}/{c['debatable']}/{c['unjudged']})" if n else "0")
+            cells.append(precision(c["true"], c["false"]).strip() if n else "-")
+        name = f"**{group}**" if group.endswith("xx") or group == "all" else group
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    out.append("| recall (hazards.tsv) | " + " | ".join(f"{found}/{len(hazards)} | {100.0 * found / max(1, len(hazards)):.1f}%"
+                                                     for _, found in tables) + " |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpora", type=Path, default=default_corpora(), help="corpora root (MPFIX_CORPORA)")
@@ -377,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unjudged", type=Path, help="write skeleton judgement lines for unjudged findings")
     parser.add_argument("--list-unjudged", type=int, default=40, help="how many unjudged findings to print")
     parser.add_argument("--json", type=Path, help="write the counts as JSON")
+    parser.add_argument("--markdown", metavar="LABEL,LABEL", help="print a markdown table comparing saved runs and exit")
     args = parser.parse_args(argv)
 
     root = args.corpora
@@ -387,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     results = args.results or root / "_results"
     label = args.label + (f"-{args.policy}" if args.policy else "")
     wanted = [c for c in CORPORA if not args.only or c.name in args.only.split(",")]
+    if args.markdown:
+        print(markdown(root, results, args.markdown.split(","), wanted))
+        return 0
     lines = Lines()
     findings: list[Finding] = []
     timings = {}
