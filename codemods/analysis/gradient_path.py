@@ -461,6 +461,17 @@ def _walk(body, parents: tuple, conditional: bool, scope: Scope, scopes: list[Sc
             _walk(final.body.body, inner_parents, branchy, scope, scopes, class_name, branch)
 
 
+def _optimizer_classes(module: cst.Module) -> set[str]:
+    """Names of the module's classes that are optimizers (named so, or deriving from one)."""
+    found: set[str] = set()
+    for stmt in module.body:
+        if isinstance(stmt, cst.ClassDef):
+            bases = [dotted_name(b.value) or "" for b in stmt.bases]
+            if "Optimizer" in stmt.name.value or any("Optimizer" in b or b in found for b in bases):
+                found.add(stmt.name.value)
+    return found
+
+
 def exclusive(a: Statement, b: Statement) -> bool:
     """True if ``a`` and ``b`` sit on different branches of one ``if`` (or a try body and a handler)."""
     mine = dict(a.branch)
@@ -551,6 +562,10 @@ def _analyse(context: RuleContext) -> Analysis:
                     inner = factories[value.func.value]
                     builds.append(OptimizerBuild(inner, text, resolve(inner.func) or "", scope, None))
 
+    # An optimizer's own methods (`minimize` calling `self.apply_gradients`, a wrapper forwarding to
+    # `self.optimizer`) implement updates; they are not training loops.
+    optimizer_classes = _optimizer_classes(module)
+
     # Pass 2: per scope, tapes, gradient calls, applies, scaling calls, data flow.
     for scope in scopes:
         calls = per_scope_calls[id(scope.node)]
@@ -602,6 +617,8 @@ def _analyse(context: RuleContext) -> Analysis:
                     local_scales.append(ScaleCall(call, st, method, owner, ifexp or st.conditional))
         scale_calls.extend(local_scales)
         all_gradients.extend((scope, g) for g in gradients)
+        if scope.class_name is not None and scope.class_name in optimizer_classes:
+            continue
         for call in minimizes:
             build, _ = _trace(context, scope, scopes, call.optimizer, builds, compiled_models)
             all_minimizes.append((scope, call, build))

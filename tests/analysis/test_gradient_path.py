@@ -241,3 +241,25 @@ def test_gradient_used_only_for_logging_does_not_reach_the_update_path():
     """)
     (flow,) = analysis.flows
     assert flow.path.events == []
+
+
+def test_an_optimizers_own_methods_are_not_training_loops():
+    # tf_keras optimizer.py `minimize` and optimizer_v1.py's TFOptimizer forward to apply_gradients.
+    _, analysis = analyse("""
+        import tensorflow as tf
+
+        class Optimizer:
+            def minimize(self, loss, var_list, tape=None):
+                grads_and_vars = self.compute_gradients(loss, var_list, tape)
+                self.apply_gradients(grads_and_vars)
+
+        class TFOptimizer(Optimizer):
+            def get_updates(self, loss, params):
+                grads = self.optimizer.compute_gradients(loss, params)
+                return self.optimizer.apply_gradients(grads)
+
+        def train(opt):
+            grads_and_vars = opt.compute_gradients(loss)
+            opt.apply_gradients(grads_and_vars)
+    """)
+    assert [f.scope.name for f in analysis.flows] == ["train"]
