@@ -167,8 +167,9 @@ class Float16ModelOutput(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         facts = model_facts(self.context)
-        for form, layer, where, returned in facts.heads:
-            if not (returned or facts.trains):
+        for form, layer, where, returned, model, function in facts.heads:
+            seen = (model is not None and model in facts.trained) or (function is not None and function in facts.trained_factories)
+            if not (returned or seen):
                 continue  # no loss in this file sees the head, and no caller gets the model
             resolved = self.context.resolve(layer.func) or ""
             kind = resolved.split(".")[-1]
@@ -176,7 +177,7 @@ class Float16ModelOutput(Rule):
                 continue
             if argument(layer, "dtype", None) is not None:
                 continue
-            self._report(form, layer, where, kind, seen_by_a_loss=facts.trains)
+            self._report(form, layer, where, kind, seen_by_a_loss=seen)
 
     def _report(self, form: str, layer: cst.Call, where, kind: str, seen_by_a_loss: bool) -> None:
         activation_arg = argument(layer, "activation", None)

@@ -38,7 +38,8 @@ def _frame() -> dict:
     # applied: names fed to another layer (`Dense(3)(x)`): a tensor that goes on is a feature, not
     # an output; called: names called on tensors (`block(x)`): a Sequential used as a layer.
     # returned: names the function returns (a factory's model is the model's final output).
-    return {"assigned": {}, "sequential": {}, "applied": set(), "called": set(), "pending": [], "returned": set()}
+    return {"assigned": {}, "sequential": {}, "applied": set(), "called": set(), "pending": [], "returned": set(),
+            "function": None}
 
 
 class _Models(Visitor):
@@ -58,6 +59,7 @@ class _Models(Visitor):
         # (form, output layer, applied call / list / statement, returned from a factory function)
         self.heads: list[tuple[str, cst.Call, cst.CSTNode | None, bool]] = []
         self.class_depth = 0
+        self.functions: list[str] = []
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.stack.append(node)
@@ -79,9 +81,16 @@ class _Models(Visitor):
 
     def visit_FunctionDef(self, node) -> None:
         self.frames.append(_frame())
+        self.frames[-1]["function"] = node.name.value
+        self.functions.append(node.name.value)
 
     def leave_FunctionDef(self, node) -> None:
+        self.functions.pop()
         self._close(self.frames.pop())
+
+    def _in_model_constructor(self) -> bool:
+        """Inside a class, only a constructor builds the class's own model (test methods build toys)."""
+        return bool(self.functions) and _CONSTRUCTOR_METHOD.match(self.functions[-1]) is not None
 
     def leave_Module(self, node) -> None:
         self._close(self.frames[0])
@@ -89,13 +98,14 @@ class _Models(Visitor):
     def _close(self, frame) -> None:
         for name, last in frame["sequential"].items():
             if last is not None and not _used_as_layer(name, frame):
-                self.heads.append(("add", *last, name in frame["returned"]))
+                self.heads.append(("add", *last, name in frame["returned"], name, frame["function"]))
         for form, layer, where, name, model, returned in frame["pending"]:
             if form == "list" and name is not None and _used_as_layer(name, frame):
                 continue
             if form == "applied" and name is not None and name in frame["applied"]:
                 continue
-            self.heads.append((form, layer, where, returned or (model is not None and model in frame["returned"])))
+            self.heads.append((form, layer, where, returned or (model is not None and model in frame["returned"]), model,
+                               frame["function"]))
 
     def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
         # `output = Dense(3)(output)`: feeding the old value on says nothing about the new one.
@@ -149,6 +159,8 @@ class _Models(Visitor):
                 if isinstance(last, cst.Call):
                     frame["pending"].append(("list", last, layers.value, model, model, returned))
             return
+        if self.class_depth and not self._in_model_constructor():
+            return
         if resolved in ("keras.Model", "keras.models.Model"):
             outputs = argument(node, "outputs", 1)
         elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "__init__" and \
@@ -170,9 +182,39 @@ class _Models(Visitor):
                 frame["pending"].append(("applied", value.func, value, name, model, returned))
 
 
+_CONSTRUCTOR_METHOD = re.compile(r"^(__init__|build|_build\w*|build_model|create_model|_make_model)$")
 # `super().__init__(inputs=..., outputs=...)` in a keras.Model subclass.
 SUBCLASSED_FUNCTIONAL = re.compile(r"__init__\(\s*inputs")
-_TRAINS = re.compile(r"\.compile\(|\.fit\(|GradientTape|train_on_batch|\.minimize\(|losses\.|loss_fn|compute_loss")
+
+
+_TRAIN_METHODS = {"compile", "fit", "train_on_batch", "fit_generator"}
+
+
+def _trained(context, index) -> tuple[set[str], set[str]]:
+    """Names of models the file trains, and of the functions whose result it trains."""
+    trained: set[str] = set()
+    for call in index.get(cst.Call, ()):
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _TRAIN_METHODS:
+            name = dotted_name(func.value)
+            if name:
+                trained.add(name)
+    analysis = dtype_analysis(context)
+    for region in analysis.regions:
+        if region.kind in ("train-step", "tf-function", "loss"):
+            for call in region.calls:
+                name = dotted_name(call.func)
+                if name and "." not in name.replace("self.", ""):
+                    trained.add(name)
+    factories: set[str] = set()
+    for assign in index.get(cst.Assign, ()):
+        if isinstance(assign.value, cst.Call) and any(dotted_name(t.target) in trained for t in assign.targets):
+            name = dotted_name(assign.value.func)
+            if name:
+                factories.add(name.split(".")[-1])
+    # `self.model = build()` … `self.model.fit(...)`: the short names count too.
+    trained |= {name.split(".")[-1] for name in trained}
+    return trained, factories
 
 
 def _used_as_layer(name: str, frame: dict) -> bool:
@@ -230,13 +272,14 @@ class _ModelFacts:
             self.heads = finder.heads
         self.assigned, self.defined = _bindings(index)
         self.float16_heads: list[cst.Call] = []
-        for _form, layer, _where, _returned in self.heads:
+        for _form, layer, _where, *_rest in self.heads:
             resolved = context.resolve(layer.func) or ""
             if resolved.startswith("keras.layers.") and resolved.split(".")[-1] in _OUTPUT_LAYERS and \
                     argument(layer, "dtype", None) is None and _head_activation(layer, resolved) not in _FEATURE_ACTIVATIONS:
                 self.float16_heads.append(layer)
-        # Whether the file trains a model (compile/fit, a tape, a loss): a head that feeds a loss here.
-        self.trains = _TRAINS.search(context.module.code) is not None
+        # Which models the file trains (compile/fit, or calls in a training step or loss), and the
+        # factories that build them: their heads feed a loss here.
+        self.trained, self.trained_factories = _trained(context, index) if self.heads else (set(), set())
         # A layer built with dtype="float32" anywhere: the author put the output in float32.
         self.says_float32 = False
         for call in dtype_analysis(context).all_calls:
