@@ -9,17 +9,14 @@ scale-sensitive transform (``mpfix.codemods.analysis.gradient_path``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import libcst as cst
 
 from mpfix.codemods._gradient_fixes import describe, move_clip_changes
 from mpfix.codemods._walk import find_all
-from mpfix.codemods.analysis.gradient_path import UNSCALE, training_steps
+from mpfix.codemods.analysis.gradient_path import UNSCALE, UNSCALE_METHOD, assigned_targets, training_steps
 
 from mpfix.codemods import _api_table as table
 from mpfix.codemods.base import Invalid, Rule, Valid
-from mpfix.codemods._mp_api_support import optimizer_names
 from mpfix.codemods.names import dotted_name
 from mpfix.findings import FixSafety
 
@@ -41,16 +38,6 @@ def _unwrapped(value: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(value, _ATOMIC) or value.lpar:
         return value
     return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-
-
-@dataclass
-class _Scope:
-    """What one function (or the module body) holds that the Keras 2 translation needs."""
-
-    scale_calls: list[cst.Call] = field(default_factory=list)
-    gradients: list[cst.Call] = field(default_factory=list)
-    assigned: dict[cst.Call, str | None] = field(default_factory=dict)
-    unscales: bool = False
 
 
 class Keras2ScalingOnKeras3(Rule):
@@ -316,8 +303,6 @@ class Keras2ScalingOnKeras3(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if self.context.keras == table.KERAS3:
             self._keras2_call_on_keras3(node)
-        else:
-            self._collect_keras2(node)
 
     def _keras2_call_on_keras3(self, node: cst.Call) -> None:
         if _method_call(node, "get_scaled_loss") and not self._custom("get_scaled_loss"):
@@ -369,52 +354,31 @@ class Keras2ScalingOnKeras3(Rule):
             f"; {what} moves into the inner optimizer, which clips after the LossScaleOptimizer unscaled")
 
     # -- Keras 2: Keras 3 calls ---------------------------------------------------------
-    # One traversal collects, per function, what the Keras 2 translation needs; the module's end
-    # decides (searching each function's subtree again would cost several parses on big files).
-    def visit_Module(self, node: cst.Module) -> None:
-        self._scopes: list[_Scope] = [_Scope()]
-        self._all_scopes: list[_Scope] = list(self._scopes)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        scope = _Scope()
-        self._scopes.append(scope)
-        self._all_scopes.append(scope)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._scopes.pop()
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if len(node.targets) == 1 and isinstance(node.value, cst.Call):
-            self._scopes[-1].assigned[node.value] = dotted_name(node.targets[0].target)
-
-    def _collect_keras2(self, node: cst.Call) -> None:
-        scope = self._scopes[-1]
-        if _method_call(node, "scale_loss"):
-            scope.scale_calls.append(node)
-        elif isinstance(node.func, cst.Attribute) and node.args:
-            if node.func.attr.value == "gradient":
-                scope.gradients.append(node)
-            elif node.func.attr.value == "get_unscaled_gradients":
-                scope.unscales = True
-
+    # The scaling calls, the gradients taken of them and the unscales come from the gradient-path model.
     def leave_Module(self, original_node: cst.Module) -> None:
-        if self.context.keras != table.KERAS2 or not any(s.scale_calls for s in self._all_scopes):
+        if self.context.keras != table.KERAS2 or self._custom("scale_loss"):
             return
-        if self._custom("scale_loss"):
-            return
-        lsos = optimizer_names(self.context.module, self.context, lso_only=True)
-        for scope in self._all_scopes:
-            for call in scope.scale_calls:
-                self._report_keras3_scaling(call, scope.gradients, scope.assigned.get(call), scope.unscales, lsos)
+        analysis = training_steps(self.context)
+        for scale in analysis.scale_calls:
+            if scale.method != "scale_loss" or not _method_call(scale.call, "scale_loss") or scale.scope is None:
+                continue
+            scope = scale.scope
+            gradients = [g.call for s, g in analysis.gradients if s is scope and g.kind == "tape"]
+            scaled_name = next((dotted_name(target) for target, value in assigned_targets(scale.statement.node)
+                                if value is scale.call), None)
+            unscales = any(s.method == UNSCALE_METHOD for s in analysis.scale_calls if s.scope is scope)
+            build = analysis.build_of(scope, scale.optimizer)
+            self._report_keras3_scaling(scale.call, gradients, scaled_name, unscales,
+                                        build is not None and build.is_lso)
 
     def _report_keras3_scaling(self, call: cst.Call, gradients: list[cst.Call], scaled_name: str | None,
-                               unscales: bool, lsos: set[str]) -> None:
+                               unscales: bool, lso: bool) -> None:
         assert isinstance(call.func, cst.Attribute)
         receiver = call.func.value
         renamed_func = call.func.with_changes(attr=call.func.attr.with_changes(value="get_scaled_loss"))
         message = "`scale_loss` is Keras 3; Keras 2 scales with `get_scaled_loss` and unscales with " \
                   "`get_unscaled_gradients`"
-        safety = FixSafety.SAFE if dotted_name(receiver) in lsos else FixSafety.UNSAFE
+        safety = FixSafety.SAFE if lso else FixSafety.UNSAFE
         changes: dict[cst.CSTNode, cst.CSTNode] = {}
         for gradient in gradients:
             first = gradient.args[0].value

@@ -102,6 +102,7 @@ class ScaleCall:
     method: str  # scale_loss / get_scaled_loss / get_unscaled_gradients
     optimizer: str
     conditional: bool  # inside `x if c else y` or an if-statement: user-managed
+    scope: "Scope | None" = field(default=None, repr=False)
 
 
 # ----------------------------------------------------------------- gradient-path records
@@ -461,6 +462,16 @@ def _walk(body, parents: tuple, conditional: bool, scope: Scope, scopes: list[Sc
             _walk(final.body.body, inner_parents, branchy, scope, scopes, class_name, branch)
 
 
+def _is_tape(resolve, func: cst.BaseExpression) -> bool:
+    """``tf.GradientTape`` as imported; unresolved ``x.GradientTape`` too (snippets, notebooks without
+    the import cell): the name is TensorFlow's alone."""
+    qualified = resolve(func)
+    if qualified is not None:
+        return qualified == "tensorflow.GradientTape"
+    dotted = dotted_name(func)
+    return dotted is not None and dotted.rpartition(".")[2] == "GradientTape"
+
+
 def _optimizer_classes(module: cst.Module) -> set[str]:
     """Names of the module's classes that are optimizers (named so, or deriving from one)."""
     found: set[str] = set()
@@ -574,7 +585,7 @@ def _analyse(context: RuleContext) -> Analysis:
             if isinstance(st.node, cst.With):
                 for item in st.node.items:
                     asname = item.asname.name if item.asname is not None else None
-                    if isinstance(item.item, cst.Call) and resolve(item.item.func) == "tensorflow.GradientTape":
+                    if isinstance(item.item, cst.Call) and _is_tape(resolve, item.item.func):
                         if isinstance(asname, cst.Name):
                             tape = tapes.setdefault(asname.value, Tape(asname.value))
                             tape.withs.append(st.node)
@@ -582,7 +593,7 @@ def _analyse(context: RuleContext) -> Analysis:
                     elif isinstance(item.item, cst.Name) and item.item.value in tapes:
                         tapes[item.item.value].withs.append(st.node)  # `with tape:` re-entered
             for target, value in assigned_targets(st.node):
-                if isinstance(target, cst.Name) and isinstance(value, cst.Call) and resolve(value.func) == "tensorflow.GradientTape":
+                if isinstance(target, cst.Name) and isinstance(value, cst.Call) and _is_tape(resolve, value.func):
                     tape = tapes.setdefault(target.value, Tape(target.value))
                     tape.persistent |= _is_true(getattr(_keyword(value, "persistent"), "value", None))
         # `tape = tf.GradientTape()` then `with tape:` (the With came before we knew the name).
@@ -614,7 +625,7 @@ def _analyse(context: RuleContext) -> Analysis:
                 elif method in APPLY_METHODS and owner is not None:
                     applies.append(ApplyCall(call, st, owner))
                 elif method in SCALE_METHODS + (UNSCALE_METHOD,) and owner is not None:
-                    local_scales.append(ScaleCall(call, st, method, owner, ifexp or st.conditional))
+                    local_scales.append(ScaleCall(call, st, method, owner, ifexp or st.conditional, scope))
         scale_calls.extend(local_scales)
         all_gradients.extend((scope, g) for g in gradients)
         if scope.class_name is not None and scope.class_name in optimizer_classes:
