@@ -164,6 +164,57 @@ MUST_NOT_FLAG = {
                 outputs = tf.nest.map_structure(tf.math.softmax, outputs)
                 return self.build_losses(model_outputs=outputs, labels=labels)
     """,
+    # Label smoothing: `low` mixes with tf.cast(..., tf.float32), so it is float32 (TF never promotes).
+    "label-smoothing-float32-by-use": """
+        import tensorflow as tf
+
+        def smoothing_loss(logits, labels, smoothing, vocab_size):
+            confidence = 1.0 - smoothing
+            low = (1.0 - confidence) / tf.cast(vocab_size - 1, tf.float32)
+            return -(confidence * tf.math.log(confidence) + low * tf.math.log(low + 1e-20))
+    """,
+    # Optimizer and regularizer code sees float32 variables, whatever the compute policy.
+    "optimizer-and-regularizer-state": """
+        import tensorflow as tf
+
+        class Muon(tf.keras.optimizers.Optimizer):
+            def update_step(self, gradient, variable, learning_rate):
+                x = gradient / (tf.norm(gradient) + 1e-7)
+                variable.assign_sub(learning_rate * x)
+
+        class OrthogonalRegularizer(tf.keras.regularizers.Regularizer):
+            def __call__(self, inputs):
+                inputs = tf.math.l2_normalize(inputs, axis=0)
+                return tf.reduce_sum(tf.matmul(tf.transpose(inputs), inputs))
+    """,
+    # Sharpness-aware minimisation: gradients of float32 variables are float32.
+    "sam-gradients-float32": """
+        import tensorflow as tf
+
+        class SAM(tf.keras.Model):
+            def train_step(self, data):
+                x, y = data
+                with tf.GradientTape() as tape:
+                    loss = self.compiled_loss(y, self(x))
+                gradients = tape.gradient(loss, self.trainable_variables)
+                norm = self._norm(gradients)
+                return self.rho / (norm + 1e-12)
+
+            def _norm(self, gradients):
+                return tf.norm(tf.stack([tf.norm(g) for g in gradients if g is not None]))
+    """,
+    # IoU: `neg_log_iou * mask32` only runs if iou, and the areas it is made of, are float32.
+    "iou-float32-by-use": """
+        import tensorflow as tf
+
+        def iou_loss(pred, target, mask):
+            inter = tf.minimum(pred, target)
+            union = pred + target - inter
+            iou = inter / (union + 1e-8)
+            mask32 = tf.cast(mask, tf.float32)
+            neg_log_iou = -tf.math.log(iou)
+            return tf.reduce_sum(neg_log_iou * mask32)
+    """,
     "focal-loss-pow": """
         import tensorflow as tf
         def focal_loss(y_true, y_pred, gamma=2.0):
