@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from mpfix.codemods._gradient_fixes import describe, move_clip_changes
 from mpfix.codemods.analysis.gradient_path import Flow
 from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, scale_method, scaling_changes, step_flows, where
 from mpfix.codemods.base import Invalid, Rule, Valid
@@ -197,7 +198,22 @@ class LossNotScaled(Rule):
         for group in by_apply.values():
             flow = group[0]
             fix: dict | None = {}
-            for member in group:
+            extra = ""
+            # Keras 3: once the loss is scaled, a clip between the gradient and the LSO's apply sees
+            # scaled gradients; it moves into the inner optimizer where that is built in the file.
+            transforms = [e for f in group for e in f.path.events if e.sensitive] if self.context.keras == 3 else []
+            if transforms:
+                build = flow.build
+                inner = analysis.inner_build(build) if build is not None and build.is_lso else None
+                moved = move_clip_changes(self.context, analysis, group, transforms, inner)
+                if moved is None:
+                    fix = None
+                    extra = (f", and move {describe(transforms[0])} after unscaling (the inner optimizer's "
+                             f"`global_clipnorm`/`clipnorm`/`clipvalue`): scaling alone would clip scaled gradients")
+                else:
+                    changes, new_inner = moved
+                    fix = {**changes, inner: new_inner}
+            for member in group if fix is not None else ():
                 step = scaling_changes(self.context, analysis, member)
                 if step is None or any(k in fix for k in step):
                     fix = None
@@ -206,7 +222,7 @@ class LossNotScaled(Rule):
             self.report(
                 flow.apply.call,
                 f"`{flow.optimizer}` scales losses but the gradient in {where(flow)} is taken of the unscaled "
-                f"loss; compute `{flow.optimizer}.{scale_method(self.context.keras)}(loss)` inside the tape",
+                f"loss; compute `{flow.optimizer}.{scale_method(self.context.keras)}(loss)` inside the tape{extra}",
                 fix=fix,
                 description="Scale the loss inside the tape",
             )

@@ -568,3 +568,37 @@ def test_mp101_names_the_call_in_the_enclosing_function_that_binds_the_optimizer
     """
     (finding,) = lint(code, 2, fix=False).findings
     assert "comes from `self._create_optimizer(...)`" in finding.message
+
+
+def test_mp102_keras3_scaling_a_loop_that_clips_moves_the_clip_or_gives_no_fix():
+    code = """
+        import keras
+        import tensorflow as tf
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+        grads = tape.gradient(loss, model.trainable_variables)
+        grads = [tf.clip_by_value(g, -1.0, 1.0) for g in grads]
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+    """
+    fixed = lint(code, 3).fixed_text
+    assert "LossScaleOptimizer(keras.optimizers.SGD(0.1, clipvalue=1.0))" in fixed
+    assert "clip_by_value" not in fixed and "scaled_loss = opt.scale_loss(loss)" in fixed
+    compiled = """
+        import keras
+        import tensorflow as tf
+        keras.mixed_precision.set_global_policy("mixed_float16")
+
+        class Net(keras.Model):
+            def train_step(self, data):
+                with tf.GradientTape() as tape:
+                    loss = self.compute_loss(data)
+                grads = tape.gradient(loss, self.trainable_variables)
+                grads, _ = tf.clip_by_global_norm(grads, 1.0)
+                self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+    """
+    (finding,) = lint(compiled, 3, fix=False).findings
+    assert finding.code == "MP102" and finding.fix is None and "scaling alone would clip" in finding.message
+    # Keras 2 unscales at the gradient call: the clip then sees unscaled gradients, the fix stays.
+    assert lint(compiled.replace("import keras\n", "import tf_keras as keras\n"), 2, fix=False).findings[0].fix
