@@ -62,15 +62,11 @@ def _settings(paths, config_path, select, extend_select, ignore, unsafe_fixes, k
 def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select, ignore,
         unsafe_fixes, keras, policy, jobs=None, no_cache=False, accept=None, loss_scale=None, verbose=False):
     """Shared body of check/diff/apply: settings → discovery → runner → (results, report)."""
-    from mpfix import selection
     from mpfix.discovery import discover
-    from mpfix.engine import Options
     from mpfix.findings import FileError
-    from mpfix.runner import Job, Mode, process_all
 
     try:
         settings = _settings(paths, config_path, select, extend_select, ignore, unsafe_fixes, keras, policy)
-        rules = selection.select(settings.select, settings.ignore, settings.extend_select)
     except config_mod.ConfigError as exc:
         click.echo(f"mpfix: error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
@@ -84,6 +80,20 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
         # Ruff's behaviour: a warning, exit 0 (a pre-commit run or a CI glob that matches nothing is not an error).
         click.echo("mpfix: warning: no Python files found (.py, .ipynb) under "
                    + ", ".join(display_path(str(p)) for p in paths), err=True)
+    if accept is None and not verbose and fmt in ("text", "full", "json", "github") and _untriggered(files, settings):
+        # No selected rule's trigger occurs in any file: nothing would be parsed, so the rules (and
+        # LibCST, most of such a run's cost) are not even imported (mpfix.trigger_table).
+        return [], Report(findings=[], errors=errors, unsafe_fixes=settings.unsafe_fixes, texts={},
+                          files_checked=len(files))
+    from mpfix import selection
+    from mpfix.engine import Options
+    from mpfix.runner import Job, Mode, process_all
+
+    try:
+        rules = selection.select(settings.select, settings.ignore, settings.extend_select)
+    except config_mod.ConfigError as exc:
+        click.echo(f"mpfix: error: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
     base = settings.config_file.parent if settings.config_file else Path.cwd()
     ignored_for = {f: selection.ignored_for_file(f, settings.per_file_ignores, base) for f in files}
     job = Job(
@@ -122,6 +132,20 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
         for line in describe_policies(files, settings.policy):
             click.echo(f"mpfix: {line}", err=True)
     return results, report
+
+
+def _untriggered(files, settings) -> bool:
+    """True when the precomputed trigger table shows that no selected rule can run on any of ``files``."""
+    from mpfix import trigger_table
+
+    table = trigger_table.load(verify=False)
+    if table is None:
+        return False
+    codes = trigger_table.selected(table, settings.select, settings.ignore, settings.extend_select)
+    # The rules' source is hashed only when the answer would be used: a triggered run pays nothing.
+    return (codes is not None and trigger_table.nothing_to_check(files, codes, table, settings.max_file_bytes,
+                                                                 settings.policy)
+            and trigger_table.current())
 
 
 def _emit(fmt: str, report: Report, quiet: bool, **summary_args) -> None:
