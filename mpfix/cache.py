@@ -190,7 +190,7 @@ class Keyer:
         reach = self._projects.get(root)
         if reach is None:
             reach = self._projects[root] = policies.project_reach(Path(root))
-        return str(reach.reach_for(path).policy)
+        return reach.reach_for(path).key()
 
     def _known_policy(self, path: Path) -> str | None:
         """The file's policy if its project was scanned already in this process, else None."""

@@ -19,6 +19,7 @@ from libcst.metadata import MetadataWrapper
 
 from mpfix.codemods import Rule, RuleContext
 from mpfix.codemods._walk import visit_batched
+from mpfix.codemods.analysis.reachability import float16_regions
 from mpfix.codemods.names import ImportTable
 from mpfix import fix_validation
 from mpfix import policy as policies
@@ -118,11 +119,15 @@ class Engine:
         target = targets.decide(self.options.keras, text, path,
                                 imports.imports_module("tf_keras") or targets.imports_tf_keras(text))
         keras = target.keras or targets.DEFAULT
-        policy, module_policy = self._policy(text, path) if any(r.requires_float16 for r in rules) else (
-            policies.policy_in_text(text), policies.policy_in_text(text))
+        module_policy = policies.policy_in_text(text)
+        reach = self.reach(text, path) if any(r.requires_float16 for r in rules) else None
+        policy = reach.policy if reach is not None else module_policy
         context = RuleContext(module=module, path=path, keras=keras, policy=policy,
                               module_policy=module_policy, imports=imports, loss_scale=self.options.loss_scale,
                               keras_known=target.known)
+        if reach is not None and reach.partial and policy is policies.Policy.FLOAT16:
+            # A test module where only some tests run under the policy: float16 findings count there only.
+            context.cache[_REGIONS] = float16_regions(text, reach.fixtures)
         self._visit(module, context, rules)
         if not target.known:
             # Unknown target: the findings are the default generation's; a fix is kept only
@@ -155,6 +160,8 @@ class Engine:
             start = Position(span.start.line, span.start.column + 1) if span else Position(1, 1)
             end = Position(span.end.line, span.end.column + 1) if span else start
             if suppressions.suppresses(rule.code, start.line, end.line):
+                continue
+            if rule.requires_float16 and not _in_regions(context.cache.get(_REGIONS), start.line):
                 continue
             findings.append(Finding(code=rule.code, message=report.message, filename=str(path),
                                     start=start, end=end, fix=report.fix, node=report.node))
@@ -263,6 +270,13 @@ class Engine:
             module, context = self._run(current, path, rules, parsed)
             findings = self._findings(current, path, context)
         raise FixError(f"fixes did not converge after {MAX_FIX_PASSES} passes")
+
+
+_REGIONS = "mpfix.engine.float16_regions"
+
+
+def _in_regions(regions: list[tuple[int, int]] | None, line: int) -> bool:
+    return regions is None or any(first <= line <= last for first, last in regions)
 
 
 def _fix_key(finding: Finding, lines: list[str]) -> tuple[str, str, str]:

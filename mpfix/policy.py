@@ -80,13 +80,16 @@ def reach_for(path: Path, text: str | None = None, *, configured: str | None = N
 
     if configured in _CONFIGURED:
         return Reach(_CONFIGURED[configured], f"configured: policy = {configured!r}")
-    own = reach_in_text(text) if text is not None else None
-    if own is not None and own.policy is Policy.FLOAT16 or not project:
-        return own if own is not None else Reach(Policy.NONE, "the project was not consulted")
-    found = project_reach(project_root(path)).reach_for(path)
-    if found.policy is Policy.NONE and own is not None and own.policy is not Policy.NONE:
-        return own
-    return found
+    found = project_reach(project_root(path)).reach_for(path) if project else None
+    if found is not None and found.policy is Policy.FLOAT16:
+        return found
+    # The file's own text may set a policy the project scan did not see (it read the disk).
+    own = reach_in_text(text, path) if text is not None else None
+    if own is not None and (own.policy is Policy.FLOAT16 or found is None or found.policy is Policy.NONE):
+        return own if own.policy is not Policy.NONE or found is None else found
+    if found is not None:
+        return found
+    return Reach(Policy.NONE, "the project was not consulted")
 
 
 def describe(files, configured: str | None = None, shown: int = 50) -> list[str]:

@@ -1,13 +1,17 @@
 """Round trip on real code: `mpfix apply --unsafe-fixes` over published sources never harms them.
 
-Corpus: every Python file of the installed ``keras`` package (always there:
-TensorFlow depends on it) and of the ``tf-models-official`` wheel (``pip
-download``, kept under ``.bench/wheels``; when the registry cannot be reached
-within a minute, keras alone, with a warning): about 2,150 files and 570k lines,
+Corpus: every Python file of the installed ``keras`` and ``tf_keras`` packages
+(always there: TensorFlow and the test extra depend on them), of the
+``tf-models-official`` wheel (``pip download``, kept under ``.bench/wheels``; when
+the registry cannot be reached within a minute, without it, with a warning) and of
+the precision benchmark's DeepLearningExamples and addons corpora where they are
+downloaded (``$MPFIX_CORPORA``, see benchmarks/precision): up to about 3,600 files,
 with ``--policy mixed_float16`` so that every float16 rule runs everywhere.
 Invariants: no internal error (MP000 "internal error"), every changed file
-compiles, a second ``apply`` (without the cache, so every file is linted again)
-changes nothing, every file not reported as changed is byte-identical.
+compiles and passes the undefined-name check (pyflakes: no name undefined that the
+original did not leave undefined), a second ``apply`` (without the cache, so every
+file is linted again) changes nothing, every file not reported as changed is
+byte-identical.
 """
 
 from __future__ import annotations
@@ -22,15 +26,24 @@ from pathlib import Path
 
 import pytest
 
+from mpfix.fix_validation import undefined_names
+
 ROOT = Path(__file__).resolve().parent.parent
 WHEELS = ROOT / ".bench" / "wheels"
 TFM = "tf-models-official==2.20.0"
 
 
-def _keras_sources() -> Path:
-    spec = importlib.util.find_spec("keras")  # no import: that would load TensorFlow
-    assert spec is not None and spec.submodule_search_locations, "keras must be installed"
+def _keras_sources(package: str = "keras") -> Path:
+    spec = importlib.util.find_spec(package)  # no import: that would load TensorFlow
+    assert spec is not None and spec.submodule_search_locations, f"{package} must be installed"
     return Path(list(spec.submodule_search_locations)[0])
+
+
+def _precision_corpora() -> dict[str, Path]:
+    """The downloaded corpora of benchmarks/precision (DeepLearningExamples, addons), where present."""
+    base = Path(os.environ.get("MPFIX_CORPORA", "/work/corpora"))
+    found = {name: base / sub for name, sub in (("dle", "dle/TensorFlow2"), ("addons", "addons"))}
+    return {name: folder for name, folder in found.items() if folder.is_dir()}
 
 
 def _tfm_wheel() -> Path | None:
@@ -53,11 +66,15 @@ def corpus(tmp_path_factory) -> Path:
     keras = _keras_sources()
     sources = {p.relative_to(keras).as_posix(): p.read_bytes() for p in keras.rglob("*.py")}
     _copy(root / "keras", sources)
+    tf_keras = _keras_sources("tf_keras")  # the test extra installs it
+    _copy(root / "tf_keras", {p.relative_to(tf_keras).as_posix(): p.read_bytes() for p in tf_keras.rglob("*.py")})
     wheel = _tfm_wheel()
     if wheel is not None:
         with zipfile.ZipFile(wheel) as archive:
             sources = {n: archive.read(n) for n in archive.namelist() if n.endswith(".py")}
         _copy(root / "tfm", sources)
+    for name, folder in _precision_corpora().items():
+        _copy(root / name, {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*.py")})
     return root
 
 
@@ -93,11 +110,18 @@ def test_apply_on_real_code_is_safe_and_idempotent(corpus: Path):
     assert after.keys() == before.keys()
     changed = [name for name in before if after[name] != before[name]]
     assert changed, "no file changed: the corpus no longer exercises any fix"
+    unbound = {}
     for name in changed:
         try:
             compile(after[name], name, "exec", dont_inherit=True)
         except SyntaxError as exc:  # pragma: no cover - the assertion message is the point
             pytest.fail(f"{name} no longer compiles after apply: {exc}")
+        old_names = undefined_names(before[name].decode("utf-8", "replace"), name)
+        new_names = undefined_names(after[name].decode("utf-8", "replace"), name)
+        assert new_names is not None, f"{name}: pyflakes cannot read the fixed file"
+        if old_names is not None and new_names - old_names:
+            unbound[name] = sorted(new_names - old_names)
+    assert not unbound, f"fixes left names unbound: {unbound}"
 
     second = _apply(corpus, "--no-cache")
     assert second.returncode in (0, 1), (second.stdout + second.stderr)[-3000:]

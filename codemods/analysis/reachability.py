@@ -65,6 +65,7 @@ class Entry:
     fixture: str | None = None
     autouse: bool = False
     function: str | None = None  # the function whose body switches it on (callers become entry points)
+    in_test: bool = False  # inside a test function (at any depth)
 
 
 _NEEDLES = (b"mixed_float16", b"mixed_bfloat16", b"auto_mixed_precision", b"TF_ENABLE_AUTO",
@@ -99,6 +100,13 @@ def _line_prefix(data: bytes, offset: int) -> bytes:
     return data[data.rfind(b"\n", 0, offset) + 1:offset]
 
 
+def _in_comment(data: bytes, offset: int) -> bool:
+    prefix = _line_prefix(data, offset).lstrip()
+    if prefix.startswith(b'"'):
+        prefix = prefix[1:].lstrip()
+    return prefix.startswith(b"#") or (b"#" in prefix and prefix.count(b'"') % 2 == 0 and prefix.count(b"'") % 2 == 0)
+
+
 def _in_comment_or_doctest(data: bytes, offset: int) -> bool:
     prefix = _line_prefix(data, offset).lstrip()
     # A notebook's JSON holds each line as a string: `    "# comment\n",`.
@@ -106,6 +114,31 @@ def _in_comment_or_doctest(data: bytes, offset: int) -> bool:
         prefix = prefix[1:].lstrip()
     return prefix.startswith((b"#", b">>>", b"...")) or (b"#" in prefix and prefix.count(b'"') % 2 == 0
                                                          and prefix.count(b"'") % 2 == 0)
+
+
+_TRIPLE = re.compile(rb"\"\"\"|'''")
+
+
+def _docstring_spans(data: bytes) -> list[tuple[int, int]]:
+    """(start, end) of every triple-quoted string (docstrings: prose and examples, not code)."""
+    spans, open_at, quote = [], None, None
+    for match in _TRIPLE.finditer(data):
+        if open_at is None:
+            open_at, quote = match.start(), match.group()
+        elif match.group() == quote:
+            spans.append((open_at, match.end()))
+            open_at = None
+    return spans
+
+
+def _in_spans(spans: list[tuple[int, int]], offset: int) -> bool:
+    return any(start < offset < end for start, end in spans)
+
+
+def _in_string(data: bytes, offset: int) -> bool:
+    """Whether ``offset`` is inside a string literal that opened on its line (an error message)."""
+    prefix = _line_prefix(data, offset)
+    return prefix.count(b'"') % 2 == 1 or prefix.count(b"'") % 2 == 1
 
 
 def _sets_policy(data: bytes, start: int, end: int) -> bool:
@@ -198,6 +231,21 @@ class _Defs:
 
     def enclosing(self, offset: int) -> str | None:
         """The innermost ``def`` whose body holds ``offset`` (by indentation; approximate)."""
+        found = self._enclosing(offset)
+        return found[2] if found is not None else None
+
+    def in_test(self, offset: int) -> bool:
+        """Whether ``offset`` lies in a test function (at any depth: classes defined inside one too)."""
+        for _ in range(12):
+            found = self._enclosing(offset)
+            if found is None:
+                return False
+            if found[2].startswith("test"):
+                return True
+            offset = found[0] + found[1]  # the def keyword itself: what encloses the def
+        return False
+
+    def _enclosing(self, offset: int) -> tuple[int, int, str] | None:
         data = self.data
         prefix = _line_prefix(data, offset)
         indent = len(prefix) - len(prefix.lstrip(b" \t"))
@@ -221,7 +269,7 @@ class _Defs:
             stripped = line.lstrip(b" \t")
             if stripped and not stripped.startswith((b"#", b")")) and len(line) - len(stripped) <= best[1]:
                 return None
-        return best[2]
+        return best
 
 
 def _enclosing_function(data: bytes, offset: int) -> str | None:
@@ -235,9 +283,12 @@ def entries_in(data: bytes, conftest: bool = False) -> list[Entry]:
     found: list[Entry] = []
     spans: list[tuple[int, int, bytes]] | None = None
     defs = _Defs(data)
+    docstrings = _docstring_spans(data) if b'"""' in data or b"'''" in data else []
     for match in _POLICY_LITERAL.finditer(data):
         start, end = match.span()
-        if _in_comment_or_doctest(data, start) or not _sets_policy(data, start, end):
+        # A docstring's example that sets the policy is documentation that runs the module's code under
+        # it (the issue's "docs"): it counts; prose ("works under "mixed_float16"") does not (_sets_policy).
+        if _in_comment(data, start) or not _sets_policy(data, start, end):
             continue
         policy = Policy.FLOAT16 if match.group(2) == b"float16" else Policy.BFLOAT16
         what = f'sets "mixed_{match.group(2).decode()}"'
@@ -246,7 +297,7 @@ def entries_in(data: bytes, conftest: bool = False) -> list[Entry]:
         span = next((s for s in spans if s[0] < start < s[1]), None)
         line = _line_of(data, start)
         if span is None:
-            found.append(Entry(policy, line, what, function=defs.enclosing(start)))
+            found.append(Entry(policy, line, what, function=defs.enclosing(start), in_test=defs.in_test(start)))
             continue
         fixture = None
         if span[2].startswith(b"@pytest.fixture"):
@@ -260,20 +311,22 @@ def entries_in(data: bytes, conftest: bool = False) -> list[Entry]:
             found.append(Entry(policy, line, f"parametrises its tests over \"mixed_{match.group(2).decode()}\"",
                                scope="module"))
     for match in _GRAPPLER.finditer(data):
-        if _in_comment_or_doctest(data, match.start()) or grappler_value_off(match.group(1).decode("latin-1")):
+        if (_in_comment_or_doctest(data, match.start()) or _in_spans(docstrings, match.start())
+                or grappler_value_off(match.group(1).decode("latin-1"))):
             continue
         found.append(Entry(Policy.FLOAT16, _line_of(data, match.start()),
                            "switches grappler's auto_mixed_precision on",
-                           function=defs.enclosing(match.start())))
+                           function=defs.enclosing(match.start()), in_test=defs.in_test(match.start())))
     for match in _GRAPH_REWRITE.finditer(data):
-        if _in_comment_or_doctest(data, match.start()) or _line_prefix(data, match.start()).lstrip().startswith(
-                b"def "):
+        if (_in_comment_or_doctest(data, match.start()) or _in_string(data, match.start())
+                or _in_spans(docstrings, match.start())
+                or _line_prefix(data, match.start()).lstrip().startswith(b"def ")):
             continue
         found.append(Entry(Policy.FLOAT16, _line_of(data, match.start()),
                            "calls enable_mixed_precision_graph_rewrite",
-                           function=defs.enclosing(match.start())))
+                           function=defs.enclosing(match.start()), in_test=defs.in_test(match.start())))
     for match in _ENV.finditer(data):
-        if _in_comment_or_doctest(data, match.start()):
+        if _in_comment_or_doctest(data, match.start()) or _in_spans(docstrings, match.start()):
             continue
         separator = match.group(2)
         if separator == b"," and _ENV_READS.search(data[max(0, match.start() - 12):match.start()]):
@@ -283,7 +336,7 @@ def entries_in(data: bytes, conftest: bool = False) -> list[Entry]:
         if not _env_value_on(match.group(3).strip()):
             continue
         found.append(Entry(Policy.FLOAT16, _line_of(data, match.start()),
-                           f"sets {ENV_SWITCH}", function=defs.enclosing(match.start())))
+                           f"sets {ENV_SWITCH}", function=defs.enclosing(match.start()), in_test=defs.in_test(match.start())))
     return found
 
 
@@ -360,10 +413,24 @@ def _notebook_code(data: bytes) -> bytes:
 
 @dataclass(frozen=True)
 class Reach:
-    """A file's policy and why: the entry point that reaches it (or that none does)."""
+    """A file's policy and why: the entry point that reaches it (or that none does).
+
+    ``fixtures`` is None when the whole file runs under the policy. A test module that only
+    sets or takes the policy in some of its tests runs only those under it: then ``fixtures``
+    holds the policy fixtures it takes (maybe none), and ``float16_regions`` finds those tests.
+    """
 
     policy: Policy
     why: str
+    fixtures: tuple[str, ...] | None = None
+
+    @property
+    def partial(self) -> bool:
+        return self.fixtures is not None
+
+    def key(self) -> str:
+        """What decides findings, for cache keys."""
+        return str(self.policy) if self.fixtures is None else f"{self.policy}:tests:{','.join(self.fixtures)}"
 
 
 @dataclass
@@ -623,8 +690,13 @@ def _reach_by_imports(project: _Project, entries: dict[str, list[Entry]], policy
         file = queue.popleft()
         entry_file, entry = origin[file]
         if file not in result.reached:
+            fixtures = None
             if parent[file] is None:
                 why = f"entry point: {entry.what} (line {entry.line})"
+                own = [e for e in entries[file] if e.policy is policy and e.scope == "global"]
+                if _is_test_file(file) and all(e.in_test for e in own):
+                    fixtures = ()  # only the tests that set it run under it
+                    why += "; only its tests that set the policy count"
             else:
                 chain = []
                 step = parent[file]
@@ -634,7 +706,7 @@ def _reach_by_imports(project: _Project, entries: dict[str, list[Entry]], policy
                 via = f" via {' → '.join(reversed(chain[:4]))}{' → …' if len(chain) > 4 else ''}" if chain else ""
                 why = (f"imported from {project.display(entry_file)}, which {entry.what} "
                        f"(line {entry.line}){via}")
-            result.reached[file] = Reach(policy, why)
+            result.reached[file] = Reach(policy, why, fixtures)
         for imported in project.imported_files(file):
             if imported not in parent:
                 parent[imported] = file
@@ -683,7 +755,8 @@ def _reach_by_fixtures(project: _Project, entries: dict[str, list[Entry]], polic
             if entry.policy is not policy or entry.scope == "global" or file in result.reached:
                 continue
             why = f"its tests are parametrised: {entry.what} (line {entry.line})"
-            result.reached[file] = Reach(policy, why)
+            partial = () if _is_test_file(file) and os.path.basename(file) != "conftest.py" else None
+            result.reached[file] = Reach(policy, why, partial)
             if entry.scope == "module" or _is_test_file(file):
                 tests.append((file, why))
     for file, found in entries.items():
@@ -713,7 +786,7 @@ def _reach_by_fixtures(project: _Project, entries: dict[str, list[Entry]], polic
                     continue
                 how = f"uses fixture `{used}`" if used else f"runs under autouse fixture `{entry.fixture}`"
                 why = f"test {how}, which {where} parametrises over the policy"
-                result.reached[other] = Reach(policy, why)
+                result.reached[other] = Reach(policy, why, None if used is None else tuple(sorted(names)))
                 tests.append((other, why))
     # What those tests import, through library modules only (never another test or a script).
     queue = deque((test, test) for test, _ in tests)
@@ -728,11 +801,76 @@ def _reach_by_fixtures(project: _Project, entries: dict[str, list[Entry]], polic
             queue.append((imported, test))
 
 
-def reach_in_text(text: str) -> Reach:
+def reach_in_text(text: str, path: Path | str | None = None) -> Reach:
     """A file's own entry points only (the project around it is not consulted)."""
     found = entries_in(text.encode("utf-8", "surrogateescape"), conftest=True)
     policy = policy_in_entries(found)
     if policy is Policy.NONE:
         return Reach(Policy.NONE, "the file sets no mixed policy (the project was not consulted)")
     first = next(e for e in found if e.policy is policy)
-    return Reach(policy, f"entry point: {first.what} (line {first.line})")
+    why = f"entry point: {first.what} (line {first.line})"
+    own = [e for e in found if e.policy is policy]
+    if path is not None and _is_test_file(str(path)) and os.path.basename(str(path)) != "conftest.py" and all(
+            e.scope == "module" or (e.scope == "global" and e.in_test) for e in own):
+        return Reach(policy, why + "; only its tests that set the policy count", ())
+    return Reach(policy, why)
+
+
+# -- which tests of a partly reached test module run under the policy ----------------------------
+
+def float16_regions(text: str, fixtures: tuple[str, ...]) -> list[tuple[int, int]] | None:
+    """Line ranges of the tests in ``text`` that run under the policy; None: the whole file.
+
+    A test counts when it sets the policy itself, is parametrised over it, or takes one of
+    ``fixtures`` (as a parameter or ``usefixtures``); a test class when its decorators or its
+    ``setUp`` do. Module-level helpers those tests use by name count too. Uses ``ast`` (only
+    for such test modules, which the engine parses anyway).
+    """
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    lines = {e.line for e in entries_in(text.encode("utf-8", "surrogateescape"))}
+    wanted = set(fixtures)
+
+    def start_of(node) -> int:
+        return min([d.lineno for d in node.decorator_list] + [node.lineno])
+
+    def uses_fixture(decorators) -> bool:
+        for d in decorators:
+            if isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "usefixtures":
+                if any(isinstance(a, ast.Constant) and a.value in wanted for a in d.args):
+                    return True
+        return False
+
+    def in_decorators(node) -> bool:
+        first_body = node.body[0].lineno if node.body else node.lineno
+        return any(start_of(node) <= line < first_body for line in lines) or uses_fixture(node.decorator_list)
+
+    def function_counts(node) -> bool:
+        if any(start_of(node) <= line <= node.end_lineno for line in lines) or uses_fixture(node.decorator_list):
+            return True
+        args = node.args
+        return bool(wanted & {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)})
+
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+    chosen: list = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            setups = [m for m in node.body if isinstance(m, functions)
+                      and m.name in ("setUp", "setUpClass", "setup_method", "setup_class")]
+            if in_decorators(node) or any(function_counts(m) for m in setups):
+                chosen.append(node)
+                continue
+            chosen.extend(m for m in node.body if isinstance(m, functions) and function_counts(m))
+        elif isinstance(node, functions) and function_counts(node):
+            chosen.append(node)
+    # Module-level helpers and classes the chosen tests use by name (one level).
+    used = {n.id for node in chosen for n in ast.walk(node) if isinstance(n, ast.Name)}
+    picked = {id(node) for node in chosen}
+    for node in tree.body:
+        if isinstance(node, (*functions, ast.ClassDef)) and node.name in used and id(node) not in picked:
+            chosen.append(node)
+    return sorted((start_of(node), node.end_lineno) for node in chosen)

@@ -221,11 +221,18 @@ def test_a_project_function_that_sets_the_policy_makes_its_callers_entry_points(
     'if policy in ("mixed_float16", "mixed_bfloat16"):\n    pass\n',
     'NAMES = {"mixed_float16": 16}\n',
     '# set_global_policy("mixed_float16") before building\n',
-    'def f():\n    """Works under "mixed_float16" too.\n\n    >>> set_global_policy("mixed_float16")\n    """\n',
+    'def f():\n    """Works under "mixed_float16" too."""\n',
+    'raise ValueError("enable_mixed_precision_graph_rewrite() is on; turn it off")\n',
 ])
 def test_mentions_that_set_nothing_are_not_entry_points(mention: str):
     assert entries_in(mention.encode()) == []
     assert reach_in_text(mention).policy is Policy.NONE
+
+
+def test_a_docstring_example_that_sets_the_policy_is_documentation_that_counts():
+    text = 'def f():\n    """Example:\n\n    >>> keras.mixed_precision.set_global_policy("mixed_float16")\n    """\n'
+    (entry,) = entries_in(text.encode())
+    assert entry.scope == "global" and entry.line == 4
 
 
 @pytest.mark.parametrize("setter", [
@@ -289,3 +296,55 @@ def test_verbose_says_which_files_run_under_the_policy_and_why(project: Path):
     assert 'model/layers.py: mixed_float16 — imported from train.py, which sets "mixed_float16" (line 2)' in result.stderr
     assert "1 file with no mixed policy: no float16 entry point of the project reaches it" in result.stderr
     policies.project_reach.cache_clear()
+
+
+MIXED_TEST = '''\
+import tensorflow as tf
+
+
+class AttentionA(tf.keras.layers.Layer):
+    def call(self, scores, mask):
+        scores += (1.0 - mask) * -1e9
+        return tf.nn.softmax(scores)
+
+
+class AttentionB(tf.keras.layers.Layer):
+    def call(self, scores, mask):
+        scores += (1.0 - mask) * -1e9
+        return tf.nn.softmax(scores)
+
+
+def test_float16():
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    AttentionA()
+
+
+def test_float32():
+    AttentionB()
+'''
+
+
+def test_a_policy_set_inside_one_test_reaches_that_test_and_its_helpers_only(tmp_path: Path):
+    from mpfix.codemods.analysis.reachability import float16_regions
+
+    reach = _project(tmp_path, {"tests/test_attention.py": MIXED_TEST})
+    found = reach("tests/test_attention.py")
+    assert found.policy is Policy.FLOAT16 and found.partial and "only its tests" in found.why
+    assert float16_regions(MIXED_TEST, ()) == [(4, 7), (16, 18)]  # AttentionA (used by the test), test_float16
+    engine = Engine(tuple(r for r in __import__("mpfix.codemods", fromlist=["x"]).all_rules() if r.code == "MP201"),
+                    Options())
+    policies.project_reach.cache_clear()
+    result = engine.lint(MIXED_TEST, tmp_path / "tests/test_attention.py")
+    assert [(f.code, f.line) for f in result.findings] == [("MP201", 6)]
+    policies.project_reach.cache_clear()
+
+
+def test_a_fixture_reaches_the_tests_that_take_it_within_a_module(tmp_path: Path):
+    from mpfix.codemods.analysis.reachability import float16_regions
+
+    text = MIXED_TEST.replace('    tf.keras.mixed_precision.set_global_policy("mixed_float16")\n', "").replace(
+        "def test_float16():", "def test_float16(dtype_policy):")
+    assert float16_regions(text, ("dtype_policy",)) == [(4, 7), (16, 17)]
+    with_marker = text.replace("def test_float16(dtype_policy):",
+                               '@pytest.mark.usefixtures("dtype_policy")\ndef test_float16():')
+    assert float16_regions(with_marker, ("dtype_policy",)) == [(4, 7), (16, 18)]
