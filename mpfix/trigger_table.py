@@ -168,6 +168,20 @@ _FLOAT16_MARKERS = (b"mixed_float16", b"auto_mixed_precision", b"AUTO_MIXED_PREC
 _PROJECT_MARKERS = ("pyproject.toml", "setup.py", ".git")
 
 
+def _read_regular(path, limit: int) -> bytes | None:
+    """The bytes of a regular file of at most ``limit`` bytes; None otherwise (a FIFO would block)."""
+    import stat
+
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        with open(path, "rb") as handle:
+            return handle.read(limit + 1)
+    except OSError:
+        return None
+
+
 def _mentions_float16(data: bytes) -> bool:
     return any(marker in data for marker in _FLOAT16_MARKERS)
 
@@ -186,11 +200,10 @@ def _project_mentions_float16(root: Path, cache: dict) -> bool:
 
         found = False
         for file in discover([root]):
-            try:
-                with open(file, "rb") as handle:
-                    found = _mentions_float16(handle.read())
-            except OSError:
+            data = _read_regular(file, 10 * 1024 * 1024)
+            if data is None:
                 continue
+            found = _mentions_float16(data)
             if found:
                 break
         cache[root] = found
@@ -207,12 +220,8 @@ def nothing_to_check(files, codes: tuple[str, ...], table: Table, limit: int, po
     """
     projects: dict = {}
     for path in files:
-        try:
-            if os.path.getsize(path) > limit:
-                return False
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError:
+        data = _read_regular(path, limit)
+        if data is None:
             return False
         if str(path).endswith(".ipynb"):
             data = notebook_code(data)
