@@ -24,7 +24,8 @@ def _float32_source(scope, node: cst.BaseExpression, region: Region, context, de
     if depth > 8:
         return None
     if isinstance(node, cst.Name):
-        values = region.assigned.get(node.value, [])
+        # `eps = tf.cast(e, tf.float32)` … `eps += learned`: the assignment that made it float32.
+        values = [v for v in region.assigned.get(node.value, []) if id(v) not in region.augmented]
         return _float32_source(scope, values[0], region, context, depth + 1) if len(values) == 1 else None
     if isinstance(node, cst.BinaryOperation):
         for side in (node.left, node.right):

@@ -79,6 +79,8 @@ _NO_AUTOCAST_BASE = re.compile(r"Preprocessing|Preprocessor|FeatureExtractor|Tok
                                r"Rescaling|Normalization\b|Resizing|Discretization|Hashing|Lookup|Encoding")
 _SIZE_NAME = re.compile(r"^(n|d|dim|depth|size|length|len|width|height|channels|units|hidden|d_model|i|j|k|"
                         r"step|pos|position|index|idx|max_\w+|num_\w+|n_\w+|\w+_(dim|size|len|length|depth|units))$")
+# Methods the Keras base class's own `call` runs on the inputs (Merge, Pooling layers).
+_LAYER_HOOKS = {"_merge_function", "_pooling_function"}
 _BITWISE = (cst.BitAnd, cst.BitOr, cst.BitXor)
 
 
@@ -384,6 +386,16 @@ class DtypeAnalysis:
 
         self.wrapped_metrics = self._wrapped_metric_functions()
         walk_functions(self.module.body, None)
+        if functions:
+            # A layer's constructor that hands a module function on (`probability_fn =
+            # functools.partial(_monotonic_probability_fn, ...)`): the layer runs it on its tensors.
+            for cls, table in methods.items():
+                if "__init__" not in table or not self.is_layer_class(cls):
+                    continue
+                for call in _walk_calls(table["__init__"]):
+                    for arg in call.args:
+                        if isinstance(arg.value, cst.Name) and arg.value.value in functions:
+                            seeds.append((functions[arg.value.value], "helper", None))
         seen: set[cst.FunctionDef] = set()
         queue = list(seeds)
         while queue:
@@ -405,7 +417,16 @@ class DtypeAnalysis:
                     target = methods[owner].get(call.func.attr.value)
                 if target is not None and target not in seen:
                     helper_owner = owner if target in methods.get(owner, {}).values() else None
-                    queue.append((target, "helper", helper_owner))
+                    queue.append((target, "module-helper" if kind in ("module-call", "module-helper") else "helper",
+                                  helper_owner))
+            if region.layer_method or kind == "layer-call":
+                # Module functions handed on by a layer (`functools.partial(_probability_fn, ...)`,
+                # `tf.map_fn(step, x)`) run on its tensors too.
+                for call in region.calls:
+                    for arg in call.args:
+                        target = functions.get(arg.value.value) if isinstance(arg.value, cst.Name) else None
+                        if target is not None and target not in seen:
+                            queue.append((target, "helper", None))
         self._add_region(Region(node=self.module, kind="module"))
         self._learn_parameters()
 
@@ -441,10 +462,21 @@ class DtypeAnalysis:
             spelled = self.module.code_for_node(base.value)
             if resolved.startswith("keras.losses") or "Loss" in spelled:
                 return False
-            if resolved.startswith(("keras.layers", "keras.Model", "keras.models", "keras.Layer")) or \
+            if resolved.startswith(("keras.layers", "keras.Model", "keras.models", "keras.Layer", "keras.src.layers",
+                                    "keras.src.engine.base_layer", "keras.src.models")) or \
                     re.search(r"Layer|Model|Block|Network|Encoder|Decoder|Head|Attention", spelled):
                 return True
             if spelled in self.classes and self.classes[spelled] is not cls and self.is_layer_class(self.classes[spelled]):
+                return True
+        return False
+
+    def is_module_class(self, cls: cst.ClassDef, depth: int = 0) -> bool:
+        """A ``tf.Module`` subclass (directly or through a base class of this file)."""
+        for base in cls.bases:
+            if (self.resolve(base.value) or "") == "tensorflow.Module":
+                return True
+            parent = self.classes.get(self.module.code_for_node(base.value))
+            if parent is not None and parent is not cls and depth < 5 and self.is_module_class(parent, depth + 1):
                 return True
         return False
 
@@ -560,9 +592,11 @@ class DtypeAnalysis:
             return "train-step"
         if owner is not None and name == "__call__" and LOSS_NAME.search(owner.name.value):
             return "loss"
-        if owner is not None and name == "__call__" and any(
-                (self.resolve(b.value) or "") == "tensorflow.Module" for b in owner.bases):
+        if owner is not None and name == "__call__" and self.is_module_class(owner):
             return "module-call"  # a tf.Module layer: no autocast, but its `self.compute_dtype` may be float16
+        if owner is not None and name in _LAYER_HOOKS and "call" not in self.methods.get(owner, {}) and \
+                self.is_layer_class(owner):
+            return "layer-call"  # Merge/Pooling layers: the base class's call runs these on the inputs
         params = [p.name.value for p in func.params.params]
         if "loss" in name.lower() and [p for p in params if p not in ("self", "cls")]:
             return "loss"
@@ -614,7 +648,7 @@ class DtypeAnalysis:
                     dtype = PY
                 elif signature is not None:
                     dtype = signature[position] if position < len(signature) else UNK
-                elif region.kind in ("shadow", "module-call"):
+                elif region.kind in ("shadow", "module-call", "module-helper"):
                     dtype = UNK
                 elif layer_call and not autocast:
                     dtype = UNK  # autocast=False / preprocessing layers keep their inputs' dtype
@@ -654,6 +688,10 @@ class DtypeAnalysis:
                 continue
             region.env.setdefault(name, UNK)
             dtypes = {self.value_dtype(name, value, region) for value in values}
+            if len(values) > 1 and UNK in dtypes and all(
+                    self.value_dtype(name, v, region) is not UNK or id(v) in region.augmented for v in values):
+                # `eps = tf.cast(e, tf.float32)` … `eps += tf.abs(self.learned)`: adding an unknown keeps the dtype.
+                dtypes.discard(UNK)
             if name in region.param_dtypes and all(id(v) in region.augmented for v in values):
                 dtypes.add(region.param_dtypes[name])  # `scores += bias`: still the parameter's dtype
             if any(d.wide for d in dtypes) and F16 in dtypes:
@@ -1223,6 +1261,25 @@ class DtypeAnalysis:
             if short in ("log_softmax", "log_sigmoid", "log_softmax_v2") or (short == "negative" and node.args and
                                                                                self.nonnegative(node.args[0].value, region, depth + 1)):
                 return True
+            inner = first_arg(node)
+            if inner is None:
+                return False
+            if short in ("cumsum", "reduce_sum", "sum", "reduce_mean", "mean", "reduce_max", "max", "reduce_min", "min"):
+                return self.nonpositive(inner, region, depth + 1)
+            if short == "log":
+                return self._at_most_one(inner, region)
+        return False
+
+    def _at_most_one(self, node: cst.BaseExpression, region: Region) -> bool:
+        """``node`` ≤ 1: a probability (sigmoid, softmax) or a clip whose upper bound is at most 1."""
+        if not isinstance(node, cst.Call):
+            return False
+        short = (ops_table.op_name(self.resolve(node.func)) or "").split(".")[-1]
+        if short in ("sigmoid", "softmax"):
+            return True
+        if short in ("clip_by_value", "clip") and len(node.args) >= 3:
+            high = number(node.args[2].value)
+            return high is not None and high <= 1
         return False
 
     def nonnegative(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> bool:

@@ -582,6 +582,50 @@ HAZARDS = {
                 epsilon = tf.cast(1e-6, self.dtype)
                 return x * tf.math.rsqrt(nu2 + epsilon)
     """, ["MP206"], "tf.cast(1e-6, self.compute_dtype)"),
+    "merge-hook-of-an-imported-base": ("""
+        import tensorflow as tf
+        from tf_keras.src.layers.merging.base_merge import _Merge
+        class Dot(_Merge):
+            def _merge_function(self, inputs):
+                x1 = inputs[0]
+                x1 = tf.linalg.l2_normalize(x1, axis=-1)
+                return tf.reduce_sum(x1 * inputs[1], axis=-1)
+    """, ["MP202"], "tf.cast(x1, tf.float32)"),
+    "learned-epsilon-added": ("""
+        import tensorflow as tf
+        class FRN(tf.keras.layers.Layer):
+            def call(self, inputs):
+                epsilon = tf.math.abs(tf.cast(self.epsilon, dtype=self.dtype))
+                epsilon += tf.math.abs(self.eps_learned)
+                nu2 = tf.reduce_mean(tf.square(inputs), axis=[1, 2], keepdims=True)
+                return inputs * tf.math.rsqrt(nu2 + epsilon)
+    """, ["MP206"], "dtype=self.compute_dtype"),
+    "function-handed-on-by-a-layer": ("""
+        import functools
+        import tensorflow as tf
+        def _monotonic(p_choose_i, previous):
+            cumprod = tf.math.cumprod(1 - p_choose_i, axis=1, exclusive=True)
+            return p_choose_i * cumprod * tf.cumsum(previous / tf.clip_by_value(cumprod, 1e-10, 1.0), axis=1)
+        class Monotonic(tf.keras.layers.Layer):
+            def __init__(self):
+                super().__init__()
+                self.probability_fn = functools.partial(_monotonic)
+            def call(self, score, state):
+                return self.probability_fn(score, state)
+    """, ["MP202"], "1e-4"),
+    "module-subclass-through-a-base": ("""
+        import tensorflow as tf
+        class Module(tf.Module):
+            pass
+        class Transformer(Module):
+            def __init__(self, compute_dtype=tf.float32):
+                super().__init__()
+                self.compute_dtype = compute_dtype
+            def encode(self, tokens, mask):
+                return (1.0 - tf.cast(mask, self.compute_dtype)) * -1e9
+            def __call__(self, tokens, mask):
+                return self.encode(tokens, mask)
+    """, ["MP201"], "-3e4"),
 }
 
 
