@@ -1165,8 +1165,25 @@ class DtypeAnalysis:
                     # A method of this class follows its tensor arguments (float32 gradients in, float32 out).
                     joined = join_all({self.dtype(a.value, region, depth) for a in node.args if a.keyword is None})
                     return UNK if joined is PY else joined
+                passed = [self.dtype(a.value, region, depth) for a in node.args if a.keyword is None]
+                if any(d.floating_tensor for d in passed):
+                    # A function of this file whose result follows its arguments: `_masked_maximum(d, mask32)`
+                    # outside a layer only runs if `d` is float32 too.
+                    folded = passed[0]
+                    for d in passed[1:]:
+                        folded = _arith(folded, d, strict=not region.layer_method)
+                    if folded.floating_tensor:
+                        return folded
             if region.kind == "shadow":
                 return UNK
+            if isinstance(node.func, cst.Name) and node.func.value in region.param_dtypes and \
+                    "model" not in node.func.value.lower():
+                # A callable parameter (`distance_metric(embeddings)`): it maps its argument, whose
+                # dtype is the best guess of its result's.
+                passed = [self.dtype(a.value, region, depth) for a in node.args if a.keyword is None][:2]
+                wide = [d for d in passed if d.wide]
+                if wide:
+                    return wide[0]
             return F16  # a layer, model or helper called on tensors
         short = op.split(".")[-1]
         if op in ops_table.CAST_OPS or short in ("cast", "saturate_cast"):

@@ -461,6 +461,21 @@ ISLANDS = {
             distances = tf.reduce_sum(tf.square(precise), axis=-1)
             return tf.math.log1p(tf.math.exp(distances)) + 1e-12 * tf.reduce_sum(precise)
     """,
+    # addons' triplet loss: the embeddings are cast to float32 where needed, then a callable
+    # parameter and a same-file helper map them; everything downstream is float32.
+    "float32-through-helpers": """
+        import tensorflow as tf
+        def _masked_maximum(data, mask):
+            return tf.reduce_max(data * mask, axis=1, keepdims=True)
+        def triplet_hard_loss(y_true, y_pred, distance_metric="L2"):
+            embeddings = tf.convert_to_tensor(y_pred)
+            convert = embeddings.dtype == tf.float16
+            precise = tf.cast(embeddings, tf.float32) if convert else embeddings
+            pdist = distance_metric(precise)
+            mask = tf.cast(tf.equal(y_true, tf.transpose(y_true)), tf.float32)
+            hard_positives = _masked_maximum(pdist, mask)
+            return tf.math.log1p(tf.math.exp(hard_positives - 1.0))
+    """,
 }
 
 
