@@ -292,6 +292,7 @@ class Hazard:
     first: int
     last: int
     family: str  # MP1 / MP2 / MP3, or a code
+    reach: str  # entry / library
     reason: str
 
 
@@ -300,10 +301,12 @@ def read_hazards(path: Path) -> list[Hazard]:
     for number, cols in read_tsv(path):
         if cols[0] == "id":
             continue
-        if len(cols) != 7:
-            raise SystemExit(f"{path}:{number}: expected 7 tab-separated fields, got {len(cols)}")
-        ident, corpus, rel, first, last, family, reason = cols
-        out.append(Hazard(ident, corpus, rel, int(first), int(last), family, reason))
+        if len(cols) != 8:
+            raise SystemExit(f"{path}:{number}: expected 8 tab-separated fields, got {len(cols)}")
+        ident, corpus, rel, first, last, family, reach, reason = cols
+        if reach not in ("entry", "library"):
+            raise SystemExit(f"{path}:{number}: reach must be entry or library, not {reach!r}")
+        out.append(Hazard(ident, corpus, rel, int(first), int(last), family, reach, reason))
     return out
 
 
@@ -385,7 +388,7 @@ def markdown(root: Path, results: Path, labels: list[str], wanted) -> str:
             verdict = matched[i].verdict if i in matched else "unjudged"
             for group in (f.code, f.code[:3] + "xx", "all"):
                 counts[group][verdict] += 1
-        found = sum(any(covers(f, h) for f in findings) for h in hazards)
+        found = [h for h in hazards if any(covers(f, h) for f in findings)]
         tables.append((counts, found))
     groups = sorted({g for counts, _ in tables for g in counts if g != "all"},
                     key=lambda g: (g.endswith("xx"), g)) + ["all"]
@@ -400,8 +403,13 @@ def markdown(root: Path, results: Path, labels: list[str], wanted) -> str:
             cells.append(precision(c["true"], c["false"]).strip() if n else "-")
         name = f"**{group}**" if group.endswith("xx") or group == "all" else group
         out.append(f"| {name} | " + " | ".join(cells) + " |")
-    out.append("| recall (hazards.tsv) | " + " | ".join(f"{found}/{len(hazards)} | {100.0 * found / max(1, len(hazards)):.1f}%"
-                                                     for _, found in tables) + " |")
+    entry = [h for h in hazards if h.reach == "entry"]
+    for name, subset in (("recall, all hazards", hazards), ("recall, reach=entry", entry)):
+        cells = []
+        for _, found in tables:
+            n = sum(h in found for h in subset)
+            cells.append(f"{n}/{len(subset)} | {100.0 * n / max(1, len(subset)):.1f}%")
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -474,8 +482,12 @@ def main(argv: list[str] | None = None) -> int:
             fam[h.family[:3]][1] += 1
             fam[h.family[:3]][0] += h in found
         print("  by family: " + ", ".join(f"{k} {a}/{b}" for k, (a, b) in sorted(fam.items())))
+        entry = [h for h in considered if h.reach == "entry"]
+        print(f"  reach=entry (the corpus runs it under float16): {sum(h in found for h in entry)}/{len(entry)};"
+              f" reach=library: {sum(h in found for h in considered if h.reach == 'library')}"
+              f"/{len(considered) - len(entry)}")
         for h in missed:
-            print(f"  missed {h.ident} {h.corpus}/{h.path}:{h.first}-{h.last} {h.family}: {h.reason}")
+            print(f"  missed {h.ident} {h.corpus}/{h.path}:{h.first}-{h.last} {h.family} ({h.reach}): {h.reason}")
         counts["recall"] = {"found": len(found), "hazards": len(considered), "missed": [h.ident for h in missed]}
 
     print(f"\njudgements: {len(judgements)} in {JUDGEMENTS.name}, {len(stale)} match no current finding (stale)")
