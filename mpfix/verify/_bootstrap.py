@@ -20,11 +20,15 @@ import json
 import os
 import random
 import runpy
+import shutil
+import signal
 import sys
 import threading
+import time
 import traceback
 
 EXIT_NO_GPU = 3
+EXIT_NO_TENSORFLOW = 4
 
 
 class _Events:
@@ -61,13 +65,16 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             self._busy = False
         if spec is None or spec.loader is None:
             return None
-        callback = self.callbacks.pop(name)
+        callback = self.callbacks[name]
         loader = spec.loader
         exec_module = loader.exec_module
 
         def exec_then_hook(module):
+            # An import that fails (TensorFlow's own first, circular import of keras does,
+            # and catches it) is tried again later: the callback waits for one that works.
             exec_module(module)
-            callback()
+            if self.callbacks.pop(name, None) is not None:
+                callback()
 
         loader.exec_module = exec_then_hook
         return spec
@@ -105,6 +112,7 @@ def _is_numerics_error(exc: BaseException) -> bool:
 
 
 def _set_seeds(seed: int) -> None:
+    """Seeds that need no TensorFlow (TensorFlow's own is set once the script imports it)."""
     random.seed(seed)
     os.environ.setdefault("PYTHONHASHSEED", str(seed))
     try:
@@ -113,11 +121,70 @@ def _set_seeds(seed: int) -> None:
         numpy.random.seed(seed)
     except ImportError:
         pass
-    import tensorflow as tf
 
-    # Only records a seed: it does not initialise the runtime, so a script can still
-    # configure logical devices afterwards.
-    tf.random.set_seed(seed)
+
+# Linux prctl(2) option: a signal for this process when its parent (thread) dies.
+PR_SET_PDEATHSIG = 1
+
+
+def _parent_death_signal(sig: int) -> bool:
+    """Ask the kernel for ``sig`` when the parent dies (Linux only; False elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+class _Watchdog(threading.Thread):
+    """Keeps the child from outliving the parent or its own deadline, whatever the main
+    thread is doing (a ``while True: pass`` still lets this thread run):
+
+    * the parent is gone (``os.getppid()`` changed: mpfix was killed, even by SIGKILL): the
+      temporary folder is removed and the whole process group killed;
+    * the deadline (``--timeout``) passed: the rows still in the ring are read, an ``end``
+      event with status ``timeout`` is written, then the group is killed;
+    * otherwise, rows waiting in the ring for a second are read, so a script that hangs
+      after some steps still reports them.
+    """
+
+    INTERVAL_S = 0.2
+
+    def __init__(self, parent: int, deadline: float | None, workdir: str, finish) -> None:
+        super().__init__(name="mpfix-verify-watchdog", daemon=True)
+        self.parent = parent
+        self.deadline = deadline
+        self.workdir = workdir
+        self.finish = finish
+        self.recorder = None
+
+    def run(self) -> None:
+        while True:
+            time.sleep(self.INTERVAL_S)
+            if os.getppid() != self.parent:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+                _kill_own_group()
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                self.finish({"event": "end", "status": "timeout"})
+                _kill_own_group()
+            rec = self.recorder
+            if rec is not None:
+                try:
+                    rec.flush(may_stop=False)
+                except Exception:
+                    pass
+
+
+def _kill_own_group() -> None:
+    """SIGKILL this process and the helpers it started (its process group when it leads
+    one: the parent starts it in its own session)."""
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _global_policies() -> dict:
@@ -148,73 +215,169 @@ def main(argv: list[str] | None = None) -> int:
     with open(argv[1], encoding="utf-8") as fh:
         config = json.load(fh)
     emit = _Events(config["records"])
+    state: dict = {"rec": None, "ended": False}
+    # Re-entrant: the SIGTERM handler may run while the main thread is inside finish.
+    end_lock = threading.RLock()
 
-    _set_seeds(int(config["seed"]))
-    import tensorflow as tf
+    def finish(status: dict) -> None:
+        """Read what is left in the ring and write the ``end`` event, once."""
+        with end_lock:
+            if state["ended"]:
+                return
+            state["ended"] = True
+            rec = state["rec"]
+            if rec is not None:
+                try:
+                    rec.flush(may_stop=False, force=True)
+                except Exception as exc:
+                    emit({"event": "hook-error", "where": "final flush", "error": repr(exc)[:500]})
+                status.update(steps=rec.steps, entries=sorted(rec.entries), keras=sorted(rec.generations))
+            status["policies"] = _global_policies()
+            emit(status)
 
-    gpus = tf.config.list_physical_devices("GPU")
-    emit(
-        {
-            "event": "start",
-            "mode": config["mode"],
-            "tensorflow": tf.__version__,
-            "gpus": len(gpus),
-            "device": "gpu" if gpus else "cpu",
-            "pid": os.getpid(),
-        }
+    # The child must never outlive mpfix nor its deadline: the kernel's parent-death signal
+    # (SIGTERM, handled below) and a watchdog thread, in case the parent died before the
+    # prctl call or the script took over SIGTERM.
+    # The process that started this one (mpfix, or a wrapper of --python that did not
+    # exec): when it goes, this child is re-parented and getppid() changes.
+    parent = os.getppid()
+    timeout = config.get("timeout")
+    watchdog = _Watchdog(
+        parent,
+        time.monotonic() + float(timeout) if timeout else None,
+        config.get("tempdir") or os.path.dirname(os.path.abspath(config["records"])),
+        finish,
     )
-    if config.get("device") == "gpu" and not gpus:
-        emit({"event": "error", "kind": "no-gpu", "message": "no GPU is visible to TensorFlow"})
-        return EXIT_NO_GPU
+    watchdog.start()
 
-    from mpfix.verify import _hooks, _keras_hooks
+    def on_term(signum, frame):
+        if os.getppid() != parent:  # the parent-death signal: nobody will clean up after us
+            shutil.rmtree(watchdog.workdir, ignore_errors=True)
+        else:
+            finish({"event": "end", "status": "terminated", "signal": signum})
+        _kill_own_group()
 
-    rec = _hooks.Recorder(emit, int(config["steps"]), locate=bool(config.get("locate")))
-    _hooks.install_core(rec)
+    signal.signal(signal.SIGTERM, on_term)
+    _parent_death_signal(signal.SIGTERM)
+    if parent == 1 or os.getppid() != parent:  # the parent died before the prctl call
+        on_term(signal.SIGTERM, None)
+
+    if importlib.util.find_spec("tensorflow") is None:
+        emit({"event": "error", "kind": "no-tensorflow", "python": sys.executable, "version": sys.version.split()[0]})
+        return EXIT_NO_TENSORFLOW
+
+    seed = int(config["seed"])
+    _set_seeds(seed)
     mode, policy = config["mode"], config.get("policy", "script")
+    deferred: list = []
 
-    def keras3():
+    def on_tensorflow():
+        # Runs right after the script's own ``import tensorflow`` (directly or through
+        # keras): what the script set before its imports (TF_USE_LEGACY_KERAS, the
+        # visible devices, log levels) is honoured because TensorFlow is not imported
+        # before the script asks for it.
+        import tensorflow as tf
+
+        # Only records a seed: it does not initialise the runtime, so a script can still
+        # configure logical devices afterwards.
+        tf.random.set_seed(seed)
+        gpus = tf.config.list_physical_devices("GPU")
+        emit(
+            {
+                "event": "start",
+                "mode": mode,
+                "tensorflow": tf.__version__,
+                "gpus": len(gpus),
+                "device": "gpu" if gpus else "cpu",
+                "pid": os.getpid(),
+                "legacy_keras_env": os.environ.get("TF_USE_LEGACY_KERAS"),
+            }
+        )
+        if config.get("device") == "gpu" and not gpus:
+            emit({"event": "error", "kind": "no-gpu", "message": "no GPU is visible to TensorFlow"})
+            _real_exit(EXIT_NO_GPU)
+
+        from mpfix.verify import _hooks
+
+        rec = _hooks.Recorder(emit, int(config["steps"]), locate=bool(config.get("locate")))
+        rec.user_root = os.path.dirname(os.path.abspath(config.get("origin") or config["script"]))
+        _hooks.install_core(rec)
+        state["rec"] = rec
+        watchdog.recorder = rec
+        if config.get("locate"):
+            # Eager execution makes the Python traceback of the failing op point at the
+            # user's line (graphs and XLA clusters would report the function call instead).
+            tf.config.run_functions_eagerly(True)
+            tf.debugging.enable_check_numerics()
+        for install in deferred:
+            install()
+        deferred.clear()
+
+    def when_ready(install):
+        def run():
+            if state["rec"] is None:
+                deferred.append(run)  # ``import tensorflow`` imports keras before it is done
+                return
+            install(state["rec"])
+
+        return run
+
+    def keras3(rec):
+        from mpfix.verify import _keras_hooks
+
         try:
             _keras_hooks.install_keras3(rec, mode, policy)
         except ImportError:
-            pass
-
-    def keras2():
-        _keras_hooks.install_keras2(rec, mode, policy)
-
-    pending = {}
-    for name, install in (("keras", keras3), ("tf_keras", keras2)):
-        if name in sys.modules:
-            install()
-        else:
-            pending[name] = install
-    if pending:
-        sys.meta_path.insert(0, _AfterImport(pending))
-    if "keras" in sys.modules:
+            return
         try:
             import keras
 
-            keras.utils.set_random_seed(int(config["seed"]))
+            keras.utils.set_random_seed(seed)
         except (ImportError, AttributeError):
             pass
 
-    if config.get("locate"):
-        # Eager execution makes the Python traceback of the failing op point at the
-        # user's line (graphs and XLA clusters would report the function call instead).
-        tf.config.run_functions_eagerly(True)
-        tf.debugging.enable_check_numerics()
+    def keras2(rec):
+        from mpfix.verify import _keras_hooks
+
+        _keras_hooks.install_keras2(rec, mode, policy)
+
+    callbacks = {"tensorflow": on_tensorflow, "keras": when_ready(keras3), "tf_keras": when_ready(keras2)}
+    pending = {}
+    for name, callback in callbacks.items():
+        if name in sys.modules:
+            callback()
+        else:
+            pending[name] = callback
+    if pending:
+        sys.meta_path.insert(0, _AfterImport(pending))
+
+    def abrupt_exit(code=0):
+        # os._exit in the script skips every finally: read the ring first.
+        finish({"event": "end", "status": "exit", "code": code, "abrupt": True})
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _real_exit(code)
+
+    os._exit = abrupt_exit
 
     script = os.path.abspath(config["script"])
-    sys.argv = [script, *config.get("args", [])]
-    sys.path.insert(0, os.path.dirname(script))
+    sys.argv = [config.get("origin") or script, *config.get("args", [])]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(config.get("origin") or script)))
     status: dict = {"event": "end", "status": "finished"}
     try:
         runpy.run_path(script, run_name="__main__")
-    except _hooks.StopVerify as stop:
+    except _stop_class() as stop:
         status = {"event": "end", "status": "stopped", "reason": str(stop)}
     except SystemExit as exit_:
         code = exit_.code
-        status = {"event": "end", "status": "exit", "code": code if isinstance(code, int) else (0 if code is None else 1)}
+        status = {
+            "event": "end",
+            "status": "exit",
+            "code": code if isinstance(code, int) else (0 if code is None else 1),
+            "frames": _frames(exit_.__traceback__),
+        }
+        if not isinstance(code, (int, type(None))):
+            status["message"] = str(code)[:2000]
     except BaseException as exc:  # the script's own failure is a verdict, not our error
         if config.get("locate") and _is_numerics_error(exc):
             emit({"event": "numerics", "message": _numerics_summary(str(exc)), "frames": _frames(exc.__traceback__)})
@@ -224,18 +387,28 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "event": "crash",
                     "type": type(exc).__name__,
-                    "message": str(exc)[:2000],
+                    "module": getattr(exc, "name", None) if isinstance(exc, ImportError) else None,
+                    "message": str(exc)[:8000],
                     "frames": _frames(exc.__traceback__),
                 }
             )
             status = {"event": "end", "status": "crashed"}
-    try:
-        rec.flush(may_stop=False, force=True)
-    except Exception as exc:
-        emit({"event": "hook-error", "where": "final flush", "error": repr(exc)[:500]})
-    status.update(steps=rec.steps, entries=sorted(rec.entries), keras=sorted(rec.generations), policies=_global_policies())
-    emit(status)
+    finish(status)
     return 0
+
+
+def _stop_class():
+    """The recorder's stop exception once the hooks are loaded (a class no script raises
+    before that)."""
+    hooks = sys.modules.get("mpfix.verify._hooks")
+    return hooks.StopVerify if hooks is not None else _NeverRaised
+
+
+class _NeverRaised(BaseException):
+    pass
+
+
+_real_exit = os._exit
 
 
 if __name__ == "__main__":
@@ -244,4 +417,4 @@ if __name__ == "__main__":
     sys.stderr.flush()
     # Skip interpreter teardown: TensorFlow's can take seconds and the script's own
     # atexit work is not part of what is measured.
-    os._exit(code)
+    _real_exit(code)

@@ -52,6 +52,10 @@ FIELDS = (
     "nonfinite",
     "zeros",
     "sumsq",
+    # Headroom: the largest |value| of the step's float16 layer outputs (-1: none measured)
+    # and the index of that layer.
+    "act_max",
+    "act_layer",
 )
 WIDTH = len(FIELDS)
 # Enough rows for a whole-loop tf.function running a few thousand steps between reads.

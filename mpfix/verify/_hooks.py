@@ -22,7 +22,10 @@ step is counted once whatever the nesting.
 from __future__ import annotations
 
 import functools
+import linecache
 import math
+import os
+import sys
 import threading
 import time
 import weakref
@@ -31,6 +34,24 @@ import tensorflow as tf
 from tensorflow.python.eager.polymorphic_function import polymorphic_function
 
 from mpfix.verify._channel import MAX_OPTIMIZER_BIT, Channel
+
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _same_graph(tensor) -> bool:
+    """Whether ``tensor`` can be used here: an eager tensor in eager code, or a tensor of
+    the graph being built."""
+    try:
+        graph = tensor.graph  # eager tensors have none (AttributeError)
+    except AttributeError:
+        graph = None
+    if tf.executing_eagerly():
+        return graph is None
+    try:
+        return graph is tf.compat.v1.get_default_graph()
+    except Exception:
+        return False
 
 
 class StopVerify(BaseException):
@@ -142,13 +163,27 @@ class Recorder:
         self._errors: set[str] = set()
         self._alarms = 0
         self._drained_at = time.monotonic()
+        self._flush_lock = threading.RLock()
+        # The folder of the user's script: layers built by code there get a source line.
+        self.user_root: str | None = None
         # Each Keras generation adds one: optimizer -> (scale, dynamic, grads_scaled) or None.
         self.scale_resolvers: list = []
+        # Gradients returned by tape.gradient -> (gradient, the loss they are of): an
+        # optimizer applying those gradients gets that loss (a DCGAN step computes both
+        # losses and both gradients before either update).
+        self._grad_loss: dict[int, tuple] = {}
+        # Headroom: layer -> index, the layers' records, and the float16 output maxima
+        # measured in the current step (per thread: MirroredStrategy traces replicas in
+        # threads).
+        self._layer_index: dict[int, int] = {}
+        self._layer_refs: list = []
+        self._origins: dict[int, dict] = {}
+        self.extra_roots: tuple[str, ...] = ()
 
-    def guarded(self, where: str, fn, *args) -> None:
+    def guarded(self, where: str, fn, *args):
         """A failing measurement must not break the user's step: report it once."""
         try:
-            fn(*args)
+            return fn(*args)
         except Exception as exc:
             if where not in self._errors:
                 self._errors.add(where)
@@ -185,7 +220,8 @@ class Recorder:
         self._inner.add(optimizer)
 
     # --- tape ---
-    def on_gradient(self, target) -> None:
+    def on_gradient(self, target):
+        """Set the pending loss from a gradient target; returns the loss tensor (or None)."""
         values = []
         for t in _flat_tensors(target):
             entry = self._scaled.get(id(t))
@@ -193,14 +229,145 @@ class Recorder:
             try:
                 loss = tf.convert_to_tensor(loss)
             except (TypeError, ValueError):
-                return
+                return None
             if not loss.dtype.is_floating:
-                return
+                return None
             loss = tf.cast(loss, tf.float32)
             values.append(loss if loss.shape.rank == 0 else tf.reduce_mean(loss))
         if not values:
+            return None
+        loss = values[0] if len(values) == 1 else tf.add_n(values)
+        _on_replica0(self.channel.set_loss, loss)
+        return loss
+
+    GRAD_LOSS_MAX = 512
+
+    def note_gradients(self, grads, loss) -> None:
+        """Remember which loss ``grads`` (tape.gradient's result) are the gradients of."""
+        if loss is None:
             return
-        _on_replica0(self.channel.set_loss, values[0] if len(values) == 1 else tf.add_n(values))
+        if len(self._grad_loss) > self.GRAD_LOSS_MAX:
+            self._grad_loss.clear()
+        for g in _flat_tensors(grads):
+            self._grad_loss[id(g)] = (g, loss)
+
+    def carry_gradients(self, before, after) -> None:
+        """``after`` are ``before`` transformed (unscaled): same loss."""
+        for b, a in zip(_flat_tensors(before), _flat_tensors(after)):
+            entry = self._grad_loss.get(id(b))
+            if entry is not None:
+                self._grad_loss[id(a)] = (a, entry[1])
+
+    def _loss_of(self, grads):
+        """The loss these gradients were taken of, when tape.gradient returned them in this
+        graph (None: fall back to the last loss seen)."""
+        found = None
+        for g in _flat_tensors(grads):
+            g = g.values if isinstance(g, tf.IndexedSlices) else g
+            entry = self._grad_loss.pop(id(g), None)
+            if entry is not None and found is None:
+                found = entry[1]
+        if found is None or not _same_graph(found):
+            return None
+        return found
+
+    # --- layers (headroom) ---
+    def note_layer_origin(self, layer) -> None:
+        """Where the user's code built ``layer`` (the innermost frame under the script's
+        folder), for the report."""
+        roots = tuple(r for r in (self.user_root, *self.extra_roots) if r)
+        if not roots:
+            return
+        frame = sys._getframe(2)
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if filename.startswith(roots) and not filename.startswith(_HERE) and "site-packages" not in filename:
+                self._origins[id(layer)] = {"file": filename, "line": frame.f_lineno}
+                return
+            frame = frame.f_back
+
+    def layer_index(self, layer) -> int:
+        index = self._layer_index.get(id(layer))
+        if index is None:
+            index = self._layer_index[id(layer)] = len(self._layer_index)
+            self._layer_refs.append(layer)
+            self.emit_layer(layer, index)
+        return index
+
+    def emit_layer(self, layer, index: int, output_of: str | None = None) -> None:
+        origin = self._origins.get(id(layer), {})
+        code = ""
+        if origin:
+            try:
+                code = linecache.getline(origin["file"], origin["line"]).strip()
+            except Exception:
+                code = ""
+        event = {
+            "event": "layer",
+            "index": index,
+            "name": getattr(layer, "name", None),
+            "class": type(layer).__name__,
+            "file": origin.get("file"),
+            "line": origin.get("line"),
+            "code": code,
+        }
+        if output_of:
+            event["output_of"] = output_of
+        self.emit(event)
+
+    def note_output_layer(self, model) -> None:
+        """The last layer of a model that was called is its output layer (Sequential; the
+        usual case of functional models)."""
+        try:
+            layers = model.layers
+        except Exception:
+            return
+        if not layers:
+            return
+        last = layers[-1]
+        index = self._layer_index.get(id(last))
+        if index is not None and not getattr(self, "_outputs_noted", set()).__contains__(index):
+            self.__dict__.setdefault("_outputs_noted", set()).add(index)
+            self.emit_layer(last, index, output_of=getattr(model, "name", "model"))
+
+    def on_layer_output(self, layer, outputs) -> None:
+        """Record max |value| of a float16 layer's outputs for this step's row."""
+        if getattr(self._local, "in_layer_hook", False):
+            return  # tf.abs on a symbolic Keras 2 tensor is itself a (TFOpLambda) layer call
+        halves = [
+            t
+            for t in _flat_tensors(outputs)
+            if tf.is_tensor(t)
+            and getattr(t, "dtype", None) == tf.float16
+            and type(t).__name__ != "KerasTensor"  # functional-model construction, not data
+        ]
+        if not halves:
+            return
+        self._local.in_layer_hook = True
+        try:
+            index = self.layer_index(layer)
+            peaks = [tf.reduce_max(tf.abs(t)) for t in halves]
+            peak = peaks[0] if len(peaks) == 1 else tf.reduce_max(tf.stack(peaks))
+        finally:
+            self._local.in_layer_hook = False
+        pending = getattr(self._local, "activations", None)
+        if pending is None:
+            pending = self._local.activations = []
+        if len(pending) > self.GRAD_LOSS_MAX:
+            del pending[: len(pending) // 2]
+        pending.append((index, peak))
+
+    def _take_activations(self):
+        """(max, layer index) tensors over this step's float16 outputs in this graph."""
+        pending = getattr(self._local, "activations", None) or []
+        self._local.activations = []
+        usable = [(i, v) for i, v in pending if _same_graph(v)]
+        if not usable:
+            return tf.constant(-1.0), tf.constant(-1.0)
+        values = tf.cast(tf.stack([v for _, v in usable]), tf.float32)
+        where = tf.argmax(values, output_type=tf.int32)
+        indices = tf.constant([float(i) for i, _ in usable])
+        return tf.reduce_max(values), tf.gather(indices, where)
 
     # --- optimizer ---
     def on_apply(self, optimizer, grads) -> None:
@@ -208,29 +375,38 @@ class Recorder:
         scale, dynamic, grads_scaled = self._scale_info(optimizer)
         self._scaled.clear()
         self._dynamic_scaled.clear()
-        _on_replica0(self._write, index, scale, dynamic, grads_scaled, grads)
+        own_loss = self._loss_of(grads)
+        activations = self._take_activations()
+        _on_replica0(self._write, index, scale, dynamic, grads_scaled, grads, own_loss, activations)
 
-    def _write(self, index, scale, dynamic, grads_scaled, grads) -> None:
+    def _write(self, index, scale, dynamic, grads_scaled, grads, own_loss=None, activations=None) -> None:
         scale = tf.cast(tf.convert_to_tensor(scale), tf.float32)
         elements, nonfinite, zeros, sumsq = _gradient_summary(grads, scale if grads_scaled else None)
+        if own_loss is not None:
+            self.channel.set_loss(own_loss)
         loss, seq = self.channel.pending_loss()
+        act_max, act_layer = activations if activations is not None else (tf.constant(-1.0), tf.constant(-1.0))
         # Alarm: what stops the run (non-finite loss, or non-finite gradients applied
         # without a dynamic scaler to skip them). A stale loss alarms only once: its own
         # step already did.
         alarm = tf.logical_not(tf.math.is_finite(loss))
         if not dynamic:
             alarm = tf.logical_or(alarm, nonfinite > 0)
-        values = [loss, seq, scale, tf.constant(1.0 if dynamic else 0.0), elements, nonfinite, zeros, sumsq]
+        values = [
+            loss, seq, scale, tf.constant(1.0 if dynamic else 0.0), elements, nonfinite, zeros, sumsq, act_max, act_layer
+        ]
         self.channel.write(index, values, alarm)
 
     # --- reading rows back ---
     def flush(self, may_stop: bool = True, force: bool = False) -> None:
         """Read new rows when they are needed (cheap when they are not: one variable read),
         record them, and stop the script (``StopVerify``) when a stop reason appeared."""
-        if self.stop_reason is None:
-            state = self.channel.poll()
-            if state is not None:
-                self._take(state, force)
+        # The watchdog thread reads rows too (a script hanging after some steps).
+        with self._flush_lock:
+            if self.stop_reason is None:
+                state = self.channel.poll()
+                if state is not None:
+                    self._take(state, force)
         if may_stop and self.stop_reason is not None and threading.current_thread() is threading.main_thread():
             raise StopVerify(self.stop_reason)
 
@@ -269,7 +445,7 @@ class Recorder:
         reason the row gives."""
         if self.stop_reason is not None:
             return None
-        optimizer, step, loss, seq, scale, dynamic, elements, nonfinite, zeros, sumsq = raw
+        optimizer, step, loss, seq, scale, dynamic, elements, nonfinite, zeros, sumsq, act_max, act_layer = raw
         optimizer, step = int(optimizer), int(step)
         if step >= self.max_steps:
             self.stop_reason = "steps"
@@ -292,6 +468,9 @@ class Recorder:
             # Any non-finite entry makes the global norm non-finite.
             "grad_norm": _json_float(math.sqrt(sumsq) if nonfinite == 0 else math.inf),
         }
+        if act_max >= 0 or not math.isfinite(act_max):
+            event["act_max"] = _json_float(act_max)
+            event["act_layer"] = int(act_layer)
         self.steps = step + 1
         if loss is not None and not math.isfinite(loss):
             self.stop_reason = "non-finite loss"
@@ -346,11 +525,15 @@ def install_core(rec: Recorder) -> None:
 
     def make_gradient(original):
         def gradient(self, target, *args, **kwargs):
+            loss = None
             if rec._depth() == 0:
-                rec.guarded("gradient", rec.on_gradient, target)
+                loss = rec.guarded("gradient", rec.on_gradient, target)
             dynamic = rec.locate and any(rec.is_dynamic_scaled(t) for t in _flat_tensors(target))
             with _NumericsPause(dynamic):
-                return original(self, target, *args, **kwargs)
+                result = original(self, target, *args, **kwargs)
+            if loss is not None:
+                rec.guarded("gradient-map", rec.note_gradients, result, loss)
+            return result
 
         return gradient
 

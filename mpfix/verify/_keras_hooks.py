@@ -20,6 +20,7 @@ the fix, not the bug).
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 from mpfix.verify._hooks import (
@@ -32,6 +33,9 @@ from mpfix.verify._hooks import (
 )
 
 MIXED = ("mixed_float16", "mixed_bfloat16")
+# What the float32 baseline turns into "float32": the mixed policies and the pure
+# half-precision ones (a "float16" policy left alone would make the baseline float16 too).
+TO_FLOAT32 = MIXED + ("float16", "bfloat16")
 # Keras 3 compares the growth counter with this value minus one; any value far beyond the
 # run's length means "never grow".
 NEVER_GROW = 2**30
@@ -62,7 +66,7 @@ def _replace_function_everywhere(original, replacement, prefixes) -> None:
 
 def _policy_init(original):
     def __init__(self, name=None, *args, **kwargs):
-        if isinstance(name, str) and name in MIXED:
+        if isinstance(name, str) and name in TO_FLOAT32:
             name = "float32"
         return original(self, name, *args, **kwargs)
 
@@ -116,6 +120,9 @@ def install_keras3(rec: Recorder, mode: str, policy: str) -> None:
     _wrap(lso, "__init__", make_lso_init)
 
     _wrap_model(rec, keras.Model)
+    from keras.src.layers import layer as layer_module
+
+    _wrap_layers(rec, layer_module.Layer, keras.Model)
 
     if mode == "float32":
         _wrap(dtype_policy.DTypePolicy, "__init__", _policy_init)
@@ -151,12 +158,39 @@ def install_keras2(rec: Recorder, mode: str, policy: str) -> None:
 
     def make_scaled(original):
         def get_scaled_loss(self, loss):
-            scaled = original(self, loss)
             if not callable(loss):
+                scaled = original(self, loss)
                 rec.note_scaled(scaled, loss, bool(self.dynamic))
+                return scaled
+            # minimize(lambda: loss, ...) on a loss scale optimizer: the callable is
+            # scaled, and only calling it gives the tensors; remember the unscaled value
+            # when the scaled one is computed, so the tape records the loss, not loss*scale.
+            seen = []
+
+            def unscaled():
+                value = loss()
+                seen.append(value)
+                return value
+
+            scaled_fn = original(self, unscaled)
+
+            def scaled():
+                value = scaled_fn()
+                if seen:
+                    rec.note_scaled(value, seen[-1], bool(self.dynamic))
+                return value
+
             return scaled
 
         return get_scaled_loss
+
+    def make_unscaled(original):
+        def get_unscaled_gradients(self, grads):
+            out = original(self, grads)
+            rec.guarded("unscaled-gradients", rec.carry_gradients, list(grads), list(out))
+            return out
+
+        return get_unscaled_gradients
 
     def make_lso_init(original):
         def __init__(self, inner_optimizer, *args, **kwargs):
@@ -169,10 +203,14 @@ def install_keras2(rec: Recorder, mode: str, policy: str) -> None:
 
     for cls in (base_lso, *scalers):
         _wrap(cls, "get_scaled_loss", make_scaled)
+        _wrap(cls, "get_unscaled_gradients", make_unscaled)
     for cls in scalers:
         _wrap(cls, "__init__", make_lso_init)
 
     _wrap_model(rec, tf_keras.Model)
+    from tf_keras.src.engine import base_layer
+
+    _wrap_layers(rec, base_layer.Layer, tf_keras.Model)
 
     if mode == "float32":
         _wrap(policy_module.Policy, "__init__", _policy_init)
@@ -180,6 +218,41 @@ def install_keras2(rec: Recorder, mode: str, policy: str) -> None:
         original = policy_module.set_global_policy
         _replace_function_everywhere(original, _force_setter(original, policy), ("tf_keras", "tensorflow"))
         original(policy)
+
+
+def _wrap_layers(rec: Recorder, layer_cls, model_cls) -> None:
+    """Headroom: the largest |value| of every float16 layer output, in-graph, and where the
+    user's code built each layer. Layers computing in float32 or bfloat16 get nothing."""
+
+    def make_init(original):
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            try:
+                rec.note_layer_origin(self)
+            except Exception:
+                pass
+
+        # Keras reads the constructor's argument spec (inspect.getfullargspec, which does
+        # not follow __wrapped__) to build a layer's config: show it the original's.
+        try:
+            __init__.__signature__ = inspect.signature(original)
+        except (TypeError, ValueError):
+            pass
+        return __init__
+
+    def make_call(original):
+        def __call__(self, *args, **kwargs):
+            outputs = original(self, *args, **kwargs)
+            if rec._depth() == 0 and getattr(self, "compute_dtype", None) == "float16":
+                rec.guarded("layer", rec.on_layer_output, self, outputs)
+                if isinstance(self, model_cls):
+                    rec.guarded("model", rec.note_output_layer, self)
+            return outputs
+
+        return __call__
+
+    _wrap(layer_cls, "__init__", make_init)
+    _wrap(layer_cls, "__call__", make_call)
 
 
 def _wrap_model(rec: Recorder, model_cls) -> None:

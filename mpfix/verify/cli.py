@@ -6,6 +6,8 @@ child processes, and the rest of mpfix.verify is imported when the command runs.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 import click
@@ -24,13 +26,26 @@ def _progress():
     return show
 
 
+def _unwritable(path) -> str | None:
+    """Why a report cannot be written to ``path`` (None when it can)."""
+    if not path:
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"the folder {folder} does not exist"
+    if not os.access(folder, os.W_OK):
+        return f"the folder {folder} is not writable"
+    return None
+
+
 @click.command(
     "verify",
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog=(
         "Exit status: 0 healthy, 10 non-finite, 11 stalled, 12 underflow, 13 diverged, "
-        "14 crashed, 15 timeout, 16 no-steps, 2 usage error. With --before-after: the "
-        "patched script's verdict."
+        "14 crashed, 15 timeout, 16 no-steps, 17 at-risk, 18 unstable, 2 usage error. "
+        "With --before-after: the patched script's verdict. SCRIPT may be a notebook "
+        "(.ipynb): its code cells run as one script."
     ),
 )
 @click.argument("script", type=click.Path(exists=True, dir_okay=False))
@@ -63,7 +78,7 @@ def verify(script, script_args, steps, baseline, policy, seed, timeout, device, 
     judge it: healthy, non-finite, stalled, underflow, diverged, crashed, timeout or
     no-steps."""
     from mpfix.verify import report_text
-    from mpfix.verify.run import VerifyError, before_after
+    from mpfix.verify.run import Terminated, VerifyError, before_after
     from mpfix.verify.run import verify as run_verify
 
     options = dict(
@@ -78,6 +93,12 @@ def verify(script, script_args, steps, baseline, policy, seed, timeout, device, 
         jobs=jobs,
         progress=_progress(),
     )
+    for option, path in (("--json", json_path), ("--html", html_path)):
+        problem = _unwritable(path)
+        if problem:
+            # Said before the run, not after minutes of it.
+            click.echo(f"mpfix verify: error: {option} {path}: {problem}", err=True)
+            sys.exit(EXIT_ERROR)
     try:
         if patched:
             result = before_after(script, patched, list(script_args), **options)
@@ -88,6 +109,12 @@ def verify(script, script_args, steps, baseline, policy, seed, timeout, device, 
     except VerifyError as exc:
         click.echo(f"mpfix verify: error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
+    except Terminated as exc:
+        if options["progress"] is not None:
+            sys.stderr.write("\r\x1b[2K")
+        name = signal.Signals(exc.signum).name
+        click.echo(f"mpfix verify: {name}: the script's processes were stopped and the temporary folder removed", err=True)
+        sys.exit(128 + exc.signum)
     if options["progress"] is not None:
         sys.stderr.write("\r\x1b[2K")
     click.echo(text)

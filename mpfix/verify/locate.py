@@ -63,6 +63,8 @@ def matching_rule(path: Path, line: int) -> tuple[str | None, str | None]:
     except Exception:  # a static-analysis failure must not hide the runtime finding
         return None, None
     for finding in findings:
-        if getattr(finding, "line", None) == line:
+        start = getattr(finding, "start", None)
+        found = getattr(finding, "line", None) or getattr(start, "line", None)
+        if found == line:
             return finding.code, getattr(finding, "message", None)
     return None, None

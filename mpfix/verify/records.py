@@ -38,6 +38,10 @@ class Step:
     zero_fraction: float
     grad_norm: float | None
     optimizer: int = 0
+    # Headroom: the largest |value| of this step's float16 layer outputs (None when no
+    # float16 layer was measured) and the index of the layer it came from.
+    act_max: float | None = None
+    act_layer: int | None = None
 
     @property
     def loss_finite(self) -> bool:
@@ -45,7 +49,7 @@ class Step:
 
     def to_json(self) -> dict:
         data = asdict(self)
-        for key in ("loss", "loss_scale", "grad_norm"):
+        for key in ("loss", "loss_scale", "grad_norm", "act_max"):
             data[key] = json_number(data[key])
         return data
 
@@ -65,6 +69,8 @@ class RunResult:
     timed_out: bool = False
     elapsed: float = 0.0
     stderr_tail: str = ""
+    # Layers measured for headroom, by index: name, class, file, line, code, output_of.
+    layers: dict = field(default_factory=dict)
 
     @property
     def finite_losses(self) -> list[float]:
@@ -93,6 +99,19 @@ class RunResult:
         return list((self.end or {}).get("keras", []))
 
     @property
+    def exit_status(self) -> int | None:
+        """The script's own exit status (sys.exit / os._exit), else the process's."""
+        end = self.end or {}
+        if end.get("status") == "exit":
+            return end.get("code")
+        return self.returncode
+
+    @property
+    def skipped_steps(self) -> list[int]:
+        """Steps with an update the loss scaler skipped."""
+        return sorted({s.step for s in self.steps if s.skipped})
+
+    @property
     def device(self) -> str | None:
         return (self.start or {}).get("device")
 
@@ -108,6 +127,7 @@ class RunResult:
             "crash": self.crash,
             "numerics": self.numerics,
             "hook_errors": self.errors,
+            "layers": {str(k): v for k, v in sorted(self.layers.items())},
             "steps": [s.to_json() for s in self.steps],
         }
 
@@ -146,8 +166,12 @@ def parse_run(mode: str, events: list[dict]) -> RunResult:
                     zero_fraction=float(event.get("zero_fraction", 0.0)),
                     grad_norm=_number(event.get("grad_norm")),
                     optimizer=int(event.get("optimizer", 0)),
+                    act_max=_number(event.get("act_max")),
+                    act_layer=None if event.get("act_layer") is None else int(event["act_layer"]),
                 )
             )
+        elif kind == "layer":
+            run.layers[int(event["index"])] = {k: v for k, v in event.items() if k not in ("event", "index")}
         elif kind == "start":
             run.start = event
         elif kind == "end":

@@ -24,6 +24,11 @@ COLOURS = {"mixed": "#d9480f", "float32": "#1c7ed6"}
 NONFINITE = "#c92a2a"
 # The loss gets a log axis when positive and max/min reaches this.
 LOG_RATIO = 100.0
+# A linear axis whose values all agree to this relative spread is near-constant: it is
+# drawn flat in the middle of a range of +-NEAR_CONSTANT_PAD of the value (float noise of
+# 1e-10 would otherwise fill the plot as a steep fall).
+NEAR_CONSTANT_REL = 1e-3
+NEAR_CONSTANT_PAD = 0.05
 
 
 @dataclass
@@ -78,6 +83,20 @@ def _fmt_tick(v: float) -> str:
     return f"{v:.4g}"
 
 
+def _tick_labels(ticks: list[float]) -> list[str]:
+    """Labels that tell the ticks apart: the shortest precision giving distinct labels."""
+    if len(ticks) <= 1:
+        return [_fmt_tick(t) for t in ticks]
+    labels = [_fmt_tick(t) for t in ticks]
+    if len(set(labels)) == len(labels):
+        return labels
+    for digits in range(2, 13):
+        labels = [("0" if t == 0 else f"{t:.{digits}g}") for t in ticks]
+        if len(set(labels)) == len(labels):
+            return labels
+    return labels
+
+
 def _fmt_power(base: int, k: int) -> str:
     """A tick of a log axis: 32768, 1, 1/1024 (base 2); 100, 1, 1e-4 (base 10)."""
     if base == 2:
@@ -116,10 +135,16 @@ def svg_plot(title: str, series, y_label: str, scale: str = "auto") -> str:
     x0, x1 = min(steps), max(max(steps), min(steps) + 1)
     ys = [transform(v) for v in finite] or [0.0, 1.0]
     y0, y1 = min(ys), max(ys)
-    if y1 - y0 < 1e-12:
-        y0, y1 = y0 - 0.5, y1 + 0.5
-    pad = (y1 - y0) * 0.06
-    y0, y1 = y0 - pad, y1 + pad
+    near_constant = scale == "linear" and y1 - y0 <= NEAR_CONSTANT_REL * max(abs(y0), abs(y1))
+    if near_constant:
+        middle = (y0 + y1) / 2
+        half = abs(middle) * NEAR_CONSTANT_PAD or 0.5
+        y0, y1 = middle - half, middle + half
+    else:
+        if y1 - y0 < 1e-12:
+            y0, y1 = y0 - 0.5, y1 + 0.5
+        pad = (y1 - y0) * 0.06
+        y0, y1 = y0 - pad, y1 + pad
 
     def px(x):
         return LEFT + (x - x0) / (x1 - x0) * plot_w
@@ -129,7 +154,8 @@ def svg_plot(title: str, series, y_label: str, scale: str = "auto") -> str:
 
     # Grid and y ticks, labelled with the values themselves.
     if scale == "linear":
-        ticks = [(t, _fmt_tick(t)) for t in _linear_ticks(y0, y1)]
+        values = _linear_ticks(y0, y1)
+        ticks = list(zip(values, _tick_labels(values)))
     else:
         base = 10 if scale == "log10" else 2
         lo, hi = math.ceil(y0), math.floor(y1)
@@ -148,6 +174,11 @@ def svg_plot(title: str, series, y_label: str, scale: str = "auto") -> str:
         parts.append(
             f'<line x1="{x:.1f}" y1="{TOP + plot_h}" x2="{x:.1f}" y2="{TOP + plot_h + 4}" stroke="#868e96"/>'
             f'<text class="xtick" x="{x:.1f}" y="{TOP + plot_h + 17}" font-size="11" text-anchor="middle">{int(t)}</text>'
+        )
+    if near_constant:
+        parts.append(
+            f'<text class="note" x="{LEFT + 8}" y="{TOP + 14}" font-size="11" fill="#495057">'
+            f"constant to {NEAR_CONSTANT_REL:g} relative</text>"
         )
     # Axes and their titles.
     axis_note = {"linear": "", "log10": " (log scale)", "log2": " (log scale)"}[scale]
@@ -284,14 +315,27 @@ STYLE = (
     "pre{margin:0;white-space:pre-wrap}.runs{background:#f8f9fa;padding:8px;border-radius:4px}"
     ".verdict{font-size:18px}.script{color:#555}"
     # Red for every bad verdict, then green for healthy (same specificity: order decides).
-    ".verdict b{color:#c92a2a}.verdict-healthy b{color:#2b8a3e}"
+    ".verdict b{color:#c92a2a}.verdict-at-risk b{color:#e67700}.verdict-healthy b{color:#2b8a3e}"
+    # The combined before -> after line colours each side by its own verdict.
+    ".combined .before b{color:#c92a2a}.combined .before.verdict-at-risk b{color:#e67700}"
+    ".combined .before.verdict-healthy b{color:#2b8a3e}.combined{font-size:20px}"
     ".plots{display:flex;flex-wrap:wrap;gap:8px;margin-top:12px}.plots svg{border:1px solid #dee2e6}"
 )
 
 
 def render(report_or_pair) -> str:
     if hasattr(report_or_pair, "before"):
-        body = section(report_or_pair.before, "before (original)") + section(report_or_pair.after, "after (patched)")
+        before, after = report_or_pair.before.verdict, report_or_pair.after.verdict
+        combined = (
+            f'<p class="verdict combined verdict-{after.name}">verdict: '
+            f'<span class="before verdict-{before.name}"><b>{html.escape(before.name)}</b></span> &rarr; '
+            f"<b>{html.escape(after.name)}</b> (exit {report_or_pair.exit_code})</p>"
+        )
+        body = (
+            combined
+            + section(report_or_pair.before, "before (original)")
+            + section(report_or_pair.after, "after (patched)")
+        )
         name = report_or_pair.after.script.name
     else:
         body = section(report_or_pair)

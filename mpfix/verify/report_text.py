@@ -46,6 +46,10 @@ def run_lines(label: str, run: RunResult) -> list[str]:
     if optimizers and _losses(run, optimizers[0]):
         line += f"  loss {_losses(run, optimizers[0])}"
     line += f"  skipped {skipped}"
+    if skipped:
+        from mpfix.verify.verdict import _ranges
+
+        line += f" ({_ranges(run.skipped_steps, 4)})"
     if zeros:
         line += f"  zero-grad {sum(zeros) / len(zeros):.1%}"
     lines = [line]
@@ -55,11 +59,27 @@ def run_lines(label: str, run: RunResult) -> list[str]:
             f"  {'':<8} optimizer #{optimizer}: loss {_losses(run, optimizer) or 'n/a'}"
             f"  loss scale {scale_trajectory(run, optimizer)}"
         )
+    peak = headroom_line(run)
+    if peak:
+        lines.append(f"  {'':<8} {peak}")
     if run.device:
         lines[0] += f"  [{run.device}]"
     if run.errors:
         lines.append(f"  {'':<8} hook errors: " + "; ".join(e.get("error", e.get("message", "")) for e in run.errors))
     return lines
+
+
+def headroom_line(run: RunResult) -> str | None:
+    """The largest float16 layer output of the run, and how close it is to 65504."""
+    measured = [s for s in run.steps if s.act_max is not None]
+    if not measured:
+        return None
+    top = max(measured, key=lambda s: s.act_max if math.isfinite(s.act_max) else math.inf)
+    layer = run.layers.get(top.act_layer, {}).get("name") or f"#{top.act_layer}"
+    return (
+        f"float16 headroom: max |output| {_fmt(top.act_max)} ({top.act_max / 65504.0:.2%} of 65504), "
+        f"layer {layer}, step {top.step}"
+    )
 
 
 def render(report, title: str | None = None) -> str:
@@ -76,6 +96,10 @@ def render(report, title: str | None = None) -> str:
         out.append(f"  device: {device} (auto)")
     for note in v.notes:
         out.append(f"  note: {note}")
+    tail = v.evidence.get("stderr_tail") if v.name == "crashed" else None
+    if tail:
+        out.append("  last lines of the script's stderr:")
+        out.extend(f"    | {line[:200]}" for line in tail)
     if report.location is not None:
         loc = report.location
         text = f"  first NaN/Inf: {loc.where}"

@@ -18,12 +18,14 @@ callable taking one line of text, or None).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -38,10 +40,54 @@ DEVICES = ("auto", "cpu", "gpu")
 EXIT_NO_GPU = 3
 # SIGTERM first so TensorFlow can release the device; SIGKILL after this grace period.
 KILL_GRACE_S = 3.0
+# The child enforces --timeout itself (and reads its last rows); the parent kills it only
+# when it has not ended this long after that.
+PARENT_DEADLINE_MARGIN_S = KILL_GRACE_S + 2.0
+# Signals that end mpfix but let it clean up: the children are killed and the temporary
+# folder removed first.
+CLEANUP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 class VerifyError(Exception):
     """A problem with the request itself (no GPU for --device gpu, missing script)."""
+
+
+class Terminated(BaseException):
+    """mpfix received SIGTERM/SIGHUP during a run: children killed, temporary folder
+    removed; the CLI exits 128 + signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _cleanup_on_signals():
+    """Turn SIGTERM/SIGHUP into ``Terminated`` (main thread only: elsewhere Python cannot
+    install handlers), so the ``finally`` blocks that kill the children and the temporary
+    folder's context manager run before mpfix ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum, frame):
+        if fired:  # already cleaning up
+            return
+        fired.append(signum)
+        raise Terminated(signum)
+
+    previous = {}
+    for sig in CLEANUP_SIGNALS:
+        try:
+            previous[sig] = signal.signal(sig, handler)
+        except (ValueError, OSError):
+            pass
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 @dataclass
@@ -152,12 +198,20 @@ def child_env(options: Options) -> dict:
 class _Child:
     """One running child process, in its own session so the whole group can be killed."""
 
-    def __init__(self, script: Path, args, mode: str, options: Options, workdir: Path, locate: bool) -> None:
+    def __init__(
+        self, script: Path, args, mode: str, options: Options, workdir: Path, locate: bool, origin: Path | None = None
+    ) -> None:
         self.mode = mode
         self.options = options
         self.records = workdir / f"{mode}{'-locate' if locate else ''}.jsonl"
+        origin = origin or script
         config = {
             "script": str(script),
+            # What the user asked for (a notebook's converted script runs beside it).
+            "origin": str(origin),
+            "timeout": options.timeout,
+            # What the child removes if mpfix dies without cleaning up (SIGKILL).
+            "tempdir": str(workdir if workdir.name.startswith("mpfix-verify-") else workdir.parent),
             "args": list(args),
             "records": str(self.records),
             "mode": "float32" if mode == "float32" else "mixed",
@@ -176,7 +230,7 @@ class _Child:
         self.timed_out = False
         self.proc = subprocess.Popen(
             [options.python, "-m", "mpfix.verify._bootstrap", "--config", str(config_path)],
-            cwd=str(script.parent),
+            cwd=str(origin.parent),
             env=child_env(options),
             stdin=subprocess.DEVNULL,
             stdout=self.stdout,
@@ -188,7 +242,9 @@ class _Child:
     def poll(self) -> bool:
         if self.proc.poll() is not None:
             return True
-        if time.monotonic() - self.started > self.options.timeout:
+        # The child stops itself at the timeout (after reading its last rows); this is the
+        # backstop for a child that could not.
+        if time.monotonic() - self.started > self.options.timeout + PARENT_DEADLINE_MARGIN_S:
             self.timed_out = True
             self.kill()
             return True
@@ -223,7 +279,7 @@ class _Child:
         self.stderr.close()
         run = parse_run(self.mode, read_events(self.records))
         run.returncode = self.proc.returncode
-        run.timed_out = self.timed_out
+        run.timed_out = self.timed_out or (run.end or {}).get("status") == "timeout"
         run.elapsed = time.monotonic() - self.started
         try:
             run.stderr_tail = self.stderr_path.read_bytes()[-4000:].decode("utf-8", "replace")
@@ -239,16 +295,23 @@ def _kill_group(pid: int, sig: int) -> None:
         pass
 
 
-def run_children(script: Path, args, modes: list[tuple[str, bool]], options: Options, workdir: Path) -> list[RunResult]:
-    """Run children (``(mode, locate)`` pairs), ``options.jobs`` at a time."""
-    results: dict[int, RunResult] = {}
+def run_children(
+    script: Path, args, modes: list[tuple[str, bool]], options: Options, workdir: Path, origin: Path | None = None
+) -> list[RunResult | None]:
+    """Run children (``(mode, locate)`` pairs), ``options.jobs`` at a time. Once a run has
+    timed out, the runs not started yet are not started (None): a timeout must not cost
+    twice."""
+    results: dict[int, RunResult | None] = {}
     queue = list(enumerate(modes))
     running: list[tuple[int, _Child]] = []
     try:
         while queue or running:
+            if any(r is not None and r.timed_out for r in results.values()):
+                results.update((index, None) for index, _ in queue)
+                queue.clear()
             while queue and len(running) < max(1, options.jobs):
                 index, (mode, locate) = queue.pop(0)
-                running.append((index, _Child(script, args, mode, options, workdir, locate)))
+                running.append((index, _Child(script, args, mode, options, workdir, locate, origin)))
             time.sleep(0.1)
             for item in list(running):
                 index, child = item
@@ -270,30 +333,55 @@ def _raise_if_no_gpu(run: RunResult) -> None:
     for error in run.errors:
         if error.get("kind") == "no-gpu":
             raise VerifyError("--device gpu: no GPU is visible to TensorFlow in the child process")
+        if error.get("kind") == "no-tensorflow":
+            raise VerifyError(
+                f"TensorFlow is not installed for the interpreter {error.get('python')} "
+                f"(Python {error.get('version')}) that runs the script: point --python at the "
+                "training environment's interpreter, e.g. `mpfix verify train.py --python "
+                ".venv/bin/python` (mpfix itself need not be installed there)"
+            )
+
+
+def _check_script(script: Path) -> None:
+    if not script.is_file():
+        raise VerifyError(f"no such script: {script}")
+
+
+def _runnable(script: Path, workdir: Path) -> Path:
+    """The file the child runs: the script itself, or a notebook's code cells as one."""
+    if script.suffix == ".ipynb":
+        from mpfix.verify.notebook import notebook_script
+
+        return notebook_script(script, workdir)
+    return script
 
 
 def verify(script, args=(), **kwargs) -> Report:
     options = Options.from_kwargs(**kwargs)
     script = Path(script).resolve()
-    if not script.is_file():
-        raise VerifyError(f"no such script: {script}")
-    with tempfile.TemporaryDirectory(prefix="mpfix-verify-") as tmp:
+    _check_script(script)
+    with _cleanup_on_signals(), tempfile.TemporaryDirectory(prefix="mpfix-verify-") as tmp:
         return _verify_in(script, list(args), options, Path(tmp), baseline_run=None)
 
 
 def _verify_in(script: Path, args: list[str], options: Options, workdir: Path, baseline_run) -> Report:
+    runnable = _runnable(script, workdir)
     modes = [("mixed", False)]
     if options.baseline and baseline_run is None:
         modes.append(("float32", False))
-    runs = run_children(script, args, modes, options, workdir)
+    runs = run_children(runnable, args, modes, options, workdir, origin=script)
     mixed = runs[0]
     baseline = runs[1] if len(runs) > 1 else baseline_run
-    verdict = judge(mixed, baseline, script)
+    skipped_baseline = len(runs) > 1 and baseline is None
+    verdict = judge(mixed, baseline, script, baseline_expected=options.baseline)
+    verdict = _with_static_rule(verdict, mixed, baseline, script, options)
+    if skipped_baseline:
+        verdict.notes.append("the float32 baseline was not run: the mixed run timed out")
     report = Report(script, args, options, mixed, baseline, verdict)
     if options.locate and verdict.name == "non-finite":
         from mpfix.verify.locate import locate_from_run
 
-        located = run_children(script, args, [("mixed", True)], options, workdir)[0]
+        located = run_children(runnable, args, [("mixed", True)], options, workdir, origin=script)[0]
         report.located_run = located
         report.location = locate_from_run(located, script)
     from mpfix.verify.escalate import escalation
@@ -302,14 +390,29 @@ def _verify_in(script: Path, args: list[str], options: Options, workdir: Path, b
     return report
 
 
+def _with_static_rule(verdict: Verdict, mixed: RunResult, baseline, script: Path, options: Options) -> Verdict:
+    """An at-risk layer: the rule mpfix's static check reports on the line that built it
+    (e.g. MP205 on a float16 output head), judged again with it."""
+    evidence = verdict.evidence
+    if verdict.name != "at-risk" or evidence.get("kind") != "headroom" or not evidence.get("file"):
+        return verdict
+    from mpfix.verify.locate import matching_rule
+
+    rule, message = matching_rule(Path(evidence["file"]), int(evidence.get("line") or 0))
+    layer = mixed.layers.get(evidence.get("layer_index"))
+    if not rule or layer is None:
+        return verdict
+    layer["rule"], layer["rule_message"] = rule, message
+    return judge(mixed, baseline, script, baseline_expected=options.baseline)
+
+
 def before_after(original, patched, args=(), **kwargs) -> BeforeAfter:
     """Verify ``original`` and ``patched`` with the same options and arguments."""
     options = Options.from_kwargs(**kwargs)
     original, patched = Path(original).resolve(), Path(patched).resolve()
     for path in (original, patched):
-        if not path.is_file():
-            raise VerifyError(f"no such script: {path}")
-    with tempfile.TemporaryDirectory(prefix="mpfix-verify-") as tmp:
+        _check_script(path)
+    with _cleanup_on_signals(), tempfile.TemporaryDirectory(prefix="mpfix-verify-") as tmp:
         after_dir, before_dir = Path(tmp) / "after", Path(tmp) / "before"
         after_dir.mkdir()
         before_dir.mkdir()

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from verify_helpers import verify_script
-from mpfix.verify.verdict import EXIT_CODES, judge
+from mpfix.verify.verdict import EXIT_CODES, FLOAT16_MAX, judge
 
 pytestmark = pytest.mark.slow
 
@@ -95,6 +95,9 @@ def test_healthy_fit_with_baseline(fit_report):
     assert not any(s.dynamic for s in fit_report.baseline.steps)
     # Same seed, same data: the two runs start from the same loss (float16 rounding aside).
     assert fit_report.mixed.steps[0].loss == pytest.approx(fit_report.baseline.steps[0].loss, rel=1e-2)
+    assert_headroom_measured_and_far(fit_report)
+    # The float32 baseline has no float16 layer to measure.
+    assert all(s.act_max is None for s in fit_report.baseline.steps)
 
 
 def test_healthy_custom_loop_in_tf_function():
@@ -108,6 +111,7 @@ def test_healthy_custom_loop_in_tf_function():
     assert mixed.finite_losses[-1] < mixed.finite_losses[0]
     # The baseline's LossScaleOptimizer is a pass-through at scale 1.
     assert {s.loss_scale for s in base.steps} == {1.0}
+    assert_headroom_measured_and_far(report)
 
 
 def test_forced_bfloat16_policy():
@@ -143,6 +147,15 @@ def test_timeout_kills_the_process_group(tmp_path):
     assert not _alive(helper)
 
 
+def assert_headroom_measured_and_far(report) -> None:
+    """Healthy scripts: float16 layer outputs were measured, and are far from 65504 (no
+    at-risk verdict)."""
+    measured = [s.act_max for s in report.mixed.steps if s.act_max is not None]
+    assert measured, "no float16 layer output was measured"
+    assert max(measured) < 0.01 * FLOAT16_MAX
+    assert report.verdict.name != "at-risk"
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -157,6 +170,7 @@ def test_mirrored_strategy_on_two_logical_cpus():
     assert len(report.mixed.steps) == 8  # one record per step, not one per replica
     assert all(s.dynamic for s in report.mixed.steps)
     assert report.mixed.crash is None and report.baseline.crash is None
+    assert_headroom_measured_and_far(report)
 
 
 def test_no_steps():
@@ -205,3 +219,4 @@ def test_gan_steps_are_rounds_of_optimizers():
     # Discriminator (two BCE terms, ~1.4-1.7) and generator (~0.6-0.7) never mixed up.
     assert all(s.loss > 1.0 for s in mixed.of(0)) and all(s.loss < 1.0 for s in mixed.of(1))
     assert "4 steps (2 optimizers, 6 updates)" in report.verdict.summary
+    assert_headroom_measured_and_far(report)
