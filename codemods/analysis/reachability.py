@@ -11,15 +11,18 @@ imports. So a file is float16-reachable when
   transitively; importing ``pkg.mod`` runs ``pkg/__init__.py`` too). The layers and models an
   entry point builds are the ones it imports;
 * or it is a test that takes a pytest fixture parametrised over the policy
-  (``@pytest.fixture(params=["float32", "mixed_float16"])`` in a ``conftest.py`` reaches the
-  tests under that folder that use the fixture; a fixture or ``parametrize`` in a test module
-  reaches that module). Such a fixture reaches no library code: the library runs under float16
-  only where something outside a parametrised test runs it so (its examples, docs, scripts, or
-  tests that set the policy themselves), or when the user configures ``policy``.
+  (``@pytest.fixture(params=["float32", "mixed_float16"])`` in a ``conftest.py``, or in a module
+  a conftest imports, reaches the tests under that folder that use the fixture; ``parametrize``
+  reaches its own test module), or a library module such a test imports: the library's own
+  tests run it under the policy. The fixture reaches nothing else: not the tests that do not
+  take it, nor scripts, tutorials and notebooks, nor library modules no such test imports.
 
-A mention that sets nothing — a comparison ``policy.name == "mixed_float16"``, a dict key, prose
-in a docstring, a comment, an ``os.environ.get`` of the switch, the switch set to ``"0"`` — is
-not an entry point.
+Within a test module that sets or takes the policy only in some tests, only those tests (and the
+module-level helpers they use) run under it: ``Reach.partial``, with the lines from
+``float16_regions``. A mention that sets nothing — a comparison ``policy.name ==
+"mixed_float16"``, a dict key, prose, a comment, an error message, an ``os.environ.get`` of the
+switch, the switch set to ``"0"`` — is not an entry point; a docstring example that sets the
+policy is documentation of the module and counts.
 
 The scan works on bytes with regular expressions (no parse): every file is read once per
 project and process, and only files an entry point reaches have their imports read.
