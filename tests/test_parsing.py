@@ -9,6 +9,7 @@ from mpfix.parsing import parse_module, validation_active
 from test_walk import SNIPPET, _corpus
 
 
+@pytest.mark.slow  # a corpus-equivalence check (~60 s on two cores): `pytest -m "not slow"` skips it
 def test_same_tree_as_libcst_on_real_code():
     texts = [SNIPPET, SNIPPET.replace("\n", "\r\n")]
     texts += [path.read_text(encoding="utf-8") for path in _corpus()]

@@ -6,6 +6,7 @@ import random
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
+import pytest
 
 from mpfix.positions import positions_of
 from test_walk import SNIPPET, _corpus
@@ -23,6 +24,7 @@ def _reference(module: cst.Module) -> dict:
     return dict(MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider))
 
 
+@pytest.mark.slow  # a corpus-equivalence check (~60 s on two cores): `pytest -m "not slow"` skips it
 def test_all_nodes_and_a_few_nodes_match_position_provider():
     rng = random.Random(8)
     count = 0

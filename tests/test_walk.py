@@ -96,6 +96,7 @@ def _modules():
             continue
 
 
+@pytest.mark.slow  # a corpus-equivalence check (~20 s on two cores): `pytest -m "not slow"` skips it
 def test_full_walk_is_libcst_visit_order_on_real_code():
     count = 0
     types: set[type] = set()
