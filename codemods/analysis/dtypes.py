@@ -548,21 +548,22 @@ class DtypeAnalysis:
 
     def _wrapped_metric_functions(self) -> set[str]:
         """Functions passed to a metric wrapper (``MeanMetricWrapper(cosine_similarity)``): it casts y_pred to float32."""
-        if "MetricWrapper" not in self.module.code:
-            return set()
         found: set[str] = set()
         for stmt in self.module.body:
             if not isinstance(stmt, cst.ClassDef):
                 continue
-            bases = " ".join(self.module.code_for_node(b.value) for b in stmt.bases)
-            if "MetricWrapper" not in bases and "Metric" not in bases:
+            bases = " ".join(dotted_name(b.value) or "" for b in stmt.bases)
+            if "Metric" not in bases:
                 continue
             for node in _walk_calls(stmt):
                 if isinstance(node.func, cst.Attribute) and node.func.attr.value == "__init__":
                     found.update(a.value.value for a in node.args if isinstance(a.value, cst.Name))
-        for stmt in _walk_calls(self.module):
-            if "MetricWrapper" in (dotted_name(stmt.func) or ""):
-                found.update(a.value.value for a in stmt.args if isinstance(a.value, cst.Name))
+        calls = self.index.get(cst.Call, ()) if self.index is not None else _walk_calls(self.module)
+        for call in calls:
+            func = call.func
+            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+            if "MetricWrapper" in name:
+                found.update(a.value.value for a in call.args if isinstance(a.value, cst.Name))
         return found
 
     def _float32_state_class(self, owner: cst.ClassDef) -> bool:

@@ -183,8 +183,14 @@ class _Models(Visitor):
 
 
 _CONSTRUCTOR_METHOD = re.compile(r"^(__init__|build|_build\w*|build_model|create_model|_make_model)$")
-# `super().__init__(inputs=..., outputs=...)` in a keras.Model subclass.
-SUBCLASSED_FUNCTIONAL = re.compile(r"__init__\(\s*inputs")
+
+
+def _is_super_init_with_inputs(call: cst.Call) -> bool:
+    """``super().__init__(inputs=..., outputs=...)`` in a keras.Model subclass."""
+    func = call.func
+    return isinstance(func, cst.Attribute) and func.attr.value == "__init__" and isinstance(func.value, cst.Call) \
+        and dotted_name(func.value.func) == "super" and argument(call, "inputs", 0) is not None \
+        and argument(call, "outputs", 1) is not None
 
 
 _TRAIN_METHODS = {"compile", "fit", "train_on_batch", "fit_generator"}
@@ -265,8 +271,8 @@ class _ModelFacts:
         index = nodes_by_type(context)
         self.heads = []
         # _Models finds heads only at these constructors: without one, skip its walk of the module.
-        if any(context.resolve(call.func) in _MODEL_CONSTRUCTORS for call in index.get(cst.Call, ())) or \
-                SUBCLASSED_FUNCTIONAL.search(context.module.code):
+        if any(context.resolve(call.func) in _MODEL_CONSTRUCTORS or _is_super_init_with_inputs(call)
+               for call in index.get(cst.Call, ())):
             finder = _Models(context.resolve)
             finder.walk(context.module)
             self.heads = finder.heads
