@@ -17,6 +17,7 @@ import libcst as cst
 from mpfix.codemods._loss_scaling_support import new_statement, unscale_call
 from mpfix.codemods._mp_api_support import keyword_arg
 from mpfix.codemods.analysis.gradient_path import (
+    ALL_REDUCE,
     CLIP_GLOBAL_NORM,
     CLIP_NORM,
     CLIP_VALUE,
@@ -31,6 +32,8 @@ CLIP_KEYWORDS = {CLIP_GLOBAL_NORM: "global_clipnorm", CLIP_NORM: "clipnorm", CLI
 
 def describe(event: PathEvent) -> str:
     """How a finding names a transform."""
+    if event.kind == "callback":
+        return f"`{event.helper}(...)` (which runs the callbacks it is given, e.g. gradient clipping)"
     if event.helper is not None:
         return f"`{event.helper}(...)` (which clips or adds noise)"
     return "noise" if event.kind == "noise" else f"`{event.kind}`"
@@ -144,7 +147,7 @@ def move_clip_changes(context, analysis: Analysis, flows: list[Flow], events: li
         found = constant_clip(context, event)
         if found is None:
             return None
-        for other in analysis.flows:
+        for other in analysis.flows + analysis.cross_flows:
             if any(e is event for e in other.path.events) and id(other.apply.call) not in applies:
                 return None
         keyword, limit, replacement = found
@@ -165,6 +168,10 @@ def move_unscale_changes(context, analysis: Analysis, flow: Flow, unscale: PathE
         return None
     source, target = dotted_name(call.args[0].value), dotted_name(assign.targets[0].target)
     if source is None or target is None:
+        return None
+    # An all-reduce before the unscale may be meant for scaled values (a float16 all-reduce of unscaled
+    # gradients underflows): leave such loops to the user.
+    if any(e.kind == ALL_REDUCE for e in flow.path.events if flow.path.events.index(e) < flow.path.events.index(unscale)):
         return None
     # Every update fed by this gradient computation must pass through this unscale.
     for other in analysis.flows:

@@ -326,7 +326,7 @@ class Keras2ScalingOnKeras3(Rule):
         """Dropping the unscale keeps the loop right only where the LossScaleOptimizer that unscaled is
         what applies the gradients and nothing size-dependent happens to them in between."""
         analysis = training_steps(self.context)
-        through = [(flow, i) for flow in analysis.flows for i, e in enumerate(flow.path.events)
+        through = [(flow, i) for flow in analysis.flows + analysis.cross_flows for i, e in enumerate(flow.path.events)
                    if e.kind == UNSCALE and e.node is node]
         if not through:
             return drop, FixSafety.UNSAFE, " (mpfix cannot see the update these gradients reach)"

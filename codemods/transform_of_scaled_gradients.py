@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from mpfix.codemods._gradient_fixes import describe, move_clip_changes, move_unscale_changes
-from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, K3_SCALE, step_flows
-from mpfix.codemods.analysis.gradient_path import SCALED, UNSCALE, Flow
+from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, K3_SCALE, foreign_api
+from mpfix.codemods.analysis.gradient_path import SCALED, UNSCALE, Flow, training_steps
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
@@ -186,7 +186,11 @@ class TransformOfScaledGradients(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        analysis, flows = step_flows(self.context)
+        # A transform on scaled gradients is wrong whoever manages the scaling (an isinstance guard or a
+        # conditional `get_scaled_loss` only decides whether there is a scale): all flows but those using
+        # the other generation's API (MP303's).
+        analysis = training_steps(self.context)
+        flows = [f for f in analysis.flows if not foreign_api(self.context, f)]
         seen: set[int] = set()
         for flow in flows:
             if flow.scale is None or SCALED not in flow.path.states | frozenset().union(

@@ -23,6 +23,7 @@ not a plain name at the gradient call.
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -116,7 +117,8 @@ CLIP_GLOBAL_NORM = "clip_by_global_norm"
 CLIP_NORM = "clip_by_norm"
 CLIP_VALUE = "clip_by_value"
 NOISE = "noise"
-SENSITIVE = frozenset({CLIP_GLOBAL_NORM, CLIP_NORM, CLIP_VALUE, "clip_by_average_norm", NOISE, "helper"})
+CALLBACK = "callback"  # a same-file helper that runs functions its caller passed in (gradient callbacks)
+SENSITIVE = frozenset({CLIP_GLOBAL_NORM, CLIP_NORM, CLIP_VALUE, "clip_by_average_norm", NOISE, "helper", CALLBACK})
 # Linear transforms: the loss scale passes through them unchanged (the scale only changes inside
 # apply, so accumulating scaled micro-batch gradients between two applies is fine).
 ACCUMULATE = "accumulate"
@@ -138,6 +140,7 @@ _TRANSFORM_FUNCTIONS = {
 _ALL_REDUCE_METHODS = {"all_reduce", "allreduce", "batch_reduce_to", "reduce_to", "grouped_allreduce"}
 _ACCUMULATE_METHODS = {"assign_add", "assign", "append", "extend"}
 _SCALE_ATTRIBUTES = {"dynamic_scale", "loss_scale"}
+_BUILTINS = frozenset(dir(builtins))
 _RANDOM_PREFIXES = ("tensorflow.random.", "keras.random.", "numpy.random.", "tensorflow.compat.v1.random.")
 
 
@@ -257,6 +260,8 @@ class Analysis:
     minimizes: list[tuple[Scope, ApplyCall, OptimizerBuild | None]] = field(default_factory=list)
     # Every gradient computation, whether or not an update in the same scope uses it.
     gradients: list[tuple[Scope, GradientCall]] = field(default_factory=list)
+    # Updates in one function of gradients accumulated in another (through a shared object).
+    cross_flows: list[Flow] = field(default_factory=list)
 
     def build_of(self, scope: Scope, optimizer: str) -> OptimizerBuild | None:
         """Where ``optimizer`` (as written in ``scope``) is built, when the file shows it."""
@@ -525,6 +530,9 @@ def _analyse(context: RuleContext) -> Analysis:
     all_minimizes: list[tuple[Scope, ApplyCall, OptimizerBuild | None]] = []
     all_gradients: list[tuple[Scope, GradientCall]] = []
     helpers = _Helpers(context, scopes)
+    registry = _Registry()
+    shared: dict[str, dict] = {}  # values accumulated into objects other functions can read
+    pending: list[tuple[Scope, list[ApplyCall]]] = []  # scopes with updates but no gradient of their own
 
     # Pass 1: optimizer builds, factories, compile calls, isinstance guards.
     per_scope_calls: dict[int, list[tuple[Statement, cst.Call, bool]]] = {}
@@ -581,6 +589,10 @@ def _analyse(context: RuleContext) -> Analysis:
     for scope in scopes:
         calls = per_scope_calls[id(scope.node)]
         tapes: dict[str, Tape] = {}
+        # A tape handed in by the caller (`def minimize(tape, optimizer, loss, ...)`, tf-models' grad_utils).
+        for param in scope.params:
+            if param == "tape" or param.endswith("_tape"):
+                tapes[param] = Tape(param)
         for st in scope.statements:
             if isinstance(st.node, cst.With):
                 for item in st.node.items:
@@ -611,15 +623,17 @@ def _analyse(context: RuleContext) -> Analysis:
         for st, call, ifexp in calls:
             func = call.func
             if call.args and resolve(func) == "tensorflow.gradients":
-                gradients.append(GradientCall(call, st, None, call.args[0].value, len(gradients)))
+                gradients.append(GradientCall(call, st, None, call.args[0].value, len(all_gradients) + len(gradients),
+                                              "tf.gradients"))
             elif isinstance(func, cst.Attribute):
                 owner = dotted_name(func.value)
                 method = func.attr.value
                 if method == "gradient" and isinstance(func.value, cst.Name) and func.value.value in tapes and call.args:
-                    gradients.append(GradientCall(call, st, func.value.value, call.args[0].value, len(gradients)))
+                    gradients.append(GradientCall(call, st, func.value.value, call.args[0].value,
+                                                  len(all_gradients) + len(gradients)))
                 elif method == "compute_gradients" and owner is not None and call.args:
-                    gradients.append(GradientCall(call, st, None, call.args[0].value, len(gradients),
-                                                  "compute_gradients", owner))
+                    gradients.append(GradientCall(call, st, None, call.args[0].value,
+                                                  len(all_gradients) + len(gradients), "compute_gradients", owner))
                 elif method == "minimize" and owner is not None and call.args and _keyword(call, "tape") is None:
                     minimizes.append(ApplyCall(call, st, owner))
                 elif method in APPLY_METHODS and owner is not None:
@@ -633,36 +647,61 @@ def _analyse(context: RuleContext) -> Analysis:
         for call in minimizes:
             build, _ = _trace(context, scope, scopes, call.optimizer, builds, compiled_models)
             all_minimizes.append((scope, call, build))
-        if not gradients or not applies:
+        if not gradients and applies:
+            pending.append((scope, applies))
+        if not gradients:
             continue
 
         # Data flow: which values carry which gradient results, in which state (two passes for loops).
-        tracer = _PathTracer(context, scope, gradients, local_scales, helpers)
+        tracer = _PathTracer(context, scope, gradients, local_scales, helpers, registry)
         tracer.run()
-        paths: dict[tuple[int, int], GradientPath] = {}
-        for apply in applies:
-            value = tracer.apply_values.get(id(apply.call), {})
-            apply.gradients = set(value)
-            for index, (states, events) in value.items():
-                ordered = sorted((tracer.events[e] for e in events), key=lambda ev: tracer.order(ev))
-                paths[(id(apply.call), index)] = GradientPath(ordered, states)
+        tracer.export(shared)
+        if not applies:
+            continue
+        by_index = {g.index: g for g in gradients}
+        paths = tracer.paths(applies)
         linked = [a for a in applies if a.gradients]
         # `.apply(...)` is a common method name: only linked calls count. An unlinked
         # apply_gradients with exactly one gradient call in the scope is taken as its update.
         if not linked:
             named = [a for a in applies if a.call.func.attr.value == "apply_gradients"]
             if len(named) == 1 and len(gradients) == 1:
-                named[0].gradients = {0}
+                named[0].gradients = {gradients[0].index}
                 linked = named
         for apply in linked:
             for index in sorted(apply.gradients):
-                grad = gradients[index]
+                grad = by_index[index]
                 flow = _flow(context, scope, scopes, grad, apply, builds, compiled_models,
                              local_scales, isinstance_guard)
                 flow.path = paths.get((id(apply.call), index)) or GradientPath(
                     [], frozenset({SCALED if flow.scale is not None else UNSCALED}))
                 flows.append(flow)
-    return Analysis(scopes, flows, builds, all_tapes, scale_calls, isinstance_guard, all_minimizes, all_gradients)
+
+    # Gradients accumulated into a shared object (`self.accumulator`, a closure's `accum`) in one
+    # function and applied in another (`forward` / `step` of gradient accumulation): followed too,
+    # as flows of their own (`cross_flows`), so that no fix drops an unscale such an update needs.
+    cross_flows: list[Flow] = []
+    if shared:
+        grad_of = {g.index: (s, g) for s, g in all_gradients}
+        scales_of: dict[int, list[ScaleCall]] = {}
+        for s in scale_calls:
+            if s.scope is not None:
+                scales_of.setdefault(id(s.scope.node), []).append(s)
+        for scope, applies in pending:
+            tracer = _PathTracer(context, scope, [], [], helpers, registry, dict(shared))
+            tracer.run()
+            paths = tracer.paths(applies)
+            for apply in applies:
+                for index in sorted(apply.gradients):
+                    grad_scope, grad = grad_of[index]
+                    flow = _flow(context, scope, scopes, grad, apply, builds, compiled_models,
+                                 scales_of.get(id(grad_scope.node), []), isinstance_guard)
+                    flow.scale, flow.scale_statement = _scale_of(grad_scope, grad.target, grad.statement,
+                                                                 scales_of.get(id(grad_scope.node), []))
+                    flow.path = paths[(id(apply.call), index)]
+                    cross_flows.append(flow)
+    return Analysis(scopes, flows, builds, all_tapes, scale_calls, isinstance_guard, all_minimizes, all_gradients,
+                    cross_flows)
 
 
 def _scale_of(scope: Scope, target: cst.BaseExpression, before: Statement,
@@ -815,23 +854,37 @@ class _Helpers:
             return self.functions.get((caller.class_name, func.attr.value))
         return None
 
-    def summary(self, scope: Scope) -> tuple[bool, bool]:
-        """(has a size-sensitive transform, unscales) for a helper function's body."""
+    def summary(self, scope: Scope) -> tuple[str | None, bool, bool]:
+        """(what size-sensitive thing the helper does: "helper" (clips or adds noise), "callback"
+        (calls a function it was given, e.g. a list of gradient callbacks), or None; whether it unscales;
+        whether it all-reduces)."""
         found = self._summaries.get(id(scope.node))
         if found is None:
-            sensitive = unscales = False
+            sensitive: str | None = None
+            unscales = reduces = False
             resolve = self.context.resolve
+            # Names bound to what the caller passed: parameters and `for f in callbacks` targets.
+            given = set(scope.params)
+            for node in walk(scope.node.body):
+                if type(node) is cst.For and names_in(node.iter) & given:
+                    given |= target_names(node.target)
             for node in walk(scope.node.body):
                 kind = type(node)
                 if kind is cst.Call:
                     if resolve(node.func) in _TRANSFORM_FUNCTIONS:
-                        sensitive = True
+                        sensitive = "helper"
                     elif isinstance(node.func, cst.Attribute) and node.func.attr.value == UNSCALE_METHOD:
                         unscales = True
+                    elif isinstance(node.func, cst.Attribute) and (
+                            node.func.attr.value in _ALL_REDUCE_METHODS or "all_reduce" in node.func.attr.value):
+                        reduces = True
+                    elif isinstance(node.func, cst.Name) and node.func.value in given and node.args \
+                            and sensitive is None:
+                        sensitive = CALLBACK
                 elif kind is cst.BinaryOperation and isinstance(node.operator, cst.Add) and (
                         _has_random(self.context, node.left) or _has_random(self.context, node.right)):
-                    sensitive = True
-            found = self._summaries[id(scope.node)] = (sensitive, unscales)
+                    sensitive = "helper"
+            found = self._summaries[id(scope.node)] = (sensitive, unscales, reduces)
         return found
 
 
@@ -859,18 +912,30 @@ def _scale_read(expr: cst.BaseExpression) -> str | None:
     return None
 
 
+class _Registry:
+    """The events of every scope of a file (event ids are shared, so values can cross scopes)."""
+
+    def __init__(self) -> None:
+        self.events: dict[int, PathEvent] = {}
+        self.ids: dict[tuple[int, str], int] = {}
+        self.sequence: dict[int, int] = {}
+
+
 class _PathTracer:
     """Follows gradient values through one scope, statement by statement (two passes for loops)."""
 
     def __init__(self, context: RuleContext, scope: Scope, gradients: list[GradientCall],
-                 scales: list[ScaleCall], helpers: _Helpers) -> None:
+                 scales: list[ScaleCall], helpers: _Helpers, registry: _Registry,
+                 taint: dict[str, dict] | None = None) -> None:
         self.context = context
         self.scope = scope
         self.helpers = helpers
-        self.taint: dict[str, dict] = {}
-        self.events: dict[int, PathEvent] = {}
-        self._event_ids: dict[tuple[int, str], int] = {}
-        self._sequence: dict[int, int] = {}
+        # key -> [(branch of the binding statement, value, whether it replaces what came before)]
+        self.taint: dict[str, list] = {key: [((), value, False)] for key, value in (taint or {}).items()}
+        self.events = registry.events
+        self._event_ids = registry.ids
+        self._sequence = registry.sequence
+        self._accumulated: set[str] = set()  # keys values were accumulated into
         self.apply_values: dict[int, dict] = {}
         self.by_call: dict[int, tuple[int, frozenset]] = {}
         for g in gradients:
@@ -881,7 +946,31 @@ class _PathTracer:
         self.statement: Statement | None = None
 
     def order(self, event: PathEvent) -> tuple[int, int]:
-        return self._position.get(id(event.statement.node), 0), self._sequence[id(event)]
+        # Events of another scope (a value accumulated elsewhere) come first.
+        return self._position.get(id(event.statement.node), -1), self._sequence[id(event)]
+
+    def paths(self, applies: list[ApplyCall]) -> dict[tuple[int, int], GradientPath]:
+        """The path of each gradient computation into each update of this scope (sets apply.gradients)."""
+        out: dict[tuple[int, int], GradientPath] = {}
+        for apply in applies:
+            value = self.apply_values.get(id(apply.call), {})
+            apply.gradients = set(value)
+            for index, (states, events) in value.items():
+                ordered = sorted((self.events[e] for e in events), key=self.order)
+                out[(id(apply.call), index)] = GradientPath(ordered, states)
+        return out
+
+    def export(self, shared: dict[str, dict]) -> None:
+        """Put the values accumulated into objects other functions can see (``self.x``, a closure's
+        or module's object: not a name this function binds) where those functions will look."""
+        local = set(self.scope.params)
+        for st in self.scope.statements:
+            for target, _ in assigned_targets(st.node):
+                local |= target_names(target)
+        for key in self._accumulated:
+            root = key.partition(".")[0]
+            if (root == "self" and "." in key) or (root != "self" and root not in local):
+                shared[key] = _merge(shared.get(key, {}), *(v for _, v, _ in self.taint.get(key, ())))
 
     # -- events ---------------------------------------------------------------------
     def _event(self, kind: str, node: cst.CSTNode, value: dict, optimizer: str | None = None,
@@ -909,7 +998,7 @@ class _PathTracer:
 
     def _statement(self, st: Statement) -> None:
         node = st.node
-        strong = not st.conditional
+        strong = True  # an assignment replaces the value on its branch (`_store`)
         if isinstance(node, cst.For):
             self._bind(node.target, self.eval(node.iter, {}), False)
             return
@@ -936,9 +1025,12 @@ class _PathTracer:
                 self._bind(small.target, value, False)
             elif kind is cst.AnnAssign and small.value is not None:
                 self._bind(small.target, self.eval(small.value, {}), strong)
-            elif kind is cst.Expr or kind is cst.Return:
-                if small.value is not None:
-                    self.eval(small.value, {})
+            elif kind is cst.Expr:
+                value = self.eval(small.value, {})
+                if type(small.value) is cst.Call:
+                    self._into_object(small.value)
+            elif kind is cst.Return and small.value is not None:
+                self.eval(small.value, {})
 
     def _bind(self, target: cst.BaseExpression, value: dict, strong: bool) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
@@ -954,27 +1046,65 @@ class _PathTracer:
             key = dotted_name(target)
         if key is None:
             return
-        if strong:
+        self._store(key, value, strong)
+
+    def _store(self, key: str, value: dict, kills: bool) -> None:
+        """Bind ``key`` at the current statement: an assignment replaces what reached it on this branch."""
+        branch = self.statement.branch if self.statement is not None else ()
+        entries = self.taint.get(key)
+        if kills and not branch:
             if value:
-                self.taint[key] = value
+                self.taint[key] = [((), value, True)]
             else:
                 self.taint.pop(key, None)
-        elif value:
-            self.taint[key] = _merge(self.taint.get(key, {}), value)
+            return
+        if entries is None:
+            if not value and kills:
+                return
+            entries = self.taint[key] = []
+        elif kills:
+            # Every path through this statement rebinds the key: what was bound on this branch (or
+            # deeper inside it) before is dead everywhere.
+            entries[:] = [e for e in entries if e[0][:len(branch)] != branch]
+        entries.append((branch, value, kills))
+
+    def _lookup(self, key: str) -> dict | None:
+        """What reaches a read of ``key`` here: bindings on other branches of an `if` do not."""
+        entries = self.taint.get(key)
+        if entries is None:
+            return None
+        reader = self.statement.branch if self.statement is not None else ()
+        mine = dict(reader)
+        found: list[dict] = []
+        for branch, value, kills in reversed(entries):
+            if any(k in mine and mine[k] != which for k, which in branch):
+                continue
+            found.append(value)
+            if kills and reader[:len(branch)] == branch:
+                break
+        return _merge(*found)
 
     # -- expressions ----------------------------------------------------------------
     def eval(self, expr: cst.CSTNode, overlay: dict) -> dict:
         kind = type(expr)
         if kind is cst.Name:
             name = expr.value
-            return overlay[name] if name in overlay else self.taint.get(name, {})
+            return overlay[name] if name in overlay else (self._lookup(name) or {})
         if kind is cst.Attribute:
             dotted = dotted_name(expr)
             if dotted is not None:
                 head = dotted.partition(".")[0]
                 if head in overlay:
                     return overlay[head]
-                return self.taint.get(dotted, {})
+                # `accumulator.gradients` after `accumulator(grads)` / `accumulator.add(grads)`.
+                while dotted:
+                    found = self._lookup(dotted)
+                    if found is not None:
+                        return found
+                    dotted = dotted.rpartition(".")[0]
+                    if dotted == "self":
+                        break
+                return {}
             return self.eval(expr.value, overlay)
         if kind is cst.Call:
             return self._call(expr, overlay)
@@ -1017,9 +1147,7 @@ class _PathTracer:
                 value = self._args(call, overlay)
                 if value:
                     value = self._event(ACCUMULATE, call, value)
-                    key = _root_key(func.value)
-                    if key is not None:
-                        self.taint[key] = _merge(self.taint.get(key, {}), value)
+                    self._accumulate(_root_key(func.value), value)
                 return value
         qualified = self.context.resolve(func)
         transform = _TRANSFORM_FUNCTIONS.get(qualified) if qualified else None
@@ -1031,14 +1159,50 @@ class _PathTracer:
             value = self._args(call, overlay)
             if not value:
                 return {}
-            sensitive, unscales = self.helpers.summary(helper)
+            sensitive, unscales, reduces = self.helpers.summary(helper)
+            if reduces:
+                value = self._event(ALL_REDUCE, call, value, helper=helper.name)
             if sensitive:
-                value = self._event("helper", call, value, helper=helper.name)
+                value = self._event(sensitive, call, value, helper=helper.name)
             if unscales:
                 value = self._event(UNSCALE, call, value, helper=helper.name, state=frozenset({UNSCALED}))
             return value
+        if isinstance(func, cst.Name) and func.value == "zip" and len(call.args) >= 2 and not call.args[0].star:
+            # zip(grads, variables): the gradients are the first; variables unpacked next to gradients
+            # (`grads, variables = helper(...)`) must not make the update look fed twice.
+            values = [self.eval(arg.value, overlay) for arg in call.args]
+            first = dict(values[0])
+            for other in values[1:]:
+                for index, entry in other.items():
+                    first.setdefault(index, entry)  # another computation's values (SAM's perturbation)
+            return first
         receiver = self.eval(func.value, overlay) if isinstance(func, cst.Attribute) else {}
         return _merge(receiver, self._args(call, overlay))
+
+    def _into_object(self, call: cst.Call) -> None:
+        """``accumulator(grads)`` / ``accum.add_gradients(grads)`` as a statement: the object keeps them."""
+        func = call.func
+        if self.context.resolve(func) is not None or self.helpers.lookup(func, self.scope) is not None:
+            return
+        if isinstance(func, cst.Name):
+            if func.value in _BUILTINS:
+                return
+            key = func.value
+        elif isinstance(func, cst.Attribute):
+            if func.attr.value in APPLY_METHODS or func.attr.value in _ACCUMULATE_METHODS \
+                    or func.attr.value in ("minimize", UNSCALE_METHOD):
+                return
+            key = _root_key(func.value)
+        else:
+            return
+        value = self._args(call, {})
+        if value and key is not None:
+            self._accumulate(key, self._event(ACCUMULATE, call, value))
+
+    def _accumulate(self, key: str | None, value: dict) -> None:
+        if key is not None:
+            self._store(key, value, False)
+            self._accumulated.add(key)
 
     def _binary(self, node: cst.BinaryOperation, overlay: dict) -> dict:
         left = self.eval(node.left, overlay)

@@ -263,3 +263,82 @@ def test_an_optimizers_own_methods_are_not_training_loops():
             opt.apply_gradients(grads_and_vars)
     """)
     assert [f.scope.name for f in analysis.flows] == ["train"]
+
+
+def test_accumulator_object_then_clip_in_the_same_function():
+    # DLE ELECTRA run_pretraining.py: `accumulator(gradients)` ... `accumulator.gradients` ... clip ... apply.
+    _, analysis = analyse("""
+        import tensorflow as tf
+        import tf_keras
+        def train_one_step(model, optimizer, features, accumulator, take_step):
+            with tf.GradientTape() as tape:
+                total_loss = optimizer.get_scaled_loss(model(features))
+            gradients = tape.gradient(total_loss, model.trainable_variables)
+            gradients = optimizer.get_unscaled_gradients(gradients)
+            accumulator(gradients)
+            if take_step:
+                averaged = [g / 4 for g in accumulator.gradients]
+                (clipped, _) = tf.clip_by_global_norm(averaged, clip_norm=1.0)
+                optimizer.apply_gradients(zip(clipped, model.trainable_variables))
+    """, keras=2)
+    (flow,) = analysis.flows
+    assert [e.kind for e in flow.path.events] == [UNSCALE, ACCUMULATE, CLIP_GLOBAL_NORM]
+    assert flow.path.states == {UNSCALED}
+
+
+def test_accumulation_in_one_function_and_update_in_another():
+    # DLE BERT model_training_utils.py: forward() adds to `accum_gradients`, step() clips and applies.
+    _, analysis = analyse("""
+        import tensorflow as tf
+        def run(model, optimizer, loss_fn):
+            accum_gradients = GradientAccumulator()
+
+            def forward(inputs, labels):
+                with tf.GradientTape() as tape:
+                    scaled_loss = optimizer.get_scaled_loss(loss_fn(labels, model(inputs)))
+                grads = optimizer.get_unscaled_gradients(tape.gradient(scaled_loss, model.trainable_variables))
+                accum_gradients.add_gradients(grads)
+
+            def step(n):
+                gradients = [g / n for g in accum_gradients.gradients]
+                (gradients, _) = tf.clip_by_global_norm(gradients, clip_norm=1.0)
+                optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+    """, keras=2)
+    assert analysis.flows == []
+    (flow,) = analysis.cross_flows
+    assert flow.scope.name == "step" and flow.scale is not None
+    assert [e.kind for e in flow.path.events] == [UNSCALE, ACCUMULATE, CLIP_GLOBAL_NORM]
+
+
+def test_callbacks_and_all_reduce_in_helpers_with_a_tape_passed_in():
+    # tf-models modeling/grad_utils.py: the caller's callbacks run on the scaled gradients.
+    _, analysis = analyse("""
+        import tensorflow as tf
+        import tf_keras
+
+        def _run_callbacks(callbacks, grads_and_vars):
+            for callback in callbacks:
+                grads_and_vars = callback(grads_and_vars)
+            return grads_and_vars
+
+        def _allreduce(grads_and_vars):
+            grads, variables = zip(*grads_and_vars)
+            return tf.distribute.get_replica_context().all_reduce("sum", grads), variables
+
+        def minimize(tape, optimizer, loss, trainable_variables, callbacks):
+            if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
+                with tape:
+                    scaled_loss = optimizer.get_scaled_loss(loss)
+                grads_and_vars = zip(tape.gradient(scaled_loss, trainable_variables), trainable_variables)
+                grads_and_vars = _run_callbacks(callbacks, grads_and_vars)
+                reduced, variables = _allreduce(grads_and_vars)
+                grads_and_vars = zip(optimizer.get_unscaled_gradients(reduced), variables)
+            else:
+                grads_and_vars = zip(tape.gradient(loss, trainable_variables), trainable_variables)
+            optimizer.apply_gradients(grads_and_vars)
+    """, keras=2)
+    scaled, plain = sorted(analysis.flows, key=lambda f: f.scale is None)
+    assert [(e.kind, e.helper) for e in scaled.path.events] == [
+        ("callback", "_run_callbacks"), (ALL_REDUCE, "_allreduce"), (UNSCALE, None)]
+    assert scaled.path.states == {UNSCALED} and plain.path.states == {UNSCALED}  # branches stay apart
+    assert plain.path.events == []

@@ -602,3 +602,56 @@ def test_mp102_keras3_scaling_a_loop_that_clips_moves_the_clip_or_gives_no_fix()
     assert finding.code == "MP102" and finding.fix is None and "scaling alone would clip" in finding.message
     # Keras 2 unscales at the gradient call: the clip then sees unscaled gradients, the fix stays.
     assert lint(compiled.replace("import keras\n", "import tf_keras as keras\n"), 2, fix=False).findings[0].fix
+
+
+def test_mp303_keeps_the_unscale_when_accumulated_gradients_are_clipped_in_another_function():
+    code = """
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1))
+
+        def run(model, loss_fn):
+            accum_gradients = GradientAccumulator()
+
+            def forward(inputs, labels):
+                with tf.GradientTape() as tape:
+                    scaled_loss = opt.get_scaled_loss(loss_fn(labels, model(inputs)))
+                scaled_grads = tape.gradient(scaled_loss, model.trainable_variables)
+                grads = opt.get_unscaled_gradients(scaled_grads)
+                accum_gradients.add_gradients(grads)
+
+            def step():
+                (gradients, _) = tf.clip_by_global_norm(accum_gradients.gradients, clip_norm=1.0)
+                opt.apply_gradients(zip(gradients, model.trainable_variables))
+    """
+    # The optimizer is in the file: the clip moves into it (accumulation is linear, the LSO unscales first).
+    finding = _unscale_finding(code)
+    assert str(finding.fix.safety) == "unsafe" and "moves into the inner optimizer" in finding.message
+    fixed = lint(code, 3, rules=MP303).fixed_text
+    assert "SGD(0.1, global_clipnorm=1.0)" in fixed and "gradients = accum_gradients.gradients" in fixed
+    # Built elsewhere: mpfix cannot move the clip, and keeps the unscale the clip depends on.
+    elsewhere = code.replace("opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1))",
+                             "from training import opt")
+    finding = _unscale_finding(elsewhere)
+    assert finding.fix is None and "clip_by_global_norm" in finding.message
+
+
+def test_mp109_keras2_callbacks_before_an_all_reduce_of_scaled_gradients_are_reported_without_a_fix():
+    code = """
+        import tensorflow as tf
+        import tf_keras
+
+        def _run_callbacks(callbacks, grads_and_vars):
+            for callback in callbacks:
+                grads_and_vars = callback(grads_and_vars)
+            return grads_and_vars
+
+        def minimize(tape, optimizer, loss, variables, callbacks):
+            with tape:
+                scaled_loss = optimizer.get_scaled_loss(loss)
+            grads_and_vars = zip(tape.gradient(scaled_loss, variables), variables)
+            grads_and_vars = _run_callbacks(callbacks, grads_and_vars)
+            grads = tf.distribute.get_replica_context().all_reduce("sum", [g for g, _ in grads_and_vars])
+            optimizer.apply_gradients(zip(optimizer.get_unscaled_gradients(grads), variables))
+    """
+    (finding,) = lint(code, 2, fix=False, policy="mixed_float16").findings
+    assert finding.code == "MP109" and finding.fix is None and "callbacks" in finding.message
