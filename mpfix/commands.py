@@ -80,11 +80,15 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
         # Ruff's behaviour: a warning, exit 0 (a pre-commit run or a CI glob that matches nothing is not an error).
         click.echo("mpfix: warning: no Python files found (.py, .ipynb) under "
                    + ", ".join(display_path(str(p)) for p in paths), err=True)
-    if accept is None and not verbose and fmt in ("text", "full", "json", "github") and _untriggered(files, settings):
-        # No selected rule's trigger occurs in any file: nothing would be parsed, so the rules (and
-        # LibCST, most of such a run's cost) are not even imported (mpfix.trigger_table).
-        return [], Report(findings=[], errors=errors, unsafe_fixes=settings.unsafe_fixes, texts={},
-                          files_checked=len(files))
+    stale_table, cache_dir = False, None
+    if accept is None and not verbose and fmt in ("text", "full", "json", "github"):
+        cache_dir = None if no_cache or not files else _cache_dir(files)
+        untriggered, stale_table = _untriggered(files, settings, cache_dir)
+        if untriggered:
+            # No selected rule's trigger occurs in any file: nothing would be parsed, so the rules (and
+            # LibCST, most of such a run's cost) are not even imported (mpfix.trigger_table).
+            return [], Report(findings=[], errors=errors, unsafe_fixes=settings.unsafe_fixes, texts={},
+                              files_checked=len(files))
     from mpfix import selection
     from mpfix.engine import Options
     from mpfix.runner import Job, Mode, process_all
@@ -94,6 +98,10 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
     except config_mod.ConfigError as exc:
         click.echo(f"mpfix: error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
+    if stale_table and cache_dir is not None:
+        from mpfix import trigger_table
+
+        trigger_table.store(cache_dir)  # the next untriggered run answers from it
     base = settings.config_file.parent if settings.config_file else Path.cwd()
     ignored_for = {f: selection.ignored_for_file(f, settings.per_file_ignores, base) for f in files}
     job = Job(
@@ -134,18 +142,34 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
     return results, report
 
 
-def _untriggered(files, settings) -> bool:
-    """True when the precomputed trigger table shows that no selected rule can run on any of ``files``."""
+def _cache_dir(files):
+    from mpfix.cache import cache_dir_for
+
+    return cache_dir_for(files)
+
+
+def _untriggered(files, settings, cache_dir) -> tuple[bool, bool]:
+    """(no selected rule can run on any of ``files``, the packaged trigger table is stale).
+
+    The packaged table (``mpfix/_trigger_data.py``) answers first; the rules' source is hashed
+    only when its answer would be used, so a triggered run pays nothing. When it is stale, a
+    table the full path left in the project's cache folder answers instead.
+    """
     from mpfix import trigger_table
 
+    def untriggered(table) -> bool:
+        codes = trigger_table.selected(table, settings.select, settings.ignore, settings.extend_select)
+        return codes is not None and trigger_table.nothing_to_check(files, codes, table, settings.max_file_bytes,
+                                                                    settings.policy)
+
     table = trigger_table.load(verify=False)
-    if table is None:
-        return False
-    codes = trigger_table.selected(table, settings.select, settings.ignore, settings.extend_select)
-    # The rules' source is hashed only when the answer would be used: a triggered run pays nothing.
-    return (codes is not None and trigger_table.nothing_to_check(files, codes, table, settings.max_file_bytes,
-                                                                 settings.policy)
-            and trigger_table.current())
+    answer = table is not None and untriggered(table)
+    if table is not None and not answer:
+        return False, False
+    if answer and trigger_table.current():
+        return True, False
+    cached = trigger_table.from_cache(cache_dir) if cache_dir is not None else None
+    return cached is not None and untriggered(cached), cached is None
 
 
 def _emit(fmt: str, report: Report, quiet: bool, **summary_args) -> None:

@@ -13,7 +13,9 @@ edited checkout), the table is not used and every run takes the full path.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import os
 import re
 import sys
@@ -22,6 +24,7 @@ from pathlib import Path
 DATA_MODULE = Path(__file__).with_name("_trigger_data.py")
 
 
+@functools.lru_cache(maxsize=1)
 def rules_fingerprint() -> str | None:
     """A hash of every ``.py`` file of the installed rules package, found without importing it."""
     import importlib.util
@@ -123,6 +126,46 @@ def current() -> bool:
     except ImportError:
         return False
     return data.FINGERPRINT is not None and data.FINGERPRINT == rules_fingerprint()
+
+
+# -- a table written into the project's cache when the packaged one is stale ----------------------
+# (an edited checkout, or rules changed without regenerating _trigger_data.py): the first untriggered
+# run takes the full path and leaves a table for the rules it loaded; later ones answer from it.
+
+def _cache_file(directory: Path) -> Path | None:
+    fingerprint = rules_fingerprint()
+    return None if fingerprint is None else directory / "triggers" / f"{fingerprint}.json"
+
+
+def from_cache(directory: Path) -> Table | None:
+    path = _cache_file(directory)
+    if path is None:
+        return None
+    try:
+        rules = json.loads(path.read_text(encoding="utf-8"))
+        return Table([(code, tuple(t if isinstance(t, str) else tuple(t) for t in triggers), tuple(also), bool(f16))
+                      for code, triggers, also, f16 in rules])
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def store(directory: Path) -> None:
+    """Write the installed rules' table into the cache folder (imports the rules; never raises)."""
+    from mpfix.codemods import all_rules
+
+    path = _cache_file(directory)
+    if path is None or path.exists():
+        return
+    try:
+        from mpfix.cache import _ensure_folder
+
+        _ensure_folder(directory)  # with its .gitignore
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps([_entry(rule) for rule in all_rules()]), encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError:
+        pass
 
 
 def _matches(code: str, selectors) -> int:

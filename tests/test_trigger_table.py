@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -88,3 +89,23 @@ def test_generated_text_round_trips():
     exec(compile(trigger_table.generate(), "_trigger_data.py", "exec"), namespace)
     assert [code for code, *_ in namespace["RULES"]] == [r.code for r in all_rules()]
     assert all(re.compile(t[1], t[2]) for _, triggers, *_ in namespace["RULES"] for t in triggers if not isinstance(t, str))
+
+
+def test_a_stale_packaged_table_is_replaced_by_one_in_the_cache(tmp_path):
+    # As in a checkout whose rules changed since _trigger_data.py was generated.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "plain.py").write_text("import json\n")
+    code = ("import sys\nfrom mpfix import _trigger_data\n_trigger_data.FINGERPRINT = 'stale'\n"
+            "from mpfix.cli import main\nsys.argv = ['mpfix', 'check', 'plain.py']\n"
+            "try:\n    main()\nfinally:\n    print('libcst imported:', 'libcst' in sys.modules, file=sys.stderr)\n")
+    cache = tmp_path / "cache"
+    env = dict(os.environ, MPFIX_CACHE_DIR=str(cache))
+    runs = [subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=120) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr
+    assert "libcst imported: True" in runs[0].stderr  # the full path, which leaves a table behind
+    (table,) = (cache / "triggers").glob("*.json")
+    assert table.stem == trigger_table.rules_fingerprint()
+    assert (cache / ".gitignore").exists()
+    assert "libcst imported: False" in runs[1].stderr
+    assert trigger_table.from_cache(cache).codes == tuple(r.code for r in all_rules())
