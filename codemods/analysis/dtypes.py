@@ -227,6 +227,9 @@ class Region:
     returns: list[cst.BaseExpression] = field(default_factory=list)
     memo: dict[int, Dtype] = field(default_factory=dict)
     augmented: set[int] = field(default_factory=set)  # values of `x += value`: x keeps its dtype too
+    # Parameters are what this file's callers pass (unknown without one): a library's loss helpers
+    # and tf.functions get whatever their callers elsewhere made of the model outputs (often float32).
+    callers_decide: bool = False
     param_dtypes: dict[str, Dtype] = field(default_factory=dict)
 
     @property
@@ -405,7 +408,9 @@ class DtypeAnalysis:
             seen.add(func)
             region = Region(node=func, kind=kind, in_class=owner is not None, owner=owner,
                             layer_method=owner is not None and kind in ("layer-call", "helper")
-                            and self.is_layer_class(owner))
+                            and self.is_layer_class(owner),
+                            callers_decide=owner is None and kind in ("loss", "tf-function")
+                            and not _STEP_NAME.search(func.name.value) and not self._keras_loss_signature(func))
             self._add_region(region)
             # Helpers called from a region see the same tensors.
             for call in region.calls:
@@ -542,6 +547,9 @@ class DtypeAnalysis:
             region = by_function[target]
             learnt = {name: F32 for name, ds in dtypes.items() if ds and all(d.wide for d in ds)
                       and region.env.get(name) is F16}
+            if region.callers_decide:
+                learnt.update({name: next(iter(ds)) for name, ds in dtypes.items() if len(ds) == 1
+                               and next(iter(ds)).floating_tensor and region.env.get(name) is UNK})
             if learnt:
                 region.params.update(learnt)
                 self._compute_env(region)
@@ -605,6 +613,11 @@ class DtypeAnalysis:
             return "loss"
         return None
 
+    @staticmethod
+    def _keras_loss_signature(func: cst.FunctionDef) -> bool:
+        """``def loss(y_true, y_pred)``: a Keras loss function, given the model's raw predictions by compile."""
+        return any(p.name.value == "y_pred" for p in func.params.params)
+
     def _signature(self, func: cst.FunctionDef) -> list[Dtype] | None:
         """Dtypes of ``@tf.function(input_signature=[tf.TensorSpec(shape, tf.float32), ...])``."""
         for decorator in func.decorators:
@@ -651,6 +664,8 @@ class DtypeAnalysis:
                     dtype = signature[position] if position < len(signature) else UNK
                 elif region.kind in ("shadow", "module-call", "module-helper"):
                     dtype = UNK
+                elif region.callers_decide:
+                    dtype = region.params.get(pname, UNK)
                 elif layer_call and not autocast:
                     dtype = UNK  # autocast=False / preprocessing layers keep their inputs' dtype
                 elif layer_call and self.keras == 2 and position > 0:

@@ -476,7 +476,29 @@ ISLANDS = {
             hard_positives = _masked_maximum(pdist, mask)
             return tf.math.log1p(tf.math.exp(hard_positives - 1.0))
     """,
+    # tf-models' video_ssl: a library's loss helper with no caller here; the task that calls it (in
+    # another module) casts the model's outputs to float32 first.
+    "loss-helper-without-a-caller-here": """
+        import tensorflow as tf
+        def contrastive_loss(hidden, num_replicas, normalize_hidden=True):
+            if normalize_hidden:
+                hidden = tf.math.l2_normalize(hidden, -1)
+            logits = tf.matmul(hidden, hidden, transpose_b=True)
+            return logits - tf.eye(tf.shape(hidden)[0]) * 1e9
+    """,
 }
+
+
+def test_loss_helper_called_here_on_model_outputs_is_checked():
+    code = """
+        import tensorflow as tf
+        def contrastive_loss(hidden):
+            return tf.math.l2_normalize(hidden, -1)
+        @tf.function
+        def train_step(model, x):
+            return contrastive_loss(model(x, training=True))
+    """
+    assert codes(lint(code, fix=False)) == ["MP202"]
 
 
 @pytest.mark.parametrize("keras", [2, 3])
