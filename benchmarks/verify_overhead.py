@@ -15,6 +15,9 @@ machine shared with other work, wall time varies by tens of percent from run to 
 CPU time barely moves, so compare ratios from one invocation, and prefer the CPU ratio
 when the wall-time runs scatter.
 
+"verify, no headroom" is verify with ``MPFIX_VERIFY_HEADROOM=0`` (no float16 layer-output
+measurement): the ratio of the two is the cost of the headroom measurement alone.
+
 ``--compare ROOT`` also times verify from another mpfix checkout (e.g. ``git worktree add
 /tmp/old HEAD~3``), interleaved with the others, for a before/after within one run.
 """
@@ -78,10 +81,11 @@ def time_direct(script: Path, steps: int, teardown: bool = True) -> tuple[float,
     return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
-def time_verify(script: Path, steps: int, root: Path = ROOT) -> tuple[float, float]:
+def time_verify(script: Path, steps: int, root: Path = ROOT, headroom: bool = True) -> tuple[float, float]:
+    extra = {} if headroom else {"MPFIX_VERIFY_HEADROOM": "0"}
     proc = subprocess.run(
         [sys.executable, "-c", VERIFY, str(script), str(steps)],
-        env=_env(PYTHONPATH=str(root)),
+        env=_env(PYTHONPATH=str(root), **extra),
         check=True,
         capture_output=True,
         text=True,
@@ -104,6 +108,7 @@ def main() -> None:
         "direct": lambda: time_direct(script, args.steps),
         "direct, no exit": lambda: time_direct(script, args.steps, teardown=False),
         "verify": lambda: time_verify(script, args.steps),
+        "verify, no headroom": lambda: time_verify(script, args.steps, headroom=False),
     }
     if args.compare:
         runs["verify (compare)"] = lambda: time_verify(script, args.steps, args.compare.resolve())
@@ -126,6 +131,10 @@ def main() -> None:
             f"cpu {med(name, 1) / med(bare, 1):.3f}x (goal <= 1.1x)"
         )
     print(f"verify / direct (with teardown): wall {med('verify', 0) / med('direct', 0):.3f}x")
+    print(
+        f"headroom (verify / verify, no headroom): wall {med('verify', 0) / med('verify, no headroom', 0):.3f}x, "
+        f"cpu {med('verify', 1) / med('verify, no headroom', 1):.3f}x"
+    )
 
 
 if __name__ == "__main__":

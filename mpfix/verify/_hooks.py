@@ -162,7 +162,8 @@ class Recorder:
         self._last_seq: dict[int, float] = {}
         self._errors: set[str] = set()
         self._alarms = 0
-        self._drained_at = time.monotonic()
+        self._drained_at = self.started = time.monotonic()
+        self._drain_time = 0.0
         self._flush_lock = threading.RLock()
         # The folder of the user's script: layers built by code there get a source line.
         self.user_root: str | None = None
@@ -429,6 +430,7 @@ class Recorder:
             return
         self._alarms = alarms
         self._drained_at = now
+        self._drain_time = now - self.started
         events = [e for e in map(self._record, self.channel.drain(written)) if e is not None]
         if events:
             many = getattr(self.emit, "many", None)
@@ -467,6 +469,9 @@ class Recorder:
             "zero_fraction": zeros / elements if elements else 0.0,
             # Any non-finite entry makes the global norm non-finite.
             "grad_norm": _json_float(math.sqrt(sumsq) if nonfinite == 0 else math.inf),
+            # When the row was read (seconds since the hooks were installed): rows are read
+            # in batches, so step times come from the spread of these (RunResult.step_time).
+            "t": round(self._drain_time, 4),
         }
         if act_max >= 0 or not math.isfinite(act_max):
             event["act_max"] = _json_float(act_max)

@@ -42,6 +42,8 @@ class Step:
     # float16 layer was measured) and the index of the layer it came from.
     act_max: float | None = None
     act_layer: int | None = None
+    # When the child read the row (seconds; rows are read in batches).
+    t: float | None = None
 
     @property
     def loss_finite(self) -> bool:
@@ -107,6 +109,23 @@ class RunResult:
         return self.returncode
 
     @property
+    def step_time(self) -> float | None:
+        """Seconds per step, from the times the child read its rows (first read to last);
+        None with fewer than two reads far enough apart."""
+        timed = [s for s in self.steps if s.t is not None]
+        if len(timed) < 2:
+            return None
+        # The first read follows the first step, whose time includes tracing; with three
+        # reads or more, start at the last step of the first read.
+        reads = sorted({s.t for s in timed})
+        start = reads[1] if len(reads) >= 3 else reads[0]
+        first = [s for s in timed if s.t < start][-1] if len(reads) >= 3 else timed[0]
+        last = timed[-1]
+        if last.t - first.t <= 0 or last.step <= first.step:
+            return None
+        return (last.t - first.t) / (last.step - first.step)
+
+    @property
     def skipped_steps(self) -> list[int]:
         """Steps with an update the loss scaler skipped."""
         return sorted({s.step for s in self.steps if s.skipped})
@@ -123,6 +142,7 @@ class RunResult:
             "returncode": self.returncode,
             "timed_out": self.timed_out,
             "elapsed_s": round(self.elapsed, 3),
+            "step_time_s": self.step_time,
             "end": self.end,
             "crash": self.crash,
             "numerics": self.numerics,
@@ -168,6 +188,7 @@ def parse_run(mode: str, events: list[dict]) -> RunResult:
                     optimizer=int(event.get("optimizer", 0)),
                     act_max=_number(event.get("act_max")),
                     act_layer=None if event.get("act_layer") is None else int(event["act_layer"]),
+                    t=event.get("t"),
                 )
             )
         elif kind == "layer":

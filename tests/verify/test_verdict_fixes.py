@@ -106,13 +106,29 @@ def test_dcgan_pattern_gives_each_optimizer_its_own_loss():
     assert all(s.loss > 1.0 for s in discriminator), [s.loss for s in discriminator]
 
 
-def test_float16_regression_head_is_at_risk_within_the_default_steps():
+def test_float16_regression_head_is_at_risk_within_the_default_steps(tmp_path):
     """samples/float16_regression_head.py (targets ~1e5, float16 Dense(1) head) is finite
     for the 50 default steps (it goes inf later: test_samples runs 100 steps); its head's
     output passes the headroom threshold first: at-risk, with the layer, step, value,
-    source line and the rule."""
-    report = verify_script(str(SAMPLES / "float16_regression_head.py"), steps=50)
+    source line and the rule. With `mpfix apply --unsafe-fixes` (float32 head) it is
+    healthy, as the README's samples table says (both with verify's defaults)."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    from mpfix.verify.run import before_after
+
+    sample = SAMPLES / "float16_regression_head.py"
+    fixed = tmp_path / sample.name
+    shutil.copy(sample, fixed)
+    subprocess.run([sys.executable, "-m", "mpfix", "apply", "--unsafe-fixes", "--no-cache", str(fixed)], check=True,
+                   capture_output=True)
+    assert 'Dense(1, dtype="float32")' in fixed.read_text()
+    pair = before_after(sample, fixed, device="cpu", jobs=2, timeout=240)  # default steps and baseline
+    report = pair.before
     v = report.verdict
+    assert report.options.steps == 50 and report.baseline is not None
     assert v.name == "at-risk" and report.exit_code == EXIT_CODES["at-risk"] == 17, v.summary
     assert all(math.isfinite(s.loss) for s in report.mixed.steps if s.loss is not None)
     assert report.mixed.step_count == 50
@@ -122,3 +138,7 @@ def test_float16_regression_head_is_at_risk_within_the_default_steps():
     assert e["file"].endswith("float16_regression_head.py") and e["line"] == 29
     assert e["rule"] == "MP205"
     assert "MP205" in v.summary and "float16_regression_head.py:29" in v.summary
+    assert pair.after.verdict.name == "healthy", pair.after.verdict.summary
+    readme = (SAMPLES.parent / "README.md").read_text(encoding="utf-8")
+    row = re.search(r"^\| `float16_regression_head.py` \|.*\| (\S+) → (\S+)[^|]*\|$", readme, re.MULTILINE)
+    assert row is not None and row.groups() == ("at-risk", "healthy")
