@@ -206,6 +206,9 @@ class Cache:
         self.directory = directory
         self.keyer = _keyer_for(job)
         self.file = directory / __version__ / self.keyer.settings
+        from mpfix import policy as policies
+
+        policies.use_store(directory / __version__)  # project scans for float16 reachability
         self.loaded = self._load()
         self.keyer.clean = frozenset(self.loaded)
         self.used: set[bytes] = set()

@@ -354,6 +354,10 @@ def process_all(paths: list[Path], job: Job, ignored_for: dict[Path, tuple[str, 
         from mpfix.cache import Cache, cache_dir_for
 
         store = Cache(cache_dir_for(paths), job)
+    else:
+        from mpfix import policy as policies
+
+        policies.use_store(None)  # no cache: project scans are neither read nor written
     results: list[FileResult | None] = [None] * len(paths)
     # Interactive review keeps Ctrl-C immediate: it must work at the y/n prompt.
     restore = _install_signal_handlers(defer_sigint=accept is None)

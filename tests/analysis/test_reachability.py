@@ -348,3 +348,28 @@ def test_a_fixture_reaches_the_tests_that_take_it_within_a_module(tmp_path: Path
     with_marker = text.replace("def test_float16(dtype_policy):",
                                '@pytest.mark.usefixtures("dtype_policy")\ndef test_float16():')
     assert float16_regions(with_marker, ("dtype_policy",)) == [(4, 7), (16, 18)]
+
+
+def test_the_scan_is_kept_in_the_cache_folder_and_redone_when_a_file_changes(tmp_path: Path, monkeypatch):
+    from mpfix.codemods.analysis import reachability
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    _project(root, {"train.py": SETS + "from model import layers\n", "model/layers.py": LAYER})
+    scans = []
+    real = reachability.scan_project
+    monkeypatch.setattr(reachability, "scan_project", lambda *args: scans.append(args) or real(*args))
+    policies.use_store(tmp_path / "store")
+    try:
+        for expected_scans in (1, 1):  # a second process reads the stored scan
+            policies.project_reach.cache_clear()
+            reach = policies.project_reach(root.resolve()).reach_for(root / "model/layers.py")
+            assert reach.policy is Policy.FLOAT16 and "train.py" in reach.why
+            assert len(scans) == expected_scans
+        (root / "train.py").write_text(SETS)  # no longer imports the layer
+        policies.project_reach.cache_clear()
+        assert policies.project_reach(root.resolve()).reach_for(root / "model/layers.py").policy is Policy.NONE
+        assert len(scans) == 2
+    finally:
+        policies.use_store(None)
+        policies.project_reach.cache_clear()
