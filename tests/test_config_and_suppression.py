@@ -112,3 +112,29 @@ def test_suppressed_findings_are_not_fixed(project: Path):
     mpfix("apply", "train.py")
     assert "experimental_relax_shapes=True)  # noqa: MP306" in path.read_text()
     assert "run_functions_eagerly(True)" in path.read_text()
+
+
+# A library layer with a float16 hazard; nothing in the project runs it under a mixed policy.
+_LIBRARY_LAYER = """\
+import tensorflow as tf
+
+
+class Attention(tf.keras.layers.Layer):
+    def call(self, scores, mask):
+        scores += (1.0 - mask) * -1e9
+        return tf.nn.softmax(scores)
+"""
+
+
+@pytest.mark.parametrize(("how", "flagged"), [("", False), ("config", True), ("flag", True)])
+def test_a_configured_policy_makes_every_library_layer_float16_reachable(project: Path, how: str, flagged: bool):
+    from mpfix import policy as policies
+
+    write_config(project, 'policy = "mixed_float16"\n' if how == "config" else "")
+    (project / "mylib").mkdir()
+    (project / "mylib/__init__.py").write_text("")
+    (project / "mylib/attention.py").write_text(_LIBRARY_LAYER)
+    policies.project_reach.cache_clear()
+    args = ["check", "--no-cache", *(["--policy", "mixed_float16"] if how == "flag" else []), "mylib"]
+    assert ("MP201" in mpfix(*args).output) is flagged
+    policies.project_reach.cache_clear()
