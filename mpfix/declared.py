@@ -410,6 +410,8 @@ def _pipfile(path: Path, evidence: Evidence, root: Path) -> None:
 
 
 _FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.I | re.M)
+_ARG = re.compile(r"^\s*ARG\s+(\w+)=(\S+)", re.I | re.M)
+_ARG_USE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}|\$(\w+)")
 _PIP_INSTALL = re.compile(r"pip3?\s+install\s+([^\n&;|]+)")
 
 
@@ -419,7 +421,11 @@ def _dockerfile(path: Path, evidence: Evidence, root: Path) -> None:
         return
     where = _rel(path, root)
     text = re.sub(r"\\\r?\n", " ", text)
+    defaults = {name: value.strip("'\"") for name, value in _ARG.findall(text)}
     for image in _FROM.findall(text):
+        # `ARG FROM_IMAGE_NAME=nvcr.io/...` then `FROM ${FROM_IMAGE_NAME}`: the ARG's default is the image
+        # a plain `docker build` uses (DeepLearningExamples writes every Dockerfile this way).
+        image = _ARG_USE.sub(lambda m: defaults.get(m.group(1) or m.group(3), m.group(2) or m.group(0)), image)
         generation = image_generation(image)
         if generation is not None:
             evidence.images.append((generation, f"{where}: FROM {image}"))
@@ -444,6 +450,11 @@ def image_generation(image: str) -> int | None:
         if (int(match.group(1)), int(match.group(2))) <= _NGC_LAST_KERAS2:
             return KERAS2
         return None
+    if name.endswith("nvcr.io/nvidia/merlin/merlin-tensorflow") or name.endswith(
+            ("nvcr.io/nvidia/merlin/merlin-tensorflow-training", "nvcr.io/nvidia/merlin/merlin-tensorflow-inference")):
+        # Merlin's 22.xx and 23.xx TensorFlow images ship TensorFlow 2.6-2.12 (Keras 2); later tags decide nothing.
+        match = re.match(r"(\d+)\.(\d+)", tag)
+        return KERAS2 if match is not None and int(match.group(1)) <= 23 else None
     if name in ("tensorflow/tensorflow", "docker.io/tensorflow/tensorflow"):
         match = re.match(r"(\d+)\.(\d+)", tag)
         if match is None:

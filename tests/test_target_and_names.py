@@ -154,6 +154,12 @@ def _project(tmp_path, files: dict[str, str]):
     ({"Pipfile": '[packages]\ntensorflow = "==2.13.*"\n'}, 2),
     ({"Dockerfile": "FROM nvcr.io/nvidia/tensorflow:23.10-tf2-py3\nRUN pip install -r requirements.txt\n"}, 2),
     ({"Dockerfile": "FROM tensorflow/tensorflow:2.15.0-gpu\n"}, 2),
+    # DeepLearningExamples' form: the image is an ARG's default, after an unrelated first stage.
+    ({"Dockerfile": "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/tensorflow:21.09-tf2-py3\n"
+                    "FROM nvcr.io/nvidia/tritonserver:23.06-py3-sdk as clientsdk\nFROM ${FROM_IMAGE_NAME}\n"}, 2),
+    ({"Dockerfile": 'ARG IMAGE="nvcr.io/nvidia/merlin/merlin-tensorflow-training:22.03"\nFROM $IMAGE\n'}, 2),
+    ({"Dockerfile": "FROM ${BASE:-tensorflow/tensorflow:2.17.0}\n"}, 3),
+    ({"Dockerfile": "ARG BASE\nFROM ${BASE}\n"}, None),  # no default: nothing to decide
     ({"Dockerfile": "FROM tensorflow/tensorflow:2.17.0\n"}, 3),
     ({"Dockerfile": "FROM python:3.11\nRUN pip install tensorflow==2.16.1 numpy\n"}, 3),
     ({"README.md": "tensorflow==2.15\n"}, None),  # not a dependency file
