@@ -1190,6 +1190,8 @@ class DtypeAnalysis:
                         folded = _arith(folded, d, strict=not region.layer_method)
                     if folded.floating_tensor:
                         return folded
+                elif callee[1] is None:
+                    return UNK  # a function of this file on values of unknown dtype: as unknown as they are
             if region.kind == "shadow":
                 return UNK
             if isinstance(node.func, cst.Name) and node.func.value in region.param_dtypes and \
