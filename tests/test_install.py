@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -71,7 +72,9 @@ def test_wheel_installs_only_the_mpfix_package(tmp_path):
              "print(sorted(tops)); print(mpfix.__file__); print(len(mpfix.codemods.all_rules()))\n"
              "try:\n    import codemods\nexcept ImportError:\n    print('no-codemods')\n")
     # Run from an empty folder: the checkout's own folders must not be what is imported.
-    out = subprocess.run([str(python), "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    clean_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    out = subprocess.run([str(python), "-c", probe], cwd=tmp_path, env=clean_env, capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stderr
     tops, where, count, codemods = out.stdout.split("\n")[:4]
     assert tops == "['mpfix']"
