@@ -532,12 +532,17 @@ def _target_for_folder(folder: Path) -> Target | None:
             if parent == root:
                 break
     for current in chain:
-        evidence = evidence_in(current, root or folder)
-        if not evidence.empty():
-            found = decide(evidence)
-            if found is not None:
-                return found
+        found = _decided_in(current, root or folder)
+        if found is not None:
+            return found
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _decided_in(folder: Path, root: Path) -> Target | None:
+    """What the declarations in ``folder`` alone decide (each folder is read once per run)."""
+    evidence = evidence_in(folder, root)
+    return None if evidence.empty() else decide(evidence)
 
 
 def target_for(path: Path) -> Target | None:
@@ -555,4 +560,7 @@ def cache_key(path: Path) -> str:
     return "" if found is None else f"{found.keras}:{found.reason}"
 
 
-clear = _target_for_folder.cache_clear
+def clear() -> None:
+    """Forget what was read (the files changed)."""
+    _target_for_folder.cache_clear()
+    _decided_in.cache_clear()
