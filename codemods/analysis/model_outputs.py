@@ -120,6 +120,9 @@ class _Models(Visitor):
         for small in node.body:
             if isinstance(small, cst.Return) and isinstance(small.value, cst.Name):
                 frame["returned"].add(small.value.value)
+            elif isinstance(small, cst.Return) and isinstance(small.value, (cst.Tuple, cst.List)):
+                # `return model, sub_model`
+                frame["returned"].update(e.value.value for e in small.value.elements if isinstance(e.value, cst.Name))
             if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
                 name = small.targets[0].target.value
                 frame["assigned"][name] = small.value

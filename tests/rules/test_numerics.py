@@ -745,3 +745,28 @@ def test_fixes_make_no_new_dtype_mix():
         text = source.read_text()
         fixed = lint(text, 3).fixed_text
         assert new_dtype_mixes(cst.parse_module(text), cst.parse_module(fixed)) == [], source.name
+
+
+def test_mp205_reports_heads_that_feed_a_loss_or_leave_a_factory():
+    trained_here = """
+        import tensorflow as tf
+        inputs = tf.keras.Input((4,))
+        head = tf.keras.layers.Dense(1)(inputs)
+        model = tf.keras.Model(inputs, head)
+        model.compile(optimizer="sgd", loss="mse")
+    """
+    exported_only = trained_here.replace('model.compile(optimizer="sgd", loss="mse")', 'model.save("m.keras")')
+    factory_pair = """
+        import tensorflow as tf
+        def create_model():
+            inputs = tf.keras.Input((4,))
+            features = tf.keras.layers.Dense(8, activation="relu")(inputs)
+            probs = tf.keras.layers.Dense(3, activation="softmax")(features)
+            return tf.keras.Model(inputs, probs), tf.keras.Model(inputs, features)
+    """
+    factory_logits = factory_pair.replace('activation="softmax"', "activation=None")
+    assert codes(lint(trained_here, fix=False)) == ["MP205"]
+    assert codes(lint(exported_only, fix=False)) == []
+    assert codes(lint(factory_pair, fix=False)) == ["MP205"]
+    # A linear head of a model trained elsewhere: callers may cast the logits before the loss.
+    assert codes(lint(factory_logits, fix=False)) == []
