@@ -62,10 +62,11 @@ class Evidence:
     tf_specs: list[tuple[str, str, str]] = field(default_factory=list)  # (specifier, where, distribution)
     keras_specs: list[tuple[str, str]] = field(default_factory=list)
     tf_keras: list[str] = field(default_factory=list)  # where a required tf-keras was declared
+    legacy_env: list[str] = field(default_factory=list)  # where TF_USE_LEGACY_KERAS=1 is set (a Dockerfile's ENV)
     images: list[tuple[int, str]] = field(default_factory=list)  # (generation, where)
 
     def empty(self) -> bool:
-        return not (self.tf_specs or self.keras_specs or self.tf_keras or self.images)
+        return not (self.tf_specs or self.keras_specs or self.tf_keras or self.legacy_env or self.images)
 
     def add_requirement(self, text: str, where: str, optional: bool = False) -> None:
         requirement = _requirement(text)
@@ -174,7 +175,7 @@ def _poetry(spec: str) -> str:
 
 
 def decide(evidence: Evidence) -> Target | None:
-    votes: list[tuple[int, str]] = []
+    votes: list[tuple[str, int, str]] = []  # (kind, generation, why)
     if evidence.tf_specs:
         specs = [s for s, _, _ in evidence.tf_specs]
         where = ", ".join(sorted({f"{w}: {n}{s}" if s and s[0] in "<>=!~" else f"{w}: {n} {s}".rstrip()
@@ -183,28 +184,31 @@ def decide(evidence: Evidence) -> Target | None:
         if generations is not None and len(generations) == 1:
             (generation,) = generations
             side = "< 2.16" if generation == KERAS2 else ">= 2.16"
-            votes.append((generation, f"{where} allows only TensorFlow {side}"))
+            votes.append(("tensorflow", generation, f"{where} allows only TensorFlow {side}"))
     if evidence.keras_specs:
         generations = allowed_generations([s for s, _ in evidence.keras_specs], "3")
         if generations is not None and len(generations) == 1:
             (generation,) = generations
             where = ", ".join(sorted({f"{w}: keras{s}" for s, w in evidence.keras_specs}))
-            votes.append((generation, f"{where} allows only Keras {generation}"))
+            votes.append(("keras", generation, f"{where} allows only Keras {generation}"))
     for where in evidence.tf_keras:
-        votes.append((KERAS2, f"{where}: requires tf-keras (Keras 2)"))
+        votes.append(("legacy", KERAS2, f"{where}: requires tf-keras (Keras 2)"))
+    for where in evidence.legacy_env:
+        votes.append(("legacy", KERAS2, f"{where}: sets TF_USE_LEGACY_KERAS=1"))
     for generation, where in evidence.images:
-        votes.append((generation, where))
+        votes.append(("tensorflow", generation, where))
     if not votes:
         return None
-    generations = {g for g, _ in votes}
+    generations = {g for _, g, _ in votes}
     if generations == {KERAS2, KERAS3}:
-        # A required tf-keras next to TensorFlow >= 2.16 is the legacy-Keras setup (TF_USE_LEGACY_KERAS=1).
-        if evidence.tf_keras and not any(g == KERAS3 for g, w in votes if "keras" in w and "tensorflow" not in w):
-            reasons = [w for g, w in votes if g == KERAS2]
-            return Target(KERAS2, "declared: " + "; ".join(reasons))
+        # tf-keras (or TF_USE_LEGACY_KERAS=1) next to TensorFlow >= 2.16 is the legacy-Keras setup; a
+        # `keras>=3` requirement against it is a real conflict, which decides nothing.
+        legacy = [why for kind, _, why in votes if kind == "legacy"]
+        if legacy and all(kind == "tensorflow" for kind, g, _ in votes if g == KERAS3):
+            return Target(KERAS2, "declared: " + "; ".join(why for _, g, why in votes if g == KERAS2))
         return None
     (generation,) = generations
-    return Target(generation, "declared: " + "; ".join(w for _, w in votes))
+    return Target(generation, "declared: " + "; ".join(why for _, _, why in votes))
 
 
 # -- reading the files ------------------------------------------------------------------------
@@ -412,6 +416,7 @@ def _pipfile(path: Path, evidence: Evidence, root: Path) -> None:
 _FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.I | re.M)
 _ARG = re.compile(r"^\s*ARG\s+(\w+)=(\S+)", re.I | re.M)
 _ARG_USE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}|\$(\w+)")
+_LEGACY_ENV = re.compile(r"^\s*ENV\s+(?:[^\n]*\s)?TF_USE_LEGACY_KERAS[= ]\s*[\"']?(?:1|true|True|yes)\b", re.M)
 _PIP_INSTALL = re.compile(r"pip3?\s+install\s+([^\n&;|]+)")
 
 
@@ -429,6 +434,8 @@ def _dockerfile(path: Path, evidence: Evidence, root: Path) -> None:
         generation = image_generation(image)
         if generation is not None:
             evidence.images.append((generation, f"{where}: FROM {image}"))
+    if _LEGACY_ENV.search(text):
+        evidence.legacy_env.append(where)
     for args in _PIP_INSTALL.findall(text):
         for token in args.split():
             token = token.strip("'\"")

@@ -162,6 +162,9 @@ def _project(tmp_path, files: dict[str, str]):
     ({"Dockerfile": "ARG BASE\nFROM ${BASE}\n"}, None),  # no default: nothing to decide
     ({"Dockerfile": "FROM tensorflow/tensorflow:2.17.0\n"}, 3),
     ({"Dockerfile": "FROM python:3.11\nRUN pip install tensorflow==2.16.1 numpy\n"}, 3),
+    ({"Dockerfile": "FROM tensorflow/tensorflow:2.17.0\nENV TF_USE_LEGACY_KERAS=1\n"}, 2),
+    ({"requirements.txt": "tensorflow>=2.16\ntf-keras\nkeras>=3\n"}, None),  # a real conflict
+    ({"requirements.txt": "tensorflow<2.16\n", "Dockerfile": "FROM tensorflow/tensorflow:2.17.0\n"}, None),
     ({"README.md": "tensorflow==2.15\n"}, None),  # not a dependency file
 ])
 def test_declared_dependencies_decide_the_target(tmp_path, nothing_installed, files, expected):
