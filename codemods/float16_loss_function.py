@@ -87,33 +87,6 @@ class Float16LossFunction(Rule):
                     loss = loss_fn(y, predictions)
                 return tape.gradient(loss, model.trainable_variables)
         """),
-        # A model from another file's factory (tf-models' ResNet ends in a float32 softmax there):
-        # unknown, and unknown is silent.
-        Valid("""
-            import tensorflow as tf
-            from project.models import resnet50
-
-            class Runner:
-                def __init__(self):
-                    self.model = resnet50(num_classes=10)
-
-                def train_step(self, images, labels):
-                    logits = self.model(images, training=True)
-                    return tf.keras.losses.sparse_categorical_crossentropy(labels, logits)
-        """, policy="mixed_float16"),
-        # Outputs cast to float32 by every caller before the loss function sees them.
-        Valid("""
-            import tensorflow as tf
-
-            class Task:
-                def build_losses(self, labels, model_outputs):
-                    return tf.keras.losses.sparse_categorical_crossentropy(labels, model_outputs)
-
-                def train_step(self, inputs, labels, model):
-                    outputs = model(inputs, training=True)
-                    outputs = tf.nest.map_structure(lambda x: tf.cast(x, tf.float32), outputs)
-                    return self.build_losses(labels=labels, model_outputs=outputs)
-        """, policy="mixed_float16"),
     ]
     INVALID = [
         Invalid(

@@ -215,6 +215,32 @@ MUST_NOT_FLAG = {
             neg_log_iou = -tf.math.log(iou)
             return tf.reduce_sum(neg_log_iou * mask32)
     """,
+    # A model from another file's factory (tf-models' ResNet ends in a float32 softmax there): unknown, and unknown is silent.
+    "model-from-another-files-factory": """
+        import tensorflow as tf
+        from project.models import resnet50
+
+        class Runner:
+            def __init__(self):
+                self.model = resnet50(num_classes=10)
+
+            def train_step(self, images, labels):
+                logits = self.model(images, training=True)
+                return tf.keras.losses.sparse_categorical_crossentropy(labels, logits)
+    """,
+    # Outputs cast to float32 by every caller before the loss function sees them.
+    "outputs-cast-by-every-caller": """
+        import tensorflow as tf
+
+        class Task:
+            def build_losses(self, labels, model_outputs):
+                return tf.keras.losses.sparse_categorical_crossentropy(labels, model_outputs)
+
+            def train_step(self, inputs, labels, model):
+                outputs = model(inputs, training=True)
+                outputs = tf.nest.map_structure(lambda x: tf.cast(x, tf.float32), outputs)
+                return self.build_losses(labels=labels, model_outputs=outputs)
+    """,
     "focal-loss-pow": """
         import tensorflow as tf
         def focal_loss(y_true, y_pred, gamma=2.0):
