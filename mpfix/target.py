@@ -10,11 +10,12 @@ Per file, the first of these that decides wins (``decide``):
    ``TF_USE_LEGACY_KERAS=1`` (true whatever is configured: ``tf_keras`` is Keras 2);
 2. ``--keras 2|3`` / ``[tool.mpfix] keras = 2|3``;
 3. the file uses an API only Keras 3 has (``keras.ops``, ``keras.config``);
-4. the project's declared dependencies (``mpfix.declared``): requirements files,
+4. ``TF_USE_LEGACY_KERAS=1`` in mpfix's environment with tf-keras installed (Keras 2);
+5. the project's declared dependencies (``mpfix.declared``): requirements files,
    ``pyproject.toml``, ``setup.cfg``, ``setup.py``, ``environment.yml``, ``Pipfile``, a
    Dockerfile's base image — what pre-commit and CI, which have no TensorFlow, can see;
-5. the packages installed next to mpfix (``importlib.metadata``);
-6. nothing decides: the target is unknown. Findings are still reported, but a fix that
+6. the packages installed next to mpfix (``importlib.metadata``);
+7. nothing decides: the target is unknown. Findings are still reported, but a fix that
    would differ between the generations is withheld and the message says how to set it.
 """
 
@@ -137,6 +138,10 @@ def decide(configured: str | int | None, text: str, path: Path | None, tf_keras_
         return Target(int(configured), f"configured keras = {configured}")
     if "keras" in text and _KERAS3_ONLY.search(text):
         return Target(KERAS3, "the file uses a Keras 3-only API (keras.ops / keras.config)")
+    if _legacy_keras_requested() and _version("tf-keras") is not None:
+        # Set where mpfix runs, with tf_keras installed: this is how the project runs Keras 2 on a
+        # TensorFlow >= 2.16 its dependencies allow (they cannot say so themselves).
+        return Target(KERAS2, "TF_USE_LEGACY_KERAS=1 is set and tf-keras is installed")
     if path is not None:
         from mpfix import declared
 

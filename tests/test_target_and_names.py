@@ -200,6 +200,14 @@ def test_order_file_config_declared_installed(tmp_path, monkeypatch):
     declared.clear()
     found = target.decide("auto", "import tensorflow as tf\n", path)
     assert found.keras == 3 and "installed tensorflow 2.21.0" in found.reason
+    # TF_USE_LEGACY_KERAS=1 where mpfix runs, with tf-keras installed, beats a TensorFlow >= 2.16 pin.
+    (tmp_path / "requirements.txt").write_text("tensorflow>=2.16\n")
+    declared.clear()
+    assert target.decide("auto", "", path).keras == 3
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
+    assert target.decide("auto", "", path).keras == 3  # tf-keras is not installed (in this fake)
+    _fake_versions(monkeypatch, {"tensorflow": "2.21.0", "tf-keras": "2.21.0"})
+    assert target.decide("auto", "", path) == target.Target(2, "TF_USE_LEGACY_KERAS=1 is set and tf-keras is installed")
 
 
 def test_nothing_decides_the_target(tmp_path, nothing_installed):
