@@ -346,6 +346,7 @@ class DtypeAnalysis:
         self._returns: dict[cst.FunctionDef, Dtype | None] = {}
         self._autocast: dict[cst.ClassDef, bool] = {}
         self._attribute_stack: set[tuple[cst.ClassDef, str]] = set()
+        self._float32_layers: dict[cst.ClassDef, bool] = {}
         self._final = False
         # Names bound by imports (relative ones too): helpers from other files whose result
         # dtype this file cannot see.
@@ -484,6 +485,30 @@ class DtypeAnalysis:
             if parent is not None and parent is not cls and depth < 5 and self.is_module_class(parent, depth + 1):
                 return True
         return False
+
+    def float32_layer(self, cls: cst.ClassDef) -> bool:
+        """A layer that computes in float32: its ``__init__`` passes ``dtype="float32"`` up, or every
+        construction of it in this file does (``Head(dtype="float32")``)."""
+        found = self._float32_layers.get(cls)
+        if found is not None:
+            return found
+        result = False
+        init = self.methods.get(cls, {}).get("__init__")
+        if init is not None:
+            for call in _walk_calls(init):
+                if isinstance(call.func, cst.Attribute) and call.func.attr.value == "__init__":
+                    arg = argument(call, "dtype", None)
+                    if arg is not None and (spelled_dtype(arg.value, self.resolve) or UNK).wide:
+                        result = True
+        if not result:
+            name = cls.name.value
+            built = [c for c in (self.index.get(cst.Call, ()) if self.index is not None else _walk_calls(self.module))
+                     if isinstance(c.func, cst.Name) and c.func.value == name]
+            result = bool(built) and all(
+                (arg := argument(c, "dtype", None)) is not None and (spelled_dtype(arg.value, self.resolve) or UNK).wide
+                for c in built)
+        self._float32_layers[cls] = result
+        return result
 
     def autocasts(self, cls: cst.ClassDef) -> bool:
         """False for layers that do not autocast (``autocast=False``, preprocessing/feature layers)."""
@@ -668,6 +693,10 @@ class DtypeAnalysis:
                     dtype = region.params.get(pname, UNK)
                 elif layer_call and not autocast:
                     dtype = UNK  # autocast=False / preprocessing layers keep their inputs' dtype
+                elif layer_call and self.float32_layer(region.owner):
+                    dtype = F32  # a float32 layer casts its (first, on tf_keras) inputs to float32
+                    if self.keras == 2 and position > 0:
+                        dtype = UNK
                 elif layer_call and self.keras == 2 and position > 0:
                     dtype = UNK  # tf_keras autocasts only the first argument of call
                 else:
@@ -1114,6 +1143,9 @@ class DtypeAnalysis:
             attr = node.attr.value
             is_self = isinstance(node.value, cst.Name) and node.value.value == "self"
             if attr in ("compute_dtype", "_compute_dtype"):
+                if is_self and region.owner is not None and self.is_layer_class(region.owner) and \
+                        self.float32_layer(region.owner):
+                    return F32
                 return F16 if is_self or region.kind not in ("module", "shadow") else UNK
             if is_self and attr in ("dtype", "variable_dtype", "_dtype") and region.owner is not None \
                     and self.is_layer_class(region.owner):

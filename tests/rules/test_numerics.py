@@ -512,6 +512,20 @@ ISLANDS = {
             logits = tf.matmul(hidden, hidden, transpose_b=True)
             return logits - tf.eye(tf.shape(hidden)[0]) * 1e9
     """,
+    # A layer that computes in float32 (its constructor passes dtype="float32" up, or every
+    # construction does): its call sees float32 inputs.
+    "float32-layer-class": """
+        import tensorflow as tf
+        class LossLayer(tf.keras.layers.Layer):
+            def __init__(self, **kwargs):
+                super().__init__(dtype="float32", **kwargs)
+            def call(self, logits):
+                return tf.exp(logits) / tf.reduce_sum(tf.exp(logits), axis=-1, keepdims=True)
+        class Head(tf.keras.layers.Layer):
+            def call(self, x):
+                return x / (tf.norm(x, axis=-1, keepdims=True) + 1e-8)
+        head = Head(dtype="float32")
+    """,
 }
 
 
