@@ -39,14 +39,21 @@ def policy_in_text(text: str) -> Policy:
 
 def project_root(path: Path) -> Path:
     """Nearest folder above ``path`` with a ``pyproject.toml``, ``setup.py`` or ``.git``."""
+    return _root_of_folder(str(Path(path).parent))
+
+
+@functools.lru_cache(maxsize=4096)
+def _root_of_folder(folder: str) -> Path:
+    # Per folder, once per process: the engine asks for every file it lints.
+    path = Path(folder)
     try:
         path = path.resolve()
     except (OSError, RuntimeError):  # a symlink loop
         path = path.absolute()
-    for parent in [path.parent, *path.parent.parents]:
+    for parent in [path, *path.parents]:
         if any((parent / marker).exists() for marker in ("pyproject.toml", "setup.py", ".git")):
             return parent
-    return path.parent
+    return path
 
 
 # Where scans are kept between runs (set by mpfix.cache when the cache is in use; None: memory only).
