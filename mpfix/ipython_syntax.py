@@ -37,7 +37,12 @@ def spans(lines: list[str]) -> list[tuple[int, int]]:
         from IPython.core import inputtransformer2 as ipython
     except Exception:  # not installed, or broken: the same rules, reimplemented
         return _own_spans(lines)
-    return _ipython_spans(lines, ipython)
+    try:
+        return _ipython_spans(lines, ipython)
+    except (SyntaxError, ValueError, RuntimeError):
+        # IPython itself cannot transform the cell (e.g. tokenize's IndentationError on a dedent
+        # that matches no outer level): it is not valid IPython, and the parse will say so.
+        return _own_spans(lines)
 
 
 def _track(lines: list[str], find_and_replace) -> list[tuple[int, int]]:

@@ -328,3 +328,31 @@ def test_without_ipython_the_own_rules_are_used(monkeypatch):
     monkeypatch.setitem(sys.modules, "IPython.core", None)
     lines = "if ok:\n    !echo a \\\n      b\nx = 1\n".splitlines(keepends=True)
     assert ipython_syntax.spans(lines) == [(1, 2)]
+
+
+_FRAGMENTS = [
+    "!ls -la", "!!pwd", "%time f()", "%%capture", "x = !ls", "y = %sx echo 1", "obj?", "obj.attr??", "??obj",
+    "/f a b", ",g a b", ";h a", "!echo a \\", "  --flag=1", "x = (1,", "     2)", "s = '''", "!not a command",
+    "'''", "if ok:", "    !nvidia-smi", "    %timeit g()", "    x = 1", "else:", "    pass", "print(a != b)",
+    "y = a % b", "z = [i for i in\\", "     range(3)]", "# !comment", "def f():", "    return 1", "", "   ",
+    "a = b = %time f()", "x == !ls", "f(a,", " b)?", "%matplotlib inline", "d = {'k': 1}",
+]
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_own_rules_agree_with_ipython_on_generated_cells(seed):
+    pytest.importorskip("IPython")
+    import random
+
+    rng = random.Random(seed)
+    from IPython.core import inputtransformer2
+
+    cell = "".join(rng.choice(_FRAGMENTS) + "\n" for _ in range(rng.randint(1, 8)))
+    lines = cell.splitlines(keepends=True)
+    own = ipython_syntax._own_spans(lines)
+    try:
+        theirs = ipython_syntax._ipython_spans(lines, inputtransformer2)
+    except SyntaxError:  # IPython cannot run this cell at all (tokenize's IndentationError)
+        theirs = own
+    assert own == theirs, cell
+    assert ipython_syntax.spans(lines) == theirs  # and never raises
