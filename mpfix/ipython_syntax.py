@@ -39,7 +39,7 @@ def spans(lines: list[str]) -> list[tuple[int, int]]:
         return _own_spans(lines)
     try:
         return _ipython_spans(lines, ipython)
-    except (SyntaxError, ValueError, RuntimeError):
+    except Exception:  # noqa: BLE001 - IPython's transformers also assert on odd input
         # IPython itself cannot transform the cell (e.g. tokenize's IndentationError on a dedent
         # that matches no outer level): it is not valid IPython, and the parse will say so.
         return _own_spans(lines)
