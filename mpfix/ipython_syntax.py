@@ -132,9 +132,9 @@ def _top_level_assign(line: list[tokenize.TokenInfo]) -> int | None:
 def _continued_end(lines: list[str], start: int) -> int:
     """The last physical line of a backslash-continued line that starts at ``start``."""
     end = start
-    while end < len(lines) and lines[end].endswith("\\\n"):
+    while end < len(lines) - 1 and lines[end].endswith("\\\n"):
         end += 1
-    return min(end, len(lines) - 1) if end >= len(lines) else end
+    return end
 
 
 def _find(tokens: list[list[tokenize.TokenInfo]]) -> list[tuple[tuple[int, int, int], str, tuple]]:
