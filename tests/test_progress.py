@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import time
-from pathlib import Path
 
 from mpfix import progress as progress_mod
 from mpfix import runner
