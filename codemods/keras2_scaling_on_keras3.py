@@ -308,9 +308,13 @@ class Keras2ScalingOnKeras3(Rule):
         if _method_call(node, "get_scaled_loss") and not self._custom("get_scaled_loss"):
             assert isinstance(node.func, cst.Attribute)
             new = table.member_target("get_scaled_loss", table.KERAS3)
-            self.report(node, f"`get_scaled_loss` does not exist in Keras 3; use `{new}`",
-                        fix={node.func.attr: node.func.attr.with_changes(value=new)},
-                        description=f"Use `{new}`")
+            fix: dict | None = {node.func.attr: node.func.attr.with_changes(value=new)}
+            message = f"`get_scaled_loss` does not exist in Keras 3; use `{new}`"
+            if self._blocked_unscale(node):
+                # Half a migration helps nobody: the rename waits for the unscale, which needs a hand edit.
+                fix = None
+                message += " (together with its `get_unscaled_gradients`, which needs a hand edit: see that finding)"
+            self.report(node, message, fix=fix, description=f"Use `{new}`")
         elif _method_call(node, "get_unscaled_gradients") and not self._custom("get_unscaled_gradients"):
             assert table.member_target("get_unscaled_gradients", table.KERAS3) == table.REMOVE_CALL
             message = ("`get_unscaled_gradients` does not exist in Keras 3: `apply_gradients` of a "
@@ -321,6 +325,15 @@ class Keras2ScalingOnKeras3(Rule):
                 fix = {node: _unwrapped(node.args[0].value)}
             fix, safety, why = self._unscale_fix(node, fix)
             self.report(node, message + why, fix=fix, safety=safety, description="Drop the unscale call")
+
+    def _blocked_unscale(self, scale: cst.Call) -> bool:
+        """An unscale on the path of this scaled loss's gradients cannot be dropped automatically."""
+        analysis = training_steps(self.context)
+        unscales = {id(e.node): e.node for f in analysis.flows + analysis.cross_flows
+                    if f.scale is not None and f.scale.call is scale
+                    for e in f.path.events if e.kind == UNSCALE and isinstance(e.node, cst.Call)
+                    and _method_call(e.node, "get_unscaled_gradients")}
+        return any(self._unscale_fix(call, {})[0] is None for call in unscales.values())
 
     def _unscale_fix(self, node: cst.Call, drop: dict) -> tuple[dict | None, FixSafety, str]:
         """Dropping the unscale keeps the loop right only where the LossScaleOptimizer that unscaled is

@@ -417,7 +417,7 @@ def _k2_loop(between: str, optimizers: str = "") -> str:
 
 
 def _unscale_finding(code: str):
-    found = [f for f in lint(code, 3, fix=False, rules=MP303).findings if "get_unscaled_gradients" in f.message]
+    found = [f for f in lint(code, 3, fix=False, rules=MP303).findings if f.message.startswith("`get_unscaled")]
     assert len(found) == 1, found
     return found[0]
 
@@ -655,3 +655,11 @@ def test_mp109_keras2_callbacks_before_an_all_reduce_of_scaled_gradients_are_rep
     """
     (finding,) = lint(code, 2, fix=False, policy="mixed_float16").findings
     assert finding.code == "MP109" and finding.fix is None and "callbacks" in finding.message
+
+
+def test_mp303_renames_get_scaled_loss_only_together_with_its_unscale():
+    blocked = _k2_loop("grads = [g + tf.random.normal(tf.shape(g)) for g in grads]")
+    findings = lint(blocked, 3, fix=False, rules=MP303).findings
+    assert len(findings) == 2 and all(f.fix is None for f in findings)
+    assert "needs a hand edit" in next(f.message for f in findings if f.message.startswith("`get_scaled_loss`"))
+    assert all(f.fix is not None for f in lint(_k2_loop("pass"), 3, fix=False, rules=MP303).findings)
