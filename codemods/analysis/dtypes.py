@@ -252,12 +252,17 @@ class _Collector(Visitor):
         self.register = register
         self.guard_depth = 0
         self.guard_nodes: list[cst.CSTNode] = []
+        self.path: list[cst.CSTNode] = []  # the nodes being visited, root first: parents for free
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         # Exact type tests: LibCST node classes are ABCs, and isinstance on them costs 4x `is`.
         analysis = self.analysis
         region = self.region
         node_type = type(node)
+        path = self.path
+        if self.register and path:
+            analysis.parent[node] = path[-1]
+        path.append(node)  # on_leave pops it, also for a skipped subtree
         if node is not region.node:
             if node_type is cst.ClassDef:
                 return False
@@ -266,9 +271,6 @@ class _Collector(Visitor):
                     return False
                 region.nested[node.name.value] = node
         if self.register:
-            parent = analysis.parent
-            for child in children(node):
-                parent[child] = node
             analysis.region_of[node] = region
             analysis.order[node] = len(analysis.order)
             if self.guard_depth:
@@ -299,6 +301,7 @@ class _Collector(Visitor):
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.path.pop()
         if self.guard_nodes and self.guard_nodes[-1] is original_node:
             self.guard_nodes.pop()
             self.guard_depth -= 1
@@ -723,6 +726,7 @@ class DtypeAnalysis:
                 if pname in region.assigned or (pname in region.env and region.env[pname] is not dtype):
                     dtype = UNK  # the name means two things in one flow-insensitive table
                 region.env[pname] = dtype
+                region.memo.clear()
         if region.nested:
             region.memo.clear()
             self._assign_dtypes(region)
@@ -732,9 +736,10 @@ class DtypeAnalysis:
             if name in fixed:
                 continue
             region.env.setdefault(name, UNK)
-            dtypes = {self.value_dtype(name, value, region) for value in values}
+            found = [self.value_dtype(name, value, region) for value in values]
+            dtypes = set(found)
             if len(values) > 1 and UNK in dtypes and all(
-                    self.value_dtype(name, v, region) is not UNK or id(v) in region.augmented for v in values):
+                    d is not UNK or id(v) in region.augmented for d, v in zip(found, values)):
                 # `eps = tf.cast(e, tf.float32)` … `eps += tf.abs(self.learned)`: adding an unknown keeps the dtype.
                 dtypes.discard(UNK)
             if name in region.param_dtypes and all(id(v) in region.augmented for v in values):
@@ -1062,13 +1067,12 @@ class DtypeAnalysis:
         """The dtype of ``node`` in ``region`` (memoized once the file's analysis is complete)."""
         if depth > 30:
             return UNK
-        if self._final:
-            key = id(node)
-            found = region.memo.get(key)
-            if found is None:
-                found = region.memo[key] = self._dtype(node, region, depth)
-            return found
-        return self._dtype(node, region, depth)
+        # Memoized per region; every change of the region's name table clears the memo.
+        key = id(node)
+        found = region.memo.get(key)
+        if found is None:
+            found = region.memo[key] = self._dtype(node, region, depth)
+        return found
 
     def _dtype(self, node: cst.BaseExpression, region: Region, depth: int) -> Dtype:
         deeper = depth + 1
