@@ -110,6 +110,9 @@ class ScaleCall:
 SCALED = "scaled"  # multiplied by the loss scale (gradient of scale_loss / get_scaled_loss)
 UNSCALED = "unscaled"  # plain gradients, or unscaled by get_unscaled_gradients
 MANUAL = "manually-unscaled"  # divided by the optimizer's scale by hand (`g / opt.dynamic_scale`)
+DIVIDED = "divided"  # unscaled once too often (or an unscaled value divided by the scale)
+_AFTER_UNSCALE = {SCALED: UNSCALED, UNSCALED: DIVIDED, MANUAL: DIVIDED}
+_AFTER_MANUAL = {SCALED: MANUAL, UNSCALED: DIVIDED, MANUAL: DIVIDED}
 
 # Transforms whose result depends on the size of the gradients: on scaled gradients they act
 # with a threshold (or noise scale) effectively divided by the loss scale.
@@ -269,6 +272,21 @@ class Analysis:
                  and b.scope.class_name == scope.class_name and optimizer.startswith("self."))]
         found = found or [b for b in self.builds if b.target == optimizer and isinstance(b.scope.node, cst.Module)]
         return found[-1] if found else None
+
+    keras: int = 3  # the generation the file runs under (RuleContext.keras)
+
+    def applied(self, flow: Flow) -> frozenset:
+        """What the updating optimizer really applies, by Keras generation: Keras 3's LSO (and a
+        `loss_scale_factor` optimizer) divides by its scale inside apply, Keras 2's does not.
+
+        UNSCALED: right; SCALED: multiplied by the loss scale; DIVIDED: divided by it (unscaled
+        twice, or a plain loss whose gradients the LSO still divides). An unknown optimizer counts as
+        plain here."""
+        if self.keras == 3 and flow.kind == "lso":
+            mapping = {SCALED: UNSCALED, UNSCALED: DIVIDED, MANUAL: DIVIDED}
+        else:
+            mapping = {MANUAL: UNSCALED}
+        return frozenset(mapping.get(s, s) for s in flow.path.states)
 
     def enclosing(self, scope: Scope) -> list[Scope]:
         """The functions ``scope`` is nested in, innermost first."""
@@ -701,7 +719,7 @@ def _analyse(context: RuleContext) -> Analysis:
                     flow.path = paths[(id(apply.call), index)]
                     cross_flows.append(flow)
     return Analysis(scopes, flows, builds, all_tapes, scale_calls, isinstance_guard, all_minimizes, all_gradients,
-                    cross_flows)
+                    cross_flows, context.keras)
 
 
 def _scale_of(scope: Scope, target: cst.BaseExpression, before: Statement,
@@ -987,6 +1005,8 @@ class _PathTracer:
         else:
             event = self.events[eid]
             event.states = event.states | states
+        if isinstance(state, dict):  # each state maps to what the event makes of it
+            return {i: (frozenset(state.get(x, x) for x in s), e | {eid}) for i, (s, e) in value.items()}
         return {i: (state if state is not None else s, e | {eid}) for i, (s, e) in value.items()}
 
     # -- statements -----------------------------------------------------------------
@@ -1134,7 +1154,7 @@ class _PathTracer:
             owner = dotted_name(func.value)
             if method == UNSCALE_METHOD:
                 value = self._args(call, overlay)
-                return self._event(UNSCALE, call, value, owner, state=frozenset({UNSCALED})) if value else {}
+                return self._event(UNSCALE, call, value, owner, state=_AFTER_UNSCALE) if value else {}
             if method in APPLY_METHODS:
                 value = self._args(call, overlay)
                 if value:
@@ -1165,7 +1185,7 @@ class _PathTracer:
             if sensitive:
                 value = self._event(sensitive, call, value, helper=helper.name)
             if unscales:
-                value = self._event(UNSCALE, call, value, helper=helper.name, state=frozenset({UNSCALED}))
+                value = self._event(UNSCALE, call, value, helper=helper.name, state=_AFTER_UNSCALE)
             return value
         if isinstance(func, cst.Name) and func.value == "zip" and len(call.args) >= 2 and not call.args[0].star:
             # zip(grads, variables): the gradients are the first; variables unpacked next to gradients
@@ -1211,7 +1231,7 @@ class _PathTracer:
         if operator is cst.Divide and left and not right:
             owner = _scale_read(node.right)
             if owner is not None:
-                return self._event(MANUAL_UNSCALE, node, left, owner or None, state=frozenset({MANUAL}))
+                return self._event(MANUAL_UNSCALE, node, left, owner or None, state=_AFTER_MANUAL)
         if operator in (cst.Add, cst.Subtract) and (left or right):
             # `g + tf.random.normal(tf.shape(g), stddev=s)`: the noise side may read g's shape.
             for value, other in ((left, node.right), (right, node.left)):

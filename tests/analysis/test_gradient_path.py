@@ -10,6 +10,7 @@ import pytest
 
 from mpfix.codemods.analysis.gradient_path import (
     ACCUMULATE,
+    DIVIDED,
     ALL_REDUCE,
     CLIP_GLOBAL_NORM,
     MANUAL,
@@ -342,3 +343,31 @@ def test_callbacks_and_all_reduce_in_helpers_with_a_tape_passed_in():
         ("callback", "_run_callbacks"), (ALL_REDUCE, "_allreduce"), (UNSCALE, None)]
     assert scaled.path.states == {UNSCALED} and plain.path.states == {UNSCALED}  # branches stay apart
     assert plain.path.events == []
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_what_the_update_applies_depends_on_the_generation(keras: int):
+    scale = "scale_loss" if keras == 3 else "get_scaled_loss"
+    _, analysis = analyse(f"""
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1))
+        with tf.GradientTape() as tape:
+            loss = f()
+            scaled = opt.{scale}(loss)
+        grads = tape.gradient(scaled, params)
+        plain = tape.gradient(loss, params)
+        opt.apply_gradients(zip(grads, params))
+        opt.apply_gradients(zip([g / opt.dynamic_scale for g in grads], params))
+        opt.apply_gradients(zip(plain, params))
+        opt.apply_gradients(zip(opt.get_unscaled_gradients([g / opt.loss_scale for g in grads]), params))
+    """, keras=keras)
+    assert len(analysis.flows) == 4  # every update is linked
+    by_line = {}
+    for f in analysis.flows:
+        by_line.setdefault(f.apply.statement.node, []).append(sorted(analysis.applied(f)))
+    rows = [v for _, v in sorted(by_line.items(), key=lambda kv: analysis.scopes[0].statements.index(
+        next(st for st in analysis.scopes[0].statements if st.node is kv[0])))]
+    if keras == 3:  # the LSO divides inside apply
+        assert rows == [[[UNSCALED]], [[DIVIDED]], [[DIVIDED]], [[DIVIDED]]]
+    else:  # Keras 2 applies what it gets
+        assert rows == [[[SCALED]], [[UNSCALED]], [[UNSCALED]], [[DIVIDED]]]
