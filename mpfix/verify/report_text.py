@@ -76,6 +76,8 @@ def headroom_line(run: RunResult) -> str | None:
         return None
     top = max(measured, key=lambda s: s.act_max if math.isfinite(s.act_max) else math.inf)
     layer = run.layers.get(top.act_layer, {}).get("name") or f"#{top.act_layer}"
+    if not math.isfinite(top.act_max):
+        return f"float16 headroom: a float16 output was NaN/Inf (layer {layer}, step {top.step})"
     return (
         f"float16 headroom: max |output| {_fmt(top.act_max)} ({top.act_max / 65504.0:.2%} of 65504), "
         f"layer {layer}, step {top.step}"

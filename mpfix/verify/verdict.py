@@ -339,7 +339,9 @@ def _ranges(steps: list[int], limit: int = 6) -> str:
     parts = [f"{g[0]}-{g[-1]}" if len(g) > 1 else str(g[0]) for g in groups]
     if len(parts) > limit:
         parts = parts[:limit] + [f"... ({len(steps)} in all)"]
-    return "steps " + ", ".join(parts) if parts else "none"
+    if not parts:
+        return "none"
+    return ("step " if len(steps) == 1 else "steps ") + ", ".join(parts)
 
 
 def _first_losses(run: RunResult) -> tuple[float, float] | None:
