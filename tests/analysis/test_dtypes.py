@@ -372,3 +372,93 @@ def test_new_dtype_mixes_sees_a_fix_that_makes_a_mix():
     assert new_dtype_mixes(original, original) == []
     mixes = new_dtype_mixes(original, broken)
     assert [str(m) for m in mixes] == ["`idx / denom` mixes float32 and float16"]
+
+
+# -- where float16 does not come from ------------------------------------------------------------
+def test_cast_where_needed_is_float32_on_the_float16_path():
+    code = """
+        import tensorflow as tf
+        def loss(y_true, y_pred):
+            convert = y_pred.dtype == tf.float16
+            precise = tf.cast(y_pred, tf.float32) if convert else y_pred
+            return precise
+    """
+    assert dtype_of(code, "precise") is F32
+
+
+def test_float32_layer_class_sees_float32():
+    code = """
+        import tensorflow as tf
+        class Head(tf.keras.layers.Layer):
+            def __init__(self, **kwargs):
+                super().__init__(dtype="float32", **kwargs)
+            def call(self, x):
+                return tf.cast(x, self.compute_dtype) + x
+    """
+    assert dtype_of(code, "x") is F32
+    assert dtype_of(code, "tf.cast(x, self.compute_dtype)") is F32
+
+
+def test_every_construction_with_float32_makes_a_float32_layer():
+    code = """
+        import tensorflow as tf
+        class Norm(tf.keras.layers.Layer):
+            def call(self, x):
+                return x * 2.0
+        norm = Norm(dtype="float32")
+    """
+    assert dtype_of(code, "x * 2.0") is F32
+    assert dtype_of(code.replace('Norm(dtype="float32")', "Norm()"), "x * 2.0") is F16
+
+
+def test_tf_module_call_does_not_autocast_but_its_compute_dtype_follows_the_policy():
+    code = """
+        import tensorflow as tf
+        class Base(tf.Module):
+            pass
+        class Attention(Base):
+            def __call__(self, scores, mask):
+                return tf.cast(mask, self.compute_dtype), scores
+    """
+    assert dtype_of(code, "scores") is UNK
+    assert dtype_of(code, "tf.cast(mask, self.compute_dtype)") is F16
+
+
+def test_library_loss_helper_parameters_are_what_callers_pass():
+    alone = """
+        import tensorflow as tf
+        def contrastive_loss(hidden):
+            return hidden * 2.0
+    """
+    assert dtype_of(alone, "hidden * 2.0") is UNK
+    called = alone + """
+        @tf.function
+        def train_step(model, x):
+            return contrastive_loss(model(x))
+    """
+    assert dtype_of(called, "hidden * 2.0") is F16
+    keras_loss = alone.replace("contrastive_loss(hidden)", "my_loss(y_true, y_pred)").replace("hidden", "y_pred")
+    assert dtype_of(keras_loss, "y_pred * 2.0") is F16  # compile hands it the model's raw predictions
+
+
+def test_callable_parameter_follows_its_argument():
+    code = """
+        import tensorflow as tf
+        def pairwise_loss(y_true, y_pred, distance_metric=None):
+            d = distance_metric(tf.cast(y_pred, tf.float32))
+            return d
+    """
+    assert dtype_of(code, "d") is F32
+
+
+def test_keras_op_implementations_are_not_layers():
+    code = """
+        from keras.src import backend
+        from keras.src.ops.operation import Operation
+        class Norm(Operation):
+            def call(self, x):
+                return backend.linalg.norm(x)
+    """
+    module = cst.parse_module(textwrap.dedent(code).lstrip("\n"))
+    analysis = DtypeAnalysis(module, ImportTable(module).resolve, None)
+    assert [r.kind for r in analysis.regions] == ["module"]
