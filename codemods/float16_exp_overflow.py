@@ -75,7 +75,9 @@ class Float16ExpOverflow(Rule):
         ## What it does
         Finds `tf.exp`, `tf.math.expm1` and `tf.pow` on tensors that are float16 under
         `mixed_float16`, and manual softmaxes `tf.exp(x) / tf.reduce_sum(tf.exp(x), axis)`.
-        `exp(x - reduce_max(x))` and `exp(-abs(x))` are bounded by 1 and left alone.
+        Arguments that cannot exceed 0 by their form — `exp(x - reduce_max(x))`, `exp(-abs(x))`,
+        `exp(-x**2)`, `exp(-log(10000.0) * i / d)`, `exp(cumsum(log(p)))` — are left alone, and so
+        are complex values and float32 ones.
 
         ## Why is this bad?
         `exp(11.1)` already exceeds float16's 65504: a manual softmax turns into `inf / inf = NaN`

@@ -28,8 +28,12 @@ class Float16ModelOutput(Rule):
     explanation = """
         ## What it does
         Finds the last layer of a `Sequential` model (list or `model.add` chain) or of a
-        functional `Model(inputs, outputs)` — a softmax, sigmoid or linear head — built without
-        `dtype="float32"` while the `mixed_float16` policy is set.
+        functional model (`Model(inputs, outputs)`, also built in a constructor or through
+        `super().__init__(inputs=..., outputs=...)`) — a softmax, sigmoid or linear head — built
+        without `dtype="float32"` while the `mixed_float16` policy is set, when a loss sees it:
+        the model is compiled, fitted or called in a training step or loss in the file, or a
+        factory returns it (then only fused softmax/sigmoid heads: callers may cast logits to
+        float32 before their loss). Sub-models, blocks and models nobody trains are left alone.
 
         ## Why is this bad?
         The output is float16: at most 65504, with 3 significant digits. A softmax in float16

@@ -59,7 +59,11 @@ class HardcodedFloat32InFloat16Compute(Rule):
         ## What it does
         Inside a layer's `call` (and the methods it calls), finds arithmetic between a tensor
         that follows the layer's compute dtype and one made float32 by hand:
-        `tf.cast(d, tf.float32)`, `tf.constant(2.0)`, `tf.ones(shape)`.
+        `tf.cast(d, tf.float32)`, `tf.constant(2.0)`, `tf.ones(shape)`, `ops.arange(n, dtype="float32")`,
+        `tf.cast(e, self.dtype)` (a layer's `dtype` is its float32 variable dtype). Keras 3 autocasts
+        every floating argument of `call`, tf_keras only the first; float32 with float32 (a rotary
+        embedding's `arange(...) / cast(dim, "float32")`) is a deliberate float32 island, and a
+        fix that would turn such an island into a mix is not offered.
 
         ## Why is this bad?
         Under `mixed_float16` the layer's inputs are float16, and TensorFlow never promotes:
