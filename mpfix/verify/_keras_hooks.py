@@ -122,8 +122,10 @@ def install_keras3(rec: Recorder, mode: str, policy: str) -> None:
 
     _wrap_model(rec, keras.Model)
     from keras.src.layers import layer as layer_module
+    from keras.src.losses import loss as loss_module
 
     _wrap_layers(rec, layer_module.Layer, keras.Model)
+    _wrap_loss_inputs(rec, loss_module.Loss)
 
     if mode == "float32":
         _wrap(dtype_policy.DTypePolicy, "__init__", _policy_init)
@@ -210,8 +212,10 @@ def install_keras2(rec: Recorder, mode: str, policy: str) -> None:
 
     _wrap_model(rec, tf_keras.Model)
     from tf_keras.src.engine import base_layer
+    from tf_keras.src.losses import Loss
 
     _wrap_layers(rec, base_layer.Layer, tf_keras.Model)
+    _wrap_loss_inputs(rec, Loss)
 
     if mode == "float32":
         _wrap(policy_module.Policy, "__init__", _policy_init)
@@ -258,6 +262,23 @@ def _wrap_layers(rec: Recorder, layer_cls, model_cls) -> None:
 
     _wrap(layer_cls, "__init__", make_init)
     _wrap(layer_cls, "__call__", make_call)
+
+
+def _wrap_loss_inputs(rec: Recorder, loss_cls) -> None:
+    """Headroom of a loss's float16 ``y_pred`` (a custom loop may compute it outside any
+    layer); reported under the loss's name."""
+    if os.environ.get("MPFIX_VERIFY_HEADROOM", "1") == "0":
+        return
+
+    def make_call(original):
+        def __call__(self, y_true, y_pred, *args, **kwargs):
+            if rec._depth() == 0:
+                rec.guarded("loss-input", rec.on_layer_output, self, y_pred)
+            return original(self, y_true, y_pred, *args, **kwargs)
+
+        return __call__
+
+    _wrap(loss_cls, "__call__", make_call)
 
 
 def _wrap_model(rec: Recorder, model_cls) -> None:

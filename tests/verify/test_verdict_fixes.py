@@ -142,3 +142,12 @@ def test_float16_regression_head_is_at_risk_within_the_default_steps(tmp_path):
     readme = (SAMPLES.parent / "README.md").read_text(encoding="utf-8")
     row = re.search(r"^\| `float16_regression_head.py` \|.*\| (\S+) → (\S+)[^|]*\|$", readme, re.MULTILINE)
     assert row is not None and row.groups() == ("at-risk", "healthy")
+
+
+def test_float16_loss_inputs_made_outside_layers_are_measured():
+    report = verify_script("loss_input.py", steps=4, baseline=False)
+    mixed = report.mixed
+    losses = [i for i, layer in mixed.layers.items() if layer["class"] == "MeanSquaredError"]
+    assert losses, mixed.layers
+    peaks = [s.act_max for s in mixed.steps if s.act_layer in losses]
+    assert peaks and 500 < max(peaks) < 2000  # |predictions| ~ 250 * 3

@@ -47,6 +47,7 @@ CASES = [
     ("k3_underflow_fixed.py", "k3_underflow_fixed.py", [], {}, "healthy"),
     ("late_nan.py", "late_nan.py", [], {}, "non-finite (float32 only from step 8)"),
     ("legacy_env.py", "legacy_env.py", [], {}, "healthy (Keras 2)"),
+    ("loss_input.py", "loss_input.py", [], {"steps": 4, "baseline": False}, "stalled (warm-up skips; loss input measured)"),
     ("mask_nan.py", "mask_nan.py", [], {}, "non-finite"),
     ("mirrored.py", "mirrored.py", [], {"steps": 8}, "healthy"),
     ("no_steps.py", "no_steps.py", [], {"baseline": False}, "no-steps"),
