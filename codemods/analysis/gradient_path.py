@@ -696,17 +696,25 @@ def _analyse(context: RuleContext) -> Analysis:
                 flows.append(flow)
 
     # Gradients accumulated into a shared object (`self.accumulator`, a closure's `accum`) in one
-    # function and applied in another (`forward` / `step` of gradient accumulation): followed too,
-    # as flows of their own (`cross_flows`), so that no fix drops an unscale such an update needs.
+    # function and applied in another (`forward` / `step` of gradient accumulation), or passed to a
+    # same-file function that updates (`self._weight_update(grads)` splitting them between two
+    # optimizers): followed too, as flows of their own (`cross_flows`), so that no fix drops an
+    # unscale such an update needs.
     cross_flows: list[Flow] = []
-    if shared:
+    if shared or registry.calls_into:
         grad_of = {g.index: (s, g) for s, g in all_gradients}
         scales_of: dict[int, list[ScaleCall]] = {}
         for s in scale_calls:
             if s.scope is not None:
                 scales_of.setdefault(id(s.scope.node), []).append(s)
         for scope, applies in pending:
-            tracer = _PathTracer(context, scope, [], [], helpers, registry, dict(shared))
+            start = dict(shared)
+            for bound in registry.calls_into.get(id(scope.node), ()):
+                for name, value in bound.items():
+                    start[name] = _merge(start.get(name, {}), value)
+            if not start:
+                continue
+            tracer = _PathTracer(context, scope, [], [], helpers, registry, start)
             tracer.run()
             paths = tracer.paths(applies)
             for apply in applies:
@@ -937,6 +945,8 @@ class _Registry:
         self.events: dict[int, PathEvent] = {}
         self.ids: dict[tuple[int, str], int] = {}
         self.sequence: dict[int, int] = {}
+        # Gradients passed into a same-file function: its node id -> [{parameter: value}]
+        self.calls_into: dict[int, list[dict[str, dict]]] = {}
 
 
 class _PathTracer:
@@ -950,6 +960,7 @@ class _PathTracer:
         self.helpers = helpers
         # key -> [(branch of the binding statement, value, whether it replaces what came before)]
         self.taint: dict[str, list] = {key: [((), value, False)] for key, value in (taint or {}).items()}
+        self.registry = registry
         self.events = registry.events
         self._event_ids = registry.ids
         self._sequence = registry.sequence
@@ -1011,8 +1022,14 @@ class _PathTracer:
 
     # -- statements -----------------------------------------------------------------
     def run(self) -> None:
-        for _ in range(2):
-            for st in self.scope.statements:
+        statements = self.scope.statements
+        for st in statements:
+            self.statement = st
+            self._statement(st)
+        # A second pass over loop bodies only: what one iteration leaves reaches the next
+        # (accumulators); straight-line code must not see its own later bindings.
+        for st in statements:
+            if any(type(parent) is cst.For or type(parent) is cst.While for parent in st.parents):
                 self.statement = st
                 self._statement(st)
 
@@ -1176,9 +1193,11 @@ class _PathTracer:
             return self._event(transform, call, value) if value else {}
         helper = self.helpers.lookup(func, self.scope)
         if helper is not None and helper is not self.scope:
-            value = self._args(call, overlay)
+            values = [self.eval(arg.value, overlay) for arg in call.args]
+            value = _merge(*values)
             if not value:
                 return {}
+            self._passed(helper, func, call, values)
             sensitive, unscales, reduces = self.helpers.summary(helper)
             if reduces:
                 value = self._event(ALL_REDUCE, call, value, helper=helper.name)
@@ -1218,6 +1237,29 @@ class _PathTracer:
         value = self._args(call, {})
         if value and key is not None:
             self._accumulate(key, self._event(ACCUMULATE, call, value))
+
+    def _passed(self, helper: Scope, func: cst.BaseExpression, call: cst.Call, values: list[dict]) -> None:
+        """Remember which parameters of ``helper`` get gradients, for following them inside it."""
+        params = list(helper.params)
+        if isinstance(func, cst.Attribute) and params[:1] == ["self"]:
+            params = params[1:]
+        bound: dict[str, dict] = {}
+        positional = 0
+        for arg, value in zip(call.args, values):
+            if arg.star or not value:
+                positional += arg.keyword is None
+                continue
+            if arg.keyword is not None:
+                name = arg.keyword.value
+            elif positional < len(params):
+                name = params[positional]
+            else:
+                name = None
+            positional += arg.keyword is None
+            if name is not None:
+                bound[name] = value
+        if bound:
+            self.registry.calls_into.setdefault(id(helper.node), []).append(bound)
 
     def _accumulate(self, key: str | None, value: dict) -> None:
         if key is not None:

@@ -371,3 +371,37 @@ def test_what_the_update_applies_depends_on_the_generation(keras: int):
         assert rows == [[[UNSCALED]], [[DIVIDED]], [[DIVIDED]], [[DIVIDED]]]
     else:  # Keras 2 applies what it gets
         assert rows == [[[SCALED]], [[UNSCALED]], [[UNSCALED]], [[DIVIDED]]]
+
+
+def test_gradients_passed_to_a_method_that_splits_them_between_two_optimizers():
+    # DLE DLRM nn/trainer.py: train_step passes the scaled gradients to _weight_update, which unscales
+    # with the MLP optimizer's scale and applies part of them with a second (embedding) optimizer.
+    _, analysis = analyse("""
+        import tensorflow as tf
+
+        class Trainer:
+            def _weight_update(self, gradients):
+                if self.amp:
+                    gradients = self.mlp_optimizer.get_unscaled_gradients(gradients)
+                dense, embedding = [], []
+                for var, grad in zip(self.model.trainable_variables, gradients):
+                    if "embedding" in var.name:
+                        embedding.append(grad)
+                    else:
+                        dense.append(grad)
+                self.mlp_optimizer.apply_gradients(zip(dense, self.dense_variables))
+                self.embedding_optimizer.apply_gradients(zip(embedding, self.embedding_variables))
+
+            def train_step(self, x, y):
+                with tf.GradientTape() as tape:
+                    scaled_loss = self.mlp_optimizer.get_scaled_loss(self.loss(y, self.model(x)))
+                gradients = tape.gradient(scaled_loss, self.model.trainable_variables)
+                self._weight_update(gradients)
+    """, keras=2)
+    assert analysis.flows == []
+    updates = {f.optimizer: f for f in analysis.cross_flows}
+    assert set(updates) == {"self.mlp_optimizer", "self.embedding_optimizer"}
+    for flow in updates.values():
+        assert flow.scale is not None and flow.scope.name == "_weight_update"
+        assert [e.kind for e in flow.path.events] == [UNSCALE, ACCUMULATE]
+        assert flow.path.states == {SCALED, UNSCALED}  # `if self.amp:` may skip the unscale

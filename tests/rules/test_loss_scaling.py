@@ -663,3 +663,22 @@ def test_mp303_renames_get_scaled_loss_only_together_with_its_unscale():
     assert len(findings) == 2 and all(f.fix is None for f in findings)
     assert "needs a hand edit" in next(f.message for f in findings if f.message.startswith("`get_scaled_loss`"))
     assert all(f.fix is not None for f in lint(_k2_loop("pass"), 3, fix=False, rules=MP303).findings)
+
+
+def test_mp303_keeps_an_unscale_inside_a_helper_that_feeds_a_second_optimizer():
+    code = """
+        import tensorflow as tf
+
+        class Trainer:
+            def _weight_update(self, gradients):
+                gradients = self.mlp_optimizer.get_unscaled_gradients(gradients)
+                self.mlp_optimizer.apply_gradients(zip(gradients[:2], self.variables[:2]))
+                self.embedding_optimizer.apply_gradients(zip(gradients[2:], self.variables[2:]))
+
+            def train_step(self, x, y):
+                with tf.GradientTape() as tape:
+                    scaled_loss = self.mlp_optimizer.get_scaled_loss(self.loss(y, self.model(x)))
+                self._weight_update(tape.gradient(scaled_loss, self.variables))
+    """
+    finding = _unscale_finding(code)
+    assert finding.fix is None and "`self.embedding_optimizer`" in finding.message
