@@ -7,13 +7,12 @@ import re
 import libcst as cst
 
 from mpfix.codemods._float16_scope import (
-    FLOAT16_MAX, SAFE_EPSILON, SAFE_MASK, Dtype, Region, argument, arithmetic_root, cast, cast_template,
-    describe_float16, dtype_analysis, epsilon_vanishes, first_arg, is_float_literal, is_simple, number, tf_spelling,
-    backend_agnostic, ops_spelling, LOSS_NAME,
+    Dtype, Region, argument, backend_agnostic, dtype_analysis, first_arg, number, ops_spelling, tf_spelling,
 )
 from mpfix.codemods.analysis import float32_ops
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
+
 
 _EXPS = {"exp", "expm1"}
 _POWS = {"pow", "power"}
@@ -236,5 +235,3 @@ class Float16ExpOverflow(Rule):
                 args=[template.args[0].with_changes(value=x), template.args[1].with_changes(value=axis.value)])}
         self.report(div, "manual softmax `exp(x) / reduce_sum(exp(x))` overflows in float16 once x > 11.1; "
                          "use `tf.nn.softmax`", fix=fix, imports=imports, description="Use tf.nn.softmax")
-
-

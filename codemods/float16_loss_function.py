@@ -8,8 +8,7 @@ import libcst as cst
 
 from mpfix.codemods._float16_scope import Dtype, argument, cast, dtype_analysis
 from mpfix.codemods.analysis.model_outputs import (
-    _FEATURE_ACTIVATIONS, _MODEL_CONSTRUCTORS, _OUTPUT_LAYERS, _SAFE_HEADS, _activation_name, _is_keras_loss_function,
-    _ModelFacts, _with_float32, model_facts,
+    _MODEL_CONSTRUCTORS, _ModelFacts, _is_keras_loss_function, model_facts,
 )
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.codemods.names import dotted_name

@@ -6,13 +6,11 @@ import re
 
 import libcst as cst
 
-from mpfix.codemods._float16_scope import Dtype, argument, cast, dtype_analysis
+from mpfix.codemods._float16_scope import argument
 from mpfix.codemods.analysis.model_outputs import (
-    _FEATURE_ACTIVATIONS, _MODEL_CONSTRUCTORS, _OUTPUT_LAYERS, _SAFE_HEADS, _activation_name, _is_keras_loss_function,
-    _ModelFacts, _with_float32, model_facts,
+    _FEATURE_ACTIVATIONS, _OUTPUT_LAYERS, _SAFE_HEADS, _activation_name, _with_float32, model_facts,
 )
 from mpfix.codemods.base import Invalid, Rule, Valid
-from mpfix.codemods.names import dotted_name
 from mpfix.findings import FixSafety
 
 
@@ -239,5 +237,3 @@ class Float16ModelOutput(Rule):
             fix = {layer: _with_float32(layer)}
         self.report(layer, message, fix=fix or None, safety=safety,
                     description="Compute the output layer in float32")
-
-

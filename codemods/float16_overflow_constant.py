@@ -7,13 +7,12 @@ import re
 import libcst as cst
 
 from mpfix.codemods._float16_scope import (
-    FLOAT16_MAX, SAFE_EPSILON, SAFE_MASK, Dtype, Region, argument, arithmetic_root, cast, cast_template,
-    describe_float16, dtype_analysis, epsilon_vanishes, first_arg, is_float_literal, is_simple, number, tf_spelling,
-    backend_agnostic, ops_spelling, LOSS_NAME,
+    Dtype, FLOAT16_MAX, Region, SAFE_MASK, argument, arithmetic_root, dtype_analysis, is_float_literal, number,
 )
 from mpfix.codemods.analysis import float32_ops
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
+
 
 # Ops where a huge constant meets the other (tensor) arguments elementwise.
 _MASK_OPS = {"where", "where_v2", "math.add", "add", "math.subtract", "subtract", "math.multiply", "multiply",
@@ -276,5 +275,3 @@ class Float16OverflowConstant(Rule):
                 dtype = argument(call, "dtype", 1 if short == "cast" else None)
                 return dtype is not None and scope.dtype_of_spelling(dtype.value, region) is Dtype.FLOAT16
         return False
-
-

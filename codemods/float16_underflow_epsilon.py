@@ -7,13 +7,13 @@ import re
 import libcst as cst
 
 from mpfix.codemods._float16_scope import (
-    FLOAT16_MAX, SAFE_EPSILON, SAFE_MASK, Dtype, Region, argument, arithmetic_root, cast, cast_template,
-    describe_float16, dtype_analysis, epsilon_vanishes, first_arg, is_float_literal, is_simple, number, tf_spelling,
-    backend_agnostic, ops_spelling, LOSS_NAME,
+    Dtype, Region, SAFE_EPSILON, argument, arithmetic_root, cast, describe_float16, dtype_analysis,
+    epsilon_vanishes, is_simple, number,
 )
 from mpfix.codemods.analysis import float32_ops
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
+
 
 _EPSILON_KEYWORDS = {"epsilon", "eps", "variance_epsilon", "norm_epsilon", "layer_norm_eps", "layer_norm_epsilon"}
 _NOT_LAYERS = re.compile(r"optim|adam|rmsprop|adagrad|adadelta|adamax|nadam|ftrl|lamb|lion|sgd|lars|config|schedule|"

@@ -6,14 +6,11 @@ import re
 
 import libcst as cst
 
-from mpfix.codemods._float16_scope import (
-    FLOAT16_MAX, SAFE_EPSILON, SAFE_MASK, Dtype, Region, argument, arithmetic_root, cast, cast_template,
-    describe_float16, dtype_analysis, epsilon_vanishes, first_arg, is_float_literal, is_simple, number, tf_spelling,
-    backend_agnostic, ops_spelling, LOSS_NAME,
-)
+from mpfix.codemods._float16_scope import Dtype, LOSS_NAME, Region, cast, dtype_analysis, first_arg, is_simple, number
 from mpfix.codemods.analysis import float32_ops
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
+
 
 # Reductions whose result is back in float16's range (a square root, or a mean of squares of
 # in-range deviations): casting the result back to the input's dtype is effective.

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 
-from mpfix.codemods._float16_scope import (
-    FLOAT16_MAX, SAFE_EPSILON, SAFE_MASK, Dtype, Region, argument, arithmetic_root, cast, cast_template,
-    describe_float16, dtype_analysis, epsilon_vanishes, first_arg, is_float_literal, is_simple, number, tf_spelling,
-    backend_agnostic, ops_spelling, LOSS_NAME,
-)
+from mpfix.codemods._float16_scope import Dtype, Region, argument, dtype_analysis, first_arg
 from mpfix.codemods.analysis import float32_ops
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
+
 
 def _op(context, node: cst.BaseExpression) -> str | None:
     return float32_ops.op_name(context.resolve(node))

@@ -6,9 +6,10 @@ import re
 
 import libcst as cst
 
-from mpfix.codemods._float16_scope import argument, cast, dtype_analysis, Dtype
+from mpfix.codemods._float16_scope import argument, dtype_analysis
 from mpfix.codemods._walk import Visitor, nodes_by_type
 from mpfix.codemods.names import dotted_name
+
 
 _OUTPUT_LAYERS = {"Dense", "EinsumDense", "Activation", "Softmax", "Conv1D", "Conv2D", "Conv3D", "Conv2DTranspose"}
 _SAFE_HEADS = {"softmax", "log_softmax"}
@@ -316,5 +317,3 @@ def _head_activation(layer: cst.Call, resolved: str) -> str:
         return "softmax"
     activation_arg = argument(layer, "activation", None)
     return _activation_name(activation_arg.value if activation_arg else None).lower()
-
-
