@@ -5,9 +5,16 @@ Sets seeds, installs the hooks, then runs the user's script unmodified with
 own ``sys.argv``. Everything the parent learns arrives as JSON lines in the records file
 named by the config (never by reading the script's stdout):
 
-``start`` (versions, device), ``step`` (one per optimizer step), ``hook-error``,
-``numerics`` (under ``--locate``: the op check_numerics stopped at, with the traceback),
-``crash`` (the script's own exception), ``end`` (why the script stopped).
+``start`` (versions, device), ``layer`` (a float16 layer measured for headroom: name,
+class, where it was built), ``step`` (one per optimizer update), ``hook-error``, ``error``
+(no TensorFlow, no GPU), ``numerics`` (under ``--locate``: the op check_numerics stopped at,
+with the traceback), ``crash`` (the script's own exception), ``end`` (why the script
+stopped: finished, stopped, exit with its status, timeout, terminated, crashed).
+
+TensorFlow is not imported here before the script imports it (what the script sets before
+its imports, such as TF_USE_LEGACY_KERAS, is honoured); the hooks are installed right after
+that import. The child never outlives the parent or its deadline (``_Watchdog``, the
+parent-death signal and the SIGTERM handler below).
 
 Only this module and the ``_``-prefixed modules it loads import TensorFlow.
 """
@@ -250,7 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     watchdog.start()
 
+    me = os.getpid()
+
     def on_term(signum, frame):
+        if os.getpid() != me:  # a forked helper of the script inherited this handler
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         if os.getppid() != parent:  # the parent-death signal: nobody will clean up after us
             shutil.rmtree(watchdog.workdir, ignore_errors=True)
         else:
@@ -352,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.meta_path.insert(0, _AfterImport(pending))
 
     def abrupt_exit(code=0):
+        if os.getpid() != me:  # a forked helper (multiprocessing ends its children so)
+            _real_exit(code)
         # os._exit in the script skips every finally: read the ring first.
         finish({"event": "end", "status": "exit", "code": code, "abrupt": True})
         sys.stdout.flush()

@@ -17,6 +17,11 @@ What is hooked and why:
 
 The inner optimizer of a loss scale optimizer is never measured (its caller was), so a
 step is counted once whatever the nesting.
+
+Headroom: the Keras layer hooks (``_keras_hooks._wrap_layers``) hand each float16 layer
+output to ``Recorder.on_layer_output``, which keeps ``reduce_max(abs(output))`` (a tensor of
+the graph being traced) per thread; the next optimizer update in the same graph writes the
+largest of them and its layer's index into its row.
 """
 
 from __future__ import annotations
