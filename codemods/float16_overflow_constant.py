@@ -208,25 +208,6 @@ class Float16OverflowConstant(Rule):
                 description=f"Use the float16-safe constant {'-' if value < 0 else ''}{SAFE_MASK}",
             )
 
-    def _float32_meets_float16(self, scope, node: cst.CSTNode, region: Region) -> bool:
-        """A float32 value in a layer method that later meets a float16 tensor (directly or by name)."""
-        current = node
-        parent = scope.parent.get(current)
-        while isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation)):
-            if isinstance(parent, cst.BinaryOperation):
-                sibling = parent.right if parent.left is current else parent.left
-                if scope.dtype(sibling, region) is Dtype.FLOAT16:
-                    return True
-            current, parent = parent, scope.parent.get(parent)
-        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
-            return False
-        name = parent.targets[0].target.value
-        for binop in region.binops:
-            for mine, other in ((binop.left, binop.right), (binop.right, binop.left)):
-                if isinstance(mine, cst.Name) and mine.value == name and scope.dtype(other, region) is Dtype.FLOAT16:
-                    return True
-        return False
-
     def _meets_augmented_target(self, scope, root: cst.CSTNode, region: Region) -> bool:
         """``scores += (1.0 - mask) * -1e9``: the value meets ``scores``."""
         parent = scope.parent.get(root)
@@ -237,10 +218,7 @@ class Float16OverflowConstant(Rule):
         root = arithmetic_root(scope, node)
         if root is not node:
             # Climb until the constant meets a tensor: `tf.cast(m, tf.float32) * 1e6` meets float32
-            # first (fine in float32; mixing that with float16 is MP206's error, not an overflow) —
-            # unless, inside a layer's call, that float32 value goes on to meet the layer's float16
-            # tensors: MP206 then makes it the compute dtype, and the constant becomes inf with it
-            # (tf-models' multi_channel_attention: `(1.0 - mask32) * -100000.0` added to scores).
+            # first (fine in float32; mixing that with float16 is MP206's error, not an overflow).
             current = node
             while current is not root:
                 parent = scope.parent.get(current)
@@ -252,7 +230,9 @@ class Float16OverflowConstant(Rule):
                     if kind in (Dtype.INT, Dtype.BOOL, Dtype.COMPLEX, Dtype.BFLOAT16):
                         return False
                     if kind.wide:
-                        return region.layer_method and self._float32_meets_float16(scope, parent, region)
+                        # float32 here: if it goes on to meet float16 that is MP206's mix, and once
+                        # MP206's fix makes it the compute dtype the next fix pass reports the constant.
+                        return False
                 current = parent
             return self._meets_augmented_target(scope, root, region)
         if self._meets_augmented_target(scope, node, region):

@@ -14,6 +14,13 @@ def _op(context, node: cst.BaseExpression) -> str | None:
     return float32_ops.op_name(context.resolve(node))
 
 
+class _AugmentedPair:
+    """``target op= value`` seen as the two operands MP206 compares."""
+
+    def __init__(self, left: cst.BaseExpression, right: cst.BaseExpression) -> None:
+        self.left, self.right = left, right
+
+
 def _float32_source(scope, node: cst.BaseExpression, region: Region, context, depth: int = 0):
     """The call that makes ``node`` float32 and its dtype argument (None when implicit)."""
     if depth > 8:
@@ -158,11 +165,17 @@ class HardcodedFloat32InFloat16Compute(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         scope = dtype_analysis(self.context)
         for binop, region in list(scope.region_of.items()):
-            if not isinstance(binop, cst.BinaryOperation) or not region.layer_method:
+            if not region.layer_method or not isinstance(binop, (cst.BinaryOperation, cst.AugAssign)):
                 continue
-            if isinstance(binop.operator, (cst.BitAnd, cst.BitOr, cst.BitXor, cst.LeftShift, cst.RightShift)):
+            if isinstance(binop.operator, (cst.BitAnd, cst.BitOr, cst.BitXor, cst.LeftShift, cst.RightShift,
+                                           cst.BitAndAssign, cst.BitOrAssign, cst.BitXorAssign)):
                 continue
-            left, right = scope.dtype(binop.left, region), scope.dtype(binop.right, region)
+            if isinstance(binop, cst.AugAssign):
+                # `logits += -1e9 * (1.0 - mask32)`: the target keeps the layer's float16.
+                left, right = scope.dtype(binop.target, region), scope.dtype(binop.value, region)
+                binop = _AugmentedPair(binop.target, binop.value)
+            else:
+                left, right = scope.dtype(binop.left, region), scope.dtype(binop.right, region)
             if not ((left.wide and right is Dtype.FLOAT16) or (right.wide and left is Dtype.FLOAT16)):
                 continue
             f32 = binop.left if left.wide else binop.right

@@ -736,14 +736,15 @@ class DtypeAnalysis:
             if name in fixed:
                 continue
             region.env.setdefault(name, UNK)
-            found = [self.value_dtype(name, value, region) for value in values]
-            dtypes = set(found)
-            if len(values) > 1 and UNK in dtypes and all(
-                    d is not UNK or id(v) in region.augmented for d, v in zip(found, values)):
-                # `eps = tf.cast(e, tf.float32)` … `eps += tf.abs(self.learned)`: adding an unknown keeps the dtype.
-                dtypes.discard(UNK)
-            if name in region.param_dtypes and all(id(v) in region.augmented for v in values):
-                dtypes.add(region.param_dtypes[name])  # `scores += bias`: still the parameter's dtype
+            # `x op= v` keeps x's dtype (or raises): augmented values only count where nothing else
+            # says what x is.
+            plain = [v for v in values if id(v) not in region.augmented]
+            if plain:
+                dtypes = {self.value_dtype(name, value, region) for value in plain}
+            elif name in region.param_dtypes:
+                dtypes = {region.param_dtypes[name]}
+            else:
+                dtypes = {self.value_dtype(name, value, region) for value in values}
             if any(d.wide for d in dtypes) and F16 in dtypes:
                 # x = tf.cast(x, tf.float32) … x = tf.cast(x, dtype): flow matters, we cannot tell.
                 region.env[name] = UNK
@@ -1522,6 +1523,12 @@ def dtype_mixes(module: cst.Module, resolve, keras: int = 3) -> list[DtypeMix]:
     for region in analysis.regions:
         if not region.layer_method:
             continue
+        for node, where in analysis.region_of.items():
+            if where is region and type(node) is cst.AugAssign and not isinstance(
+                    node.operator, (cst.BitAndAssign, cst.BitOrAssign, cst.BitXorAssign)):
+                target, value = analysis.dtype(node.target, region), analysis.dtype(node.value, region)
+                if {target, value} in ({F16, F32}, {F16, F64}):
+                    found.append(DtypeMix(module.code_for_node(node).strip(), target, value))
         for binop in region.binops:
             if isinstance(binop.operator, (*_BITWISE, cst.LeftShift, cst.RightShift)):
                 continue

@@ -730,6 +730,23 @@ def test_tf_keras_second_call_argument_is_not_assumed_float16():
     assert codes(lint(code, 2, fix=False)) == []
 
 
+def test_a_constant_that_meets_float32_is_mp206s_mix_not_an_overflow():
+    # tfm multi_channel_attention, addons MultiHeadAttention: the mask is float32 here, so -1e9 is
+    # float32 too; what breaks is float16 + float32 (MP206). Once MP206's fix makes the mask the
+    # compute dtype, the next fix pass finds the constant.
+    code = """
+        import tensorflow as tf
+        class Attention(tf.keras.layers.Layer):
+            def call(self, logits, mask):
+                mask = tf.cast(mask, tf.float32)
+                logits += -10e9 * (1.0 - mask)
+                return tf.nn.softmax(logits)
+    """
+    result = lint(code, 3, fix=False)
+    assert codes(result) == ["MP206"]
+    fixed = lint(code, 3).fixed_text
+    assert "tf.cast(mask, self.compute_dtype)" in fixed and "-3e4 * (1.0 - mask)" in fixed
+
 def test_mp206_fix_never_makes_a_float32_island_a_mix():
     code = """
         import tensorflow as tf
