@@ -288,6 +288,8 @@ def judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_e
         return unstable
 
     gap = diverged(mixed, usable) if usable is not None else None
+    if gap is None and usable is not None:
+        gap = _grows_alone(mixed, usable)
     risk = at_risk(mixed, script)
     if risk is not None:
         if gap is not None:
@@ -298,6 +300,14 @@ def judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_e
         risk.notes[:0] = notes
         return risk
 
+    if gap is not None and gap.get("grows"):
+        return Verdict(
+            "diverged",
+            f"the loss grows {_fmt(gap['first_loss'])} -> {_fmt(gap['final_loss'])} while float32's does not "
+            f"({_fmt(gap['float32_first_loss'])} -> {_fmt(gap['float32_final_loss'])})",
+            gap,
+            notes,
+        )
     if gap is not None:
         m, b = gap["final_loss"], gap["float32_final_loss"]
         which = f" (optimizer #{gap['optimizer']})" if len(mixed.optimizers) > 1 else ""
@@ -359,6 +369,24 @@ def _grows(run: RunResult) -> tuple[float, float] | None:
         return None
     first, tail = ends
     return ends if tail > GROWTH_FACTOR * max(abs(first), 1e-30) else None
+
+
+def _grows_alone(mixed: RunResult, baseline: RunResult) -> dict | None:
+    """The mixed loss grows (GROWTH_FACTOR) while float32's does not: diverged, whatever the
+    step-by-step z (a geometric blow-up has a spread as large as its mean)."""
+    grows = _grows(mixed)
+    ends = _first_losses(baseline)
+    if grows is None or ends is None or _grows(baseline) is not None:
+        return None
+    return {
+        "grows": True,
+        "first_loss": grows[0],
+        "final_loss": grows[1],
+        "float32_first_loss": ends[0],
+        "float32_final_loss": ends[1],
+        "relative_difference": abs(grows[1] - ends[1]) / max(abs(grows[1]), abs(ends[1]), 1e-30),
+        "optimizer": mixed.optimizers[0],
+    }
 
 
 def _unstable(mixed: RunResult, baseline: RunResult | None, baseline_expected: bool) -> Verdict | None:

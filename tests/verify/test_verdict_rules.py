@@ -140,3 +140,68 @@ def test_records_decode_non_finite_strings_and_stop_at_torn_line(tmp_path):
     r = parse_run("mixed", read_events(path))
     assert len(r.steps) == 1 and math.isnan(r.steps[0].loss)
     assert r.steps[0].loss_scale == math.inf and r.steps[0].grad_norm == -math.inf
+
+
+def _scaled_run(skipped_steps, n=30, start=32768.0):
+    steps, scale = [], start
+    for i in range(n):
+        skip = i in skipped_steps
+        steps.append(Step(i, 1.0 - 0.01 * i, scale, True, skip, 1.0 if skip else 0.0, 0.0, 1.0))
+        if skip:
+            scale /= 2
+    return RunResult("mixed", steps=steps, end=dict(END))
+
+
+def test_loss_scale_falling_with_more_and_more_skips_is_at_risk():
+    # Warm-up (0-2), then skips that come more and more often.
+    rising = _scaled_run({0, 1, 2, 20, 24, 26, 28})
+    v = judge(rising, None, SCRIPT)
+    assert v.name == "at-risk" and v.exit_code == 17, v.summary
+    assert v.evidence["kind"] == "loss-scale" and v.evidence["skipped_second_half"] > v.evidence["skipped_first_half"]
+    # Skips that thin out (the scaler settling) are not a trend.
+    settling = _scaled_run({0, 1, 2, 4, 7, 12, 20})
+    assert judge(settling, None, SCRIPT).name == "healthy"
+
+
+def test_float16_output_near_65504_is_at_risk_with_the_layer():
+    r = run(falling())
+    for s in r.steps:
+        s.act_max, s.act_layer = 100.0 * (s.step + 1) ** 3, 0  # 100 ... 100000 (inf later)
+    r.steps[-1].act_max = 9000.0
+    r.layers = {0: {"name": "dense_1", "class": "Dense", "file": str(SCRIPT), "line": 29, "output_of": "sequential"}}
+    v = judge(r, None, SCRIPT)
+    assert v.name == "at-risk", v.summary
+    assert v.evidence["step"] == 4 and v.evidence["value"] == 12500.0  # first step >= 65504 / 8
+    assert v.evidence["peak_step"] == 8 and v.evidence["rule"] == "MP205"
+    assert "healthy_fit.py:29" in v.summary
+    # Far below the threshold: healthy.
+    for s in r.steps:
+        s.act_max = 50.0
+    assert judge(r, None, SCRIPT).name == "healthy"
+
+
+def test_growing_loss_is_unstable_only_when_float32_grows_too():
+    growing = [2.0 * 3**i for i in range(12)]
+    assert judge(run(growing), run(growing, mode="float32"), SCRIPT).name == "unstable"
+    # float32 converges: the mixed run is what diverges.
+    assert judge(run(growing), run(falling(12), mode="float32"), SCRIPT).name == "diverged"
+    v = judge(run(growing), None, SCRIPT, baseline_expected=False)
+    assert v.name == "unstable" and "--no-baseline" in v.summary
+
+
+def test_a_lag_of_skipped_warmup_steps_is_not_diverged():
+    base = run([80.0 - 2.0 * i for i in range(40)], mode="float32", scale=1.0, dynamic=False)
+    # Mixed skips its first 3 steps, then follows float32 exactly, 3 updates behind: at
+    # each step it is 6 above float32 (40 % over the tail).
+    losses = [80.0] * 3 + [80.0 - 2.0 * (i - 3) for i in range(3, 40)]
+    mixed = run(losses)
+    for s in mixed.steps[:3]:
+        s.skipped, s.nonfinite_fraction = True, 1.0
+    v = judge(mixed, base, SCRIPT)
+    assert v.name == "healthy", v.summary
+    assert any("lags float32" in n for n in v.notes)
+    # A real gap beyond the lag still counts.
+    worse = run([x + 10.0 for x in losses])
+    for s in worse.steps[:3]:
+        s.skipped, s.nonfinite_fraction = True, 1.0
+    assert judge(worse, base, SCRIPT).name == "diverged"
