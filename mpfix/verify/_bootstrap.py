@@ -314,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
 
         rec = _hooks.Recorder(emit, int(config["steps"]), locate=bool(config.get("locate")))
         rec.user_root = os.path.dirname(os.path.abspath(config.get("origin") or config["script"]))
+        # A notebook runs as a script in verify's temporary folder: its layers are built there.
+        rec.extra_roots = (os.path.dirname(os.path.abspath(config["script"])) + os.sep,)
         _hooks.install_core(rec)
         state["rec"] = rec
         watchdog.recorder = rec
