@@ -32,6 +32,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mpfix.project import root_of_folder
 from mpfix.target import KERAS2, KERAS3, Target
 
 if sys.version_info >= (3, 11):
@@ -43,7 +44,6 @@ TF_NAMES = frozenset({"tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorf
                       "tensorflow-aarch64", "tensorflow-rocm", "intel-tensorflow", "tf-nightly", "tf-nightly-cpu",
                       "tf-nightly-gpu"})
 _MAX_BYTES = 2_000_000
-_PROJECT_MARKERS = ("pyproject.toml", "setup.py", ".git")
 
 # NGC's TensorFlow 2 containers (nvcr.io/nvidia/tensorflow:YY.MM-tf2-py3): the 24.xx releases and all
 # earlier ones ship TensorFlow 2.x <= 2.15, i.e. Keras 2; "-tf1-" images are TensorFlow 1 (Keras 2 API).
@@ -523,10 +523,8 @@ def evidence_in(folder: Path, root: Path) -> Evidence:
 
 
 def _project_root(folder: Path) -> Path | None:
-    for parent in [folder, *folder.parents]:
-        if any((parent / marker).exists() for marker in _PROJECT_MARKERS):
-            return parent
-    return None
+    root = root_of_folder(str(folder))
+    return None if root is None else Path(root)
 
 
 @functools.lru_cache(maxsize=256)

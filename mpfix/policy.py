@@ -15,6 +15,8 @@ import functools
 import re
 from pathlib import Path
 
+from mpfix.project import root_of_folder
+
 _FLOAT16 = re.compile(r"""['"]mixed_float16['"]""")
 _BFLOAT16 = re.compile(r"""['"]mixed_bfloat16['"]""")
 
@@ -38,7 +40,7 @@ def policy_in_text(text: str) -> Policy:
 
 
 def project_root(path: Path) -> Path:
-    """Nearest folder above ``path`` with a ``pyproject.toml``, ``setup.py`` or ``.git``."""
+    """Nearest folder above ``path`` that starts a project (``mpfix.project``); its folder if none does."""
     return _root_of_folder(str(Path(path).parent))
 
 
@@ -50,10 +52,8 @@ def _root_of_folder(folder: str) -> Path:
         path = path.resolve()
     except (OSError, RuntimeError):  # a symlink loop
         path = path.absolute()
-    for parent in [path, *path.parents]:
-        if any((parent / marker).exists() for marker in ("pyproject.toml", "setup.py", ".git")):
-            return parent
-    return path
+    root = root_of_folder(str(path))
+    return path if root is None else Path(root)
 
 
 # Where scans are kept between runs (set by mpfix.cache when the cache is in use; None: memory only).

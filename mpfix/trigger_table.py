@@ -208,7 +208,6 @@ def notebook_code(data: bytes) -> bytes | None:
 # Any of these anywhere in a project may put it under a mixed float16 policy (the policy name, the
 # grappler rewrite and its switches): a superset of what the engine's reachability can find.
 _FLOAT16_MARKERS = (b"mixed_float16", b"auto_mixed_precision", b"AUTO_MIXED_PRECISION", b"graph_rewrite")
-_PROJECT_MARKERS = ("pyproject.toml", "setup.py", ".git")
 
 
 def _read_regular(path, limit: int) -> bytes | None:
@@ -230,11 +229,10 @@ def _mentions_float16(data: bytes) -> bool:
 
 
 def _project_root(path: Path) -> Path:
-    folder = Path(os.path.abspath(path)).parent
-    for parent in [folder, *folder.parents]:
-        if any(os.path.exists(os.path.join(parent, marker)) for marker in _PROJECT_MARKERS):
-            return parent
-    return folder
+    from mpfix.project import root_of_folder
+
+    folder = os.path.dirname(os.path.abspath(path))
+    return Path(root_of_folder(folder) or folder)
 
 
 def _project_mentions_float16(root: Path, cache: dict) -> bool:

@@ -292,3 +292,26 @@ def test_verbose_and_sarif_say_which_target_and_why(tmp_path, nothing_installed,
     declared.clear()
     unknown = CliRunner().invoke(cli, ["check", "-v", "--no-cache", "-j", "1", "train.py"])
     assert "Keras generation unknown" in unknown.output and "keras = 2" in unknown.output
+
+
+def test_a_module_named_setup_py_does_not_start_a_project(tmp_path, nothing_installed):
+    # DeepLearningExamples keeps runtime helpers in utils/setup.py; the model's Dockerfile is one level up.
+    _project(tmp_path, {
+        "m/Dockerfile": "FROM nvcr.io/nvidia/tensorflow:22.03-tf2-py3\n",
+        "m/utils/setup.py": "import os\n\ndef set_flags():\n    os.environ['TF_XLA_FLAGS'] = '1'\n",
+        "m/utils/train.py": "",
+    })
+    found = target.decide("auto", "import tensorflow as tf\n", tmp_path / "m" / "utils" / "train.py")
+    assert found.keras == 2, found
+    assert "m/Dockerfile" in found.reason
+
+
+def test_a_packaging_setup_py_starts_a_project(tmp_path):
+    from mpfix.project import is_project_root, root_of_folder
+
+    (tmp_path / "lib" / "pkg").mkdir(parents=True)
+    (tmp_path / "lib" / "setup.py").write_text("from setuptools import setup\nsetup(name='x')\n")
+    (tmp_path / "lib" / "pkg" / "setup.py").write_text("def configure():\n    pass\n")
+    assert is_project_root(str(tmp_path / "lib"))
+    assert not is_project_root(str(tmp_path / "lib" / "pkg"))
+    assert root_of_folder(str(tmp_path / "lib" / "pkg")) == str(tmp_path / "lib")

@@ -1,0 +1,43 @@
+"""Where a project starts: the nearest folder with ``pyproject.toml``, a real ``setup.py`` or ``.git``.
+
+Kept free of heavy imports: the no-LibCST fast path of ``mpfix check`` asks it too.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+
+_SETUP_SCRIPT = re.compile(rb"\b(?:setuptools|distutils)\b")
+
+
+@functools.lru_cache(maxsize=4096)
+def is_project_root(folder: str) -> bool:
+    """True if ``folder`` holds ``pyproject.toml``, ``.git`` or a packaging ``setup.py``.
+
+    A module that is merely named ``setup.py`` (DeepLearningExamples keeps runtime helpers that set
+    the policy and XLA flags in ``utils/setup.py``) does not start a project: only one that uses
+    setuptools or distutils does.
+    """
+    if os.path.exists(os.path.join(folder, "pyproject.toml")) or os.path.exists(os.path.join(folder, ".git")):
+        return True
+    setup = os.path.join(folder, "setup.py")
+    try:
+        with open(setup, "rb") as handle:
+            head = handle.read(256 * 1024)
+    except OSError:
+        return False
+    return _SETUP_SCRIPT.search(head) is not None
+
+
+def root_of_folder(folder: str) -> str | None:
+    """The nearest folder at or above ``folder`` that starts a project, or None."""
+    current = os.path.abspath(folder)
+    while True:
+        if is_project_root(current):
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
