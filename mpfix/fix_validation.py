@@ -7,7 +7,7 @@ undefined, or a dtype mix that was already there, is not the fix's doing):
   text, compared with the original's; a fix that writes ``tf.cast(...)`` into a Keras 3 module
   that never imports ``tf`` would raise NameError at run time;
 * **no new float16/float32 mix** for fixes that change dtypes, by the shared dtype analysis
-  (``mpfix.codemods.analysis.dtypes.new_dtype_mixes``, when that module provides it): a cast
+  (``mpfix.codemods.analysis.dtypes.new_dtype_mixes``): a cast
   that makes one operand float16 and leaves the other float32 raises on the TF backend.
 
 The engine calls this for each pass of fixes before keeping it; a fix that fails is reported
@@ -46,15 +46,6 @@ def changes_dtypes(before: str, after: str) -> bool:
     return any(after.count(word) != before.count(word) for word in _DTYPE_WORDS)
 
 
-def _dtype_checker():
-    """``new_dtype_mixes(original, fixed, keras)`` of the shared dtype analysis, when it exists."""
-    try:
-        from mpfix.codemods.analysis import dtypes
-    except ImportError:
-        return None
-    return getattr(dtypes, "new_dtype_mixes", None)
-
-
 @dataclass
 class Validator:
     """Checks fixed texts of one file against the original."""
@@ -87,12 +78,12 @@ class Validator:
             names = ", ".join(f"`{n}`" for n in sorted(new))
             return f"it would use {names}, which the file never defines or imports"
         if fixed_module is not None and self.original_module is not None and changes_dtypes(self.original, fixed):
-            check = _dtype_checker()
-            if check is not None:
-                try:
-                    mixes = check(self.original_module, fixed_module, self.keras)
-                except RecursionError:
-                    mixes = []
-                if mixes:
-                    return f"it would mix dtypes: {mixes[0]}"
+            from mpfix.codemods.analysis.dtypes import new_dtype_mixes
+
+            try:
+                mixes = new_dtype_mixes(self.original_module, fixed_module, self.keras)
+            except RecursionError:
+                mixes = []
+            if mixes:
+                return f"it would mix dtypes: {mixes[0]}"
         return None
