@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import os
 import re
 from pathlib import Path
 
@@ -41,7 +42,9 @@ def policy_in_text(text: str) -> Policy:
 
 def project_root(path: Path) -> Path:
     """Nearest folder above ``path`` that starts a project (``mpfix.project``); its folder if none does."""
-    return _root_of_folder(str(Path(path).parent))
+    # Keyed by the absolute folder: a relative one ("." for ``train.py``) names another folder
+    # once the working directory changes (a test, a long-lived server), and would get its root.
+    return _root_of_folder(os.path.abspath(Path(path).parent))
 
 
 @functools.lru_cache(maxsize=4096)

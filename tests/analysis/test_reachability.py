@@ -373,3 +373,18 @@ def test_the_scan_is_kept_in_the_cache_folder_and_redone_when_a_file_changes(tmp
     finally:
         policies.use_store(None)
         policies.project_reach.cache_clear()
+
+
+def test_a_relative_path_finds_the_root_of_the_current_folder(tmp_path: Path, monkeypatch):
+    # The project root was cached by the relative folder ("." for `train.py`): once the working
+    # directory changed (one test after another, a long-lived server) it named the old project.
+    for name, line in (("one", 2), ("two", 3)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+        (tmp_path / name / "train.py").write_text("\n" * (line - 2) + SETS)
+    policies.project_reach.cache_clear()
+    for name, line in (("one", 2), ("two", 3), ("one", 2)):
+        monkeypatch.chdir(tmp_path / name)
+        assert policies.project_root(Path("train.py")) == (tmp_path / name).resolve()
+        assert policies.reach_for(Path("train.py")).why == f'entry point: sets "mixed_float16" (line {line})'
+    policies.project_reach.cache_clear()
