@@ -103,6 +103,9 @@ class RuleContext:
     # False when nothing decides the Keras generation (mpfix.target): ``keras`` is then the default
     # the rules analyse with, and the engine withholds fixes that differ between the generations.
     keras_known: bool = True
+    # The newest TensorFlow (major, minor) the project declares it runs (mpfix.declared.tf_max_for);
+    # None: open or not declared. Rules whose fix needs a newer API than that leave the code alone.
+    tf_max: tuple[int, int] | None = None
     # Per-file analysis shared by several rules (e.g. the training-step finder), keyed by its owner.
     cache: dict[str, Any] = field(default_factory=dict)
     reports: list[tuple["Rule", Report]] = field(default_factory=list)

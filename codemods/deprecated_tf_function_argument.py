@@ -11,10 +11,10 @@ import libcst as cst
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
-# Deprecated keyword of tf.function → its replacement (same meaning).
+# Deprecated keyword of tf.function → its replacement (same meaning) and the TensorFlow that added it.
 _TF_FUNCTION_RENAMES = {
-    "experimental_relax_shapes": "reduce_retracing",
-    "experimental_compile": "jit_compile",
+    "experimental_relax_shapes": ("reduce_retracing", (2, 9)),
+    "experimental_compile": ("jit_compile", (2, 5)),
 }
 
 
@@ -48,6 +48,12 @@ class DeprecatedTfFunctionArgument(Rule):
 
         ## Fix safety
         Safe: the new argument has the same meaning.
+
+        A project that declares it runs an older TensorFlow (requirements such as
+        `tensorflow<2.9`, or a Dockerfile's base image: NGC `nvcr.io/nvidia/tensorflow:22.05-tf2-py3`
+        and older ship TF <= 2.8) is not told: there the old name is the current one, the new
+        name does not exist yet (`reduce_retracing` appeared in TF 2.9, `jit_compile` in TF 2.5),
+        and the fix would raise `TypeError`.
     """
     VALID = [
         Valid("""
@@ -111,7 +117,9 @@ class DeprecatedTfFunctionArgument(Rule):
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value in _TF_FUNCTION_RENAMES:
                 old = arg.keyword.value
-                new = _TF_FUNCTION_RENAMES[old]
+                new, since = _TF_FUNCTION_RENAMES[old]
+                if self.context.tf_max is not None and self.context.tf_max < since:
+                    continue  # the declared TensorFlow predates the new name: the old one is current there
                 self.report(
                     arg,
                     f"`tf.function({old}=...)` is deprecated; use `{new}=...`",

@@ -19,6 +19,11 @@ project root (the nearest folder with ``pyproject.toml``, ``setup.py`` or
 allow are all below 2.16 (Keras 2) or all from 2.16 on (Keras 3); a required
 ``tf-keras``, ``keras>=3`` and ``keras<3`` decide as well. Conflicting or open
 requirements (``tensorflow>=2.10``) decide nothing.
+
+The same declarations bound the TensorFlow version (``tf_max_for``: the newest TF
+``(major, minor)`` they allow, from the requirements or else the base image's TF;
+None when open). Rules whose fix uses an API a later TensorFlow added read it as
+``RuleContext.tf_max`` (MP306: ``reduce_retracing`` is TF 2.9+).
 """
 
 from __future__ import annotations
@@ -50,6 +55,14 @@ _MAX_BYTES = 2_000_000
 # Later releases are not mapped: they decide nothing, and the next source is asked.
 _NGC_LAST_KERAS2 = (24, 99)
 
+# The newest TensorFlow 2 minor version an NGC ``YY.MM-tf2`` image up to that release ships (NVIDIA's
+# TensorFlow release notes): 21.05 has 2.4, 21.06-21.08 2.5, 22.03-22.05 2.8, 22.06 the first 2.9.
+# Only the releases where an API that appeared later matters are listed (``tf_max_for``); a later
+# tag falls into the next row, and anything after the table is open (None).
+_NGC_TF_MAX = (((21, 5), (2, 4)), ((21, 8), (2, 5)), ((22, 5), (2, 8)), ((24, 99), (2, 15)))
+# Merlin's TensorFlow images up to 22.05 are built on NGC TensorFlow containers with TF <= 2.8.
+_MERLIN_TF_MAX = (((22, 5), (2, 8)), ((23, 99), (2, 12)))
+
 
 def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
@@ -64,6 +77,8 @@ class Evidence:
     tf_keras: list[str] = field(default_factory=list)  # where a required tf-keras was declared
     legacy_env: list[str] = field(default_factory=list)  # where TF_USE_LEGACY_KERAS=1 is set (a Dockerfile's ENV)
     images: list[tuple[int, str]] = field(default_factory=list)  # (generation, where)
+    # (newest TensorFlow (major, minor) the image ships, where): NGC/merlin/tensorflow images with a known TF
+    image_tf: list[tuple[tuple[int, int], str]] = field(default_factory=list)
 
     def empty(self) -> bool:
         return not (self.tf_specs or self.keras_specs or self.tf_keras or self.legacy_env or self.images)
@@ -434,6 +449,9 @@ def _dockerfile(path: Path, evidence: Evidence, root: Path) -> None:
         generation = image_generation(image)
         if generation is not None:
             evidence.images.append((generation, f"{where}: FROM {image}"))
+        newest = image_tf_max(image)
+        if newest is not None:
+            evidence.image_tf.append((newest, f"{where}: FROM {image}"))
     if _LEGACY_ENV.search(text):
         evidence.legacy_env.append(where)
     for args in _PIP_INSTALL.findall(text):
@@ -467,6 +485,63 @@ def image_generation(image: str) -> int | None:
         if match is None:
             return None
         return KERAS2 if (int(match.group(1)), int(match.group(2))) < (2, 16) else KERAS3
+    return None
+
+
+def image_tf_max(image: str) -> tuple[int, int] | None:
+    """The newest TensorFlow (major, minor) a container image ships, when its tag says; None otherwise."""
+    name, _, tag = image.partition(":")
+    name = name.lower()
+    table = None
+    if name.endswith("nvcr.io/nvidia/tensorflow"):
+        match = re.match(r"(\d+)\.(\d+)-tf(\d)", tag)
+        if match is None:
+            return None
+        if match.group(3) == "1":
+            return (1, 15)
+        table = _NGC_TF_MAX
+    elif name.endswith(("nvcr.io/nvidia/merlin/merlin-tensorflow", "nvcr.io/nvidia/merlin/merlin-tensorflow-training",
+                        "nvcr.io/nvidia/merlin/merlin-tensorflow-inference")):
+        match = re.match(r"(\d+)\.(\d+)", tag)
+        table = _MERLIN_TF_MAX
+    elif name in ("tensorflow/tensorflow", "docker.io/tensorflow/tensorflow"):
+        match = re.match(r"(\d+)\.(\d+)", tag)
+        return None if match is None else (int(match.group(1)), int(match.group(2)))
+    else:
+        return None
+    if match is None:
+        return None
+    release = (int(match.group(1)), int(match.group(2)))
+    for last, newest in table:
+        if release <= last:
+            return newest
+    return None
+
+
+def newest_tf(evidence: Evidence) -> tuple[tuple[int, int], str] | None:
+    """The newest TensorFlow (major, minor) ``evidence`` allows, and why; None when open or not declared.
+
+    Requirements (``tensorflow==2.8.*``, ``tensorflow<2.9``) are what pip installs and decide when
+    present; otherwise the base image's TensorFlow does.
+    """
+    if evidence.tf_specs:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+        specs = [s for s, _, _ in evidence.tf_specs]
+        combined = SpecifierSet()
+        try:
+            for spec in specs:
+                combined &= SpecifierSet(_poetry(spec))
+        except InvalidSpecifier:
+            return None
+        allowed = [v for v in _candidates(specs) if combined.contains(v, prereleases=False)]
+        if not allowed or allowed[-1].major >= 3 or allowed[-1].minor >= 40:
+            return None  # nothing, or open upwards (the candidates end at 3.x / x.40)
+        where = ", ".join(sorted({f"{w}: {n}{s}" for s, w, n in evidence.tf_specs}))
+        return (allowed[-1].major, allowed[-1].minor), where
+    if evidence.image_tf:
+        newest, where = max(evidence.image_tf)
+        return newest, where
     return None
 
 
@@ -544,10 +619,51 @@ def _target_for_folder(folder: Path) -> Target | None:
 
 
 @functools.lru_cache(maxsize=1024)
+def _evidence(folder: Path, root: Path) -> Evidence:
+    """``evidence_in``, read once per folder and run (callers must not change it)."""
+    return evidence_in(folder, root)
+
+
+@functools.lru_cache(maxsize=1024)
 def _decided_in(folder: Path, root: Path) -> Target | None:
     """What the declarations in ``folder`` alone decide (each folder is read once per run)."""
-    evidence = evidence_in(folder, root)
+    evidence = _evidence(folder, root)
     return None if evidence.empty() else decide(evidence)
+
+
+@functools.lru_cache(maxsize=256)
+def _tf_max_for_folder(folder: Path) -> tuple[tuple[int, int], str] | None:
+    root = _project_root(folder)
+    chain = [folder]
+    if root is not None and root != folder:
+        for parent in folder.parents:
+            chain.append(parent)
+            if parent == root:
+                break
+    for current in chain:
+        evidence = _evidence(current, root or folder)
+        if evidence.tf_specs or evidence.image_tf:
+            return newest_tf(evidence)
+    return None
+
+
+def tf_max_for(path: Path) -> tuple[int, int] | None:
+    """The newest TensorFlow (major, minor) the project around ``path`` declares it runs; None: open or unknown.
+
+    Read like the Keras generation (the nearest folder that declares TensorFlow decides). Rules whose
+    fix uses an API that appeared in a later TensorFlow ask this (``RuleContext.tf_max``).
+    """
+    found = tf_max_reason(path)
+    return None if found is None else found[0]
+
+
+def tf_max_reason(path: Path) -> tuple[tuple[int, int], str] | None:
+    """``tf_max_for`` with where it was declared."""
+    try:
+        folder = Path(os.path.abspath(path)).parent
+    except (OSError, ValueError):
+        return None
+    return _tf_max_for_folder(folder)
 
 
 def target_for(path: Path) -> Target | None:
@@ -562,10 +678,14 @@ def target_for(path: Path) -> Target | None:
 def cache_key(path: Path) -> str:
     """What the declarations decide for ``path``, as a string for cache keys."""
     found = target_for(path)
-    return "" if found is None else f"{found.keras}:{found.reason}"
+    newest = tf_max_for(path)
+    bound = "" if newest is None else f"|tf<={newest[0]}.{newest[1]}"
+    return ("" if found is None else f"{found.keras}:{found.reason}") + bound
 
 
 def clear() -> None:
     """Forget what was read (the files changed)."""
     _target_for_folder.cache_clear()
     _decided_in.cache_clear()
+    _tf_max_for_folder.cache_clear()
+    _evidence.cache_clear()

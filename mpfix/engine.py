@@ -124,7 +124,7 @@ class Engine:
         policy = reach.policy if reach is not None else module_policy
         context = RuleContext(module=module, path=path, keras=keras, policy=policy,
                               module_policy=module_policy, imports=imports, loss_scale=self.options.loss_scale,
-                              keras_known=target.known)
+                              keras_known=target.known, tf_max=_declared_tf_max(path))
         if reach is not None and reach.partial and policy is policies.Policy.FLOAT16:
             # A test module where only some tests run under the policy: float16 findings count there only.
             context.cache[_REGIONS] = float16_regions(text, reach.fixtures)
@@ -134,7 +134,7 @@ class Engine:
             # where the other generation writes the very same one (mpfix.target).
             other = RuleContext(module=module, path=path, keras=targets.KERAS2, policy=policy,
                                 module_policy=module_policy, imports=imports, loss_scale=self.options.loss_scale,
-                                keras_known=False)
+                                keras_known=False, tf_max=context.tf_max)
             self._visit(module, other, rules)
             context.reports = _agreed_fixes(context.reports, other.reports)
         return module, context
@@ -273,6 +273,15 @@ class Engine:
 
 
 _REGIONS = "mpfix.engine.float16_regions"
+
+
+def _declared_tf_max(path: Path) -> tuple[int, int] | None:
+    """The newest TensorFlow the project around ``path`` declares (``RuleContext.tf_max``); None for snippets."""
+    if not path.name or str(path).startswith("<"):
+        return None
+    from mpfix import declared
+
+    return declared.tf_max_for(path)
 
 
 def _in_regions(regions: list[tuple[int, int]] | None, line: int) -> bool:

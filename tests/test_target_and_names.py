@@ -315,3 +315,32 @@ def test_a_packaging_setup_py_starts_a_project(tmp_path):
     assert is_project_root(str(tmp_path / "lib"))
     assert not is_project_root(str(tmp_path / "lib" / "pkg"))
     assert root_of_folder(str(tmp_path / "lib" / "pkg")) == str(tmp_path / "lib")
+
+
+@pytest.mark.parametrize(("files", "expected"), [
+    ({"requirements.txt": "tensorflow==2.8.*\n"}, (2, 8)),
+    ({"requirements.txt": "tensorflow>=2.4,<2.9\n"}, (2, 8)),
+    ({"requirements.txt": "tensorflow>=2.10\n"}, None),  # open upwards
+    ({"requirements.txt": "numpy\n"}, None),
+    ({"Dockerfile": "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/merlin/merlin-tensorflow-training:22.03\n"
+                    "FROM ${FROM_IMAGE_NAME}\n"}, (2, 8)),
+    ({"Dockerfile": "FROM nvcr.io/nvidia/tensorflow:22.05-tf2-py3\n"}, (2, 8)),
+    ({"Dockerfile": "FROM nvcr.io/nvidia/tensorflow:22.06-tf2-py3\n"}, (2, 15)),
+    ({"Dockerfile": "FROM nvcr.io/nvidia/tensorflow:21.09-tf1-py3\n"}, (1, 15)),
+    ({"Dockerfile": "FROM nvcr.io/nvidia/tensorflow:25.01-tf2-py3\n"}, None),  # not mapped: open
+    ({"Dockerfile": "FROM tensorflow/tensorflow:2.8.0-gpu\n"}, (2, 8)),
+    # What pip installs wins over the base image's TensorFlow.
+    ({"Dockerfile": "FROM nvcr.io/nvidia/tensorflow:22.03-tf2-py3\n", "requirements.txt": "tensorflow==2.12.*\n"},
+     (2, 12)),
+])
+def test_declared_tensorflow_upper_bound(tmp_path, nothing_installed, files, expected):
+    path = _project(tmp_path, files)
+    assert declared.tf_max_for(path) == expected
+
+
+def test_nearest_folder_declaring_tensorflow_bounds_it(tmp_path, nothing_installed):
+    path = _project(tmp_path, {"requirements.txt": "tensorflow>=2.16\n",
+                               "old/Dockerfile": "FROM nvcr.io/nvidia/tensorflow:21.05-tf2-py3\n", "old/x.py": ""})
+    assert declared.tf_max_for(path.parent / "old" / "x.py") == (2, 4)
+    assert declared.tf_max_for(path) is None
+    assert "tf<=2.4" in declared.cache_key(path.parent / "old" / "x.py")

@@ -412,3 +412,28 @@ def test_graph_rewrite_switched_off_is_not_a_finding(code: str):
 ])
 def test_graph_rewrite_switched_on_is_a_finding(code: str):
     assert codes(code, 3) == ["MP305"]
+
+
+def test_mp306_leaves_the_old_names_to_projects_whose_tensorflow_predates_the_new_ones(tmp_path):
+    """`reduce_retracing` appeared in TF 2.9, `jit_compile` in TF 2.5: older declared TF keeps the old names."""
+    from mpfix import declared
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "Dockerfile").write_text("ARG IMAGE=nvcr.io/nvidia/tensorflow:22.03-tf2-py3\nFROM ${IMAGE}\n")
+    source = ("import tensorflow as tf\n\n@tf.function(experimental_relax_shapes=True, experimental_compile=True)\n"
+              "def step(x):\n    return x\n")
+    (tmp_path / "train.py").write_text(source)
+    rule = [r for r in MP3 if r.code == "MP306"]
+    declared.clear()
+    try:
+        found = Engine(rule, Options(keras="2", project_policy=False)).lint(source, tmp_path / "train.py").findings
+        messages = [f.message for f in found]
+        assert len(found) == 1 and "experimental_compile" in messages[0], messages  # TF 2.8 has jit_compile
+        (tmp_path / "Dockerfile").write_text("FROM nvcr.io/nvidia/tensorflow:21.05-tf2-py3\n")
+        declared.clear()
+        assert Engine(rule, Options(keras="2", project_policy=False)).lint(source, tmp_path / "train.py").findings == []
+        (tmp_path / "Dockerfile").write_text("FROM nvcr.io/nvidia/tensorflow:23.03-tf2-py3\n")
+        declared.clear()
+        assert len(Engine(rule, Options(keras="2", project_policy=False)).lint(source, tmp_path / "train.py").findings) == 2
+    finally:
+        declared.clear()
