@@ -5,7 +5,7 @@ another (``layers.py``). Which files it reaches is decided by entry points and i
 (``mpfix.codemods.analysis.reachability``): the module that sets the policy, what it imports
 within the project, tests that take a fixture parametrised over the policy. A configured
 ``policy`` (``[tool.mpfix]`` or ``--policy``) decides for every file. The project is scanned
-once per process.
+once per process, and its scan kept in the cache folder until a file of it changes.
 """
 
 from __future__ import annotations

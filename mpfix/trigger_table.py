@@ -8,7 +8,8 @@ generated from the rule classes) and answers "nothing to check" without it.
 The table is generated: ``python -m mpfix.trigger_table --write``, and
 ``tests/test_trigger_table.py`` checks it equals the rules' triggers. It also
 records a hash of the rules' source; when the installed rules differ (an
-edited checkout), the table is not used and every run takes the full path.
+edited checkout), the packaged table is not used: the full path leaves a table for the
+installed rules in the project's cache folder, and later untriggered runs answer from it.
 """
 
 from __future__ import annotations
