@@ -751,6 +751,30 @@ class DtypeAnalysis:
             else:
                 region.env[name] = join_all(dtypes)
             region.memo.clear()
+            if plain and len(plain) > 1 and region.env[name] is UNK:
+                self._follow_itself(name, plain, region)
+
+    def _follow_itself(self, name: str, values: list[cst.BaseExpression], region: Region) -> None:
+        """``m = tf.cast(m, tf.float32)`` … ``m = tf.expand_dims(m, -3)``: values that follow ``m`` keep its dtype.
+
+        A value whose dtype does not depend on the name (the cast) says what the name is; values
+        that follow the name (``expand_dims``/``reshape`` of it, under a condition or not) keep that,
+        so the name has the one dtype that is a fixed point. Without one it stays unknown.
+        """
+        def evaluated(assumed: Dtype) -> list[Dtype]:
+            region.env[name] = assumed
+            region.memo.clear()
+            return [self.value_dtype(name, value, region) for value in values]
+
+        as_f16, as_unknown = evaluated(F16), evaluated(UNK)
+        independent = {a for a, b in zip(as_f16, as_unknown) if a is b}
+        result = UNK
+        if independent and UNK not in independent and not (F16 in independent and any(d.wide for d in independent)):
+            guess = join_all(independent)
+            if all(d is guess for d in evaluated(guess)):
+                result = guess
+        region.env[name] = result
+        region.memo.clear()
 
     def value_dtype(self, name: str, value: cst.BaseExpression, region: Region) -> Dtype:
         """The dtype ``value`` gives ``name`` (an element of a tuple unpacking by its source)."""

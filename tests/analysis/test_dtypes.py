@@ -462,3 +462,28 @@ def test_keras_op_implementations_are_not_layers():
     module = cst.parse_module(textwrap.dedent(code).lstrip("\n"))
     analysis = DtypeAnalysis(module, ImportTable(module).resolve, None)
     assert [r.kind for r in analysis.regions] == ["module"]
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_a_name_that_follows_itself_keeps_the_dtype_its_cast_gives(keras):
+    code = layer("""
+        if mask is not None:
+            mask = tf.cast(mask, tf.float32)
+            if len(mask.shape) == 2:
+                mask = tf.expand_dims(mask, 1)
+            y = 1.0 - mask
+        return x
+    """, params="x, mask=None")
+    assert dtype_of(code, "mask", keras=keras) is F32
+    assert dtype_of(code, "1.0 - mask", keras=keras) is F32
+
+
+def test_a_name_cast_both_ways_stays_unknown():
+    code = layer("""
+        x = tf.cast(x, tf.float32)
+        x = tf.expand_dims(x, 1)
+        x = tf.cast(x, self.compute_dtype)
+        y = x * 2.0
+        return y
+    """)
+    assert dtype_of(code, "x * 2.0") is UNK

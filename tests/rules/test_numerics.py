@@ -747,6 +747,28 @@ def test_a_constant_that_meets_float32_is_mp206s_mix_not_an_overflow():
     fixed = lint(code, 3).fixed_text
     assert "tf.cast(mask, self.compute_dtype)" in fixed and "-3e4 * (1.0 - mask)" in fixed
 
+@pytest.mark.parametrize("keras", [2, 3])
+def test_a_mask_cast_to_float32_then_reshaped_under_a_condition_stays_float32(keras):
+    # The mask is cast to float32, then maybe given a heads axis: every value it can hold is
+    # float32, so the constant's arithmetic is float32 (no MP201); the float32 term meets the
+    # float16 scores (MP206), on both Keras generations.
+    code = """
+        import tensorflow as tf
+        class Attention(tf.keras.layers.Layer):
+            def call(self, inputs, mask=None):
+                scores = tf.einsum("bnd,bmd->bnm", inputs, inputs)
+                if mask is not None:
+                    mask = tf.cast(mask, tf.float32)
+                    if len(mask.shape) != len(scores.shape):
+                        mask = tf.expand_dims(mask, 1)
+                    scores += -1e9 * (1.0 - mask)
+                return tf.nn.softmax(scores)
+    """
+    result = lint(code, keras, fix=False)
+    assert codes(result) == ["MP206"], result.findings
+    assert result.findings[0].line == 9
+
+
 def test_mp206_fix_never_makes_a_float32_island_a_mix():
     code = """
         import tensorflow as tf
