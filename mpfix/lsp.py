@@ -325,10 +325,11 @@ def create_server() -> MpfixServer:
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE, types.SaveOptions(include_text=False))
     def did_save(ls: MpfixServer, params: types.DidSaveTextDocumentParams) -> None:
         # A save may change what the project says (a mixed policy set in another module,
-        # [tool.mpfix] in pyproject.toml): scan again, then lint every open document.
+        # [tool.mpfix] in pyproject.toml, a pinned TensorFlow, a new project root): scan again,
+        # then lint every open document.
         from mpfix import policy
 
-        policy.policy_in_project.cache_clear()
+        policy.forget_projects()
         ls.linted.clear()
         for uri in list(ls.workspace.text_documents):
             ls.publish(uri)

@@ -204,3 +204,13 @@ def describe(files, configured: str | None = None, shown: int = 50) -> list[str]
         lines.append(f"  {len(unreached)} file{'s' if len(unreached) != 1 else ''} with no mixed policy: "
                      f"{unreached[0][1].why}")
     return lines
+
+
+def forget_projects() -> None:
+    """Forget every project's root and scan (a long-lived process: files were created or saved)."""
+    from mpfix import declared, project
+
+    project_reach.cache_clear()
+    _root_of_folder.cache_clear()
+    project.is_project_root.cache_clear()
+    declared.clear()

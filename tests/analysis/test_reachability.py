@@ -388,3 +388,26 @@ def test_a_relative_path_finds_the_root_of_the_current_folder(tmp_path: Path, mo
         assert policies.project_root(Path("train.py")) == (tmp_path / name).resolve()
         assert policies.reach_for(Path("train.py")).why == f'entry point: sets "mixed_float16" (line {line})'
     policies.project_reach.cache_clear()
+
+
+def test_forget_projects_sees_files_created_since(tmp_path: Path):
+    # A long-lived process (the LSP server) lints again after a save: a new project root, a newly
+    # pinned TensorFlow and a newly set policy must all count.
+    from mpfix import declared, target
+
+    (tmp_path / ".git").mkdir()
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "train.py").write_text("import tensorflow as tf\n")
+    assert policies.project_root(sub / "train.py") == tmp_path.resolve()
+    assert policies.project_reach(tmp_path.resolve()).policy is Policy.NONE
+    before = declared.target_for(sub / "train.py")
+
+    (sub / "pyproject.toml").write_text("[project]\nname = 'x'\ndependencies = ['tensorflow==2.15.*']\n")
+    (sub / "train.py").write_text(SETS)
+    assert policies.project_root(sub / "train.py") == tmp_path.resolve()  # still remembered
+    policies.forget_projects()
+    assert policies.project_root(sub / "train.py") == sub.resolve()
+    assert policies.project_reach(sub.resolve()).policy is Policy.FLOAT16
+    after = declared.target_for(sub / "train.py")
+    assert after is not None and after.keras == target.KERAS2, (before, after)
