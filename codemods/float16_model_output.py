@@ -8,7 +8,8 @@ import libcst as cst
 
 from mpfix.codemods._float16_scope import argument
 from mpfix.codemods.analysis.model_outputs import (
-    _FEATURE_ACTIVATIONS, _OUTPUT_LAYERS, _SAFE_HEADS, _activation_name, _with_float32, model_facts,
+    _FEATURE_ACTIVATIONS, _OUTPUT_LAYERS, _SAFE_HEADS, _activation_name, _with_float32, is_test_code, model_facts,
+    only_tests_call,
 )
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
@@ -32,6 +33,12 @@ class Float16ModelOutput(Rule):
         the model is compiled, fitted or called in a training step or loss in the file, or a
         factory returns it (then only fused softmax/sigmoid heads: callers may cast logits to
         float32 before their loss). Sub-models, blocks and models nobody trains are left alone.
+
+        Test code is left alone: test modules (`test_*.py`, `*_test.py`, `conftest.py`, modules
+        in a `tests/` folder) and factories in library modules that only tests call. Their
+        `Sequential([Dense(1)])` models check something else (an optimizer, a metric, saving),
+        often under a fixture that runs them in float16 on purpose; a float16 head there is no
+        training run's loss going wrong, and a reviewer would not want it changed.
 
         ## Why is this bad?
         The output is float16: at most 65504, with 3 significant digits. A softmax in float16
@@ -168,11 +175,15 @@ class Float16ModelOutput(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
+        if is_test_code(self.context.path):
+            return  # toy models of unit tests: not a training run whose loss a float16 head spoils
         facts = model_facts(self.context)
         for form, layer, where, returned, model, function in facts.heads:
             seen = (model is not None and model in facts.trained) or (function is not None and function in facts.trained_factories)
             if not (returned or seen):
                 continue  # no loss in this file sees the head, and no caller gets the model
+            if only_tests_call(self.context.path, function):
+                continue  # a test helper's model (built, maybe compiled, there): only tests build it
             resolved = self.context.resolve(layer.func) or ""
             kind = resolved.split(".")[-1]
             if not resolved.startswith("keras.layers.") or kind not in _OUTPUT_LAYERS:

@@ -850,3 +850,51 @@ def test_mp205_reports_heads_that_feed_a_loss_or_leave_a_factory():
     assert codes(lint(factory_pair, fix=False)) == ["MP205"]
     # A linear head of a model trained elsewhere: callers may cast the logits before the loss.
     assert codes(lint(factory_logits, fix=False)) == []
+
+
+_TOY_HEAD = """
+    import tensorflow as tf
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(3, activation="softmax")])
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+"""
+
+
+@pytest.mark.parametrize("name", ["model_test.py", "test_model.py", "tests/helpers.py", "conftest.py"])
+def test_mp205_leaves_toy_models_in_test_code_alone(name):
+    engine = Engine(MP2, Options(keras="3", policy="mixed_float16", project_policy=False))
+    code = textwrap.dedent(_TOY_HEAD).lstrip("\n")
+    assert codes(engine.lint(code, Path("pkg") / name)) == []
+    assert codes(engine.lint(code, Path("pkg") / "train.py")) == ["MP205"]
+
+
+def test_mp205_factory_only_tests_call_is_a_test_helper(tmp_path):
+    (tmp_path / ".git").mkdir()
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    factory = textwrap.dedent("""
+        import tensorflow as tf
+
+        def make_classifier():
+            inputs = tf.keras.Input((4,))
+            probs = tf.keras.layers.Dense(3, activation="softmax")(inputs)
+            return tf.keras.Model(inputs, probs)
+
+        def fit_classifier(x, y):
+            model = tf.keras.Sequential([tf.keras.layers.Dense(3, activation="softmax")])
+            model.compile(optimizer="sgd", loss="categorical_crossentropy")
+            return model.fit(x, y)
+    """).lstrip("\n")
+    (lib / "helpers.py").write_text(factory)
+    (lib / "helpers_test.py").write_text("from lib.helpers import fit_classifier, make_classifier\n\n"
+                                         "def test_it():\n    assert make_classifier() is not None\n"
+                                         "    fit_classifier([[1.0]], [[0.0, 1.0, 0.0]])\n")
+    engine = Engine(MP2, Options(keras="3", policy="mixed_float16", project_policy=False))
+    assert codes(engine.lint(factory, lib / "helpers.py")) == []
+    # Called from code that is not a test as well: the factory's model is a real one.
+    (lib / "train.py").write_text("from lib.helpers import make_classifier\nmodel = make_classifier()\n")
+    engine = Engine(MP2, Options(keras="3", policy="mixed_float16", project_policy=False))
+    from mpfix.codemods.analysis import model_outputs
+
+    model_outputs.clear()
+    assert codes(engine.lint(factory, lib / "helpers.py")) == ["MP205"]
