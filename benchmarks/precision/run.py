@@ -315,9 +315,9 @@ def covers(f: Finding, h: Hazard) -> bool:
             and h.first <= f.line <= h.last and f.code.startswith(h.family))
 
 
-def checkout(commit: str) -> str:
-    """mpfix as of ``commit``, importable from the returned folder (the rules folder codemods/ is
-    installed as mpfix.codemods, so it is linked there)."""
+def checkout(commit: str) -> tuple[str, str]:
+    """(folder, short sha): mpfix as of ``commit``, importable from the folder (the rules folder
+    codemods/ is installed as mpfix.codemods, so it is linked there)."""
     import tempfile
 
     repo = HERE.parent.parent
@@ -330,7 +330,7 @@ def checkout(commit: str) -> str:
                                  check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
         (dest / "mpfix" / "codemods").symlink_to(Path("..") / "codemods")
-    return str(dest)
+    return str(dest), rev
 
 
 # ----------------------------------------------------------------------------- report
@@ -433,9 +433,9 @@ def main(argv: list[str] | None = None) -> int:
 
     root = args.corpora
     if args.commit:
-        args.mpfix = checkout(args.commit)
+        args.mpfix, rev = checkout(args.commit)
         if args.label == "current":
-            args.label = args.commit
+            args.label = rev
     results = args.results or root / "_results"
     label = args.label + (f"-{args.policy}" if args.policy else "")
     wanted = [c for c in CORPORA if not args.only or c.name in args.only.split(",")]
