@@ -116,7 +116,9 @@ class Keyer:
     # still gets the project's in its key: one scan per project, never stale.
     float16_triggers: tuple[tuple[str, tuple[str, ...]], ...] = ()
     project_policy: bool = False
-    declared_target: bool = False  # --keras auto: the Keras target the project declares is part of each key
+    # What the project declares is part of each key: the Keras target (with --keras auto) and the
+    # newest TensorFlow it allows (MP306 stays silent below TF 2.9) both come from it.
+    declared_target: bool = False
     _roots: dict[str, str] = field(default_factory=dict, repr=False)
     _projects: dict[str, object] = field(default_factory=dict, repr=False)  # root -> ProjectReach
 
@@ -370,5 +372,5 @@ def _keyer_for(job) -> Keyer:
         settings=settings_key(job),
         float16_triggers=tuple((r.code, tuple(r.triggers)) for r in rules if r.requires_float16),
         project_policy=job.options.policy is None and job.options.project_policy,
-        declared_target=job.options.keras in (None, "auto"),
+        declared_target=True,
     )

@@ -229,3 +229,18 @@ def test_cache_size_is_bounded(project: Path, monkeypatch):
     (project / "m0.py").write_text(CLEAN + "x = 'edited'\n")
     process_all(files[:1], _job(), jobs=1)
     assert entries() == 3  # within the bound: old entries stay
+
+
+def test_a_new_tensorflow_pin_invalidates_results_with_the_keras_target_configured(project: Path):
+    # keras = 3 is configured, yet the declared TensorFlow still decides MP306 (reduce_retracing is TF 2.9+).
+    from mpfix import declared
+
+    relax = "import tensorflow as tf\n\n\n@tf.function(experimental_relax_shapes=True)\ndef f(x):\n    return x\n"
+    files = _files(project, {"train.py": relax})
+    (first,) = process_all(files, _job(), jobs=1)
+    assert [f.code for f in first.findings] == ["MP306"]
+    (project / "requirements.txt").write_text("tensorflow==2.8.*\n")
+    declared.clear()  # a new process
+    (second,) = process_all(files, _job(), jobs=1)
+    assert not second.cached
+    assert [f.code for f in second.findings] == []
