@@ -597,14 +597,14 @@ def evidence_in(folder: Path, root: Path) -> Evidence:
     return evidence
 
 
-def _project_root(folder: Path) -> Path | None:
-    root = root_of_folder(str(folder))
+def _project_root(folder: Path, cwd: str) -> Path | None:
+    root = root_of_folder(str(folder), cwd)
     return None if root is None else Path(root)
 
 
 @functools.lru_cache(maxsize=256)
-def _target_for_folder(folder: Path) -> Target | None:
-    root = _project_root(folder)
+def _target_for_folder(folder: Path, cwd: str) -> Target | None:
+    root = _project_root(folder, cwd)
     chain = [folder]
     if root is not None and root != folder:
         for parent in folder.parents:
@@ -632,8 +632,8 @@ def _decided_in(folder: Path, root: Path) -> Target | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _tf_max_for_folder(folder: Path) -> tuple[tuple[int, int], str] | None:
-    root = _project_root(folder)
+def _tf_max_for_folder(folder: Path, cwd: str) -> tuple[tuple[int, int], str] | None:
+    root = _project_root(folder, cwd)
     chain = [folder]
     if root is not None and root != folder:
         for parent in folder.parents:
@@ -663,7 +663,7 @@ def tf_max_reason(path: Path) -> tuple[tuple[int, int], str] | None:
         folder = Path(os.path.abspath(path)).parent
     except (OSError, ValueError):
         return None
-    return _tf_max_for_folder(folder)
+    return _tf_max_for_folder(folder, os.getcwd())
 
 
 def target_for(path: Path) -> Target | None:
@@ -672,7 +672,7 @@ def target_for(path: Path) -> Target | None:
         folder = Path(os.path.abspath(path)).parent
     except (OSError, ValueError):
         return None
-    return _target_for_folder(folder)
+    return _target_for_folder(folder, os.getcwd())
 
 
 def cache_key(path: Path) -> str:

@@ -44,18 +44,18 @@ def project_root(path: Path) -> Path:
     """Nearest folder above ``path`` that starts a project (``mpfix.project``); its folder if none does."""
     # Keyed by the absolute folder: a relative one ("." for ``train.py``) names another folder
     # once the working directory changes (a test, a long-lived server), and would get its root.
-    return _root_of_folder(os.path.abspath(Path(path).parent))
+    return _root_of_folder(os.path.abspath(Path(path).parent), os.getcwd())
 
 
 @functools.lru_cache(maxsize=4096)
-def _root_of_folder(folder: str) -> Path:
+def _root_of_folder(folder: str, cwd: str) -> Path:
     # Per folder, once per process: the engine asks for every file it lints.
     path = Path(folder)
     try:
         path = path.resolve()
     except (OSError, RuntimeError):  # a symlink loop
         path = path.absolute()
-    root = root_of_folder(str(path))
+    root = root_of_folder(str(path), cwd)
     return path if root is None else Path(root)
 
 

@@ -1,4 +1,5 @@
-"""Where a project starts: the nearest folder with ``pyproject.toml``, a real ``setup.py`` or ``.git``.
+"""Where a project starts: the nearest folder with ``pyproject.toml``, a real ``setup.py`` or ``.git``
+(else the working directory, for files inside it).
 
 Kept free of heavy imports: the no-LibCST fast path of ``mpfix check`` asks it too.
 """
@@ -31,13 +32,22 @@ def is_project_root(folder: str) -> bool:
     return _SETUP_SCRIPT.search(head) is not None
 
 
-def root_of_folder(folder: str) -> str | None:
-    """The nearest folder at or above ``folder`` that starts a project, or None."""
+def root_of_folder(folder: str, cwd: str | None = None) -> str | None:
+    """The nearest folder at or above ``folder`` that starts a project, or None.
+
+    With no marker anywhere above (a tarball or `git archive` of a repository), the working
+    directory is the project when ``folder`` lies inside it, as Ruff does.
+    """
     current = os.path.abspath(folder)
     while True:
         if is_project_root(current):
             return current
         parent = os.path.dirname(current)
         if parent == current:
-            return None
+            break
         current = parent
+    cwd = os.path.abspath(os.getcwd() if cwd is None else cwd)
+    start = os.path.abspath(folder)
+    if start == cwd or start.startswith(cwd.rstrip(os.sep) + os.sep):
+        return cwd
+    return None

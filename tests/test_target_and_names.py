@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importlib import metadata
+from pathlib import Path
 
 import libcst as cst
 import pytest
@@ -344,3 +345,20 @@ def test_nearest_folder_declaring_tensorflow_bounds_it(tmp_path, nothing_install
     assert declared.tf_max_for(path.parent / "old" / "x.py") == (2, 4)
     assert declared.tf_max_for(path) is None
     assert "tf<=2.4" in declared.cache_key(path.parent / "old" / "x.py")
+
+
+def test_without_a_project_marker_the_working_directory_is_the_project(tmp_path, monkeypatch, nothing_installed):
+    # A repository unpacked from a tarball or `git archive` has no .git: the requirements file of a
+    # folder above the file still decides when mpfix runs from the repository's root.
+    (tmp_path / "efficientdet" / "tf2").mkdir(parents=True)
+    (tmp_path / "efficientdet" / "requirements.txt").write_text("tensorflow>=2.10.0,<2.16.0\n")
+    train = tmp_path / "efficientdet" / "tf2" / "train_lib.py"
+    train.write_text("")
+    monkeypatch.chdir(tmp_path)
+    found = target.decide("auto", "import tensorflow as tf\n", Path("efficientdet/tf2/train_lib.py"))
+    assert found.keras == 2, found
+    # Run from a folder that does not hold the file, nothing bounds the walk: the file's folder alone.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert target.decide("auto", "import tensorflow as tf\n", train).keras is None
