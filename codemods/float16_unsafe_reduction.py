@@ -16,6 +16,9 @@ from mpfix.findings import FixSafety
 # in-range deviations): casting the result back to the input's dtype is effective.
 _IN_RANGE = {"norm": "norm", "linalg.norm": "norm", "reduce_euclidean_norm": "norm", "reduce_std": "standard deviation",
              "std": "standard deviation", "reduce_variance": "variance", "var": "variance"}
+# The `ord` values of a norm that sum squares: the Euclidean/Frobenius norm (the default). An L1,
+# inf/max or nuclear norm sums magnitudes or takes a maximum, and does not square.
+_SQUARING_ORDS = {"None", "2", "2.0", "'euclidean'", '"euclidean"', "'fro'", '"fro"'}
 # Reductions whose result itself is past 65504 when the activations are large.
 _OVERFLOWING = {"nn.l2_loss": "l2_loss"}
 _SUMS = {"reduce_sum", "sum"}
@@ -26,6 +29,21 @@ _SHRINKING = {"sqrt", "rsqrt", "log", "log1p"}
 
 def _op(context, node: cst.BaseExpression) -> str | None:
     return float32_ops.op_name(context.resolve(node))
+
+
+def _squaring_norm(context, call: cst.Call) -> bool:
+    """Whether a norm call's ``ord`` (second positional argument or keyword) is the Euclidean one.
+
+    An ``ord`` that is not a literal (a variable, ``np.inf``, ``float("inf")``) is not known to
+    square, so it is not reported.
+    """
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    ord_arg = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "ord"), None)
+    if ord_arg is None and len(positional) >= 2:
+        ord_arg = positional[1].value
+    if ord_arg is None:
+        return not any(a.star for a in call.args)
+    return context.code(ord_arg).strip() in _SQUARING_ORDS
 
 
 def _is_loss(scope, call: cst.Call, region: Region, code) -> bool:
@@ -58,7 +76,8 @@ class Float16UnsafeReduction(Rule):
                 re.compile(r"norm(?<!\wnorm)\s*\("), re.compile(r"\*\*\s*2\b"), re.compile(r"sum(?<![a-z]sum)\s*\("))
     explanation = """
         ## What it does
-        Finds `tf.nn.l2_loss`, `tf.reduce_sum(tf.square(x))`, `tf.norm`,
+        Finds `tf.nn.l2_loss`, `tf.reduce_sum(tf.square(x))`, `tf.norm` (the Euclidean or
+        Frobenius norm: an L1 or inf norm does not square),
         `tf.math.reduce_variance` and `tf.math.reduce_std` over tensors that are float16 under
         `mixed_float16` (activations inside `call`, model outputs in a training step).
 
@@ -176,6 +195,8 @@ class Float16UnsafeReduction(Rule):
             if op is None or x is None:
                 continue
             what = _IN_RANGE.get(op) or _OVERFLOWING.get(op)
+            if what == "norm" and op != "reduce_euclidean_norm" and not _squaring_norm(self.context, call):
+                continue  # an L1/inf/max norm: no squares to overflow
             target, replaced = x, None
             if what is None and op in _SUMS:
                 inner = x

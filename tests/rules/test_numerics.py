@@ -898,3 +898,40 @@ def test_mp205_factory_only_tests_call_is_a_test_helper(tmp_path):
 
     model_outputs.clear()
     assert codes(engine.lint(factory, lib / "helpers.py")) == ["MP205"]
+
+
+# -- MP203: only the Euclidean/Frobenius norm sums squares ------------------------------------
+_NORM_LAYER = """
+    import tensorflow as tf
+    import keras
+
+    class Distances(tf.keras.layers.Layer):
+        def call(self, d):
+            return {expr}
+"""
+
+
+@pytest.mark.parametrize("expr", [
+    "tf.norm(d, 1, axis=2)",
+    'tf.norm(d, ord=float("inf"), axis=2)',
+    "tf.linalg.norm(d, ord=1, axis=-1)",
+    "tf.norm(d, ord=np_inf, axis=-1)",
+    "keras.ops.norm(d, ord=1, axis=-1)",
+    'keras.ops.norm(d, ord="nuc", axis=(1, 2))',
+])
+def test_mp203_non_euclidean_norms_do_not_square(expr):
+    result = lint(_NORM_LAYER.format(expr=expr), fix=False)
+    assert "MP203" not in codes(result)
+
+
+@pytest.mark.parametrize("expr", [
+    "tf.norm(d, axis=2)",
+    "tf.norm(d, 2, axis=2)",
+    "tf.norm(d, 'euclidean')",
+    "tf.linalg.norm(d, ord='fro', axis=(1, 2))",
+    "keras.ops.norm(d, ord=None, axis=-1)",
+    "keras.ops.norm(d, axis=-1)",
+])
+def test_mp203_euclidean_norms_still_reported(expr):
+    result = lint(_NORM_LAYER.format(expr=expr), fix=False)
+    assert codes(result) == ["MP203"]
