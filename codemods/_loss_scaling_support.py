@@ -108,8 +108,12 @@ def new_statement(context, code: str) -> cst.BaseStatement:
     return cst.parse_statement(code + module.default_newline, config=module.config_for_parsing)
 
 
-def scaling_changes(context, analysis: Analysis, flow: Flow) -> dict | None:
-    """Edits that scale the flow's loss inside its tape (and unscale its gradients on Keras 2)."""
+def scaling_changes(context, analysis: Analysis, flow: Flow, *, guard: bool = False) -> dict | None:
+    """Edits that scale the flow's loss inside its tape (and unscale its gradients on Keras 2).
+
+    ``guard`` (Keras 2, an optimizer that may be plain): scale and unscale only under
+    ``isinstance(optimizer, LossScaleOptimizer)``; None where that cannot be written plainly.
+    """
     grad = flow.gradient
     target = grad.target
     if not isinstance(target, cst.Name):
@@ -119,11 +123,69 @@ def scaling_changes(context, analysis: Analysis, flow: Flow) -> dict | None:
         return None
     base = target.value
     scaled = fresh_name(flow, base + "_scaled" if base.startswith("scaled") else "scaled_" + base)
-    stmt = new_statement(context, f"{scaled} = {flow.optimizer}.{scale_method(context.keras)}({target.value})")
     new_call = grad.call.with_changes(args=[grad.call.args[0].with_changes(value=cst.Name(scaled)), *grad.call.args[1:]])
+    if guard and context.keras == 2:
+        return guarded_scaling_changes(context, flow, anchor, scaled, new_call)
+    stmt = new_statement(context, f"{scaled} = {flow.optimizer}.{scale_method(context.keras)}({target.value})")
     if context.keras == 2 and not flow.unscaled:
         new_call = unscale_call(flow.optimizer, new_call)
     return {anchor: cst.FlattenSentinel([anchor, stmt]), grad.call: new_call}
+
+
+def needs_lso_guard(context, flow: Flow) -> bool:
+    """Keras 2: the optimizer may be a plain one, which has no ``get_scaled_loss``/``get_unscaled_gradients``.
+
+    Known to be an LSO only where the file builds it as one, or where the step already calls
+    ``get_unscaled_gradients`` on it unguarded. A compiled model's optimizer (``self.optimizer`` in
+    a ``train_step``) is an LSO only if ``compile`` ran under ``mixed_float16``: a library's own
+    float32 runs get a plain one.
+    """
+    return context.keras == 2 and not (flow.unscaled or (flow.build is not None and flow.build.is_lso))
+
+
+def gradient_assignment(flow: Flow) -> tuple[cst.SimpleStatementLine, str] | None:
+    """``(statement, name)`` where the gradient call is the whole value of ``name = <call>``."""
+    node = flow.gradient.statement.node
+    if not isinstance(node, cst.SimpleStatementLine) or len(node.body) != 1:
+        return None
+    small = node.body[0]
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1 or small.value is not flow.gradient.call:
+        return None
+    name = small.targets[0].target
+    return (node, name.value) if isinstance(name, cst.Name) else None
+
+
+def guarded_scaling_changes(context, flow: Flow, anchor: cst.BaseStatement, scaled: str,
+                            new_call: cst.Call) -> dict | None:
+    """Keras 2, the mixed-precision guide's form for an optimizer that may be plain: scale and unscale
+    only ``if isinstance(optimizer, LossScaleOptimizer)``. None where the gradient is not assigned to a name."""
+    assigned = gradient_assignment(flow)
+    if assigned is None:
+        return None
+    grad_statement, grads = assigned
+    lso, _ = lso_class_spelling(context)
+    if lso is None:
+        return None
+    opt, loss = flow.optimizer, flow.gradient.target.value
+    guard = f"isinstance({opt}, {lso})"
+    scale = new_statement(context, f"{scaled} = {opt}.{K2_SCALE}({loss}) if {guard} else {loss}")
+    unscale = new_statement(context, f"if {guard}:{context.module.default_newline}"
+                                     f"{context.module.default_indent}{grads} = {opt}.{UNSCALE_METHOD}({grads})")
+    new_grad_statement = grad_statement.with_deep_changes(grad_statement.body[0], value=new_call)
+    return {anchor: cst.FlattenSentinel([anchor, scale]),
+            grad_statement: cst.FlattenSentinel([new_grad_statement, unscale])}
+
+
+def lso_class_spelling(context) -> tuple[str | None, tuple[str, ...]]:
+    """The file's own spelling of LossScaleOptimizer, preferring the Keras family it imports; None if it
+    cannot name it without a new import (a fix that adds an import for a guard is left to the user)."""
+    imports = context.imports
+    families = ("tf_keras",) if imports.imports_module("tf_keras") else ("tensorflow.keras", "keras", "tf_keras")
+    for family in families:
+        local = imports.local_name_for(f"{family}.mixed_precision.LossScaleOptimizer")
+        if local is not None:
+            return local, ()
+    return None, ()
 
 
 def unscale_call(optimizer: str, call: cst.Call) -> cst.Call:

@@ -6,7 +6,9 @@ import libcst as cst
 
 from mpfix.codemods._gradient_fixes import describe, move_clip_changes
 from mpfix.codemods.analysis.gradient_path import Flow
-from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, scale_method, scaling_changes, step_flows, where
+from mpfix.codemods._loss_scaling_support import (
+    STEP_TRIGGERS, needs_lso_guard, scale_method, scaling_changes, step_flows, where,
+)
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 from mpfix.policy import Policy
@@ -50,7 +52,10 @@ class LossNotScaled(Rule):
                     scaled_loss = self.optimizer.scale_loss(loss)
                 grads = tape.gradient(scaled_loss, self.trainable_variables)
         ```
-        (Keras 2: `get_scaled_loss` inside the tape and `get_unscaled_gradients` on the gradients.)
+        (Keras 2: `get_scaled_loss` inside the tape and `get_unscaled_gradients` on the gradients,
+        each under `isinstance(self.optimizer, LossScaleOptimizer)` unless the file builds the
+        optimizer as one: Keras 2's `compile` wraps it only under `mixed_float16`, and a plain
+        Keras 2 optimizer has neither method.)
 
         ## Fix safety
         Unsafe: the step's numbers change (on purpose).
@@ -174,8 +179,10 @@ class LossNotScaled(Rule):
                     x, y = data
                     with tf.GradientTape() as tape:
                         loss = self.compiled_loss(y, self(x, training=True))
-                        scaled_loss = self.optimizer.get_scaled_loss(loss)
-                    grads = self.optimizer.get_unscaled_gradients(tape.gradient(scaled_loss, self.trainable_variables))
+                        scaled_loss = self.optimizer.get_scaled_loss(loss) if isinstance(self.optimizer, tf_keras.mixed_precision.LossScaleOptimizer) else loss
+                    grads = tape.gradient(scaled_loss, self.trainable_variables)
+                    if isinstance(self.optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
+                        grads = self.optimizer.get_unscaled_gradients(grads)
                     self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
                     return {"loss": loss}
             """,
@@ -213,12 +220,22 @@ class LossNotScaled(Rule):
                 else:
                     changes, new_inner = moved
                     fix = {**changes, inner: new_inner}
+            # Keras 2: a compiled model's optimizer is an LSO only if `compile` ran under mixed_float16
+            # (a library's own float32 runs get a plain one, which has no get_scaled_loss): guard it.
+            guard = any(needs_lso_guard(self.context, member) for member in group)
             for member in group if fix is not None else ():
-                step = scaling_changes(self.context, analysis, member)
+                step = scaling_changes(self.context, analysis, member, guard=guard)
                 if step is None or any(k in fix for k in step):
+                    if guard and not extra:
+                        extra = (f", only when it is a `LossScaleOptimizer` (a plain Keras 2 optimizer has no "
+                                 f"`{scale_method(2)}`: guard the scaling and the unscaling with "
+                                 f"`isinstance(..., LossScaleOptimizer)`)")
                     fix = None
                     break
                 fix.update(step)
+            if guard and fix and not extra:
+                extra = (", guarded by `isinstance(..., LossScaleOptimizer)`: on Keras 2 it is one only if `compile` "
+                         "ran under `mixed_float16`")
             self.report(
                 flow.apply.call,
                 f"`{flow.optimizer}` scales losses but the gradient in {where(flow)} is taken of the unscaled "

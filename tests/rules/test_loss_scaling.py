@@ -366,8 +366,12 @@ def test_update_fed_by_two_gradients_is_one_finding_with_one_fix():
     found = lint(code, 2, fix=False)
     assert codes(found) == ["MP102"]
     fixed = lint(code, 2).fixed_text
-    assert fixed.count("scaled_loss = self.optimizer.get_scaled_loss(loss)") == 2
-    assert fixed.count("self.optimizer.get_unscaled_gradients(tape.gradient(scaled_loss,") == 2
+    # Keras 2: self.optimizer is an LSO only if compile ran under mixed_float16, so both are guarded.
+    guard = "isinstance(self.optimizer, tf_keras.mixed_precision.LossScaleOptimizer)"
+    assert fixed.count(f"scaled_loss = self.optimizer.get_scaled_loss(loss) if {guard} else loss") == 2
+    assert fixed.count("tape.gradient(scaled_loss, self.trainable_variables)") == 2
+    for name in ("first", "second"):
+        assert f"if {guard}:\n            {name} = self.optimizer.get_unscaled_gradients({name})" in fixed
 
 
 def test_lso_spelling_uses_the_files_own_imports_or_adds_its_keras():
@@ -682,3 +686,49 @@ def test_mp303_keeps_an_unscale_inside_a_helper_that_feeds_a_second_optimizer():
     """
     finding = _unscale_finding(code)
     assert finding.fix is None and "`self.embedding_optimizer`" in finding.message
+
+
+def test_keras2_guarded_fix_is_valid_python_with_no_new_undefined_names():
+    # The guard names LossScaleOptimizer through the file's own import (tf.keras here, tf_keras in
+    # MP102's example), so the fix adds no import and no unbound name.
+    from mpfix.fix_validation import undefined_names
+
+    source = FIXTURES.joinpath("library_train_step.k2.in.py").read_text()
+    fixed = lint(source, 2).fixed_text
+    compile(fixed, "fixed.py", "exec")
+    assert undefined_names(fixed) <= undefined_names(source)
+    guard = "isinstance(self.optimizer, tf.keras.mixed_precision.LossScaleOptimizer)"
+    assert fixed.count(guard) == 2
+    assert ImportTable(cst.parse_module(fixed)).resolve(
+        cst.parse_expression("tf.keras.mixed_precision.LossScaleOptimizer")) == "keras.mixed_precision.LossScaleOptimizer"
+    # `from tensorflow import keras`: the guard is spelled with that name.
+    aliased = source.replace("import tensorflow as tf\n", "import tensorflow as tf\nfrom tensorflow import keras\n")
+    assert "isinstance(self.optimizer, keras.mixed_precision.LossScaleOptimizer)" in lint(aliased, 2).fixed_text
+
+
+def test_keras2_optimizer_built_as_lso_in_the_file_needs_no_guard():
+    code = """
+        import tensorflow as tf
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    """
+    fixed = lint(code, 2).fixed_text
+    assert "isinstance" not in fixed
+    assert "grads = optimizer.get_unscaled_gradients(tape.gradient(scaled_loss, model.trainable_variables))" in fixed
+
+
+def test_keras2_unguardable_gradient_is_reported_without_a_fix():
+    # The gradient is not assigned to a name: no place for the guarded unscale, so no fix, and
+    # the message says that a plain optimizer has no get_scaled_loss.
+    code = FIXTURES.joinpath("library_train_step.k2.in.py").read_text().replace(
+        "        gradients = tape.gradient(loss, self.trainable_variables)\n"
+        "        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))\n",
+        "        self.optimizer.apply_gradients(zip(tape.gradient(loss, self.trainable_variables),"
+        " self.trainable_variables))\n")
+    (finding,) = lint(code, 2, fix=False).findings
+    assert finding.code == "MP102" and finding.fix is None
+    assert "a plain Keras 2 optimizer has no `get_scaled_loss`" in finding.message
