@@ -8,6 +8,12 @@ and help requests at the end of a logical line (``obj?``, ``obj.attr??``). Escap
 commands and assignments run on through backslash-continued lines (``!python
 train.py \\`` then ``  --b=2``); inside an ``if`` they keep their indentation.
 
+Before any of that, IPython cleans the cell up (``leading_empty_lines``, ``leading_indent``):
+blank lines at the top are dropped, and the whitespace the first remaining line starts with is
+removed from every line that starts with it, so a cell `` print(1)`` runs. ``cleanup(lines)``
+says what that removes, without renumbering lines: (number of leading blank lines, the indent,
+the 0-based lines that lose it).
+
 ``spans(lines)`` returns the physical lines each construct covers. With IPython
 importable, IPython's own transformers find them (what Jupyter will run is, by
 definition, what they say); otherwise ``_own_spans`` applies the same rules, which
@@ -23,6 +29,7 @@ import tokenize
 
 ESCAPES = frozenset({"!", "%", "?", "/", ",", ";"})  # one character; "!!" and "??" begin with them
 _LOOP_LIMIT = 500  # IPython's own bound on transformations per cell
+_INDENT = re.compile(r"^[ \t]+")
 _HELP_TARGET = re.compile(r"(%{0,2}(?!\d)[\w*]+(?:\.(?!\d)[\w*]+|\[-?[0-9]+\])*)(\?\??)$")
 
 
@@ -43,6 +50,46 @@ def spans(lines: list[str]) -> list[tuple[int, int]]:
         # IPython itself cannot transform the cell (e.g. tokenize's IndentationError on a dedent
         # that matches no outer level): it is not valid IPython, and the parse will say so.
         return _own_spans(lines)
+
+
+def cleanup(lines: list[str]) -> tuple[int, str, frozenset[int]]:
+    """(leading blank lines, indent, dedented lines) that IPython's cleanup transforms remove from ``lines``.
+
+    ``lines`` keep their line endings. The dedented lines are 0-based indices into ``lines``.
+    """
+    lines = list(lines)
+    if lines and not lines[-1].endswith(("\n", "\r")):
+        lines[-1] += "\n"  # as TransformerManager.transform_cell does before cleaning up
+    try:
+        from IPython.core import inputtransformer2 as ipython
+        rest = ipython.leading_empty_lines(lines)
+        after = ipython.leading_indent(rest)
+    except Exception:  # not installed, or broken: the same rules, reimplemented
+        return _own_cleanup(lines)
+    skipped = len(lines) - len(rest)
+    if not rest or len(after) != len(rest):
+        return skipped, "", frozenset()
+    indent = rest[0][: len(rest[0]) - len(after[0])]
+    return skipped, indent, frozenset(skipped + i for i, (a, b) in enumerate(zip(rest, after)) if a != b)
+
+
+def _own_cleanup(lines: list[str]) -> tuple[int, str, frozenset[int]]:
+    skipped = next((i for i, line in enumerate(lines) if line and not line.isspace()), 0)
+    rest = lines[skipped:]
+    match = _INDENT.match(rest[0]) if rest else None
+    if match is None:
+        return skipped, "", frozenset()
+    indent = match.group(0)
+    return skipped, indent, frozenset(skipped + i for i, line in enumerate(rest) if line.startswith(indent))
+
+
+def dedent(lines: list[str]) -> tuple[list[str], str, frozenset[int]]:
+    """``lines`` as IPython runs them after its cleanup, line for line: (lines, indent, dedented lines).
+
+    Leading blank lines stay (Python ignores them; keeping them keeps the line numbers).
+    """
+    _, indent, dedented = cleanup(lines)
+    return [line[len(indent):] if i in dedented else line for i, line in enumerate(lines)], indent, dedented
 
 
 def _track(lines: list[str], find_and_replace) -> list[tuple[int, int]]:

@@ -186,10 +186,12 @@ def _edit_like(text: str, masked: str, new_masked: str) -> tuple[str, int, list[
         if before == after:
             out.append(original)
             continue
-        # Only code lines change, and those are the same in the cell and the masked text.
-        if original.rstrip("\r\n") != before.rstrip("\r\n"):
+        # Only code lines change, and those are the same in the cell and the masked text, but for
+        # the leading indent IPython removes from an indented cell (notebooks.mask does too).
+        indent = original.rstrip("\r\n")[: len(original.rstrip("\r\n")) - len(before.rstrip("\r\n"))]
+        if indent + before.rstrip("\r\n") != original.rstrip("\r\n") or indent.strip(" \t"):
             return text, 0, ["cell lines could not be matched; no noqa directives added"]
-        out.append(after.rstrip("\r\n") + original[len(original.rstrip("\r\n")):])
+        out.append(indent + after.rstrip("\r\n") + original[len(original.rstrip("\r\n")):])
         count += 1
     return "".join(out), count, []
 

@@ -15,6 +15,13 @@ and restored, byte for byte, afterwards. Cell magics whose body is not Python
 (``%%bash``, ``%%writefile``…) skip the cell. A cell that still does not parse is
 reported (MP000) and left out; the others are checked.
 
+As IPython does first, a cell whose first non-blank line is indented (`` print(1)``) is
+checked with that indent removed from every line that starts with it
+(``ipython_syntax.cleanup``). Findings point into the cell as written: their columns on those
+lines are shifted back by the indent. A fixed cell is written back with its indent: lines a
+fix did not touch keep their text byte for byte, new lines get the indent; if the result
+would not clean up to the fixed code, nothing is written.
+
 Notebooks are read with the ``json`` module (nbformat is not needed: pre-commit
 hook environments do not have it). They are written back in the JSON layout the
 file already has (indent, key order, ASCII escapes; Jupyter's own is one-space
@@ -51,6 +58,9 @@ class _Cell:
     masked: str  # Python text with IPython lines masked, ending in "\n"
     originals: dict[int, str]  # placeholder id → original line (with its newline)
     trailing_newline: bool  # whether the cell's source ended with "\n"
+    source: str = ""  # the cell's source as written
+    indent: str = ""  # IPython's leading indent, removed from the lines in ``dedented``
+    dedented: frozenset[int] = frozenset()  # 0-based lines that lost ``indent`` in ``masked``
 
     @property
     def number(self) -> int:
@@ -58,21 +68,26 @@ class _Cell:
 
 
 def mask(source: str, counter: list[int]) -> tuple[str, dict[int, str]] | None:
-    """(masked text, originals) for one cell's source; None when the cell is not Python."""
-    lines = source.splitlines(keepends=True)
-    if lines:
-        cell_magic = _CELL_MAGIC.match(lines[0])
-        if cell_magic is not None and cell_magic.group(1) not in PYTHON_CELL_MAGICS:
-            return None  # %%bash, %%writefile, %%html…: the body is not Python
+    """(masked text, originals) for one cell's source; None when the cell is not Python.
+
+    The text is the cell after IPython's cleanup (``dedent``): line for line, with the leading
+    indent removed. ``originals`` hold the lines as they are in that text.
+    """
+    lines, _, _ = ipython_syntax.dedent(source.splitlines(keepends=True))
+    skipped, _, _ = ipython_syntax.cleanup(lines)
+    first_line = lines[skipped] if skipped < len(lines) else ""
+    cell_magic = _CELL_MAGIC.match(first_line)
+    if cell_magic is not None and cell_magic.group(1) not in PYTHON_CELL_MAGICS:
+        return None  # %%bash, %%writefile, %%html…: the body is not Python
     originals: dict[int, str] = {}
     out = list(lines)
     masked_lines: dict[int, str] = {}  # physical line -> the indentation of its construct
-    if lines and _CELL_MAGIC.match(lines[0]):
-        masked_lines[0] = ""  # %%time, %%capture…: only the magic line is IPython's
-        body = ["\n"] + lines[1:]  # keeps line numbers; the magic line itself is not Python
+    if cell_magic is not None:
+        masked_lines[skipped] = ""  # %%time, %%capture…: only the magic line is IPython's
+        body = ["\n"] + lines[skipped + 1:]  # keeps line numbers; the magic line itself is not Python
     else:
-        body = lines
-    for first, last in ipython_syntax.spans(body):
+        body = lines[skipped:]  # IPython drops the leading blank lines before its transforms
+    for first, last in ((skipped + a, skipped + b) for a, b in ipython_syntax.spans(body)):
         indent = lines[first][: len(lines[first]) - len(lines[first].lstrip(" \t"))]
         for number in range(first, last + 1):
             masked_lines[number] = indent
@@ -87,6 +102,52 @@ def mask(source: str, counter: list[int]) -> tuple[str, dict[int, str]] | None:
     if text and not text.endswith("\n"):
         text += "\n"
     return text, originals
+
+
+def shift(cell: _Cell, dedented: frozenset[int], position: Position) -> Position:
+    """A position in the cleaned-up cell, in the cell as written: columns move by the indent."""
+    if position.line - 1 in dedented:
+        return Position(position.line, position.column + len(cell.indent))
+    return position
+
+
+def reindent(cell: _Cell, fixed: str) -> tuple[str, frozenset[int]] | None:
+    """The fixed (cleaned-up) cell text with the cell's indent back, and the lines that carry it.
+
+    Lines the fix did not touch keep their original text; new non-blank lines get the indent.
+    None when IPython's cleanup of the result would not give ``fixed`` back.
+    """
+    if not cell.indent:
+        return fixed, frozenset()
+    import difflib
+
+    def ended(lines: list[str]) -> list[str]:
+        if lines and not lines[-1].endswith(("\n", "\r")):
+            lines[-1] += "\n"
+        return lines
+
+    original = ended(cell.source.splitlines(keepends=True))
+    cleaned = ended(ipython_syntax.dedent(list(original))[0])
+    new = ended(fixed.splitlines(keepends=True))
+    out: list[str] = []
+    indented: set[int] = set()
+    matcher = difflib.SequenceMatcher(None, cleaned, new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            for i in range(i1, i2):
+                if i in cell.dedented:
+                    indented.add(len(out))
+                out.append(original[i])
+        else:
+            for line in new[j1:j2]:
+                if line.strip():
+                    indented.add(len(out))
+                    out.append(cell.indent + line)
+                else:
+                    out.append(line)
+    if ended(ipython_syntax.dedent(list(out))[0]) != new:
+        return None
+    return "".join(out), frozenset(indented)
 
 
 def unmask(text: str, originals: dict[int, str]) -> str | None:
@@ -170,18 +231,21 @@ class _Combined:
         return "".join(f"# %% cell {number}\n{body}" for number, body in cells.items())
 
 
-def _map_position(combined: _Combined, markers, position: Position) -> tuple[int, Position]:
+def _map_position(combined: _Combined, markers, position: Position, dedented=None) -> tuple[int, Position]:
+    """(cell, position in the cell as written); ``dedented``: cell → its indented lines (default: as read)."""
     cell, line = combined.locate(markers, position.line)
-    return cell, Position(line, position.column)
+    known = combined.by_number[cell]
+    lines = known.dedented if dedented is None else dedented.get(cell, frozenset())
+    return cell, shift(known, lines, Position(line, position.column))
 
 
-def _map_finding(combined: _Combined, markers, finding: Finding) -> Finding:
-    cell, start = _map_position(combined, markers, finding.start)
-    _, end = _map_position(combined, markers, finding.end)
+def _map_finding(combined: _Combined, markers, finding: Finding, dedented=None) -> Finding:
+    cell, start = _map_position(combined, markers, finding.start, dedented)
+    _, end = _map_position(combined, markers, finding.end, dedented)
     edits = []
     for edit in finding.edits:
-        _, s = _map_position(combined, markers, edit.start)
-        _, e = _map_position(combined, markers, edit.end)
+        _, s = _map_position(combined, markers, edit.start, dedented)
+        _, e = _map_position(combined, markers, edit.end, dedented)
         edits.append(Edit(s, e, edit.content))
     return replace(finding, start=start, end=end, cell=cell, edits=edits)
 
@@ -264,10 +328,14 @@ def process_notebook(path: Path, source, job, ignored: tuple[str, ...] = (), acc
             compile(masked[0], f"cell {index + 1}", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
                     dont_inherit=True)
         except SyntaxError as exc:
+            _, indent, dedented = ipython_syntax.cleanup(text.splitlines(keepends=True))
+            line, offset = exc.lineno or 1, exc.offset or 1
+            offset += len(indent) if line - 1 in dedented else 0
             result.errors.append(FileError(str(path), f"cell {index + 1}: SyntaxError: {exc.msg}; cell not checked",
-                                           exc.lineno or 1, exc.offset or 1))
+                                           line, offset))
             continue
-        cells.append(_Cell(index, masked[0], masked[1], text.endswith("\n")))
+        _, indent, dedented = ipython_syntax.cleanup(text.splitlines(keepends=True))
+        cells.append(_Cell(index, masked[0], masked[1], text.endswith("\n"), text, indent, dedented))
     if not cells:
         return result
 
@@ -300,14 +368,20 @@ def process_notebook(path: Path, source, job, ignored: tuple[str, ...] = (), acc
         result.errors.append(FileError(str(path), "fixes could not be mapped back onto the notebook's cells; "
                                                   "nothing was written"))
         return result
-    result.findings = [_map_finding(combined, fixed_markers, f) for f in lint.findings]
     sources: dict[int, str] = {}
+    indented: dict[int, frozenset[int]] = {}
     for cell in cells:
-        new = fixed_cells[cell.number]
+        back = reindent(cell, fixed_cells[cell.number])
+        if back is None:
+            result.errors.append(FileError(str(path), f"cell {cell.number}: the fixed cell could not be given its "
+                                                      "leading indent back; nothing was written"))
+            return result
+        new, indented[cell.number] = back
         if not cell.trailing_newline and new.endswith("\n"):
             new = new[:-1]
         if new != _source(raw["cells"][cell.index]):
             sources[cell.index] = new
+    result.findings = [_map_finding(combined, fixed_markers, f, indented) for f in lint.findings]
     if not sources:
         return result
     writer = _writer(source.text, raw)

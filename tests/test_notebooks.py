@@ -356,3 +356,96 @@ def test_own_rules_agree_with_ipython_on_generated_cells(seed):
         theirs = own
     assert own == theirs, cell
     assert ipython_syntax.spans(lines) == theirs  # and never raises
+    assert ipython_syntax._own_cleanup(lines) == ipython_syntax.cleanup(lines), cell
+
+
+# -- IPython's cleanup: leading blank lines and the leading indent ------------------------------
+_INDENTED = [
+    " print(1)\n",
+    "  \n\n   x = 1\n   y = 2\n",
+    "\t\tif a:\n\t\t\tb = 1\n",
+    "  if a:\n    b = 1\nc = 2\n",  # a line without the indent is left as it is
+    "  x = 1\n\n  !ls\n  y = %time f()\n",
+    "\n  \n  %%bash\n  echo hi\n",
+    "   \n",
+    "x = 1\n  \n",
+]
+
+
+@pytest.mark.parametrize("cell", _INDENTED)
+def test_own_cleanup_agrees_with_ipython(cell, monkeypatch):
+    pytest.importorskip("IPython")
+    lines = cell.splitlines(keepends=True)
+    theirs = ipython_syntax.cleanup(lines)
+    assert ipython_syntax._own_cleanup(lines) == theirs
+    monkeypatch.setitem(sys.modules, "IPython", None)
+    monkeypatch.setitem(sys.modules, "IPython.core", None)
+    assert ipython_syntax.cleanup(lines) == theirs
+
+
+@pytest.mark.parametrize("cell", [c for c in _INDENTED if "%%bash" not in c])
+def test_an_indented_cell_is_masked_as_ipython_runs_it(cell):
+    pytest.importorskip("IPython")
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    masked, originals = mask(cell, [0])
+    compile(masked, "cell", "exec")
+    rewritten = TransformerManager().transform_cell(cell).splitlines(keepends=True)
+    skipped = ipython_syntax.cleanup(cell.splitlines(keepends=True))[0]
+    ours = masked.splitlines(keepends=True)[skipped:]
+    # Line for line what IPython runs: a placeholder where it rewrote a line, its very line elsewhere.
+    assert len(ours) == len(rewritten)
+    for mine, theirs in zip(ours, rewritten):
+        if "__mpfix_ipython_" in mine:
+            assert "get_ipython()" in theirs
+        else:
+            assert mine == theirs
+
+
+def test_leading_blank_lines_before_a_cell_magic_skip_the_cell():
+    assert mask("\n  \n%%bash\necho hi\n", [0]) is None
+    assert mask("  %%bash\n  echo hi\n", [0]) is None
+
+
+def test_indented_cell_is_checked_and_fixed_with_its_indent_kept(tmp_path):
+    nb = new_notebook(cells=[
+        new_code_cell(" import tensorflow as tf"),
+        new_code_cell("\n  " + RELAX + "\n  def f(x):\n      return x\n  !echo done"),
+    ])
+    path = tmp_path / "nb.ipynb"
+    _write(path, nb)
+    result = _mpfix("check", "--format", "json", "nb.ipynb", cwd=tmp_path)
+    items = json.loads(result.output)
+    # Columns are those of the cell as written: the two-space indent counts.
+    assert [(i["cell"], i["location"]["row"], i["location"]["column"], i["code"]) for i in items] == [
+        (2, 2, 16, "MP306")]
+    assert items[0]["fix"]["edits"][0]["location"] == {"row": 2, "column": 16}
+    assert "MP000" not in _mpfix("check", "nb.ipynb", cwd=tmp_path).output
+    applied = _mpfix("apply", "nb.ipynb", cwd=tmp_path)
+    assert applied.exit_code == 0, applied.output
+    sources = ["".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]]
+    assert sources == [" import tensorflow as tf",
+                       "\n  @tf.function(reduce_retracing=True)\n  def f(x):\n      return x\n  !echo done"]
+    assert _mpfix("check", "nb.ipynb", cwd=tmp_path).exit_code == 0
+
+
+def test_a_fix_that_adds_lines_to_an_indented_cell_indents_them():
+    from mpfix.notebooks import reindent
+
+    source = "  x = 1\n  y = 2"
+    masked, originals = mask(source, [0])
+    cell = _Cell(0, masked, originals, False, source, *ipython_syntax.cleanup(source.splitlines(keepends=True))[1:])
+    text, indented = reindent(cell, "import a\nx = 1\n\ny = 3\n")
+    assert text == "  import a\n  x = 1\n\n  y = 3\n"
+    assert indented == {0, 1, 3}
+    assert ipython_syntax.dedent(text.splitlines(keepends=True))[0] == ["import a\n", "x = 1\n", "\n", "y = 3\n"]
+
+
+def test_add_noqa_in_an_indented_cell_keeps_the_indent(tmp_path):
+    nb = new_notebook(cells=[new_code_cell(" import tensorflow as tf\n tf.config.experimental_run_functions_eagerly(True)")])
+    path = tmp_path / "nb.ipynb"
+    _write(path, nb)
+    _mpfix("check", "--add-noqa", "nb.ipynb", cwd=tmp_path)
+    source = "".join(json.loads(path.read_text(encoding="utf-8"))["cells"][0]["source"])
+    assert source.startswith(" import tensorflow as tf\n tf.config.experimental_run_functions_eagerly(True)  # noqa: MP307")
+    assert _mpfix("check", "nb.ipynb", cwd=tmp_path).exit_code == 0
