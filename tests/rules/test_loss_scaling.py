@@ -732,3 +732,74 @@ def test_keras2_unguardable_gradient_is_reported_without_a_fix():
     (finding,) = lint(code, 2, fix=False).findings
     assert finding.code == "MP102" and finding.fix is None
     assert "a plain Keras 2 optimizer has no `get_scaled_loss`" in finding.message
+
+
+K2_GUARD_RUN = '''
+import json
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+assert tf.keras.__name__.startswith("tf_keras"), tf.keras.__name__  # really Keras 2
+namespace = {}
+exec(compile(sys.argv[1], "fixed.py", "exec"), namespace)
+Base = namespace["ContrastiveModel"]
+
+
+class Net(Base):
+    def __init__(self):
+        super().__init__()
+        self.dense = tf.keras.layers.Dense(1)
+
+    def call(self, x):
+        return self.dense(x)
+
+
+x = np.ones((16, 4), "float32")
+y = np.ones((16, 1), "float32")
+out = {}
+for policy in ("float32", "mixed_float16"):
+    tf.keras.mixed_precision.set_global_policy(policy)
+    model = Net()
+    model.compile(optimizer="sgd", loss="mse")
+    try:
+        history = model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+        lso = isinstance(model.optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
+        out[policy] = ["LSO" if lso else type(model.optimizer).__name__, float(history.history["loss"][-1])]
+    except AttributeError as error:
+        out[policy] = ["AttributeError", str(error)[:80]]
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.keras2
+def test_keras2_guarded_fix_runs_with_a_plain_and_a_loss_scale_optimizer():
+    import json
+    import math
+    import os
+    import subprocess
+    import sys
+
+    source = FIXTURES.joinpath("library_train_step.k2.in.py").read_text()
+    fixed = lint(source, 2).fixed_text
+    # The unguarded form MP102 wrote before: what the library's own float32 runs would hit.
+    guard = "isinstance(self.optimizer, tf.keras.mixed_precision.LossScaleOptimizer)"
+    unguarded = (fixed.replace(f" if {guard} else loss", "")
+                 .replace(f"        if {guard}:\n            gradients =", "        gradients ="))
+    assert "isinstance" not in unguarded
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    results = []
+    for text in (fixed, unguarded):
+        proc = subprocess.run([sys.executable, "-c", K2_GUARD_RUN, text], capture_output=True, text=True,
+                              env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    guarded_run, unguarded_run = results
+    assert guarded_run["float32"][0] == "SGD", guarded_run
+    # compile wraps under mixed_float16 (as a LossScaleOptimizerV3, which the public class's isinstance accepts).
+    assert guarded_run["mixed_float16"][0] == "LSO", guarded_run
+    assert all(math.isfinite(v[1]) for v in guarded_run.values()), guarded_run
+    assert unguarded_run["float32"][0] == "AttributeError", unguarded_run
+    assert unguarded_run["mixed_float16"][0] == "LSO", unguarded_run
