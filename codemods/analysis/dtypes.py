@@ -1346,7 +1346,8 @@ class DtypeAnalysis:
                 left_pos, right_pos = self.nonnegative(node.left, region, depth + 1), self.nonnegative(node.right, region, depth + 1)
                 return (left_neg and right_pos) or (left_pos and right_neg)
             if isinstance(op, cst.Subtract):
-                return self.nonpositive(node.left, region, depth + 1) and self.nonnegative(node.right, region, depth + 1)
+                return self._minus_own_max(node, region) or (
+                    self.nonpositive(node.left, region, depth + 1) and self.nonnegative(node.right, region, depth + 1))
             if isinstance(op, cst.Add):
                 return self.nonpositive(node.left, region, depth + 1) and self.nonpositive(node.right, region, depth + 1)
         if isinstance(node, cst.Name):
@@ -1365,6 +1366,38 @@ class DtypeAnalysis:
             if short == "log":
                 return self._at_most_one(inner, region)
         return False
+
+    def _minus_own_max(self, node: cst.BinaryOperation, region: Region) -> bool:
+        """``x - reduce_max(x, ...)`` (also ``ops.max``/``amax``, through ``stop_gradient`` and a name
+        assigned once): the stable softmax/logsumexp shift, ≤ 0. ``x`` must be the same expression,
+        and a name ``x`` must not be reassigned (its value could differ from the one maximised)."""
+        code = self.module.code_for_node
+        right, hops = node.right, 0
+        while hops < 4:
+            hops += 1
+            if isinstance(right, cst.Name):
+                values = region.assigned.get(right.value, [])
+                if len(values) != 1:
+                    return False
+                right = values[0]
+            elif isinstance(right, cst.Call) and (ops_table.op_name(self.resolve(right.func)) or "").split(".")[-1] \
+                    == "stop_gradient" and first_arg(right) is not None:
+                right = first_arg(right)
+            else:
+                break
+        if not isinstance(right, cst.Call) or \
+                (ops_table.op_name(self.resolve(right.func)) or "").split(".")[-1] not in ("reduce_max", "max", "amax"):
+            return False
+        maximised = first_arg(right)
+        if maximised is None or code(maximised).strip() != code(node.left).strip():
+            return False
+        stack, names = [node.left], set()
+        while stack:
+            current = stack.pop()
+            if isinstance(current, cst.Name):
+                names.add(current.value)
+            stack.extend(children(current))
+        return all(len(region.assigned.get(name, [])) <= 1 for name in names)
 
     def _at_most_one(self, node: cst.BaseExpression, region: Region) -> bool:
         """``node`` ≤ 1: a probability (sigmoid, softmax) or a clip whose upper bound is at most 1."""

@@ -935,3 +935,45 @@ def test_mp203_non_euclidean_norms_do_not_square(expr):
 def test_mp203_euclidean_norms_still_reported(expr):
     result = lint(_NORM_LAYER.format(expr=expr), fix=False)
     assert codes(result) == ["MP203"]
+
+
+# -- MP204: x - reduce_max(x) is ≤ 0 (the stable softmax / logsumexp shift) --------------------
+_EXP_LAYER = """
+    import tensorflow as tf
+    import keras
+    from keras import ops
+
+    class Soft(tf.keras.layers.Layer):
+        def call(self, d):
+            {body}
+"""
+
+
+@pytest.mark.parametrize("body", [
+    "m = tf.stop_gradient(tf.reduce_max(d, 1, keepdims=True))\n            return tf.math.exp(d - m)",
+    "m = tf.math.reduce_max(d, axis=-1, keepdims=True)\n            return tf.exp(d - m)",
+    "m = keras.ops.max(d, axis=-1, keepdims=True)\n            return keras.ops.exp(d - m)",
+    "m = ops.amax(d, axis=-1, keepdims=True)\n            return ops.exp(d - m)",
+    "s = d * 2.0\n            m = tf.stop_gradient(tf.reduce_max(s, 1, keepdims=True))\n            return tf.exp(s - m)",
+    "e = tf.exp(d - tf.stop_gradient(tf.reduce_max(d, -1, keepdims=True)))\n            return e / tf.reduce_sum(e, -1)",
+    "m = tf.stop_gradient(tf.reduce_max(d, 1, keepdims=True))\n"
+    "            e = tf.exp(d - m)\n            return e / tf.reduce_sum(e, 1, keepdims=True)",
+])
+def test_mp204_minus_own_max_is_bounded(body):
+    result = lint(_EXP_LAYER.format(body=body), fix=False)
+    assert "MP204" not in codes(result)
+
+
+@pytest.mark.parametrize("body", [
+    # The maximum of another tensor bounds nothing.
+    "m = tf.reduce_max(d * 0.5, 1, keepdims=True)\n            return tf.exp(d - m)",
+    "m = tf.reduce_min(d, 1, keepdims=True)\n            return tf.exp(d - m)",
+    # `m` has two values: which one reaches exp is not known.
+    "m = tf.reduce_max(d, 1, keepdims=True)\n            m = m * 0.5\n            return tf.exp(d - m)",
+    # `s` is reassigned after its maximum was taken.
+    "s = d * 2.0\n            m = tf.reduce_max(s, 1, keepdims=True)\n            s = s * 10.0\n"
+    "            return tf.exp(s - m)",
+])
+def test_mp204_other_shifts_are_still_reported(body):
+    result = lint(_EXP_LAYER.format(body=body), fix=False)
+    assert "MP204" in codes(result)
