@@ -602,8 +602,8 @@ def _project_root(folder: Path, cwd: str) -> Path | None:
     return None if root is None else Path(root)
 
 
-@functools.lru_cache(maxsize=256)
-def _target_for_folder(folder: Path, cwd: str) -> Target | None:
+def _folders_up(folder: Path, cwd: str) -> tuple[Path, list[Path]]:
+    """(the project root, or ``folder`` when there is none; ``folder`` and its parents up to that root)."""
     root = _project_root(folder, cwd)
     chain = [folder]
     if root is not None and root != folder:
@@ -611,8 +611,14 @@ def _target_for_folder(folder: Path, cwd: str) -> Target | None:
             chain.append(parent)
             if parent == root:
                 break
+    return root or folder, chain
+
+
+@functools.lru_cache(maxsize=256)
+def _target_for_folder(folder: Path, cwd: str) -> Target | None:
+    root, chain = _folders_up(folder, cwd)
     for current in chain:
-        found = _decided_in(current, root or folder)
+        found = _decided_in(current, root)
         if found is not None:
             return found
     return None
@@ -633,15 +639,9 @@ def _decided_in(folder: Path, root: Path) -> Target | None:
 
 @functools.lru_cache(maxsize=256)
 def _tf_max_for_folder(folder: Path, cwd: str) -> tuple[tuple[int, int], str] | None:
-    root = _project_root(folder, cwd)
-    chain = [folder]
-    if root is not None and root != folder:
-        for parent in folder.parents:
-            chain.append(parent)
-            if parent == root:
-                break
+    root, chain = _folders_up(folder, cwd)
     for current in chain:
-        evidence = _evidence(current, root or folder)
+        evidence = _evidence(current, root)
         if evidence.tf_specs or evidence.image_tf:
             return newest_tf(evidence)
     return None
