@@ -56,6 +56,7 @@ def cleanup(lines: list[str]) -> tuple[int, str, frozenset[int]]:
     """(leading blank lines, indent, dedented lines) that IPython's cleanup transforms remove from ``lines``.
 
     ``lines`` keep their line endings. The dedented lines are 0-based indices into ``lines``.
+    Without IPython, the rules of current IPython (9: ``textwrap.dedent`` of the cell) apply.
     """
     lines = list(lines)
     if lines and not lines[-1].endswith(("\n", "\r")):
@@ -65,7 +66,7 @@ def cleanup(lines: list[str]) -> tuple[int, str, frozenset[int]]:
         rest = ipython.leading_empty_lines(lines)
         after = ipython.leading_indent(rest)
     except Exception:  # not installed, or broken: the same rules, reimplemented
-        return _own_cleanup(lines)
+        return _own_cleanup(lines, "common")
     skipped = len(lines) - len(rest)
     if not rest or len(after) != len(rest):
         return skipped, "", frozenset()
@@ -73,14 +74,48 @@ def cleanup(lines: list[str]) -> tuple[int, str, frozenset[int]]:
     return skipped, indent, frozenset(skipped + i for i, (a, b) in enumerate(zip(rest, after)) if a != b)
 
 
-def _own_cleanup(lines: list[str]) -> tuple[int, str, frozenset[int]]:
+def ipython_cleanup_style() -> str | None:
+    """How the installed IPython removes a cell's indent, or None without IPython.
+
+    ``"first_line"`` (IPython 8): the first line's indent, from the lines that start with it;
+    ``"common"`` (IPython 9): ``textwrap.dedent``, the indent all lines share (whitespace-only lines
+    become empty).
+    """
+    try:
+        from IPython.core.inputtransformer2 import leading_indent
+    except Exception:
+        return None
+    return "first_line" if leading_indent(["  a\n", "b\n"])[0] == "a\n" else "common"
+
+
+_WHITESPACE_ONLY = re.compile(r"^[ \t]+$")
+
+
+def _own_cleanup(lines: list[str], style: str = "common") -> tuple[int, str, frozenset[int]]:
     skipped = next((i for i, line in enumerate(lines) if line and not line.isspace()), 0)
     rest = lines[skipped:]
-    match = _INDENT.match(rest[0]) if rest else None
-    if match is None:
-        return skipped, "", frozenset()
-    indent = match.group(0)
-    return skipped, indent, frozenset(skipped + i for i, line in enumerate(rest) if line.startswith(indent))
+    if style == "first_line":
+        match = _INDENT.match(rest[0]) if rest else None
+        if match is None:
+            return skipped, "", frozenset()
+        indent = match.group(0)
+        return skipped, indent, frozenset(skipped + i for i, line in enumerate(rest) if line.startswith(indent))
+    # textwrap.dedent: whitespace-only lines are emptied, then the margin every other line shares goes.
+    margins = [_INDENT.match(line) for line in rest if line.strip()]
+    indent = ""
+    if not margins and rest:  # nothing but blank lines: IPython reports the first one's whitespace
+        first = _INDENT.match(rest[0])
+        indent = first.group(0) if first else ""
+    elif margins and all(margins):
+        indent = margins[0].group(0)
+        for match in margins[1:]:
+            other = match.group(0)
+            while not other.startswith(indent):
+                indent = indent[:-1]
+    changed = frozenset(
+        skipped + i for i, line in enumerate(rest)
+        if (line.strip() and indent) or _WHITESPACE_ONLY.match(line.rstrip("\r\n")))
+    return skipped, indent, changed
 
 
 def dedent(lines: list[str]) -> tuple[list[str], str, frozenset[int]]:
