@@ -185,6 +185,14 @@ class Recorder:
         self._layer_refs: list = []
         self._origins: dict[int, dict] = {}
         self.extra_roots: tuple[str, ...] = ()
+        # Per-op float16 evidence of traced steps (_evidence.py); not under --locate,
+        # whose eager re-run traces nothing.
+        self.evidence = None
+        if not locate:
+            from mpfix.verify import _evidence
+
+            if _evidence.enabled():
+                self.evidence = _evidence.Evidence(self)
 
     def guarded(self, where: str, fn, *args):
         """A failing measurement must not break the user's step: report it once."""
@@ -287,7 +295,9 @@ class Recorder:
         frame = sys._getframe(2)
         while frame is not None:
             filename = frame.f_code.co_filename
-            if filename.startswith(roots) and not filename.startswith(_HERE) and "site-packages" not in filename:
+            # A project layer's own __init__ (super().__init__) is not where it was built.
+            if (filename.startswith(roots) and not filename.startswith(_HERE) and "site-packages" not in filename
+                    and frame.f_locals.get("self") is not layer):
                 self._origins[id(layer)] = {"file": filename, "line": frame.f_lineno}
                 return
             frame = frame.f_back
@@ -352,8 +362,10 @@ class Recorder:
         self._local.in_layer_hook = True
         try:
             index = self.layer_index(layer)
-            peaks = [tf.reduce_max(tf.abs(t)) for t in halves]
-            peak = peaks[0] if len(peaks) == 1 else tf.reduce_max(tf.stack(peaks))
+            # The scope keeps these ops out of the per-op evidence (_evidence.py).
+            with tf.name_scope("mpfix"):
+                peaks = [tf.reduce_max(tf.abs(t)) for t in halves]
+                peak = peaks[0] if len(peaks) == 1 else tf.reduce_max(tf.stack(peaks))
         finally:
             self._local.in_layer_hook = False
         pending = getattr(self._local, "activations", None)
@@ -413,6 +425,8 @@ class Recorder:
                 state = self.channel.poll()
                 if state is not None:
                     self._take(state, force)
+            if force and self.evidence is not None:
+                self.guarded("evidence-emit", self.evidence.emit)
         if may_stop and self.stop_reason is not None and threading.current_thread() is threading.main_thread():
             raise StopVerify(self.stop_reason)
 
@@ -537,6 +551,8 @@ def install_core(rec: Recorder) -> None:
         def gradient(self, target, *args, **kwargs):
             loss = None
             if rec._depth() == 0:
+                if rec.evidence is not None and _replica_id() == 0:
+                    rec.guarded("evidence", rec.evidence.on_gradient)
                 loss = rec.guarded("gradient", rec.on_gradient, target)
             dynamic = rec.locate and any(rec.is_dynamic_scaled(t) for t in _flat_tensors(target))
             with _NumericsPause(dynamic):

@@ -251,7 +251,11 @@ def _wrap_layers(rec: Recorder, layer_cls, model_cls) -> None:
 
     def make_call(original):
         def __call__(self, *args, **kwargs):
+            evidence = rec.evidence if rec._depth() == 0 else None
+            begun = rec.guarded("layer-call", evidence.layer_call_begin) if evidence is not None else None
             outputs = original(self, *args, **kwargs)
+            if begun is not None:
+                rec.guarded("layer-call", evidence.layer_call_end, begun, self)
             if rec._depth() == 0 and getattr(self, "compute_dtype", None) == "float16":
                 rec.guarded("layer", rec.on_layer_output, self, outputs)
                 if isinstance(self, model_cls):

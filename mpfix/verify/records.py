@@ -73,6 +73,11 @@ class RunResult:
     stderr_tail: str = ""
     # Layers measured for headroom, by index: name, class, file, line, code, output_of.
     layers: dict = field(default_factory=dict)
+    # Per-op float16 evidence of traced steps (child: _evidence.py): "op" events (type,
+    # name, file, line, function, code, layer, peak, peak_step, first_bad, born, trace,
+    # order) and "f16-const" events (a constant that became inf or 0 in float16).
+    ops: list = field(default_factory=list)
+    constants: list = field(default_factory=list)
 
     @property
     def finite_losses(self) -> list[float]:
@@ -148,6 +153,8 @@ class RunResult:
             "numerics": self.numerics,
             "hook_errors": self.errors,
             "layers": {str(k): v for k, v in sorted(self.layers.items())},
+            "ops": self.ops,
+            "constants": self.constants,
             "steps": [s.to_json() for s in self.steps],
         }
 
@@ -199,6 +206,10 @@ def parse_run(mode: str, events: list[dict]) -> RunResult:
             run.end = event
         elif kind == "crash":
             run.crash = event
+        elif kind == "op":
+            run.ops.append({k: v for k, v in event.items() if k != "event"})
+        elif kind == "f16-const":
+            run.constants.append({k: v for k, v in event.items() if k != "event"})
         elif kind == "numerics":
             run.numerics = event
         elif kind in ("hook-error", "error"):

@@ -27,11 +27,18 @@ def report_dict(report) -> dict:
         "verdict": report.verdict.to_json(),
         "location": report.location.to_json() if report.location else None,
         "escalation": report.escalation,
+        "findings": [f.to_json() for f in _runtime(report)],
         "runs": {
             "mixed": report.mixed.to_json(),
             "float32": report.baseline.to_json() if report.baseline else None,
         },
     }
+
+
+def _runtime(report) -> list:
+    from mpfix.verify.report_text import runtime_findings
+
+    return runtime_findings(report)
 
 
 def clean(value):

@@ -7,6 +7,16 @@ import math
 from mpfix.verify.records import RunResult
 
 MAX_TRAJECTORY = 8
+MAX_FINDINGS = 6
+
+
+def runtime_findings(report) -> list:
+    from mpfix.verify.evidence import for_report
+
+    try:
+        return for_report(report)
+    except Exception:  # evidence must never hide the verdict
+        return []
 
 
 def _fmt(x) -> str:
@@ -102,6 +112,12 @@ def render(report, title: str | None = None) -> str:
     if tail:
         out.append("  last lines of the script's stderr:")
         out.extend(f"    | {line[:200]}" for line in tail)
+    found = runtime_findings(report)
+    if found:
+        out.append("  runtime findings (float16 ops of the traced step):")
+        out.extend(f"    {f.text(report.script.parent)}" for f in found[:MAX_FINDINGS])
+        if len(found) > MAX_FINDINGS:
+            out.append(f"    ... {len(found) - MAX_FINDINGS} more in --json")
     if report.location is not None:
         loc = report.location
         text = f"  first NaN/Inf: {loc.where}"
