@@ -81,14 +81,18 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
         click.echo("mpfix: warning: no Python files found (.py, .ipynb) under "
                    + ", ".join(display_path(str(p)) for p in paths), err=True)
     stale_table, cache_dir = False, None
-    if accept is None and not verbose and fmt in ("text", "full", "json", "github"):
+    if accept is None and not verbose and fmt in ("text", "full", "json", "json-run", "github"):
         cache_dir = None if no_cache or not files else _cache_dir(files)
         untriggered, stale_table = _untriggered(files, settings, cache_dir)
         if untriggered:
             # No selected rule's trigger occurs in any file: nothing would be parsed, so the rules (and
             # LibCST, most of such a run's cost) are not even imported (mpfix.trigger_table).
+            from mpfix.unchecked import from_triggers
+
             return [], Report(findings=[], errors=errors, unsafe_fixes=settings.unsafe_fixes, texts={},
-                              files_checked=len(files))
+                              files_checked=len(files),
+                              unchecked=from_triggers(files, settings.select, settings.ignore, settings.extend_select,
+                                                      settings.max_file_bytes, settings.policy, cache_dir))
     from mpfix import selection
     from mpfix.engine import Options
     from mpfix.runner import Job, Mode, process_all
@@ -109,7 +113,7 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
         options=Options(keras=settings.keras, policy=settings.policy, unsafe_fixes=settings.unsafe_fixes,
                         loss_scale=loss_scale),
         mode=Mode(mode_name),
-        want_edits=fmt in ("json", "full"),
+        want_edits=fmt in ("json", "json-run", "full"),
         max_file_bytes=settings.max_file_bytes,
     )
     from mpfix.runner import is_terminal
@@ -125,8 +129,10 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
         errors.extend(r.errors)
     findings = [f for r in results for f in r.findings]
     texts = {str(r.path): r.original for r in results if r.original is not None}
+    from mpfix.unchecked import collect
+
     report = Report(findings=findings, errors=errors, unsafe_fixes=settings.unsafe_fixes,
-                    texts=texts, files_checked=len(files))
+                    texts=texts, files_checked=len(files), unchecked=collect(results))
     if verbose or fmt == "sarif":
         from mpfix.target import describe, targets_of
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from mpfix import unchecked
 from mpfix.engine import Engine, Options
 from mpfix.findings import FileError, Finding
 from mpfix.source import SourceError, decode
@@ -44,6 +45,7 @@ class FileResult:
     cached: bool = False  # known clean from the cache: not parsed this run
     clean_keys: tuple[bytes, ...] = ()  # cache keys this run proved clean (old and written content)
     findings_key: bytes | None = None  # check mode: cache key under which these findings may be stored
+    float16_unchecked: bool = False  # a float16 rule triggers but was skipped: no mixed policy reaches the file
 
     @property
     def clean(self) -> bool:
@@ -141,6 +143,7 @@ def process_file(path: Path, job: Job, ignored: tuple[str, ...] = (), accept=Non
         from mpfix import notebooks
 
         result = notebooks.process_notebook(path, source, job, ignored, accept)
+        result.float16_unchecked = unchecked.skipped(engine_for(job), source.text, path, ignored)
         if key is not None and result.clean and result.fixed is None and not result.written:
             result.clean_keys = (key,)
         return result
@@ -156,6 +159,7 @@ def process_file(path: Path, job: Job, ignored: tuple[str, ...] = (), accept=Non
                                                   "nothing was written; please report it"))
         return result
     result.findings = lint.findings
+    result.float16_unchecked = unchecked.skipped(engine, source.text, path, ignored)
     result.errors = lint.errors
     result.applied = lint.applied
     if job.want_edits and lint.findings:
@@ -403,20 +407,22 @@ def _lookup(paths, job, ignored_for, store, results, bar) -> list[int]:
             todo.append(i)  # process_file reports it
             continue
         clean, findings = False, None
-        for key in store.keyer.lookup_keys(path, data, ignored_for.get(path, ())):
+        for n, key in enumerate(store.keyer.lookup_keys(path, data, ignored_for.get(path, ()))):
             clean = store.hit(key)
             if not clean and job.mode is Mode.CHECK:
                 findings = store.cached_findings(key, job.want_edits, str(path))
             if clean or findings is not None:
                 break
         if clean:
-            results[i] = FileResult(path=path, cached=True)
+            # Stored under the second key (its project's policy): a float16 trigger matched.
+            results[i] = FileResult(path=path, cached=True, float16_unchecked=n == 1 and unchecked.reach_is_none(path))
             bar.update()
             continue
         if findings is None:
             todo.append(i)
             continue
-        result = results[i] = FileResult(path=path, findings=findings, cached=True)
+        result = results[i] = FileResult(path=path, findings=findings, cached=True,
+                                         float16_unchecked=n == 1 and unchecked.reach_is_none(path))
         if job.want_edits:
             try:
                 result.original = decode(data).text  # for --format full excerpts

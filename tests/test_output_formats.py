@@ -99,3 +99,59 @@ def test_full_format_shows_excerpt_and_fix_diff(project: Path):
     assert "^" * len("experimental_relax_shapes=True") in output
     assert "= fix (safe): Rename `experimental_relax_shapes` to `reduce_retracing`" in output
     assert "+@tf.function(reduce_retracing=True)" in output
+
+
+NOTEBOOK_CELLS = [
+    {"cell_type": "markdown", "metadata": {}, "source": ["# Title\n", "text"]},
+    {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+     "source": DEPRECATED.splitlines(keepends=True)[:6]},
+    # One string holding every line, with escapes before the finding: columns follow the JSON text.
+    {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+     "source": "x = 'é\\t'\ntf.config.experimental_run_functions_eagerly(True)\n"},
+]
+
+
+def _notebook(project: Path) -> tuple[Path, list[str]]:
+    path = project / "demo.ipynb"
+    path.write_text(json.dumps({"cells": NOTEBOOK_CELLS, "metadata": {}, "nbformat": 4, "nbformat_minor": 5},
+                               indent=1))
+    return path, path.read_text().splitlines()
+
+
+def _at(lines: list[str], line: int, column: int) -> str:
+    return lines[line - 1][column - 1:]
+
+
+def test_sarif_points_notebook_findings_at_the_line_of_the_ipynb_file(project: Path):
+    _, lines = _notebook(project)
+    sarif = json.loads(mpfix("check", "--format", "sarif", "demo.ipynb").output)
+    schema = _sarif_schema()
+    assert list(jsonschema.validators.validator_for(schema)(schema).iter_errors(sarif)) == []
+    by_code = {r["ruleId"]: r for r in sarif["runs"][0]["results"]}
+    mp306 = by_code["MP306"]
+    region = mp306["locations"][0]["physicalLocation"]["region"]
+    assert _at(lines, region["startLine"], region["startColumn"]).startswith("experimental_relax_shapes=True)")
+    assert mp306["properties"]["cellLocation"] == "cell 2:4:14"  # the line within the cell, as text shows it
+    region = by_code["MP307"]["locations"][0]["physicalLocation"]["region"]
+    assert _at(lines, region["startLine"], region["startColumn"]).startswith("tf.config.experimental_run")
+    assert region["endColumn"] - region["startColumn"] == len("tf.config.experimental_run_functions_eagerly")
+
+
+def test_github_annotations_for_notebooks_use_the_file_line_and_name_the_cell(project: Path):
+    _, lines = _notebook(project)
+    output = mpfix("check", "--format", "github", "demo.ipynb").output.splitlines()
+    first = next(line for line in output if "MP306" in line)
+    fields = dict(item.split("=") for item in first.split("::")[1].split(" ", 1)[1].split(","))
+    assert _at(lines, int(fields["line"]), int(fields["col"])).startswith("experimental_relax_shapes")
+    assert first.endswith("::demo.ipynb:cell 2:4:14: MP306 `tf.function(experimental_relax_shapes=...)` "
+                          "is deprecated; use `reduce_retracing=...`")
+
+
+def test_sarif_run_properties_with_unchecked_float16_files_validate(project: Path):
+    layer = "import tensorflow as tf\n\n\ndef mask(s, m):\n    return s + (1.0 - m) * -1e9\n"
+    (project / "layers.py").write_text(layer)
+    (project / "train.py").write_text(DEPRECATED)
+    sarif = json.loads(mpfix("check", "--format", "sarif", ".").output)
+    schema = _sarif_schema()
+    assert list(jsonschema.validators.validator_for(schema)(schema).iter_errors(sarif)) == []
+    assert sarif["runs"][0]["properties"]["float16Unchecked"]["paths"] == ["layers.py"]

@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mpfix.findings import FileError, Finding
+from mpfix.output.run_notes import Unchecked
 
-FORMATS = ("text", "full", "json", "sarif", "github")
+# json: Ruff's bare list of findings; json-run: {"findings": that list, "run": run metadata}.
+FORMATS = ("text", "full", "json", "json-run", "sarif", "github")
 
 
 @dataclass
@@ -22,6 +24,7 @@ class Report:
     files_checked: int
     # filename → (Keras generation or None when unknown, why): for --verbose and SARIF's run properties
     targets: dict[str, tuple[int | None, str]] = field(default_factory=dict)
+    unchecked: Unchecked | None = None  # files the float16 rules skipped (no mixed policy reaches them)
 
 
 def display_path(filename: str) -> str:
@@ -38,10 +41,10 @@ def render(fmt: str, report: Report) -> str:
         from mpfix.output.text import render as render_text
 
         return render_text(report, full=fmt == "full")
-    if fmt == "json":
+    if fmt in ("json", "json-run"):
         from mpfix.output.json_format import render as render_json
 
-        return render_json(report)
+        return render_json(report, envelope=fmt == "json-run")
     if fmt == "sarif":
         from mpfix.output.sarif import render as render_sarif
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from mpfix.output import Report, display_path
+from mpfix.output import Report, display_path, location_label
+from mpfix.output.notebook_lines import Placer
 
 
 def _escape_data(text: str) -> str:
@@ -21,11 +22,19 @@ def render(report: Report) -> str:
             f"::error title={_escape_property(f'mpfix ({e.code})')},file={_escape_property(path)},"
             f"line={e.line},col={e.column}::{_escape_data(f'{path}:{e.line}:{e.column}: {e.code} {e.message}')}"
         )
+    placer = Placer()
     for f in report.findings:
         path = display_path(f.filename)
+        # A notebook's annotation goes on the line of the .ipynb file; its text names the cell's line.
+        start, end = placer.span(f.filename, f.cell, f.start, f.end)
+        label = location_label(f.filename, f.start.line, f.start.column, f.cell)
         lines.append(
             f"::error title={_escape_property(f'mpfix ({f.code})')},file={_escape_property(path)},"
-            f"line={f.start.line},col={f.start.column},endLine={f.end.line},endColumn={f.end.column}"
-            f"::{_escape_data(f'{path}:{f.start.line}:{f.start.column}: {f.code} {f.message}')}"
+            f"line={start.line},col={start.column},endLine={end.line},endColumn={end.column}"
+            f"::{_escape_data(f'{label}: {f.code} {f.message}')}"
         )
+    if report.unchecked is not None:
+        # A notice, not an error: the run's outcome and exit code do not change.
+        lines.append(f"::notice title={_escape_property('mpfix (float16 not checked)')}::"
+                     f"{_escape_data(report.unchecked.hint())}")
     return "\n".join(lines)

@@ -1,4 +1,9 @@
-"""A JSON list with Ruff's keys, so tools that read ``ruff --output-format json`` read mpfix."""
+"""A JSON list with Ruff's keys, so tools that read ``ruff --output-format json`` read mpfix.
+
+Ruff's JSON is a bare list of findings, with no room for anything about the run. ``--format
+json-run`` wraps the same list as ``{"findings": [...], "run": {...}}`` (as Pylint's ``json2``
+wraps its messages): the run metadata, such as the files the float16 rules skipped.
+"""
 
 from __future__ import annotations
 
@@ -53,6 +58,16 @@ def error_dict(error: FileError) -> dict:
     }
 
 
-def render(report: Report) -> str:
+def run_metadata(report: Report) -> dict:
+    """What the run did not check (``run`` of ``--format json-run``); keys are camelCase, as SARIF's."""
+    from mpfix import __version__
+
+    return {"tool": "mpfix", "version": __version__, "filesChecked": report.files_checked,
+            "float16Unchecked": report.unchecked.metadata(absolute) if report.unchecked is not None else None}
+
+
+def render(report: Report, envelope: bool = False) -> str:
     items = [error_dict(e) for e in report.errors] + [finding_dict(f) for f in report.findings]
+    if envelope:
+        return json.dumps({"findings": items, "run": run_metadata(report)}, indent=2)
     return json.dumps(items, indent=2)

@@ -8,6 +8,7 @@ from pathlib import Path
 from mpfix.codemods import all_rules
 from mpfix import __version__
 from mpfix.output import Report
+from mpfix.output.notebook_lines import Placer
 from mpfix.rule_docs import rule_url
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -59,15 +60,23 @@ def render(report: Report) -> str:
                 "region": _region(e.line, e.column, e.line, e.column),
             }}],
         })
+    placer = Placer()
     for f in report.findings:
-        results.append({
+        # A notebook's region is in the .ipynb file (where code scanning marks it); the cell and the
+        # line within it, as the text format shows them, go to the result's properties.
+        start, end = placer.span(f.filename, f.cell, f.start, f.end)
+        result = {
             "ruleId": f.code, "ruleIndex": index[f.code], "level": "error",
             "message": {"text": f.message},
             "locations": [{"physicalLocation": {
                 "artifactLocation": {"uri": _uri(f.filename), "uriBaseId": "%SRCROOT%"},
-                "region": _region(f.start.line, f.start.column, f.end.line, f.end.column),
+                "region": _region(start.line, start.column, end.line, end.column),
             }}],
-        })
+        }
+        if f.cell is not None:
+            result["properties"] = {"cell": f.cell, "cellLine": f.start.line, "cellColumn": f.start.column,
+                                    "cellLocation": f"cell {f.cell}:{f.start.line}:{f.start.column}"}
+        results.append(result)
     sarif = {
         "$schema": SCHEMA,
         "version": "2.1.0",
@@ -82,9 +91,13 @@ def render(report: Report) -> str:
             "results": results,
         }],
     }
+    properties = {}
     if report.targets:
         # The Keras generation each file was checked for, and why (mpfix.target.decide).
-        sarif["runs"][0]["properties"] = {"kerasTargets": [
-            {"uri": _uri(name), "keras": keras, "reason": reason}
-            for name, (keras, reason) in sorted(report.targets.items())]}
+        properties["kerasTargets"] = [{"uri": _uri(name), "keras": keras, "reason": reason}
+                                      for name, (keras, reason) in sorted(report.targets.items())]
+    if report.unchecked is not None:
+        properties["float16Unchecked"] = report.unchecked.metadata(_uri)
+    if properties:
+        sarif["runs"][0]["properties"] = properties
     return json.dumps(sarif, indent=2)

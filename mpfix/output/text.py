@@ -71,6 +71,8 @@ def summary(report: Report, *, applied: int = 0, verb_fixed: bool = False) -> st
     if total == 0 and not report.errors:
         if not (verb_fixed and applied):
             lines.append("All checks passed!")
+        if report.unchecked is not None:
+            lines.append(report.unchecked.hint())
         return "\n".join(lines)
     if total:
         fixable = sum(1 for f in report.findings if f.fixable(report.unsafe_fixes))
@@ -87,4 +89,6 @@ def summary(report: Report, *, applied: int = 0, verb_fixed: bool = False) -> st
     if report.errors:
         n = len(report.errors)
         lines.append(f"{n} file{'s' if n != 1 else ''} could not be checked (MP000).")
+    if report.unchecked is not None:
+        lines.append(report.unchecked.hint())
     return "\n".join(lines)

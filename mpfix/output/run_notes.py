@@ -1,0 +1,36 @@
+"""What a run could not do, for the summary and the machine formats' run metadata.
+
+``Unchecked``: files a float16 rule triggers in but that no mixed_float16 policy reaches, so
+the float16 rules skipped them (computed by ``mpfix.unchecked``). Never a finding and never an
+exit code: a note that says how to check them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CHECK_HOW = '`policy = "mixed_float16"` in [tool.mpfix] or `--policy mixed_float16`'
+
+
+@dataclass(frozen=True)
+class Unchecked:
+    """Files the float16 rules skipped in one run (the summary's hint and the run metadata)."""
+
+    files: tuple[str, ...]
+    findings: int | None = None  # the float16 findings they would have had; None: not counted ("some")
+    library: bool = False  # no file of their projects sets mixed_float16 (a library: its users may)
+
+    def hint(self) -> str:
+        """The one summary line."""
+        n = len(self.files)
+        whose = ("nothing in the project sets mixed_float16, but a library's users may" if self.library
+                 else "no mixed_float16 policy reaches them")
+        found = "some, not counted" if self.findings is None else str(self.findings)
+        return (f"{n} file{'s were' if n != 1 else ' was'} not checked for float16 ({whose}; float16 findings "
+                f"there: {found}). Check {'them' if n != 1 else 'it'} with {CHECK_HOW}.")
+
+    def metadata(self, name=str) -> dict:
+        """Run metadata for JSON and SARIF (``float16Unchecked``); ``name`` writes each path."""
+        return {"files": len(self.files), "findings": self.findings, "library": self.library,
+                "paths": [name(f) for f in self.files], "message": self.hint(),
+                "checkWith": ['policy = "mixed_float16" in [tool.mpfix]', "--policy mixed_float16"]}
