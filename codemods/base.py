@@ -21,6 +21,7 @@ import libcst as cst
 from mpfix.codemods.names import ImportTable
 from mpfix.findings import Fix, FixSafety
 from mpfix.policy import Policy
+from mpfix.project.facts import NO_FACTS, ProjectFileFacts
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -106,6 +107,9 @@ class RuleContext:
     # The newest TensorFlow (major, minor) the project declares it runs (mpfix.declared.tf_max_for);
     # None: open or not declared. Rules whose fix needs a newer API than that leave the code alone.
     tf_max: tuple[int, int] | None = None
+    # What the rest of the project decides about this file (callers index, reach, declarations),
+    # computed once per project before the per-file run; the file's cache key holds exactly this.
+    project: ProjectFileFacts = NO_FACTS
     # Per-file analysis shared by several rules (e.g. the training-step finder), keyed by its owner.
     cache: dict[str, Any] = field(default_factory=dict)
     reports: list[tuple["Rule", Report]] = field(default_factory=list)

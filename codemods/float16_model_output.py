@@ -8,11 +8,11 @@ import libcst as cst
 
 from mpfix.codemods._float16_scope import argument
 from mpfix.codemods.analysis.model_outputs import (
-    _FEATURE_ACTIVATIONS, _OUTPUT_LAYERS, _SAFE_HEADS, _activation_name, _with_float32, is_test_code, model_facts,
-    only_tests_call,
+    _FEATURE_ACTIVATIONS, _OUTPUT_LAYERS, _SAFE_HEADS, _activation_name, _with_float32, model_facts,
 )
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
+from mpfix.project.files import is_test_code
 
 
 class Float16ModelOutput(Rule):
@@ -182,7 +182,7 @@ class Float16ModelOutput(Rule):
             seen = (model is not None and model in facts.trained) or (function is not None and function in facts.trained_factories)
             if not (returned or seen):
                 continue  # no loss in this file sees the head, and no caller gets the model
-            if only_tests_call(self.context.path, function):
+            if function is not None and function in self.context.project.test_helpers:
                 continue  # a test helper's model (built, maybe compiled, there): only tests build it
             resolved = self.context.resolve(layer.func) or ""
             kind = resolved.split(".")[-1]

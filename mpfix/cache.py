@@ -120,60 +120,53 @@ class Keyer:
     # newest TensorFlow it allows (MP306 stays silent below TF 2.9) both come from it.
     declared_target: bool = False
     _roots: dict[str, str] = field(default_factory=dict, repr=False)
-    _projects: dict[str, object] = field(default_factory=dict, repr=False)  # root -> ProjectReach
+    _projects: dict[str, bool] = field(default_factory=dict, repr=False)  # roots whose float16 facts were asked
 
     def key(self, path: Path, data: bytes, ignored: tuple[str, ...] = ()) -> bytes:
-        """The key a result for ``data`` is stored under."""
-        return self._key(data, ignored, self._project_policy(path, data, ignored), self._declared(path))
+        """The key a result for ``data`` is stored under: the bytes, the ignored codes and the
+        project's facts about the file (``mpfix.project.facts.ProjectFileFacts``: the record the
+        engine hands the rules, so nothing another file decides is left out; review finding F1)."""
+        return self._key(data, ignored, self._facts(path, self._float16_triggered(data, ignored)))
 
     def lookup_keys(self, path: Path, data: bytes, ignored: tuple[str, ...] = ()):
         """The keys ``data`` can have been stored under, cheapest first; one of them is ``key()``.
 
-        A file no float16 trigger matches is stored without the project's policy, one that
-        some trigger matches with it; the same bytes always take the same side. So a lookup
-        can try both keys instead of running the triggers over the file (a third of a warm
-        run). The second key needs the project's policy; until some file has needed it, the
-        triggers decide whether this one does, so a project is never scanned for nothing.
+        A file no float16 trigger matches is stored with the facts that need no float16 rule,
+        one that some trigger matches with all of them; the same bytes always take the same
+        side. So a lookup can try both keys instead of running the triggers over the file (a
+        third of a warm run). The second key needs the project's facts; until some file has
+        needed them, the triggers decide whether this one does, so a project is never scanned
+        for nothing.
         """
-        declared = self._declared(path)
-        yield self._key(data, ignored, "", declared)
-        if not self.project_policy or not self.float16_triggers:
+        yield self._key(data, ignored, self._facts(path, False))
+        if not self.float16_triggers:
             return
-        policy = self._known_policy(path)
-        if policy is None:
-            policy = self._project_policy(path, data, ignored) or None
-        if policy is not None:
-            yield self._key(data, ignored, policy, declared)
+        if self._root(path) in self._projects or self._float16_triggered(data, ignored):
+            yield self._key(data, ignored, self._facts(path, True))
 
-    def _declared(self, path: Path) -> str:
-        if not self.declared_target:
-            return ""
-        from mpfix import declared
+    def _facts(self, path: Path, float16_rules: bool) -> str:
+        from mpfix.project.facts import file_facts
 
-        return declared.cache_key(path)
+        if float16_rules:
+            self._projects[self._root(path)] = True
+        return file_facts(path, consult_project=self.project_policy, float16_rules=float16_rules).key()
 
     @staticmethod
-    def _key(data: bytes, ignored: tuple[str, ...], policy: str, target: str = "") -> bytes:
+    def _key(data: bytes, ignored: tuple[str, ...], facts: str) -> bytes:
         digest = hashlib.blake2b(data, digest_size=_DIGEST)
         digest.update(b"\0" + ",".join(ignored).encode())
-        digest.update(b"\0" + policy.encode())
-        if target:
-            digest.update(b"\0" + target.encode())
+        digest.update(b"\0" + facts.encode())
         return digest.digest()
 
-    def _project_policy(self, path: Path, data: bytes, ignored: tuple[str, ...]) -> str:
-        if not self.project_policy or not self.float16_triggers:
-            return ""
-        # Bytes, not decoded text: the triggers and policy names are ASCII, and
-        # a false positive here only costs a project scan, never a wrong key.
+    def _float16_triggered(self, data: bytes, ignored: tuple[str, ...]) -> bool:
+        # Bytes, not decoded text: the triggers are ASCII, and a false positive here
+        # only costs a project scan, never a wrong key.
         from mpfix.codemods.base import triggered
 
-        if not any(
+        return any(
             not any(code.startswith(i) for i in ignored) and triggered(triggers, data)
             for code, triggers in self.float16_triggers
-        ):
-            return ""
-        return self._policy_of(path)
+        )
 
     def _root(self, path: Path) -> str:
         from mpfix import policy as policies
@@ -183,22 +176,6 @@ class Keyer:
         if root is None:
             root = self._roots[folder] = str(policies.project_root(path))
         return root
-
-    def _policy_of(self, path: Path) -> str:
-        """The policy this file runs under (float16 reachability is per file: entry points and imports)."""
-        from mpfix import policy as policies
-
-        root = self._root(path)
-        reach = self._projects.get(root)
-        if reach is None:
-            reach = self._projects[root] = policies.project_reach(Path(root))
-        return reach.reach_for(path).key()
-
-    def _known_policy(self, path: Path) -> str | None:
-        """The file's policy if its project was scanned already in this process, else None."""
-        if self._root(path) not in self._projects:
-            return None
-        return self._policy_of(path)
 
 
 class Cache:

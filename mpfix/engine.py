@@ -27,6 +27,7 @@ from mpfix import suppression
 from mpfix.findings import Edit, FileError, Finding, Fix, Position
 from mpfix.parsing import parse_module
 from mpfix.positions import positions_of
+from mpfix.project.facts import file_facts
 from mpfix import target as targets
 
 MAX_FIX_PASSES = 10
@@ -122,9 +123,12 @@ class Engine:
         module_policy = policies.policy_in_text(text)
         reach = self.reach(text, path) if any(r.requires_float16 for r in rules) else None
         policy = reach.policy if reach is not None else module_policy
+        # The same record the cache keys this file on (mpfix.cache.Keyer.key): rules read only that.
+        project = file_facts(path, consult_project=self.options.policy is None and self.options.project_policy,
+                             float16_rules=reach is not None)
         context = RuleContext(module=module, path=path, keras=keras, policy=policy,
                               module_policy=module_policy, imports=imports, loss_scale=self.options.loss_scale,
-                              keras_known=target.known, tf_max=_declared_tf_max(path))
+                              keras_known=target.known, tf_max=project.tf_max, project=project)
         if reach is not None and reach.partial and policy is policies.Policy.FLOAT16:
             # A test module where only some tests run under the policy: float16 findings count there only.
             context.cache[_REGIONS] = float16_regions(text, reach.fixtures)
@@ -134,7 +138,7 @@ class Engine:
             # where the other generation writes the very same one (mpfix.target).
             other = RuleContext(module=module, path=path, keras=targets.KERAS2, policy=policy,
                                 module_policy=module_policy, imports=imports, loss_scale=self.options.loss_scale,
-                                keras_known=False, tf_max=context.tf_max)
+                                keras_known=False, tf_max=context.tf_max, project=project)
             self._visit(module, other, rules)
             context.reports = _agreed_fixes(context.reports, other.reports)
         return module, context
@@ -273,15 +277,6 @@ class Engine:
 
 
 _REGIONS = "mpfix.engine.float16_regions"
-
-
-def _declared_tf_max(path: Path) -> tuple[int, int] | None:
-    """The newest TensorFlow the project around ``path`` declares (``RuleContext.tf_max``); None for snippets."""
-    if not path.name or str(path).startswith("<"):
-        return None
-    from mpfix import declared
-
-    return declared.tf_max_for(path)
 
 
 def _in_regions(regions: list[tuple[int, int]] | None, line: int) -> bool:

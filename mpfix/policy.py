@@ -10,25 +10,18 @@ once per process, and its scan kept in the cache folder until a file of it chang
 
 from __future__ import annotations
 
-import enum
-import functools
-import os
 import re
 from pathlib import Path
 
-from mpfix.project import root_of_folder
+from mpfix.project import project_root
+from mpfix.project.kinds import Policy
+from mpfix.project.reach import project_reach
+from mpfix.project.store import use as use_store
+
+__all__ = ["Policy", "policy_in_text", "project_reach", "project_root", "reach_for", "use_store", "forget_projects"]
 
 _FLOAT16 = re.compile(r"""['"]mixed_float16['"]""")
 _BFLOAT16 = re.compile(r"""['"]mixed_bfloat16['"]""")
-
-
-class Policy(str, enum.Enum):
-    NONE = "none"  # float32 only, as far as we can see
-    FLOAT16 = "mixed_float16"
-    BFLOAT16 = "mixed_bfloat16"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 def policy_in_text(text: str) -> Policy:
@@ -38,116 +31,6 @@ def policy_in_text(text: str) -> Policy:
     if _BFLOAT16.search(text):
         return Policy.BFLOAT16
     return Policy.NONE
-
-
-def project_root(path: Path) -> Path:
-    """Nearest folder above ``path`` that starts a project (``mpfix.project``); its folder if none does."""
-    # Keyed by the absolute folder: a relative one ("." for ``train.py``) names another folder
-    # once the working directory changes (a test, a long-lived server), and would get its root.
-    return _root_of_folder(os.path.abspath(Path(path).parent), os.getcwd())
-
-
-@functools.lru_cache(maxsize=4096)
-def _root_of_folder(folder: str, cwd: str) -> Path:
-    # Per folder, once per process: the engine asks for every file it lints.
-    path = Path(folder)
-    try:
-        path = path.resolve()
-    except (OSError, RuntimeError):  # a symlink loop
-        path = path.absolute()
-    root = root_of_folder(str(path), cwd)
-    return path if root is None else Path(root)
-
-
-# Where scans are kept between runs (set by mpfix.cache when the cache is in use; None: memory only).
-_STORE: list[Path | None] = [None]
-
-
-def use_store(directory: Path | None) -> None:
-    """Keep project scans in ``directory`` between runs (the cache folder), keyed by the files' stats."""
-    _STORE[0] = directory
-
-
-@functools.lru_cache(maxsize=32)
-def project_reach(root: Path):
-    """Every file of the project under ``root`` that runs under a mixed policy (discovery rules apply).
-
-    Scanned once per process; with a store (the cache folder), once per change of any file's
-    size or mtime: a warm run then reads the result instead of every file of the project.
-    """
-    from mpfix.codemods.analysis.reachability import scan_project
-    from mpfix.discovery import discover  # local: discovery imports config
-
-    files = list(discover([root], exclude=()))
-    store = _STORE[0]
-    if store is None:
-        return scan_project(root, files)
-    fingerprint = _fingerprint(root, files)
-    found = _load_scan(store, root, fingerprint)
-    if found is None:
-        found = scan_project(root, files)
-        _save_scan(store, root, fingerprint, found)
-    return found
-
-
-def _fingerprint(root: Path, files: list[Path]) -> str:
-    import hashlib
-    import os
-
-    from mpfix import __version__
-    from mpfix.cache import _code_fingerprint
-
-    digest = hashlib.blake2b(repr((__version__, str(root), _code_fingerprint())).encode(), digest_size=16)
-    for file in files:
-        try:
-            st = os.stat(file)
-        except OSError:
-            continue
-        digest.update(f"{file}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
-
-
-def _scan_file(store: Path, root: Path) -> Path:
-    import hashlib
-
-    return store / f"reach-{hashlib.blake2b(str(root).encode(), digest_size=8).hexdigest()}.json"
-
-
-def _load_scan(store: Path, root: Path, fingerprint: str):
-    import json
-
-    from mpfix.codemods.analysis.reachability import ProjectReach, Reach
-
-    try:
-        data = json.loads(_scan_file(store, root).read_text(encoding="utf-8"))
-        if data.get("fingerprint") != fingerprint:
-            return None
-        reached = {path: Reach(Policy(policy), why, None if fixtures is None else tuple(fixtures))
-                   for path, (policy, why, fixtures) in data["reached"].items()}
-        return ProjectReach(root=root, reached=reached, entries=list(data["entries"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # missing, stale or damaged: scan again
-
-
-def _save_scan(store: Path, root: Path, fingerprint: str, found) -> None:
-    import json
-    import os
-    import tempfile
-
-    data = {"fingerprint": fingerprint, "entries": found.entries,
-            "reached": {path: [str(r.policy), r.why, None if r.fixtures is None else list(r.fixtures)]
-                        for path, r in found.reached.items()}}
-    from mpfix.cache import _ensure_folder
-
-    try:
-        _ensure_folder(store.parent)  # the cache folder's .gitignore
-        store.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=store)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, separators=(",", ":"))
-        os.replace(tmp, _scan_file(store, root))
-    except OSError:
-        pass  # a cache only ever saves time
 
 
 def policy_in_project(root: Path) -> Policy:
@@ -209,8 +92,9 @@ def describe(files, configured: str | None = None, shown: int = 50) -> list[str]
 def forget_projects() -> None:
     """Forget every project's root and scan (a long-lived process: files were created or saved)."""
     from mpfix import declared, project
+    from mpfix.project import facts
 
     project_reach.cache_clear()
-    _root_of_folder.cache_clear()
-    project.is_project_root.cache_clear()
+    project.forget_roots()
+    facts.forget()
     declared.clear()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import os
 import re
 
 import libcst as cst
@@ -319,79 +317,3 @@ def _head_activation(layer: cst.Call, resolved: str) -> str:
         return "softmax"
     activation_arg = argument(layer, "activation", None)
     return _activation_name(activation_arg.value if activation_arg else None).lower()
-
-
-# -- test code ----------------------------------------------------------------------------------
-
-_TEST_FOLDERS = frozenset({"tests", "test"})
-_SKIPPED_FOLDERS = frozenset({".git", ".hg", ".tox", ".nox", ".venv", "venv", "__pycache__", "site-packages",
-                              "dist-packages", "node_modules", "build", "dist"})
-_MAX_BYTES = 2_000_000
-
-
-def is_test_code(path) -> bool:
-    """A test module (``test_*.py``, ``*_test.py``, ``conftest.py``) or a module in a ``tests``/``test`` folder."""
-    parts = os.path.normpath(str(path)).split(os.sep)
-    name = parts[-1]
-    return (name.startswith("test") or name.endswith("_test.py") or name == "conftest.py"
-            or any(part in _TEST_FOLDERS for part in parts[:-1]))
-
-
-@functools.lru_cache(maxsize=8)
-def _project_files(root: str) -> tuple[str, ...]:
-    found = []
-    for folder, subfolders, files in os.walk(root):
-        subfolders[:] = sorted(d for d in subfolders if d not in _SKIPPED_FOLDERS and not d.startswith("."))
-        found.extend(os.path.join(folder, f) for f in sorted(files) if f.endswith(".py"))
-    return tuple(found)
-
-
-@functools.lru_cache(maxsize=256)
-def _callers_of(root: str, name: str) -> tuple[str, ...]:
-    """Project files that call ``name(`` (the definition itself does not count)."""
-    needle = name.encode()
-    call = re.compile(rb"(?<![\w])" + re.escape(needle) + rb"\s*\(")
-    found = []
-    for file in _project_files(root):
-        try:
-            if os.path.getsize(file) > _MAX_BYTES:
-                continue
-            with open(file, "rb") as handle:
-                data = handle.read()
-        except OSError:
-            continue
-        if needle not in data:
-            continue
-        for match in call.finditer(data):
-            line_start = data.rfind(b"\n", 0, match.start()) + 1
-            if not data[line_start:match.start()].lstrip().startswith((b"def ", b"async def ")):
-                found.append(file)
-                break
-    return tuple(found)
-
-
-def only_tests_call(path, function: str | None) -> bool:
-    """True when the project calls ``function`` (defined in ``path``) and every caller is test code.
-
-    A factory whose models only tests build (a test helper in a library module) runs only where
-    those tests do; with no caller at all (a library's public factory) it is not a test helper.
-    """
-    if not function or function.startswith("__") or path is None:
-        return False
-    from mpfix.project import root_of_folder
-
-    try:
-        here = os.path.abspath(str(path))
-    except (OSError, ValueError):
-        return False
-    root = root_of_folder(os.path.dirname(here))
-    if root is None or not os.path.isfile(here):
-        return False
-    callers = _callers_of(root, function)
-    return bool(callers) and all(is_test_code(c) for c in callers)
-
-
-def clear() -> None:
-    """Forget the project files read (they changed)."""
-    _project_files.cache_clear()
-    _callers_of.cache_clear()

@@ -37,7 +37,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mpfix.policy import Policy
+from mpfix.project.files import TestKind, test_kind
+from mpfix.project.kinds import Policy
 
 ENV_SWITCH = "TF_ENABLE_AUTO_MIXED_PRECISION"
 GRAPPLER_OPTION = "auto_mixed_precision"
@@ -731,8 +732,9 @@ def _takes_fixture(code: bytes, name: str) -> bool:
 
 
 def _is_test_file(file: str) -> bool:
-    name = os.path.basename(file)
-    return name.startswith("test") or name.endswith("_test.py") or name == "conftest.py"
+    """A module pytest collects or configures (the one predicate, ``mpfix.project.files``): a
+    fixture reaches tests, which live in such modules; a helper in a tests folder is library code here."""
+    return test_kind(file) is TestKind.MODULE
 
 
 def _fixture_folders(project: _Project, file: str) -> list[str]:

@@ -269,10 +269,29 @@ def test_keras2_losses_flagged_keras3_classes_not():
     assert codes(lint(code, 3, fix=False)) == []
 
 
-def test_layer_constructor_without_dtype_is_fixed_with_float32():
+def test_imported_norm_layer_is_reported_without_a_fix_its_name_is_the_only_evidence():
+    # Only `RMSNorm`'s name says it is a normalisation layer computing in the compute dtype: a
+    # finding that rests on a name gets no fix (heuristics.NORM_LAYER_NAME).
     code = """
         import tensorflow as tf
         from my_project.layers import RMSNorm
+        def build():
+            return RMSNorm(epsilon=1e-12)
+    """
+    found = lint(code, fix=False)
+    assert codes(found) == ["MP202"]
+    assert found.findings[0].fix is None
+
+
+def test_layer_of_this_file_without_dtype_is_fixed_with_float32():
+    code = """
+        import tensorflow as tf
+        class RMSNorm(tf.keras.layers.Layer):
+            def __init__(self, epsilon=1e-6, **kwargs):
+                super().__init__(**kwargs)
+                self.epsilon = epsilon
+            def call(self, x):
+                return x * tf.math.rsqrt(tf.reduce_mean(tf.square(x), -1, keepdims=True) + self.epsilon)
         def build():
             return RMSNorm(epsilon=1e-12)
     """
@@ -894,9 +913,9 @@ def test_mp205_factory_only_tests_call_is_a_test_helper(tmp_path):
     # Called from code that is not a test as well: the factory's model is a real one.
     (lib / "train.py").write_text("from lib.helpers import make_classifier\nmodel = make_classifier()\n")
     engine = Engine(MP2, Options(keras="3", policy="mixed_float16", project_policy=False))
-    from mpfix.codemods.analysis import model_outputs
+    from mpfix import policy
 
-    model_outputs.clear()
+    policy.forget_projects()  # the project's callers changed (the editor server does the same)
     assert codes(engine.lint(factory, lib / "helpers.py")) == ["MP205"]
 
 

@@ -51,3 +51,32 @@ def root_of_folder(folder: str, cwd: str | None = None) -> str | None:
     if start == cwd or start.startswith(cwd.rstrip(os.sep) + os.sep):
         return cwd
     return None
+
+
+def project_root(path):
+    """Nearest folder above ``path`` that starts a project; its folder if none does."""
+    from pathlib import Path
+
+    # Keyed by the absolute folder: a relative one ("." for ``train.py``) names another folder
+    # once the working directory changes (a test, a long-lived server), and would get its root.
+    return _root_of_folder(os.path.abspath(Path(path).parent), os.getcwd())
+
+
+@functools.lru_cache(maxsize=4096)
+def _root_of_folder(folder: str, cwd: str):
+    # Per folder, once per process: the engine asks for every file it lints.
+    from pathlib import Path
+
+    path = Path(folder)
+    try:
+        path = path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        path = path.absolute()
+    root = root_of_folder(str(path), cwd)
+    return path if root is None else Path(root)
+
+
+def forget_roots() -> None:
+    """Forget every folder's root (folders were created, markers added)."""
+    _root_of_folder.cache_clear()
+    is_project_root.cache_clear()

@@ -1,0 +1,121 @@
+"""Project facts: what the rest of the project decides about one file, computed once per project.
+
+LibCST's ``gen_cache`` shape: the parent computes the cross-file facts before the per-file run
+(``runner`` scans each project before forking its workers; workers inherit the result), and each
+file gets them as one typed record, ``ProjectFileFacts``. The engine hands the record to the rules
+(``RuleContext.project``) and the cache keys each file on ``ProjectFileFacts.key()``: a rule can
+only read what is in the key, so a change elsewhere in the project that changes a finding
+changes the key (review finding F1).
+
+The facts: float16 reach (``mpfix.policy.project_reach``: entry points, imports, fixtures), the
+callers index (``mpfix.project.callers``: MP205's test helpers), the declared Keras target and the
+newest TensorFlow the project allows (``mpfix.declared``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mpfix.project import project_root
+from mpfix.project.kinds import Policy
+from mpfix.project.reach import project_reach
+
+if TYPE_CHECKING:
+    from mpfix.codemods.analysis.reachability import ProjectReach, Reach
+
+
+@dataclass(frozen=True)
+class ProjectFileFacts:
+    """The project's facts about one file, as the per-file run sees them."""
+
+    # The float16 reach the project's entry points give this file (``reachability.Reach``);
+    # None where it was not consulted: a configured policy, --no-project-policy, or no rule that
+    # needs float16 is triggered in the file.
+    reach: Reach | None = None
+    # Functions this file defines that only test code calls (MP205 leaves their models alone).
+    test_helpers: frozenset[str] = frozenset()
+    # What the project declares: the Keras target and its reason (``declared.cache_key``).
+    declared: str = ""
+    # The newest TensorFlow (major, minor) the project allows; None: open or not declared.
+    tf_max: tuple[int, int] | None = None
+
+    def key(self) -> str:
+        """Everything above as a string: the part of the file's cache key the project decides."""
+        reach = "" if self.reach is None else self.reach.key()
+        return repr((reach, sorted(self.test_helpers), self.declared, self.tf_max))
+
+
+NO_FACTS = ProjectFileFacts()
+
+
+@dataclass(frozen=True)
+class ProjectFacts:
+    """One project's facts, computed once per process (and stored between runs with the cache)."""
+
+    root: Path
+    reach: ProjectReach
+    helpers: dict[str, frozenset[str]] | None = field(default=None, repr=False)  # None: not computed
+
+    def test_helpers_of(self, path: Path | str) -> frozenset[str]:
+        return (self.helpers or {}).get(os.path.abspath(path), frozenset())
+
+
+def project_facts(root: Path, *, callers: bool) -> ProjectFacts:
+    """The facts of the project under ``root``; the callers index only when ``callers`` asks for it."""
+    return ProjectFacts(root=root, reach=project_reach(root), helpers=_helpers(root) if callers else None)
+
+
+@functools.lru_cache(maxsize=32)
+def _helpers(root: Path) -> dict[str, frozenset[str]]:
+    from mpfix.project import store
+    from mpfix.project.callers import test_helpers
+    from mpfix.project.files import project_files
+
+    files = project_files(root)
+    stamp = store.fingerprint(root, files) if store.folder() is not None else ""
+    if stamp:
+        data = store.load("callers", root, stamp)
+        if data is not None and all(isinstance(v, list) for v in data.values()):
+            return {path: frozenset(names) for path, names in data.items()}
+    found = test_helpers(files)
+    if stamp:
+        store.save("callers", root, stamp, {path: sorted(names) for path, names in found.items()})
+    return found
+
+
+def file_facts(path: Path, *, consult_project: bool = True, float16_rules: bool = True) -> ProjectFileFacts:
+    """The record for ``path``: the one function the engine and the cache key both call.
+
+    ``consult_project``: the project's entry points decide the policy (no configured policy, and
+    the project is not switched off); ``float16_rules``: a rule that runs only under float16 is
+    triggered in the file (else nothing float16-related the project decides can change a finding).
+    """
+    path = Path(path)
+    if not path.name or str(path).startswith("<"):
+        return NO_FACTS  # a snippet (stdin, an example): no project around it
+    from mpfix import declared
+
+    bound = declared.tf_max_for(path)
+    base = ProjectFileFacts(declared=declared.cache_key(path), tf_max=bound)
+    if not float16_rules:
+        return base
+    root = project_root(path)
+    reach = None
+    if consult_project:
+        scan = project_reach(root)
+        reach = scan.reach_for(path)
+        if scan.policy is not Policy.FLOAT16:
+            # No file of the project runs under float16: no float16 rule runs on this one either
+            # (its own text may still set a policy, but then the disk scan saw it too).
+            return ProjectFileFacts(reach=reach, declared=base.declared, tf_max=bound)
+    helpers = project_facts(root, callers=True).test_helpers_of(path)
+    return ProjectFileFacts(reach=reach, test_helpers=helpers, declared=base.declared, tf_max=bound)
+
+
+def forget() -> None:
+    """Forget every project's callers index (files were created or saved)."""
+    _helpers.cache_clear()

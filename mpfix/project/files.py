@@ -1,0 +1,54 @@
+"""The project's files and which of them are test code: one walker and one test-file predicate.
+
+Both project facts (float16 reach, the callers index) walk the project the way ``discover``
+does (its skip list: environments, builds, caches), so a file one of them reads is a file the
+other reads too.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from pathlib import Path
+
+_TEST_FOLDERS = frozenset({"tests", "test"})
+
+
+class TestKind(enum.Enum):
+    """What a file is to a test runner."""
+
+    __test__ = False  # not a pytest class
+
+    NONE = "none"  # library or script code
+    MODULE = "module"  # a module pytest collects or configures: test_*.py, *_test.py, conftest.py
+    SUPPORT = "support"  # another module in a tests/test folder (helpers, data makers)
+
+
+def test_kind(path: str | os.PathLike) -> TestKind:
+    """The one test-file predicate: by the file's name, then by a ``tests``/``test`` folder above it."""
+    parts = os.path.normpath(str(path)).split(os.sep)
+    name = parts[-1]
+    if name.startswith("test") or name.endswith("_test.py") or name == "conftest.py":
+        return TestKind.MODULE
+    if any(part in _TEST_FOLDERS for part in parts[:-1]):
+        return TestKind.SUPPORT
+    return TestKind.NONE
+
+
+test_kind.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+
+
+def is_test_code(path: str | os.PathLike) -> bool:
+    """A test module or a module of a tests folder: code that only runs under a test runner."""
+    return test_kind(path) is not TestKind.NONE
+
+
+def project_files(root: Path) -> tuple[Path, ...]:
+    """Every file discovery finds under ``root`` (``.py`` and ``.ipynb``).
+
+    Not memoized here: each project fact is, per root, and a test or the editor server that
+    forgets one of them must see new files at the next walk.
+    """
+    from mpfix.discovery import discover  # local: discovery imports the configuration
+
+    return tuple(discover([root], exclude=()))
