@@ -12,7 +12,7 @@ from libcst import MaybeSentinel
 
 from mpfix.codemods._walk import Visitor
 from mpfix.codemods.base import RuleContext
-from mpfix.codemods.names import dotted_name
+from mpfix.codemods.names import bound_names, dotted_name
 
 _NO_SPACE = cst.SimpleWhitespace("")
 _ONE_SPACE = cst.SimpleWhitespace(" ")
@@ -268,4 +268,14 @@ def mixed_precision_spelling(context: RuleContext) -> tuple[str, tuple[str, ...]
             suffix = ".keras.mixed_precision" if qualified == "tensorflow" else ".mixed_precision"
             return local + suffix, ()
         return local, ()
-    return "tf.keras.mixed_precision", ("import tensorflow as tf",)
+    tf, imports = tensorflow_import(context)
+    return tf + ".keras.mixed_precision", imports
+
+
+def tensorflow_import(context: RuleContext) -> tuple[str, tuple[str, ...]]:
+    """A name for ``tensorflow`` to add, and its import: ``tf``, or ``tensorflow`` where the file
+    already binds ``tf`` to something else (``import tensorflow.compat.v1 as tf``; rebinding it
+    would break the file's own ``tf.`` uses). Where both are taken, fix validation rejects the fix."""
+    if "tf" in bound_names(context.module) and "tensorflow" not in bound_names(context.module):
+        return "tensorflow", ("import tensorflow",)
+    return "tf", ("import tensorflow as tf",)

@@ -47,6 +47,52 @@ def canonical(qualified: str) -> str:
     return qualified
 
 
+def fold_compat_v2(qualified: str) -> str:
+    """``tensorflow.compat.v2[.x]`` as ``tensorflow[.x]``: the same API under TensorFlow 2."""
+    if qualified == "tensorflow.compat.v2" or qualified.startswith("tensorflow.compat.v2."):
+        return "tensorflow" + qualified[len("tensorflow.compat.v2"):]
+    return qualified
+
+
+def bound_names(module: cst.Module) -> set[str]:
+    """Every name an import, assignment, ``def``, ``class``, ``for`` or ``with`` binds anywhere in
+    ``module`` (an over-approximation: a local counts too). An import a fix adds must not rebind one."""
+    names: set[str] = set()
+
+    def targets(node: cst.CSTNode) -> None:
+        if isinstance(node, cst.Name):
+            names.add(node.value)
+        elif isinstance(node, (cst.Tuple, cst.List)):
+            for element in node.elements:
+                targets(element.value)
+        elif isinstance(node, cst.StarredElement):
+            targets(node.value)
+
+    for stmt in _statements(module.body):
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            names.add(stmt.name.value)
+        elif isinstance(stmt, cst.For):
+            targets(stmt.target)
+        elif isinstance(stmt, cst.With):
+            for item in stmt.items:
+                if item.asname is not None:
+                    targets(item.asname.name)
+        elif isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        names.add(alias.evaluated_alias or alias.evaluated_name.split(".")[0])
+                elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                    for alias in small.names:
+                        names.add(alias.evaluated_alias or alias.evaluated_name)
+                elif isinstance(small, cst.Assign):
+                    for target in small.targets:
+                        targets(target.target)
+                elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+                    targets(small.target)
+    return names
+
+
 def _statements(body: Iterable[cst.CSTNode]) -> Iterator[cst.CSTNode]:
     """Walk statements (not expressions) of every nested block: cheap."""
     for stmt in body:
@@ -148,9 +194,14 @@ class ImportTable:
         return any(m == prefix or m.startswith(prefix + ".") for m in self.modules)
 
     def local_name_for(self, qualified: str) -> str | None:
-        """The shortest expression in this module that spells ``qualified`` (raw, not canonical)."""
+        """The shortest expression in this module that spells ``qualified`` (raw, not canonical).
+
+        ``import tensorflow.compat.v2 as tf`` spells ``tensorflow`` as ``tf``: compat.v2 is the
+        TensorFlow 2 API itself (a fix that added ``import tensorflow as tf`` would rebind it).
+        """
         best: str | None = None
         for local, full in self.aliases.items():
+            full = fold_compat_v2(full)
             if qualified == full or qualified.startswith(full + "."):
                 spelled = local + qualified[len(full):]
                 if best is None or len(spelled) < len(best):

@@ -413,9 +413,40 @@ def apply_fixes(module: cst.Module, fixes: list[Fix]) -> tuple[str, int]:
 
 
 def add_imports(module: cst.Module, statements: list[str]) -> cst.Module:
-    """Add whole import statements missing from the module, after its last top-level import."""
+    """Add whole import statements missing from the module, after its last top-level import.
+
+    A statement is missing unless every name it binds is already bound to the same module, by an
+    import anywhere in the file (``import numpy as np, tensorflow as tf``, one inside ``try:``);
+    ``tensorflow.compat.v2`` counts as ``tensorflow`` (the same TF2 API), so ``import tensorflow as tf``
+    is not added next to ``import tensorflow.compat.v2 as tf``. An import that would rebind a name
+    the file binds otherwise is still added: fix validation rejects that fix (``rebound_names``).
+    """
+    from mpfix.codemods.names import ImportTable, fold_compat_v2
+
     existing = {module.code_for_node(s).strip() for s in module.body if _is_import(s)}
-    missing = [s for s in statements if s not in existing]
+    table = ImportTable(module)
+
+    def present(statement: str) -> bool:
+        if statement in existing:
+            return True
+        try:
+            parsed = cst.parse_statement(statement)
+        except cst.ParserSyntaxError:
+            return False
+        small = parsed.body[0] if isinstance(parsed, cst.SimpleStatementLine) and len(parsed.body) == 1 else None
+        if not isinstance(small, cst.Import):
+            return False
+        for alias in small.names:
+            full = alias.evaluated_name
+            if alias.asname is None:  # ``import a.b`` binds ``a`` (``from a import x`` does not)
+                head = full.split(".")[0]
+                if full not in table.modules or table.aliases.get(head) != head:
+                    return False
+            elif fold_compat_v2(table.aliases.get(alias.evaluated_alias or "", "")) != fold_compat_v2(full):
+                return False
+        return True
+
+    missing = [s for s in statements if not present(s)]
     if not missing:
         return module
     body = list(module.body)

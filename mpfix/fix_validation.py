@@ -10,6 +10,10 @@ undefined, or a dtype mix that was already there, is not the fix's doing):
   (``mpfix.codemods.analysis.dtypes.new_dtype_mixes``): a cast
   that makes one operand float16 and leaves the other float32 raises on the TF backend.
 
+* **no added import rebinds a name** the file already binds to something else (``import
+  tensorflow as tf`` next to ``import tensorflow.compat.v1 as tf``, a ``tf = ...`` or a ``def``):
+  the file's own uses of the name would then reach the new module (``rebound_names``).
+
 The engine calls this for each pass of fixes before keeping it; a fix that fails is reported
 without a fix and never written.
 """
@@ -39,6 +43,67 @@ def undefined_names(text: str, filename: str = "<fixed>") -> set[str] | None:
         return None
     return {m.message_args[0] for m in found.messages
             if isinstance(m, (messages.UndefinedName, messages.UndefinedExport))}
+
+
+_OTHER = "<not an import>"
+
+
+def _bindings(tree: ast.AST) -> dict[str, set[str]]:
+    """Name → what binds it anywhere in the file: an imported module path, or ``_OTHER``."""
+    from mpfix.codemods.names import fold_compat_v2
+
+    found: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.asname or alias.name.split(".")[0]
+                found.setdefault(name, set()).add(fold_compat_v2(alias.name if alias.asname else name))
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name != "*":
+                    path = f"{'.' * node.level}{node.module or ''}.{alias.name}"
+                    found.setdefault(alias.asname or alias.name, set()).add(fold_compat_v2(path))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.setdefault(node.name, set()).add(_OTHER)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.setdefault(node.id, set()).add(_OTHER)
+    return found
+
+
+def _import_keys(tree: ast.Module) -> list[str]:
+    return [ast.dump(node) for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+
+
+def rebound_names(original: str, fixed: str) -> list[tuple[str, str]] | None:
+    """(name, what the file bound it to) for each name an import added by the fix binds that the
+    original file binds to something else; None when either text does not parse."""
+    try:
+        before, after = ast.parse(original), ast.parse(fixed)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    old_keys = _import_keys(before)
+    added = [node for node in ast.walk(after) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    remaining = list(old_keys)
+    new_imports = []
+    for node in added:
+        key = ast.dump(node)
+        if key in remaining:
+            remaining.remove(key)
+        else:
+            new_imports.append(node)
+    if not new_imports:
+        return []
+    old, now = _bindings(before), _bindings(after)
+    clashes = []
+    for name, what in sorted(_bindings(ast.Module(body=new_imports, type_ignores=[])).items()):
+        # A binding of the original that the fixed file still has next to the new import: the
+        # file's own uses now meet two meanings. The same import again (one was inside ``try:``)
+        # rebinds nothing, and a fix that rewrites the import itself leaves no old binding behind.
+        kept = (old.get(name, set()) & now.get(name, set())) - what
+        if kept and not what <= old.get(name, set()):
+            clashes.append((name, " and ".join(sorted("an assignment or definition" if b == _OTHER else b
+                                                      for b in kept))))
+    return clashes
 
 
 def changes_dtypes(before: str, after: str) -> bool:
@@ -77,6 +142,11 @@ class Validator:
         if new:
             names = ", ".join(f"`{n}`" for n in sorted(new))
             return f"it would use {names}, which the file never defines or imports"
+        if "import" in fixed:
+            rebound = rebound_names(self.original, fixed)
+            if rebound:
+                name, was = rebound[0]
+                return f"an import it adds would rebind `{name}`, which the file binds to {was}"
         if fixed_module is not None and self.original_module is not None and changes_dtypes(self.original, fixed):
             from mpfix.codemods.analysis.dtypes import new_dtype_mixes
 

@@ -146,3 +146,57 @@ def test_undefined_names_baseline():
     validator = Validator("import os\n", "m.py")
     assert validator.new_undefined("import os\ntf.cast(1, 'float32')\n") == {"tf"}
     assert validator.problem("import os\nos.sep\n") is None
+
+
+# -- class 6: an inserted import never rebinds a name the file already binds ----------------------
+COMPAT_V2 = """\
+import tensorflow.compat.v2 as tf
+
+tf.enable_v2_behavior()
+opt = tf.train.experimental.enable_mixed_precision_graph_rewrite(opt)
+"""
+
+
+def test_a_fix_is_rejected_when_its_import_rebinds_a_name_the_file_binds():
+    original = "import tensorflow.compat.v1 as tf\n\ntf.enable_v2_behavior()\n"
+    fixed = "import tensorflow.compat.v1 as tf\nimport tensorflow as tf\n\ntf.enable_v2_behavior()\n"
+    problem = Validator(original, "m.py").problem(fixed)
+    assert problem is not None and "`tf`" in problem and "tensorflow.compat.v1" in problem
+    # A name bound by an assignment or a def counts as well.
+    assert Validator("tf = load()\n", "m.py").problem("import tensorflow as tf\ntf = load()\n") is not None
+    assert Validator("def np():\n    pass\n", "m.py").problem("import numpy as np\ndef np():\n    pass\n")
+
+
+def test_an_import_the_file_already_has_is_not_a_rebinding():
+    original = "try:\n    import tensorflow as tf\nexcept ImportError:\n    tf = None\n"
+    assert Validator(original, "m.py").problem("import tensorflow as tf\n" + original) is None
+    assert Validator("import os\n", "m.py").problem("import os\nimport tensorflow as tf\n") is None
+
+
+def test_add_imports_reuses_an_existing_binding_in_any_form():
+    from mpfix.engine import add_imports
+
+    for text in ("import numpy as np, tensorflow as tf\n\nx = 1\n",
+                 "try:\n    import tensorflow as tf\nexcept ImportError:\n    pass\n",
+                 "import tensorflow.compat.v2 as tf\n\ntf.enable_v2_behavior()\n"):
+        module = cst.parse_module(text)
+        assert add_imports(module, ["import tensorflow as tf"]).code == text
+
+
+def test_mp305_on_a_compat_v2_file_keeps_its_tf():
+    from mpfix.testing import fixed
+
+    after = fixed(COMPAT_V2, "MP305", keras=3)
+    assert after.count("import tensorflow") == 1 and "import tensorflow as tf" not in after
+    assert "tf.keras.mixed_precision.LossScaleOptimizer(opt)" in after
+
+
+def test_mp305_on_a_compat_v1_file_uses_a_name_that_is_free():
+    from mpfix.testing import fixed
+
+    text = COMPAT_V2.replace("compat.v2", "compat.v1")
+    after = fixed(text, "MP305", keras=3)
+    assert "import tensorflow as tf" not in after  # would break tf.enable_v2_behavior() on the next line
+    assert after.startswith("import tensorflow.compat.v1 as tf\n")
+    assert "import tensorflow\n" in after and "tensorflow.keras.mixed_precision.LossScaleOptimizer(opt)" in after
+    compile(after, "fixed.py", "exec")
