@@ -74,9 +74,10 @@ def _unwritable(path) -> str | None:
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True), help="Write a self-contained HTML report.")
 @click.option("--jobs", default=1, show_default=True, type=click.IntRange(1, 2), help="2: mixed and float32 runs at once.")
 def verify(script, script_args, steps, baseline, policy, seed, timeout, device, python, locate, patched, json_path, html_path, jobs):
-    """Run SCRIPT [-- SCRIPT_ARGS...] in a child process under mixed precision and
-    judge it: healthy, non-finite, stalled, underflow, diverged, crashed, timeout or
-    no-steps."""
+    """Run SCRIPT under mixed precision, judge it: healthy, non-finite, stalled, underflow, diverged, crashed, timeout, no-steps, at-risk or unstable.
+
+    SCRIPT [-- SCRIPT_ARGS...] runs in a child process (with --workers N: N worker
+    processes of a MultiWorkerMirroredStrategy cluster), beside a float32 baseline."""
     from mpfix.verify import report_text
     from mpfix.verify.run import Terminated, VerifyError, before_after
     from mpfix.verify.run import verify as run_verify
@@ -92,6 +93,7 @@ def verify(script, script_args, steps, baseline, policy, seed, timeout, device, 
         locate=locate,
         jobs=jobs,
         progress=_progress(),
+        stdin="forward",
     )
     for option, path in (("--json", json_path), ("--html", html_path)):
         problem = _unwritable(path)

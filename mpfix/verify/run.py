@@ -13,7 +13,8 @@ Options (all keyword, defaults in ``Options``): steps, seed, timeout (seconds pe
 baseline, policy ("script", "mixed_float16", "mixed_bfloat16"), device ("auto", "cpu",
 "gpu"), python (interpreter for the child), locate, jobs (1: children one after the other;
 2: mixed and baseline at once), env (extra environment for the child), progress (a
-callable taking one line of text, or None).
+callable taking one line of text, or None), stdin ("devnull", or "forward": this
+process's stdin, given to every run, see ``mpfix.verify.stdin``).
 """
 
 from __future__ import annotations
@@ -31,11 +32,15 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
+from mpfix.verify.kinds import Location, VerifyError  # re-exported: callers import them from here
+from mpfix.verify.outputs import Outputs
 from mpfix.verify.records import RunResult, parse_run, read_events
+from mpfix.verify.stdin import Stdin
 from mpfix.verify.verdict import Verdict, judge
 
 POLICIES = ("script", "mixed_float16", "mixed_bfloat16")
 DEVICES = ("auto", "cpu", "gpu")
+STDIN_MODES = ("devnull", "forward")
 # The bootstrap's exit status when --device gpu finds no GPU.
 EXIT_NO_GPU = 3
 # SIGTERM first so TensorFlow can release the device; SIGKILL after this grace period.
@@ -46,10 +51,6 @@ PARENT_DEADLINE_MARGIN_S = KILL_GRACE_S + 2.0
 # Signals that end mpfix but let it clean up: the children are killed and the temporary
 # folder removed first.
 CLEANUP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-
-class VerifyError(Exception):
-    """A problem with the request itself (no GPU for --device gpu, missing script)."""
 
 
 class Terminated(BaseException):
@@ -103,6 +104,7 @@ class Options:
     jobs: int = 1
     env: dict = field(default_factory=dict)
     progress: Callable[[str], None] | None = None
+    stdin: str = "devnull"
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "Options":
@@ -115,33 +117,11 @@ class Options:
             raise VerifyError(f"--policy must be one of {', '.join(POLICIES)}")
         if options.device not in DEVICES:
             raise VerifyError(f"--device must be one of {', '.join(DEVICES)}")
+        if options.stdin not in STDIN_MODES:
+            raise VerifyError(f"stdin must be one of {', '.join(STDIN_MODES)}")
         if options.steps < 1:
             raise VerifyError("--steps must be at least 1")
         return options
-
-
-@dataclass
-class Location:
-    """Where --locate found the first NaN/Inf."""
-
-    op: str | None
-    frame: dict | None
-    where: str
-    rule: str | None = None
-    rule_message: str | None = None
-    detail: str = ""
-
-    def to_json(self) -> dict:
-        return {
-            "op": self.op,
-            "file": (self.frame or {}).get("file"),
-            "line": (self.frame or {}).get("line"),
-            "code": (self.frame or {}).get("code"),
-            "where": self.where,
-            "rule": self.rule,
-            "rule_message": self.rule_message,
-            "detail": self.detail,
-        }
 
 
 @dataclass
@@ -199,7 +179,15 @@ class _Child:
     """One running child process, in its own session so the whole group can be killed."""
 
     def __init__(
-        self, script: Path, args, mode: str, options: Options, workdir: Path, locate: bool, origin: Path | None = None
+        self,
+        script: Path,
+        args,
+        mode: str,
+        options: Options,
+        workdir: Path,
+        locate: bool,
+        origin: Path | None = None,
+        stdin: Stdin | None = None,
     ) -> None:
         self.mode = mode
         self.options = options
@@ -232,12 +220,15 @@ class _Child:
             [options.python, "-m", "mpfix.verify._bootstrap", "--config", str(config_path)],
             cwd=str(origin.parent),
             env=child_env(options),
-            stdin=subprocess.DEVNULL,
+            stdin=stdin.for_child() if stdin is not None else subprocess.DEVNULL,
             stdout=self.stdout,
             stderr=self.stderr,
             start_new_session=True,
         )
+        if stdin is not None:
+            stdin.feed(self.proc)
         self._seen = 0
+        self.concurrent = False
 
     def poll(self) -> bool:
         if self.proc.poll() is not None:
@@ -296,14 +287,22 @@ def _kill_group(pid: int, sig: int) -> None:
 
 
 def run_children(
-    script: Path, args, modes: list[tuple[str, bool]], options: Options, workdir: Path, origin: Path | None = None
+    script: Path,
+    args,
+    modes: list[tuple[str, bool]],
+    options: Options,
+    workdir: Path,
+    origin: Path | None = None,
+    outputs: Outputs | None = None,
 ) -> list[RunResult | None]:
     """Run children (``(mode, locate)`` pairs), ``options.jobs`` at a time. Once a run has
     timed out, the runs not started yet are not started (None): a timeout must not cost
-    twice."""
+    twice. ``outputs`` records what each run wrote into its working directory."""
     results: dict[int, RunResult | None] = {}
     queue = list(enumerate(modes))
     running: list[tuple[int, _Child]] = []
+    if outputs is None:
+        outputs = Outputs((origin or script).parent)
     try:
         while queue or running:
             if any(r is not None and r.timed_out for r in results.values()):
@@ -311,7 +310,11 @@ def run_children(
                 queue.clear()
             while queue and len(running) < max(1, options.jobs):
                 index, (mode, locate) = queue.pop(0)
-                running.append((index, _Child(script, args, mode, options, workdir, locate, origin)))
+                stdin = _stdin_of(workdir, options)
+                running.append((index, _Child(script, args, mode, options, workdir, locate, origin, stdin)))
+                if len(running) > 1:
+                    for _, child in running:
+                        child.concurrent = True
             time.sleep(0.1)
             for item in list(running):
                 index, child = item
@@ -322,11 +325,26 @@ def run_children(
                 if child.poll():
                     running.remove(item)
                     results[index] = child.result()
+                    outputs.after(child.mode, concurrent=bool(running) or child.concurrent)
                     _raise_if_no_gpu(results[index])
     finally:
         for _, child in running:
             child.kill()
     return [results[i] for i in range(len(modes))]
+
+
+_STDINS: dict = {}
+
+
+def _stdin_of(workdir: Path, options: Options) -> Stdin | None:
+    """One reader of this process's stdin per verify (shared by its runs), when asked."""
+    if options.stdin != "forward":
+        return None
+    root = workdir if workdir.name.startswith("mpfix-verify-") else workdir.parent
+    if root not in _STDINS:
+        _STDINS.clear()  # an earlier verify's folder is gone
+        _STDINS[root] = Stdin(root)
+    return _STDINS[root]
 
 
 def _raise_if_no_gpu(run: RunResult) -> None:
@@ -369,7 +387,8 @@ def _verify_in(script: Path, args: list[str], options: Options, workdir: Path, b
     modes = [("mixed", False)]
     if options.baseline and baseline_run is None:
         modes.append(("float32", False))
-    runs = run_children(runnable, args, modes, options, workdir, origin=script)
+    outputs = Outputs(script.parent)
+    runs = run_children(runnable, args, modes, options, workdir, origin=script, outputs=outputs)
     mixed = runs[0]
     baseline = runs[1] if len(runs) > 1 else baseline_run
     skipped_baseline = len(runs) > 1 and baseline is None
@@ -377,6 +396,7 @@ def _verify_in(script: Path, args: list[str], options: Options, workdir: Path, b
     verdict = _with_static_rule(verdict, mixed, baseline, script, options)
     if skipped_baseline:
         verdict.notes.append("the float32 baseline was not run: the mixed run timed out")
+    verdict.notes.extend(outputs.notes())
     report = Report(script, args, options, mixed, baseline, verdict)
     if options.locate and verdict.name == "non-finite":
         from mpfix.verify.locate import locate_from_run

@@ -12,13 +12,13 @@ because of it.) The thresholds below are documented in docs/verify.md.
 from __future__ import annotations
 
 import math
-import re
-import signal
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mpfix.verify.frames import describe, is_user_file, last_user_frame
+from mpfix.verify.frames import describe
+from mpfix.verify.compare import DIVERGE_REL, DIVERGE_Z, TAIL_MIN, diverged, grows, grows_alone, lag_explained
+from mpfix.verify.logs import crash_report
 from mpfix.verify.records import RunResult
 
 EXIT_CODES = {
@@ -49,19 +49,6 @@ UNDERFLOW_ZERO_FRACTION = 0.5
 UNDERFLOW_MARGIN = 0.25
 # ... or, without a baseline, at least this share.
 UNDERFLOW_ALONE = 0.9
-# diverged: compared over the tail (the last TAIL_FRACTION of the steps both runs have,
-# at least TAIL_MIN), step by step (same seed, same batches), per optimizer:
-# the tail means differ by more than DIVERGE_REL of the larger one, ...
-DIVERGE_REL = 0.25
-# ... and consistently: the mean step-by-step difference is at least DIVERGE_Z standard
-# errors away from 0 (a gap that batch-to-batch noise could produce does not count).
-DIVERGE_Z = 3.0
-TAIL_MIN = 5
-TAIL_FRACTION = 0.2
-
-# unstable: the loss grows: the mean of the tail is at least this multiple of the first
-# losses (median of the first three) -- in float32 too (or with no baseline to tell).
-GROWTH_FACTOR = 10.0
 # at-risk: a float16 layer output whose largest |value| passes this fraction of float16's
 # largest finite value (1/8: three doublings from overflow; the healthy scripts of the test
 # suite stay below 1%).
@@ -108,92 +95,6 @@ class Verdict:
             "evidence": self.evidence,
             "notes": self.notes,
         }
-
-
-def _applied_before(updates) -> list[int]:
-    """For each update, how many updates before it were applied (not skipped): the loss of
-    an update is computed with the weights those left."""
-    out, applied = [], 0
-    for s in updates:
-        out.append(applied)
-        applied += not s.skipped
-    return out
-
-
-def _paired_tail(mixed: RunResult, baseline: RunResult, optimizer: int, by_applied: bool = False) -> list[tuple[float, float]]:
-    """(mixed, float32) finite losses of the same steps, the last TAIL_FRACTION of them
-    (at least TAIL_MIN). ``by_applied``: pair the losses computed after the same number of
-    applied updates instead (a run whose scaler skipped k warm-up steps lags float32 by
-    k updates; that lag is not a precision loss)."""
-
-    def keyed(run):
-        updates = run.of(optimizer)
-        keys = _applied_before(updates) if by_applied else [s.step for s in updates]
-        return [(k, s.loss) for k, s in zip(keys, updates) if s.loss is not None and math.isfinite(s.loss)]
-
-    base: dict = {}
-    for key, loss in keyed(baseline):
-        base.setdefault(key, loss)
-    mixed_keyed: dict = {}
-    for key, loss in keyed(mixed):
-        mixed_keyed[key] = loss  # the last of a run of skipped updates: same weights
-    pairs = [(loss, base[key]) for key, loss in mixed_keyed.items() if key in base]
-    size = max(TAIL_MIN, math.ceil(len(pairs) * TAIL_FRACTION))
-    return pairs[-size:]
-
-
-def _gap(tail: list[tuple[float, float]]) -> dict | None:
-    if not tail:
-        return None
-    m = statistics.fmean(a for a, _ in tail)
-    b = statistics.fmean(c for _, c in tail)
-    gap = abs(m - b)
-    relative = gap / max(abs(m), abs(b), 1e-30)
-    diffs = [a - c for a, c in tail]
-    if len(diffs) > 1:
-        spread = statistics.stdev(diffs) / math.sqrt(len(diffs))
-        z = abs(statistics.fmean(diffs)) / spread if spread > 0 else (math.inf if gap > 0 else 0.0)
-    else:
-        z = math.inf if gap > 0 else 0.0
-    if relative > DIVERGE_REL and z >= DIVERGE_Z:
-        return {
-            "final_loss": m,
-            "float32_final_loss": b,
-            "relative_difference": relative,
-            # JSON has no Infinity: a gap with no spread at all is "inf".
-            "z": round(z, 2) if math.isfinite(z) else "inf",
-            "tail_steps": len(tail),
-        }
-    return None
-
-
-def diverged(mixed: RunResult, baseline: RunResult) -> dict | None:
-    """Evidence that the mixed run's loss ends far from float32's (see DIVERGE_*), for
-    the first optimizer where it does; None when it does not. When either run skipped
-    updates, the gap must also hold between losses after the same number of applied
-    updates: a lag the skipped steps explain is not divergence."""
-    for optimizer in mixed.optimizers:
-        gap = _gap(_paired_tail(mixed, baseline, optimizer))
-        if gap is None:
-            continue
-        skips = any(s.skipped for s in mixed.of(optimizer)) or any(s.skipped for s in baseline.of(optimizer))
-        if skips:
-            aligned = _gap(_paired_tail(mixed, baseline, optimizer, by_applied=True))
-            if aligned is None:
-                continue
-            gap["aligned_by_applied_updates"] = True
-        gap["optimizer"] = optimizer
-        gap["skipped_steps"] = mixed.skipped_steps
-        return gap
-    return None
-
-
-def lag_explained(mixed: RunResult, baseline: RunResult) -> bool:
-    """Whether the per-step comparison differs but the applied-update one does not."""
-    for optimizer in mixed.optimizers:
-        if _gap(_paired_tail(mixed, baseline, optimizer)) is not None:
-            return True
-    return False
 
 
 def _fmt(x) -> str:
@@ -251,12 +152,10 @@ def judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_e
             notes,
         )
 
-    exit_status = mixed.exit_status
-    failed_exit = (mixed.end or {}).get("status") == "exit" and exit_status not in (0, None)
-    if mixed.crash is not None or mixed.end is None or (failed_exit and not mixed.steps):
+    failed_exit = (mixed.end or {}).get("status") == "exit" and mixed.exit_status not in (0, None)
+    if mixed.crash is not None or mixed.end is None or failed_exit:
+        # A non-zero exit after some steps is a failure too (exit 0 would hide it).
         return _crashed(mixed, script, notes)
-    if failed_exit:
-        notes.append(f"the script exited with status {exit_status} after {_steps(mixed)}")
 
     if not mixed.steps:
         return Verdict("no-steps", "the script finished without a single optimizer step. " + NO_STEPS_HINT, {}, notes)
@@ -289,7 +188,7 @@ def judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_e
 
     gap = diverged(mixed, usable) if usable is not None else None
     if gap is None and usable is not None:
-        gap = _grows_alone(mixed, usable)
+        gap = grows_alone(mixed, usable)
     risk = at_risk(mixed, script)
     if risk is not None:
         if gap is not None:
@@ -354,48 +253,13 @@ def _ranges(steps: list[int], limit: int = 6) -> str:
     return ("step " if len(steps) == 1 else "steps ") + ", ".join(parts)
 
 
-def _first_losses(run: RunResult) -> tuple[float, float] | None:
-    losses = run.finite_losses
-    if len(losses) < TAIL_MIN + 3:
-        return None
-    first = statistics.median(losses[:3])
-    size = max(TAIL_MIN, math.ceil(len(losses) * TAIL_FRACTION))
-    return first, statistics.fmean(losses[-size:])
-
-
-def _grows(run: RunResult) -> tuple[float, float] | None:
-    ends = _first_losses(run)
-    if ends is None:
-        return None
-    first, tail = ends
-    return ends if tail > GROWTH_FACTOR * max(abs(first), 1e-30) else None
-
-
-def _grows_alone(mixed: RunResult, baseline: RunResult) -> dict | None:
-    """The mixed loss grows (GROWTH_FACTOR) while float32's does not: diverged, whatever the
-    step-by-step z (a geometric blow-up has a spread as large as its mean)."""
-    grows = _grows(mixed)
-    ends = _first_losses(baseline)
-    if grows is None or ends is None or _grows(baseline) is not None:
-        return None
-    return {
-        "grows": True,
-        "first_loss": grows[0],
-        "final_loss": grows[1],
-        "float32_first_loss": ends[0],
-        "float32_final_loss": ends[1],
-        "relative_difference": abs(grows[1] - ends[1]) / max(abs(grows[1]), abs(ends[1]), 1e-30),
-        "optimizer": mixed.optimizers[0],
-    }
-
-
 def _unstable(mixed: RunResult, baseline: RunResult | None, baseline_expected: bool) -> Verdict | None:
-    grows = _grows(mixed)
-    if grows is None:
+    growth = grows(mixed)
+    if growth is None:
         return None
-    first, tail = grows
+    first, tail = growth
     if baseline is not None:
-        base = _grows(baseline)
+        base = grows(baseline)
         if base is None:
             return None  # only mixed grows: a precision problem (diverged says how far)
         return Verdict(
@@ -553,131 +417,9 @@ def _baseline_notes(baseline: RunResult | None) -> list[str]:
     return []
 
 
-# TensorFlow/absl log lines in stderr that say nothing about the script's failure.
-_NOISE = re.compile(r"^(?:[IWE]\d{4} \d\d:\d\d:\d\d|WARNING: All log messages before absl|To enable the following instructions)")
-
-
-def stderr_lines(text: str, count: int = 8) -> list[str]:
-    lines = [line.rstrip() for line in text.splitlines() if line.strip() and not _NOISE.match(line)]
-    return lines[-count:]
-
-
-# The message of an error raised inside a tf.function: "in user code:" then the user's
-# frames as text, then the error itself; or "Graph execution error:" then the op's
-# creation stack and the error, ending in "[[{{node ...}}]] [Op:...]".
-_TF_HEADERS = ("in user code:", "Graph execution error:")
-_STACK_TEXT = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
-
-
-def _message_frames(message: str) -> list[dict]:
-    frames, lines = [], message.splitlines()
-    for i, line in enumerate(lines):
-        m = _STACK_TEXT.match(line)
-        if m:
-            code = lines[i + 1].strip() if i + 1 < len(lines) and not _STACK_TEXT.match(lines[i + 1]) else ""
-            frames.append({"file": m.group(1), "line": int(m.group(2)), "function": m.group(3), "code": code})
-    return frames
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Warning)): (.*)$")
-
-
-def crash_head(message: str, kind: str | None = None) -> str:
-    """The line of an exception message that says what went wrong: the first, unless it is
-    one of TensorFlow's headers ("in user code:", "Graph execution error:"), then the error
-    line in its text; Keras' "Exception encountered when calling X.call()." is followed by
-    the line that says why."""
-    lines = [_ANSI.sub("", line).strip() for line in message.strip().splitlines()]
-    lines = [line for line in lines if line]
-    if not lines:
-        return ""
-    head, index = lines[0], 0
-    if head in _TF_HEADERS:
-        errors = [i for i, line in enumerate(lines) if _ERROR_LINE.match(line)]
-        plain = [
-            i
-            for i, line in enumerate(lines[1:], start=1)
-            if not _STACK_TEXT.match(line)
-            and not line.startswith(("[[", "Detected at node", "Stack trace", "Op:", "[Op:"))
-            and not line.endswith("(most recent call last):")
-        ]
-        if errors:
-            index = errors[-1]
-            match = _ERROR_LINE.match(lines[index])
-            head = match.group(2) if kind and match.group(1).split(".")[-1] == kind else lines[index]
-        elif plain:
-            index = plain[-1]
-            head = lines[index]
-    if head.startswith("Exception encountered when calling") and index + 1 < len(lines):
-        head = f"{head} {lines[index + 1]}"
-    return head
-
-
 def _crashed(run: RunResult, script: Path, notes: list[str]) -> Verdict:
-    stderr = stderr_lines(run.stderr_tail)
-    if run.crash is not None:
-        message = run.crash.get("message", "")
-        frames = list(run.crash.get("frames", []))
-        # Inside a tf.function the Python traceback ends in TensorFlow; the message holds
-        # the user's frames as text.
-        text_frames = _message_frames(message)
-        frame = None
-        for candidate in reversed(text_frames):
-            if is_user_file(candidate.get("file", ""), script):
-                frame = candidate
-                break
-        if frame is None:
-            frame = last_user_frame(frames, script)
-        where = describe(frame, script)
-        head = crash_head(message, run.crash.get("type"))
-        return Verdict(
-            "crashed",
-            f"{run.crash.get('type')}: {head} (at {where})",
-            {
-                "type": run.crash.get("type"),
-                "message": message,
-                "frame": frame,
-                "at": where,
-                "exit_status": run.returncode,
-                "steps": run.step_count,
-                "stderr_tail": stderr,
-            },
-            notes,
-        )
-    end = run.end or {}
-    if end.get("status") == "exit":
-        code = end.get("code")
-        frame = last_user_frame(end.get("frames", []), script)
-        where = describe(frame, script) if frame else "unknown location"
-        why = f": {end['message']}" if end.get("message") else ""
-        how = "os._exit" if end.get("abrupt") else "sys.exit"
-        summary = f"the script exited with status {code} ({how}{why}) before a single optimizer step"
-        if frame:
-            summary += f" (at {where})"
-        if stderr:
-            summary += f"; its last stderr line: {stderr[-1]}"
-        return Verdict(
-            "crashed",
-            summary,
-            {"exit_status": code, "frame": frame, "at": where if frame else None, "stderr_tail": stderr, "steps": 0},
-            notes,
-        )
-    summary = f"the child process died without reporting (exit status {run.returncode}"
-    if run.returncode is not None and run.returncode < 0:
-        try:
-            summary += f", killed by {signal.Signals(-run.returncode).name}"
-        except ValueError:
-            pass
-    summary += f") after {_steps(run)}"
-    if stderr:
-        summary += f"; its last stderr line: {stderr[-1]}"
-    return Verdict(
-        "crashed",
-        summary,
-        {"exit_status": run.returncode, "returncode": run.returncode, "stderr_tail": stderr, "steps": run.step_count},
-        notes,
-    )
+    summary, evidence = crash_report(run, script, _steps(run))
+    return Verdict("crashed", summary, evidence, notes)
 
 
 def _stalled(run: RunResult, baseline: RunResult | None, notes: list[str], baseline_expected: bool = True) -> Verdict | None:

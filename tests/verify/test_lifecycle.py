@@ -75,11 +75,18 @@ def test_no_process_outlives_a_signalled_verify(tmp_path, sig):
             os.kill(int(line.split()[0]), signal.SIGKILL)
 
 
-def test_os_exit_after_10_steps_keeps_the_10_steps():
-    report = verify_script("abrupt.py", "--exit-after", "10", steps=50, baseline=False)
+@pytest.mark.parametrize("code", [0, 5])
+def test_os_exit_after_10_steps_keeps_the_10_steps(code):
+    """os._exit(0) after 10 steps is judged on them; os._exit(5) is a failure (exit 14),
+    never exit 0."""
+    report = verify_script("abrupt.py", "--exit-after", "10", "--exit-code", str(code), steps=50, baseline=False)
     assert report.mixed.step_count == 10
     assert report.mixed.end["status"] == "exit" and report.mixed.end["abrupt"] is True
-    assert report.verdict.name == "healthy", report.verdict.summary
+    if code == 0:
+        assert report.verdict.name == "healthy", report.verdict.summary
+    else:
+        assert report.verdict.name == "crashed" and report.exit_code == 14, report.verdict.summary
+        assert "exited with status 5 (os._exit) after 10 steps" in report.verdict.summary
 
 
 def test_timeout_keeps_the_steps_and_does_not_start_the_baseline():
@@ -151,3 +158,20 @@ def test_interpreter_without_tensorflow_is_a_clear_usage_error(tmp_path):
     message = str(info.value)
     assert "TensorFlow is not installed" in message and str(python) in message
     assert "--python" in message
+
+
+def test_stdin_is_forwarded_to_both_runs(tmp_path):
+    """`echo go | mpfix verify reads_stdin.py`: the mixed run and the float32 baseline both
+    read "go" (a script that reads stdin crashed on /dev/null before)."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="3")
+    args = [sys.executable, "-m", "mpfix", "verify", str(SCRIPTS / "reads_stdin.py"), "--steps", "5", "--jobs", "2"]
+    json_path = tmp_path / "r.json"
+    done = subprocess.run([*args, "--json", str(json_path)], input=b"go\n", capture_output=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+    import json
+
+    data = json.loads(json_path.read_text())
+    assert len(data["runs"]["mixed"]["steps"]) == 5 and len(data["runs"]["float32"]["steps"]) == 5
+    # Without input the script says so: the verdict shows it (not a hang).
+    done = subprocess.run(args, input=b"", capture_output=True, env=env, timeout=300)
+    assert done.returncode == 14 and b"EOFError" in done.stdout, done.stdout.decode()

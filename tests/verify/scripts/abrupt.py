@@ -1,5 +1,5 @@
 """A healthy custom loop that ends abruptly: ``--exit-after N`` calls os._exit(0) after N
-steps (no finally, no atexit); ``--hang-after N`` sleeps forever after N steps."""
+steps (no finally, no atexit; status --exit-code); ``--hang-after N`` sleeps forever after N steps."""
 import argparse
 import os
 import time
@@ -12,6 +12,7 @@ keras = tf.keras
 parser = argparse.ArgumentParser()
 parser.add_argument("--exit-after", type=int, default=0)
 parser.add_argument("--hang-after", type=int, default=0)
+parser.add_argument("--exit-code", type=int, default=0)
 args = parser.parse_args()
 
 keras.mixed_precision.set_global_policy("mixed_float16")
@@ -37,7 +38,7 @@ while True:
     train_step(x, y)
     step += 1
     if step == args.exit_after:
-        os._exit(0)
+        os._exit(args.exit_code)
     if step == args.hang_after:
         while True:
             time.sleep(1)
