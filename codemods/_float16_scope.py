@@ -60,14 +60,14 @@ def epsilon_vanishes(value: float) -> bool:
     return half == 0.0 or abs(half - value) / value > 0.10
 
 
-def arithmetic_root(analysis: DtypeAnalysis, node: cst.CSTNode) -> cst.CSTNode:
-    """The outermost arithmetic expression ``node`` is part of (``scores + (1 - m) * -1e9``)."""
+def arithmetic_root(facts, node: cst.CSTNode) -> cst.CSTNode:
+    """The outermost arithmetic expression ``node`` is part of (``scores + (1 - m) * -1e9``); ``facts``: ``DtypeFacts``."""
     current = node
-    parent = analysis.parent.get(current)
+    parent = facts.parent(current)
     while isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation)) and not isinstance(
             getattr(parent, "operator", None), (cst.MatrixMultiply,)):
         current = parent
-        parent = analysis.parent.get(current)
+        parent = facts.parent(current)
     return current
 
 

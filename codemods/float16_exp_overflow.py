@@ -6,60 +6,56 @@ import re
 
 import libcst as cst
 
-from mpfix.codemods._float16_scope import (
-    Dtype, Region, argument, backend_agnostic, dtype_analysis, first_arg, number, ops_spelling, tf_spelling,
-)
-from mpfix.codemods.analysis import float32_ops
+from mpfix.codemods._float16_scope import argument, backend_agnostic, first_arg, number, ops_spelling, tf_spelling
+from mpfix.codemods.analysis.dtypes import Dtype
 from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.facts import ops as op_table
+from mpfix.codemods.facts.dtype_facts import DtypeFacts, dtype_facts
+from mpfix.codemods.facts.heuristics import SQUARED_DISTANCE
 from mpfix.findings import FixSafety
 
-
-_EXPS = {"exp", "expm1"}
-_POWS = {"pow", "power"}
+Kind = op_table.Kind
 
 
-def _op(context, node: cst.BaseExpression) -> str | None:
-    return float32_ops.op_name(context.resolve(node))
+def _spec(context, node: cst.BaseExpression) -> op_table.OpSpec | None:
+    return op_table.known(context.resolve(node.func)) if isinstance(node, cst.Call) else None
 
 
-_first = first_arg
+def _is(context, node: cst.BaseExpression, *kinds: Kind) -> bool:
+    spec = _spec(context, node)
+    return spec is not None and spec.has(*kinds)
 
 
 def _stable_exp_argument(context, node: cst.BaseExpression) -> bool:
     """exp(x - max(x)), exp(-|x|), exp(log_softmax(x)): ≤ 1, cannot overflow."""
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract):
         right = node.right
-        while isinstance(right, cst.Call) and (_op(context, right.func) or "").endswith("stop_gradient") and right.args:
+        while _is(context, right, Kind.STOP_GRADIENT) and right.args:
             right = right.args[0].value
-        if isinstance(right, cst.Call) and (_op(context, right.func) or "").split(".")[-1] in ("reduce_max", "max", "reduce_logsumexp", "logsumexp"):
+        if _is(context, right, Kind.MAX) or (_spec(context, right) is not None and
+                                             _spec(context, right).short in ("reduce_logsumexp", "logsumexp")):
             return True
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract) and \
-            _has_log_sigmoid_term(context, node.right):
-        # Focal-loss modulator (1 - p_t)^γ = exp(-γ·z·x - γ·log1p(exp(-x))): for labels z in {0, 1}
-        # the argument is -γ·log(1 + exp(±x)) ≤ 0 (tf-models' legacy detection losses).
-        return True
+        if _has_log_sigmoid_term(context, node.right):
+            # Focal-loss modulator (1 - p_t)^γ = exp(-γ·z·x - γ·log1p(exp(-x))): for labels z in {0, 1}
+            # the argument is -γ·log(1 + exp(±x)) ≤ 0 (tf-models' legacy detection losses).
+            return True
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) and isinstance(node.expression, cst.Call):
-        return (_op(context, node.expression.func) or "").split(".")[-1] in ("abs", "square", "relu", "softplus")
+        spec = _spec(context, node.expression)
+        return spec is not None and spec.range is op_table.Range.NONNEGATIVE and spec.result is op_table.Result.PRESERVES
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Divide, cst.Multiply)) and \
             isinstance(node.left, cst.UnaryOperation) and isinstance(node.left.operator, cst.Minus):
         # exp(-d² / (2σ²)): a Gaussian, bounded by 1.
-        return bool(re.search(r"square|\*\*\s*2|distance|dist", context.code(node.left)))
-    if isinstance(node, cst.Call):
-        return (_op(context, node.func) or "").split(".")[-1] in ("log_softmax", "log_sigmoid", "log_softmax_v2")
-    return False
+        return bool(SQUARED_DISTANCE.search(context.code(node.left)))
+    return _is(context, node, Kind.LOG_PROBABILITY)
 
 
 def _has_log_sigmoid_term(context, node: cst.BaseExpression) -> bool:
     """``node`` is ``k * log1p(exp(v))`` or ``k * softplus(v)``: a log(1 + e^v) term."""
     while isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
         node = node.right if isinstance(node.right, cst.Call) else node.left
-    if not isinstance(node, cst.Call):
-        return False
-    short = (_op(context, node.func) or "").split(".")[-1]
-    if short == "softplus":
+    if _is(context, node, Kind.SOFTPLUS):
         return True
-    inner = _first(node)
-    return short == "log1p" and isinstance(inner, cst.Call) and (_op(context, inner.func) or "").split(".")[-1] == "exp"
+    return _is(context, node, Kind.LOG1P) and _is(context, first_arg(node), Kind.EXP)
 
 
 class Float16ExpOverflow(Rule):
@@ -167,59 +163,62 @@ class Float16ExpOverflow(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        scope = dtype_analysis(self.context)
+        facts = dtype_facts(self.context)
         handled: set[cst.CSTNode] = set()
-        items = list(scope.region_of.items())
-        for div, region in items:
-            if isinstance(div, cst.BinaryOperation) and isinstance(div.operator, cst.Divide) and region.kind != "module":
-                self._manual_softmax(scope, div, region, handled)
-        for call, region in items:
-            if not isinstance(call, cst.Call) or call in handled or region.kind == "module":
+        for div in facts.nodes(cst.BinaryOperation):
+            if isinstance(div.operator, cst.Divide):
+                self._manual_softmax(facts, div, handled)
+        for call in facts.nodes(cst.Call):
+            if call in handled:
                 continue
-            op = _op(self.context, call.func)
-            x = _first(call)
-            if op is None or x is None:
+            spec = _spec(self.context, call)
+            x = first_arg(call)
+            if spec is None or x is None:
                 continue
-            if op in _EXPS:
-                if _stable_exp_argument(self.context, x) or scope.dtype(x, region) is not Dtype.FLOAT16 or \
-                        scope.nonpositive(x, region):
+            if spec.has(Kind.EXP):
+                if self._bounded(facts, x):
                     continue
                 self.report(call, f"`{self.context.code(call.func)}` of a float16 tensor is inf from 11.1 up; "
                                   "cast the input to float32 and keep the result float32 until it is back in range")
-            elif op in _POWS and len(call.args) >= 2:
+            elif spec.has(Kind.POW) and len(call.args) >= 2:
                 # Only literal exponents say the result grows: pow(1 - p, gamma) (focal losses) and
                 # pow(10000., i / d) (positional encodings) stay in range, and were most of the
                 # tf-models findings when every pow was flagged.
                 exponent = number(call.args[1].value)
-                if exponent is None or 0 <= exponent <= 2 or scope.dtype(x, region) is not Dtype.FLOAT16:
+                if exponent is None or 0 <= exponent <= 2 or facts.dtype_of(x) is not Dtype.FLOAT16:
                     continue
                 self.report(call, "`pow` on float16 tensors overflows past 65504 (or underflows below 6e-8); "
                                   "compute it in float32")
 
-    def _exp_argument(self, node, region: Region) -> cst.BaseExpression | None:
-        if isinstance(node, cst.Call) and _op(self.context, node.func) in _EXPS and _first(node) is not None:
-            return _first(node)
+    def _bounded(self, facts: DtypeFacts, x: cst.BaseExpression) -> bool:
+        """``exp(x)`` cannot overflow: x is not float16, or is ≤ 0 (or small) by its form."""
+        return _stable_exp_argument(self.context, x) or facts.dtype_of(x) is not Dtype.FLOAT16 or \
+            facts.nonpositive(x) or facts.bounded_above(x, 11.0)
+
+    def _exp_argument(self, facts: DtypeFacts, node) -> cst.BaseExpression | None:
+        if _is(self.context, node, Kind.EXP) and first_arg(node) is not None:
+            return first_arg(node)
         if isinstance(node, cst.Name):
-            values = region.assigned.get(node.value, [])
-            if len(values) == 1:
-                return self._exp_argument(values[0], region)
+            value = facts.value_of(node)
+            if value is not None:
+                return self._exp_argument(facts, value)
         return None
 
-    def _manual_softmax(self, scope, div: cst.BinaryOperation, region: Region, handled: set) -> None:
-        x = self._exp_argument(div.left, region)
+    def _manual_softmax(self, facts: DtypeFacts, div: cst.BinaryOperation, handled: set) -> None:
+        x = self._exp_argument(facts, div.left)
         right = div.right
-        if x is None or not isinstance(right, cst.Call) or (_op(self.context, right.func) or "").split(".")[-1] not in ("reduce_sum", "sum"):
+        if x is None or not _is(self.context, right, Kind.LONG_SUM) or _is(self.context, right, Kind.CUMULATIVE):
             return
-        inner = _first(right)
-        x2 = self._exp_argument(inner, region) if inner is not None else None
+        inner = first_arg(right)
+        x2 = self._exp_argument(facts, inner) if inner is not None else None
         if x2 is None or self.context.code(x) != self.context.code(x2):
             return
-        if _stable_exp_argument(self.context, x) or scope.dtype(x, region) is not Dtype.FLOAT16 or scope.nonpositive(x, region):
+        if self._bounded(facts, x):
             return
         for node in (div.left, inner):
             handled.add(node)
             if isinstance(node, cst.Name):
-                handled.update(v for v in region.assigned.get(node.value, []))
+                handled.update(facts.values_of(node))
         axis = argument(right, "axis", 1)
         fix = None
         imports: tuple[str, ...] = ()

@@ -6,11 +6,13 @@ import re
 
 import libcst as cst
 
-from mpfix.codemods._float16_scope import Dtype, argument, cast, dtype_analysis
+from mpfix.codemods._float16_scope import argument, cast
+from mpfix.codemods.analysis.dtypes import Dtype
 from mpfix.codemods.analysis.model_outputs import (
     _MODEL_CONSTRUCTORS, _ModelFacts, _is_keras_loss_function, model_facts,
 )
 from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.facts.dtype_facts import DtypeFacts, Place, RegionKind, dtype_facts
 from mpfix.codemods.names import dotted_name
 from mpfix.findings import FixSafety
 
@@ -162,12 +164,10 @@ class Float16LossFunction(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        scope = dtype_analysis(self.context)
-        facts = model_facts(self.context)
-        instances = self._loss_instances(scope) if self.context.keras == 2 else set()
-        for call, region in list(scope.region_of.items()):
-            if not isinstance(call, cst.Call) or region.kind == "module":
-                continue
+        facts = dtype_facts(self.context)
+        models = model_facts(self.context)
+        instances = self._loss_instances(facts) if self.context.keras == 2 else set()
+        for call in facts.nodes(cst.Call):
             resolved = self.context.resolve(call.func) or ""
             if _is_keras_loss_function(resolved):
                 what = f"`{self.context.code(call.func)}` is a loss function and computes in y_pred's dtype"
@@ -176,26 +176,27 @@ class Float16LossFunction(Rule):
             else:
                 continue
             pred = argument(call, "y_pred", 1)
-            if pred is None or scope.dtype(pred.value, region) is not Dtype.FLOAT16:
+            if pred is None or facts.dtype_of(pred.value) is not Dtype.FLOAT16:
                 continue
-            why = self._float16_evidence(facts, pred.value, region)
+            why = self._float16_evidence(facts, models, pred.value, facts.place(call))
             if why is None:
                 continue
             converted, imports = cast(self.context, pred.value, "float32")
             self.report(call, f"{what}, and {why}: a float16 loss is inf past 65504; cast `y_pred` to float32",
                         fix={pred.value: converted}, imports=imports, description="Cast y_pred to float32")
 
-    def _model_callee(self, facts: _ModelFacts, node: cst.BaseExpression, region, depth: int = 0) -> str | None:
+    def _model_callee(self, facts: DtypeFacts, models: _ModelFacts, node: cst.BaseExpression, place: Place,
+                      depth: int = 0) -> str | None:
         """``model`` for ``model(x)`` (directly or through a name bound once to it): a model's raw output."""
         if isinstance(node, cst.Name) and depth < 3:
-            values = region.assigned.get(node.value, [])
-            if len(values) != 1:
-                return None
-            unpacked = region.unpacked.get(node.value, [])
-            if len(unpacked) == 1:
+            unpacked = facts.unpacked_from(node)
+            if len(unpacked) == 1 and len(facts.values_of(node)) == 0:
                 # `logits, aux = model(x)`: an element of the model's tuple output.
-                return self._model_callee(facts, unpacked[0][0], region, depth + 1)
-            return self._model_callee(facts, values[0], region, depth + 1)
+                return self._model_callee(facts, models, unpacked[0][0], place, depth + 1)
+            value = facts.value_of(node)
+            if value is None:
+                return None
+            return self._model_callee(facts, models, value, place, depth + 1)
         if not isinstance(node, cst.Call):
             return None
         callee = dotted_name(node.func)
@@ -203,14 +204,15 @@ class Float16LossFunction(Rule):
             return None
         if callee == "self":
             # self(x) in a Model subclass's train_step.
-            return callee if region.in_class and region.kind == "train-step" else None
+            return callee if place.in_class and place.kind is RegionKind.TRAIN_STEP else None
         if "model" in callee.split(".")[-1].lower() or any(
                 isinstance(v, cst.Call) and (self.context.resolve(v.func) or "") in _MODEL_CONSTRUCTORS
-                for v in facts.assigned.get(callee, [])):
+                for v in models.assigned.get(callee, [])):
             return callee
         return None
 
-    def _float16_evidence(self, facts: _ModelFacts, pred: cst.BaseExpression, region) -> str | None:
+    def _float16_evidence(self, facts: DtypeFacts, models: _ModelFacts, pred: cst.BaseExpression,
+                          place: Place) -> str | None:
         """Why the predictions are float16, or None when the file cannot tell (then: silent).
 
         Only a model's raw output counts. A model built in this file is judged by its head
@@ -219,43 +221,43 @@ class Float16LossFunction(Rule):
         ``dtype="float32"``; a model made by a factory from another file (tf-models' ResNet,
         whose softmax is float32 there) or any other value is unknown, and unknown is silent.
         """
-        callee = self._model_callee(facts, pred, region)
+        callee = self._model_callee(facts, models, pred, place)
         if callee is None:
             return None
-        values = facts.assigned.get(callee, [])
+        values = models.assigned.get(callee, [])
         if values:
             for value in values:
                 if not isinstance(value, cst.Call):
                     return None
                 resolved = self.context.resolve(value.func) or ""
                 here = resolved in _MODEL_CONSTRUCTORS or (
-                    isinstance(value.func, cst.Name) and value.func.value in facts.defined)
+                    isinstance(value.func, cst.Name) and value.func.value in models.defined)
                 if not here:
                     return None
-            if facts.float16_heads:
-                head = facts.float16_heads[-1]
+            if models.float16_heads:
+                head = models.float16_heads[-1]
                 return f"`{callee}` is built here with a float16 output layer `{self.context.code(head.func)}`"
             return None
-        params = region.node.params if isinstance(region.node, cst.FunctionDef) else None
+        params = place.function.params if place.function is not None else None
         names = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]} if params else set()
         if callee != "self" and callee not in names:
             return None
-        if facts.float16_heads:
-            head = facts.float16_heads[-1]
+        if models.float16_heads:
+            head = models.float16_heads[-1]
             return f"this file builds a float16 output layer `{self.context.code(head.func)}`"
-        if facts.says_float32:
+        if models.says_float32:
             return None
         return f"`{callee}`'s outputs are float16 under mixed_float16 unless its last layer is float32"
 
-    def _loss_instances(self, scope) -> set[str]:
+    def _loss_instances(self, facts: DtypeFacts) -> set[str]:
         names = set()
-        for call in scope.all_calls:
+        for call in facts.all_calls:
             resolved = self.context.resolve(call.func) or ""
             if resolved.startswith("keras.losses.") and resolved.split(".")[-1][:1].isupper():
                 names.add(call)
         found: set[str] = set()
         for stmt_call in names:
-            parent = scope.parent.get(stmt_call)
+            parent = facts.parent(stmt_call)
             if isinstance(parent, cst.Assign):
                 for target in parent.targets:
                     dotted = dotted_name(target.target)

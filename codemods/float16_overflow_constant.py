@@ -6,32 +6,12 @@ import re
 
 import libcst as cst
 
-from mpfix.codemods._float16_scope import (
-    Dtype, FLOAT16_MAX, Region, SAFE_MASK, argument, arithmetic_root, dtype_analysis, is_float_literal, number,
-)
-from mpfix.codemods.analysis import float32_ops
+from mpfix.codemods._float16_scope import FLOAT16_MAX, SAFE_MASK, argument, arithmetic_root, is_float_literal, number
+from mpfix.codemods.analysis.dtypes import Dtype
 from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.facts import ops as op_table
+from mpfix.codemods.facts.dtype_facts import DtypeFacts, dtype_facts
 from mpfix.findings import FixSafety
-
-
-# Ops where a huge constant meets the other (tensor) arguments elementwise.
-_MASK_OPS = {"where", "where_v2", "math.add", "add", "math.subtract", "subtract", "math.multiply", "multiply",
-             "math.divide", "divide", "select"}
-# Ops that convert a constant to the dtype given next to it.
-_CONVERT_OPS = {"cast", "constant", "convert_to_tensor", "fill"}
-_EPSILON_KEYWORDS = {"epsilon", "eps", "variance_epsilon", "norm_epsilon", "layer_norm_eps", "layer_norm_epsilon"}
-_NOT_LAYERS = re.compile(r"optim|adam|rmsprop|adagrad|adadelta|adamax|nadam|ftrl|lamb|lion|sgd|lars|config|schedule|"
-                         r"params|metric|loss", re.IGNORECASE)
-_NORM_LAYER_NAME = re.compile(r"(Norm|Normalization|Normalize)$")
-# Keras layers that compute in float32 under mixed_float16 whatever their epsilon (checked on
-# Keras 2 and 3: LayerNormalization(epsilon=1e-12) stays finite on constant float16 rows).
-_UPCASTING_KERAS_LAYERS = {"LayerNormalization", "BatchNormalization", "SyncBatchNormalization"}
-_L2_NORMALIZE = {"tensorflow.math.l2_normalize", "tensorflow.nn.l2_normalize", "tensorflow.linalg.l2_normalize"}
-
-
-def _op(resolved: str | None) -> str | None:
-    return float32_ops.op_name(resolved)
-
 
 _INF = float("inf")
 
@@ -175,17 +155,19 @@ class Float16OverflowConstant(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        scope = dtype_analysis(self.context)
-        for candidate, region in list(scope.region_of.items()):
-            if (isinstance(candidate, cst.Name) or _is_self_attribute(candidate)) and scope.parent.get(candidate) is not None:
-                if isinstance(scope.parent.get(candidate), cst.Attribute) and scope.parent[candidate].value is candidate:
+        facts = dtype_facts(self.context)
+        for candidate in facts.nodes((cst.Name, cst.Attribute, cst.Float, cst.Call, cst.UnaryOperation), module_level=True):
+            parent = facts.parent(candidate)
+            if (isinstance(candidate, cst.Name) or _is_self_attribute(candidate)) and parent is not None:
+                if isinstance(parent, cst.Attribute) and parent.value is candidate:
                     continue  # `self` of `self.mask_value`
-                resolved = scope.constant(candidate, region)
-                if resolved is None or candidate is resolved[1] or not isinstance(resolved[1], (cst.Float, cst.UnaryOperation)):
+                constant = facts.constant(candidate)
+                if constant is None or candidate is constant.literal or \
+                        not isinstance(constant.literal, (cst.Float, cst.UnaryOperation)):
                     continue
-                value, literal = resolved
+                value, literal = constant.value, constant.literal
             elif isinstance(candidate, (cst.Float, cst.Call, cst.Attribute, cst.UnaryOperation)):
-                if isinstance(scope.parent.get(candidate), cst.UnaryOperation):
+                if isinstance(parent, cst.UnaryOperation):
                     continue  # judged as part of -1e9
                 value = number(candidate)
                 if value is None or not is_float_literal(candidate):
@@ -193,10 +175,10 @@ class Float16OverflowConstant(Rule):
                 literal = candidate
             else:
                 continue
-            if abs(value) <= FLOAT16_MAX or value in (_INF, -_INF) or scope.is_guarded(candidate):
+            if abs(value) <= FLOAT16_MAX or value in (_INF, -_INF) or facts.is_guarded(candidate):
                 # An infinity is infinite in float32 too: what it does to a softmax is not float16's doing.
                 continue
-            if not self._meets_float16(scope, candidate, region):
+            if not self._meets_float16(facts, candidate):
                 continue
             spelled = self.context.code(candidate)
             where = f"`{spelled}`" if candidate is literal else f"`{spelled}` (= {self.context.code(literal)})"
@@ -208,23 +190,24 @@ class Float16OverflowConstant(Rule):
                 description=f"Use the float16-safe constant {'-' if value < 0 else ''}{SAFE_MASK}",
             )
 
-    def _meets_augmented_target(self, scope, root: cst.CSTNode, region: Region) -> bool:
+    @staticmethod
+    def _meets_augmented_target(facts: DtypeFacts, root: cst.CSTNode) -> bool:
         """``scores += (1.0 - mask) * -1e9``: the value meets ``scores``."""
-        parent = scope.parent.get(root)
+        parent = facts.parent(root)
         return isinstance(parent, cst.AugAssign) and parent.value is root and \
-            scope.dtype(parent.target, region) is Dtype.FLOAT16
+            facts.dtype_of(parent.target) is Dtype.FLOAT16
 
-    def _meets_float16(self, scope, node: cst.CSTNode, region: Region) -> bool:
-        root = arithmetic_root(scope, node)
+    def _meets_float16(self, facts: DtypeFacts, node: cst.CSTNode) -> bool:
+        root = arithmetic_root(facts, node)
         if root is not node:
             # Climb until the constant meets a tensor: `tf.cast(m, tf.float32) * 1e6` meets float32
             # first (fine in float32; mixing that with float16 is MP206's error, not an overflow).
             current = node
             while current is not root:
-                parent = scope.parent.get(current)
+                parent = facts.parent(current)
                 if isinstance(parent, cst.BinaryOperation):
                     sibling = parent.right if parent.left is current else parent.left
-                    kind = scope.dtype(sibling, region)
+                    kind = facts.dtype_of(sibling)
                     if kind is Dtype.FLOAT16:
                         return True
                     if kind in (Dtype.INT, Dtype.BOOL, Dtype.COMPLEX, Dtype.BFLOAT16):
@@ -234,24 +217,25 @@ class Float16OverflowConstant(Rule):
                         # MP206's fix makes it the compute dtype the next fix pass reports the constant.
                         return False
                 current = parent
-            return self._meets_augmented_target(scope, root, region)
-        if self._meets_augmented_target(scope, node, region):
+            return self._meets_augmented_target(facts, root)
+        if self._meets_augmented_target(facts, node):
             return True
-        parent = scope.parent.get(node)
+        parent = facts.parent(node)
         if isinstance(parent, cst.Arg):
-            call = scope.parent.get(parent)
+            call = facts.parent(parent)
             if not isinstance(call, cst.Call):
                 return False
-            op = _op(self.context.resolve(call.func))
-            if op is None:
+            spec = op_table.lookup(self.context.resolve(call.func))
+            if spec is None:
                 return False
-            short = op.split(".")[-1]
-            if op in _MASK_OPS or short in ("where",):
+            if spec.has(op_table.Kind.ARITHMETIC, op_table.Kind.SELECT):
+                # A mask constant meets the other tensor arguments elementwise (`where`'s condition excepted).
                 others = [a.value for a in call.args if a is not parent and a.keyword is None]
-                if short == "where":
+                if spec.has(op_table.Kind.SELECT):
                     others = others[1:] if call.args and call.args[0] is not parent else others
-                return any(scope.dtype(o, region) is Dtype.FLOAT16 for o in others)
-            if short in _CONVERT_OPS:
-                dtype = argument(call, "dtype", 1 if short == "cast" else None)
-                return dtype is not None and scope.dtype_of_spelling(dtype.value, region) is Dtype.FLOAT16
+                return any(facts.dtype_of(o) is Dtype.FLOAT16 for o in others)
+            if spec.result in (op_table.Result.CAST, op_table.Result.VALUE):
+                # The op converts the constant to the dtype given next to it.
+                dtype = argument(call, "dtype", 1 if spec.is_cast else None)
+                return dtype is not None and facts.dtype_of_spelling(dtype.value, call) is Dtype.FLOAT16
         return False

@@ -7,26 +7,17 @@ import re
 import libcst as cst
 
 from mpfix.codemods._float16_scope import (
-    Dtype, Region, SAFE_EPSILON, argument, arithmetic_root, cast, describe_float16, dtype_analysis,
-    epsilon_vanishes, is_simple, number,
+    SAFE_EPSILON, argument, arithmetic_root, cast, describe_float16, epsilon_vanishes, is_simple, number,
 )
-from mpfix.codemods.analysis import float32_ops
+from mpfix.codemods.analysis.dtypes import Dtype, spelled_dtype
 from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.facts import heuristics, keras_layers
+from mpfix.codemods.facts import ops as op_table
+from mpfix.codemods.facts.dtype_facts import DtypeFacts, dtype_facts
 from mpfix.findings import FixSafety
 
 
 _EPSILON_KEYWORDS = {"epsilon", "eps", "variance_epsilon", "norm_epsilon", "layer_norm_eps", "layer_norm_epsilon"}
-_NOT_LAYERS = re.compile(r"optim|adam|rmsprop|adagrad|adadelta|adamax|nadam|ftrl|lamb|lion|sgd|lars|config|schedule|"
-                         r"params|metric|loss", re.IGNORECASE)
-_NORM_LAYER_NAME = re.compile(r"(Norm|Normalization|Normalize)$")
-# Keras layers that compute in float32 under mixed_float16 whatever their epsilon (checked on
-# Keras 2 and 3: LayerNormalization(epsilon=1e-12) stays finite on constant float16 rows).
-_UPCASTING_KERAS_LAYERS = {"LayerNormalization", "BatchNormalization", "SyncBatchNormalization"}
-_L2_NORMALIZE = {"tensorflow.math.l2_normalize", "tensorflow.nn.l2_normalize", "tensorflow.linalg.l2_normalize"}
-
-
-def _op(resolved: str | None) -> str | None:
-    return float32_ops.op_name(resolved)
 
 
 def _is_self_attribute(node: cst.CSTNode) -> bool:
@@ -175,46 +166,48 @@ class Float16UnderflowEpsilon(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        scope = dtype_analysis(self.context)
-        for candidate, region in list(scope.region_of.items()):
+        facts = dtype_facts(self.context)
+        for candidate in facts.nodes((cst.Call, cst.Float, cst.Name, cst.Attribute), module_level=True):
             if isinstance(candidate, cst.Call):
-                self._check_call(scope, candidate, region)
-            elif isinstance(candidate, (cst.Float, cst.Name)) or _is_self_attribute(candidate):
-                self._check_additive(scope, candidate, region)
-        for call in scope.all_calls:
-            if call not in scope.region_of or scope.region_of[call].kind == "module":
+                self._check_call(facts, candidate)
+            elif not isinstance(candidate, cst.Attribute) or _is_self_attribute(candidate):
+                self._check_additive(facts, candidate)
+        for call in facts.all_calls:
+            place = facts.place(call)
+            if place is None or not place.compute:
                 # Layers are built in __init__, build() and model functions, outside any region.
                 for arg in call.args:
                     if arg.keyword is not None and arg.keyword.value in _EPSILON_KEYWORDS:
                         value = number(arg.value)
-                        if value is not None and epsilon_vanishes(value) and _op(self.context.resolve(call.func)) is None:
-                            self._check_constructor(call, arg, value, self.context.resolve(call.func))
+                        resolved = self.context.resolve(call.func)
+                        if value is not None and epsilon_vanishes(value) and op_table.op_name(resolved) is None:
+                            self._check_constructor(facts, call, arg, value, resolved)
 
-    def _check_additive(self, scope, node, region: Region) -> None:
+    def _check_additive(self, facts: DtypeFacts, node) -> None:
+        parent = facts.parent(node)
         if isinstance(node, cst.Name) or _is_self_attribute(node):
-            if isinstance(scope.parent.get(node), cst.Attribute) and scope.parent[node].value is node:
+            if isinstance(parent, cst.Attribute) and parent.value is node:
                 return  # `self` of `self.epsilon`
-            resolved = scope.constant(node, region)
-            if resolved is None or resolved[1] is node or not isinstance(resolved[1], cst.Float):
+            constant = facts.constant(node)
+            if constant is None or constant.literal is node or not isinstance(constant.literal, cst.Float):
                 return
-            value, literal = resolved
-            if isinstance(scope.parent.get(node), (cst.AssignTarget,)):
+            value, literal = constant.value, constant.literal
+            if isinstance(parent, cst.AssignTarget):
                 return
         else:
             value, literal = number(node), node
-            if value is None or isinstance(scope.parent.get(node), cst.UnaryOperation):
+            if value is None or isinstance(parent, cst.UnaryOperation):
                 return
-        if not epsilon_vanishes(value) or scope.is_guarded(node):
+        if not epsilon_vanishes(value) or facts.is_guarded(node):
             return
-        parent = scope.parent.get(node)
         meets = False
         if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, (cst.Add, cst.Subtract)):
-            meets = scope.dtype(arithmetic_root(scope, node), region) is Dtype.FLOAT16
+            meets = facts.dtype_of(arithmetic_root(facts, node)) is Dtype.FLOAT16
         elif isinstance(parent, cst.Arg) and parent.keyword is None:
-            call = scope.parent.get(parent)
-            op = _op(self.context.resolve(call.func)) if isinstance(call, cst.Call) else None
-            if op and op.split(".")[-1] in ("maximum", "add", "clip_by_value", "clip"):
-                meets = any(scope.dtype(a.value, region) is Dtype.FLOAT16 for a in call.args if a is not parent)
+            call = facts.parent(parent)
+            spec = op_table.lookup(self.context.resolve(call.func)) if isinstance(call, cst.Call) else None
+            if spec is not None and spec.has(op_table.Kind.ADD, op_table.Kind.FLOOR, op_table.Kind.CLIP):
+                meets = any(facts.dtype_of(a.value) is Dtype.FLOAT16 for a in call.args if a is not parent)
         if meets:
             self._report_epsilon(node, literal, value)
 
@@ -228,10 +221,12 @@ class Float16UnderflowEpsilon(Rule):
             description=f"Use the float16-representable epsilon {SAFE_EPSILON}",
         )
 
-    def _check_call(self, scope, call: cst.Call, region: Region) -> None:
+    def _check_call(self, facts: DtypeFacts, call: cst.Call) -> None:
         resolved = self.context.resolve(call.func)
-        if resolved in _L2_NORMALIZE:
-            self._check_l2_normalize(scope, call, region)
+        spec = op_table.lookup(resolved)
+        place = facts.place(call)
+        if spec is not None and spec.has(op_table.Kind.L2_NORMALIZE):
+            self._check_l2_normalize(facts, call)
             return
         for arg in call.args:
             if arg.keyword is None or arg.keyword.value not in _EPSILON_KEYWORDS:
@@ -239,59 +234,72 @@ class Float16UnderflowEpsilon(Rule):
             value = number(arg.value)
             if value is None or not epsilon_vanishes(value):
                 continue
-            if _op(resolved) is None:
-                if region.kind != "module":  # module-level constructors: see visit_Module
-                    self._check_constructor(call, arg, value, resolved)
+            if spec is None:
+                if place is not None and place.compute:  # module-level constructors: see visit_Module
+                    self._check_constructor(facts, call, arg, value, resolved)
                 continue
             # A TF op such as tf.nn.batch_normalization(..., variance_epsilon=1e-12).
-            if region.kind == "module" or not call.args or scope.dtype(call.args[0].value, region) is not Dtype.FLOAT16:
+            if not call.args or facts.dtype_of(call.args[0].value) is not Dtype.FLOAT16:
                 continue
             self._report_epsilon(arg, arg.value, value, what=f"`{arg.keyword.value}={self.context.code(arg.value)}`")
 
-    def _check_constructor(self, call: cst.Call, arg: cst.Arg, value: float, resolved: str | None) -> None:
+    def _check_constructor(self, facts: DtypeFacts, call: cst.Call, arg: cst.Arg, value: float,
+                           resolved: str | None) -> None:
         func = call.func
         simple = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-        if not simple[:1].isupper() or _NOT_LAYERS.search(resolved or simple):
-            return
+        by_name_only = False
         if resolved and resolved.startswith("keras."):
-            layer = resolved.split(".")[-1]
-            if layer in _UPCASTING_KERAS_LAYERS or (layer == "GroupNormalization" and self.context.keras == 3):
-                return
+            spec = keras_layers.layer(resolved, self.context.keras)
+            if spec is not None and spec.computes_float32:
+                return  # Keras' own LayerNormalization/BatchNormalization compute in float32
             if not resolved.startswith("keras.layers."):
                 return
-        scope = dtype_analysis(self.context)
-        defined = scope.classes.get(simple) if isinstance(func, cst.Name) else None
-        if defined is not None:
-            if "float32" in self.context.code(defined):
+            info = None
+        else:
+            if not heuristics.is_constructor_name(simple) or heuristics.NOT_A_LAYER.search(resolved or simple):
+                return
+            defined = facts.class_named(simple) if isinstance(func, cst.Name) else None
+            info = facts.layer(defined) if defined is not None else None
+            if defined is not None and info is None and not heuristics.NORM_LAYER_NAME.search(simple):
+                return  # a class of this file that is no layer
+            if info is not None and info.computes_float32:
                 return  # the class computes in float32 itself
-        elif not (resolved or "").startswith("keras.") and not _NORM_LAYER_NAME.search(simple):
-            return  # an imported class we cannot see: only normalisation layers use epsilon directly
+            if defined is None:
+                if not heuristics.NORM_LAYER_NAME.search(simple):
+                    return  # an imported class we cannot see: only normalisation layers use epsilon directly
+                by_name_only = True
         dtype = argument(call, "dtype", None)
-        if dtype is not None and re.search(r"float32|float64", self.context.code(dtype.value)):
+        if dtype is not None and (spelled_dtype(dtype.value, self.context.resolve) or Dtype.UNKNOWN).wide:
             return
-        accepts_dtype = defined is None or _accepts_dtype(defined)
+        what = f"`{arg.keyword.value}={self.context.code(arg.value)}`"
+        if by_name_only:
+            # Only its name says it is a normalisation layer: no fix rests on a name.
+            self.report(arg, f"{what} becomes {describe_float16(value)} in float16 if `{simple}` computes in the "
+                             f"compute dtype; build it with `dtype=\"float32\"` (or use {SAFE_EPSILON})")
+            return
+        accepts_dtype = info is None or info.accepts_dtype
         if accepts_dtype and dtype is None:
             new_args = list(call.args)
             last = new_args[-1]
             new_args[-1] = last.with_changes(comma=cst.MaybeSentinel.DEFAULT) if last.comma is cst.MaybeSentinel.DEFAULT else last
             new_args.append(cst.Arg(keyword=cst.Name("dtype"), value=cst.SimpleString('"float32"'),
                                     equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-            fix = {call: call.with_changes(args=new_args)}
             self.report(
                 arg,
-                f"`{arg.keyword.value}={self.context.code(arg.value)}` becomes {describe_float16(value)} in float16; "
+                f"{what} becomes {describe_float16(value)} in float16; "
                 f"build the layer with `dtype=\"float32\"` (or use {SAFE_EPSILON})",
-                fix=fix,
+                fix={call: call.with_changes(args=new_args)},
                 description="Build the layer with dtype=\"float32\"",
             )
         else:
-            self._report_epsilon(arg, arg.value, value, what=f"`{arg.keyword.value}={self.context.code(arg.value)}`")
+            self._report_epsilon(arg, arg.value, value, what=what)
 
-    def _check_l2_normalize(self, scope, call: cst.Call, region: Region) -> None:
-        if region.kind == "module" or not call.args:
+    def _check_l2_normalize(self, facts: DtypeFacts, call: cst.Call) -> None:
+        place = facts.place(call)
+        if place is None or not place.compute or not call.args:
             return
         x = call.args[0].value
-        if scope.dtype(x, region) is not Dtype.FLOAT16:
+        if facts.dtype_of(x) is not Dtype.FLOAT16:
             return
         eps = argument(call, "epsilon", 2)
         value = number(eps.value) if eps is not None else 1e-12
@@ -314,12 +322,3 @@ class Float16UnderflowEpsilon(Rule):
             imports=imports,
             description="Normalise in float32 and cast back to the input's dtype",
         )
-
-
-def _accepts_dtype(cls: cst.ClassDef) -> bool:
-    for stmt in cls.body.body:
-        if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__init__":
-            params = stmt.params
-            return isinstance(params.star_kwarg, cst.Param) or any(
-                p.name.value == "dtype" for p in [*params.params, *params.kwonly_params])
-    return True  # inherits Layer.__init__, which takes dtype

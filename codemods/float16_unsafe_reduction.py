@@ -6,29 +6,18 @@ import re
 
 import libcst as cst
 
-from mpfix.codemods._float16_scope import Dtype, LOSS_NAME, Region, cast, dtype_analysis, first_arg, is_simple, number
-from mpfix.codemods.analysis import float32_ops
+from mpfix.codemods._float16_scope import cast, first_arg, is_simple, number
+from mpfix.codemods.analysis.dtypes import Dtype
 from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.facts import ops as op_table
+from mpfix.codemods.facts.dtype_facts import DtypeFacts, RegionKind, dtype_facts
+from mpfix.codemods.facts.heuristics import LOSS_NAME
 from mpfix.findings import FixSafety
 
-
-# Reductions whose result is back in float16's range (a square root, or a mean of squares of
-# in-range deviations): casting the result back to the input's dtype is effective.
-_IN_RANGE = {"norm": "norm", "linalg.norm": "norm", "reduce_euclidean_norm": "norm", "reduce_std": "standard deviation",
-             "std": "standard deviation", "reduce_variance": "variance", "var": "variance"}
+Kind = op_table.Kind
 # The `ord` values of a norm that sum squares: the Euclidean/Frobenius norm (the default). An L1,
 # inf/max or nuclear norm sums magnitudes or takes a maximum, and does not square.
 _SQUARING_ORDS = {"None", "2", "2.0", "'euclidean'", '"euclidean"', "'fro'", '"fro"'}
-# Reductions whose result itself is past 65504 when the activations are large.
-_OVERFLOWING = {"nn.l2_loss": "l2_loss"}
-_SUMS = {"reduce_sum", "sum"}
-_SQUARES = {"square"}
-# Ops that bring a float32 sum of squares back into float16's range.
-_SHRINKING = {"sqrt", "rsqrt", "log", "log1p"}
-
-
-def _op(context, node: cst.BaseExpression) -> str | None:
-    return float32_ops.op_name(context.resolve(node))
 
 
 def _squaring_norm(context, call: cst.Call) -> bool:
@@ -46,9 +35,9 @@ def _squaring_norm(context, call: cst.Call) -> bool:
     return context.code(ord_arg).strip() in _SQUARING_ORDS
 
 
-def _is_loss(scope, call: cst.Call, region: Region, code) -> bool:
+def _is_loss(facts: DtypeFacts, call: cst.Call, code) -> bool:
     """The reduction's result is a loss term: it may stay float32 (losses are float32 in Keras)."""
-    for ancestor in scope.ancestors(call):
+    for ancestor in facts.ancestors(call):
         if isinstance(ancestor, cst.Call) and isinstance(ancestor.func, cst.Attribute) and ancestor.func.attr.value == "add_loss":
             return True
         if isinstance(ancestor, cst.Assign):
@@ -56,7 +45,8 @@ def _is_loss(scope, call: cst.Call, region: Region, code) -> bool:
         if isinstance(ancestor, (cst.AugAssign, cst.AnnAssign)):
             return bool(LOSS_NAME.search(code(ancestor.target)))
         if isinstance(ancestor, cst.Return):
-            return region.kind == "loss"
+            place = facts.place(call)
+            return place is not None and place.kind is RegionKind.LOSS
         if isinstance(ancestor, cst.BinaryOperation) and any(
                 LOSS_NAME.search(n.value) for n in (ancestor.left, ancestor.right) if isinstance(n, cst.Name)):
             return True
@@ -186,33 +176,45 @@ class Float16UnsafeReduction(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        scope = dtype_analysis(self.context)
-        for call, region in list(scope.region_of.items()):
-            if not isinstance(call, cst.Call) or region.kind == "module":
-                continue
-            op = _op(self.context, call.func)
+        facts = dtype_facts(self.context)
+        for call in facts.nodes(cst.Call):
+            spec = op_table.known(self.context.resolve(call.func))
             x = first_arg(call)
-            if op is None or x is None:
+            if spec is None or x is None:
                 continue
-            what = _IN_RANGE.get(op) or _OVERFLOWING.get(op)
-            if what == "norm" and op != "reduce_euclidean_norm" and not _squaring_norm(self.context, call):
+            what = spec.label or None
+            in_range = spec.has(Kind.NORM, Kind.DEVIATION, Kind.VARIANCE)
+            if spec.has(Kind.NORM) and spec.short != "reduce_euclidean_norm" and not _squaring_norm(self.context, call):
                 continue  # an L1/inf/max norm: no squares to overflow
+            if not (in_range or spec.has(Kind.SQUARED_SUM)):
+                what = None
             target, replaced = x, None
-            if what is None and op in _SUMS:
-                inner = x
-                if isinstance(inner, cst.Call) and _op(self.context, inner.func) in _SQUARES and first_arg(inner) is not None:
-                    target = first_arg(inner)
-                elif isinstance(inner, cst.BinaryOperation) and isinstance(inner.operator, cst.Multiply) and \
-                        self.context.code(inner.left) == self.context.code(inner.right):
-                    target, replaced = inner.left, inner  # x * x: both operands are cast
-                elif isinstance(inner, cst.BinaryOperation) and isinstance(inner.operator, cst.Power) and number(inner.right) == 2:
-                    target = inner.left
-                else:
+            if what is None and spec.has(Kind.LONG_SUM) and not spec.has(Kind.CUMULATIVE):
+                square = self._square(facts, x)
+                if square is None:
                     continue
+                target, replaced = square
                 what = "sum of squares"
-            if what is None or scope.dtype(target, region) is not Dtype.FLOAT16:
+            if what is None or facts.dtype_of(target) is not Dtype.FLOAT16:
                 continue
-            self._report(scope, call, target, replaced, region, what, in_range=op in _IN_RANGE)
+            self._report(facts, call, target, replaced, what, in_range=in_range)
+
+    def _square(self, facts: DtypeFacts, inner: cst.BaseExpression):
+        """``(x, replaced)`` when ``inner`` is x²: ``square(x)``, ``pow(x, 2)``, ``x ** 2``, ``x * x``."""
+        if isinstance(inner, cst.Call):
+            spec = op_table.known(self.context.resolve(inner.func))
+            if spec is not None and first_arg(inner) is not None:
+                if spec.has(Kind.SQUARE):
+                    return first_arg(inner), None
+                if spec.has(Kind.POW) and len(inner.args) >= 2 and number(inner.args[1].value) == 2:
+                    return first_arg(inner), None
+            return None
+        if isinstance(inner, cst.BinaryOperation) and isinstance(inner.operator, cst.Multiply) and \
+                self.context.code(inner.left) == self.context.code(inner.right):
+            return inner.left, inner  # x * x: both operands are cast
+        if isinstance(inner, cst.BinaryOperation) and isinstance(inner.operator, cst.Power) and number(inner.right) == 2:
+            return inner.left, None
+        return None
 
     def _cast_in(self, call: cst.Call, target, replaced) -> tuple[cst.Call, tuple[str, ...]]:
         converted, imports = cast(self.context, target, "float32")
@@ -221,18 +223,19 @@ class Float16UnsafeReduction(Rule):
             return call.deep_replace(replaced, replaced.with_changes(left=converted, right=other)), imports
         return call.deep_replace(target, converted), imports
 
-    def _report(self, scope, call: cst.Call, target, replaced, region: Region, what: str, in_range: bool) -> None:
+    def _report(self, facts: DtypeFacts, call: cst.Call, target, replaced, what: str, in_range: bool) -> None:
         message = f"float16 {what} of `{self.context.code(target)}` overflows past 65504; compute it in float32"
-        if _is_loss(scope, call, region, self.context.code):
+        if _is_loss(facts, call, self.context.code):
             new_call, imports = self._cast_in(call, target, replaced)
             self.report(call, message, fix={call: new_call}, imports=imports, description="Compute in float32")
             return
+        place = facts.place(call)
         back = f"{self.context.code(target)}.dtype" if is_simple(target) else (
-            "self.compute_dtype" if region.in_class and region.kind in ("layer-call", "helper") else None)
+            "self.compute_dtype" if place.in_class and place.kind in (RegionKind.LAYER_CALL, RegionKind.HELPER) else None)
         # Casting back is effective only once the value is in range again: right after a norm or
         # standard deviation, or after the sqrt/rsqrt/log that takes the sum of squares (an
         # RMS norm's `rsqrt(sum + eps)`). Cast back before that and float16 overflows all the same.
-        outer = call if in_range else self._shrinking_call(scope, call, region)
+        outer = call if in_range else self._shrinking_call(facts, call)
         if back is None or outer is None:
             self.report(call, message + " and keep it float32 until a sqrt/rsqrt brings it back in range")
             return
@@ -242,16 +245,17 @@ class Float16UnsafeReduction(Rule):
         self.report(call, message + " and cast the result back", fix={outer: cast_back}, imports=(*imports, *more),
                     description="Compute in float32")
 
-    def _shrinking_call(self, scope, call: cst.Call, region: Region) -> cst.Call | None:
+    def _shrinking_call(self, facts: DtypeFacts, call: cst.Call) -> cst.Call | None:
         """The sqrt/rsqrt/log in the same expression that takes ``call``'s result, with nothing float16 on the way."""
         current = call
-        for ancestor in scope.ancestors(call):
+        for ancestor in facts.ancestors(call):
             if isinstance(ancestor, cst.BinaryOperation):
                 sibling = ancestor.right if ancestor.left is current else ancestor.left
-                if scope.dtype(sibling, region) not in (Dtype.PYTHON, Dtype.FLOAT32):
+                if facts.dtype_of(sibling) not in (Dtype.PYTHON, Dtype.FLOAT32):
                     return None
             elif isinstance(ancestor, cst.Call):
-                if _op(self.context, ancestor.func) in _SHRINKING and first_arg(ancestor) is current:
+                spec = op_table.known(self.context.resolve(ancestor.func))
+                if spec is not None and spec.has(Kind.SHRINKS) and first_arg(ancestor) is current:
                     return ancestor
                 return None
             elif isinstance(ancestor, cst.Arg):

@@ -7,7 +7,7 @@ undefined, or a dtype mix that was already there, is not the fix's doing):
   text, compared with the original's; a fix that writes ``tf.cast(...)`` into a Keras 3 module
   that never imports ``tf`` would raise NameError at run time;
 * **no new float16/float32 mix** for fixes that change dtypes, by the shared dtype analysis
-  (``mpfix.codemods.analysis.dtypes.new_dtype_mixes``): a cast
+  (``mpfix.codemods.facts.dtype_facts.new_mixes``, MP206's detector): a cast
   that makes one operand float16 and leaves the other float32 raises on the TF backend.
 
 * **no added import rebinds a name** the file already binds to something else (``import
@@ -148,10 +148,10 @@ class Validator:
                 name, was = rebound[0]
                 return f"an import it adds would rebind `{name}`, which the file binds to {was}"
         if fixed_module is not None and self.original_module is not None and changes_dtypes(self.original, fixed):
-            from mpfix.codemods.analysis.dtypes import new_dtype_mixes
+            from mpfix.codemods.facts.dtype_facts import new_mixes  # MP206's own mix detector
 
             try:
-                mixes = new_dtype_mixes(self.original_module, fixed_module, self.keras)
+                mixes = new_mixes(self.original_module, fixed_module, self.keras)
             except RecursionError:
                 mixes = []
             if mixes:

@@ -34,6 +34,7 @@ import libcst as cst
 
 from mpfix.codemods._walk import Visitor, children, nodes_by_type
 from mpfix.codemods.analysis import float32_ops as ops_table
+from mpfix.codemods.facts import ops as specs
 from mpfix.codemods.names import dotted_name
 
 
@@ -1364,7 +1365,7 @@ class DtypeAnalysis:
             if short in ("cumsum", "reduce_sum", "sum", "reduce_mean", "mean", "reduce_max", "max", "reduce_min", "min"):
                 return self.nonpositive(inner, region, depth + 1)
             if short == "log":
-                return self._at_most_one(inner, region)
+                return self.at_most_one(inner, region)
         return False
 
     def _minus_own_max(self, node: cst.BinaryOperation, region: Region) -> bool:
@@ -1399,7 +1400,7 @@ class DtypeAnalysis:
             stack.extend(children(current))
         return all(len(region.assigned.get(name, [])) <= 1 for name in names)
 
-    def _at_most_one(self, node: cst.BaseExpression, region: Region) -> bool:
+    def at_most_one(self, node: cst.BaseExpression, region: Region) -> bool:
         """``node`` ≤ 1: a probability (sigmoid, softmax) or a clip whose upper bound is at most 1."""
         if not isinstance(node, cst.Call):
             return False
@@ -1410,6 +1411,44 @@ class DtypeAnalysis:
             high = number(node.args[2].value)
             return high is not None and high <= 1
         return False
+
+    def upper_bound(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> float | None:
+        """A number ``node`` cannot exceed by its form: ``clip_by_value(x, lo, 10.0)``, ``minimum(x, 5.0)``,
+        a literal, ``-nonnegative``, sums and products of bounded parts; None when unbounded or unknown."""
+        if depth > 8:
+            return None
+        value = number(node)
+        if value is not None:
+            return value
+        if self.nonpositive(node, region, depth + 1):
+            return 0.0
+        if isinstance(node, cst.Name):
+            values = region.assigned.get(node.value, [])
+            return self.upper_bound(values[0], region, depth + 1) if len(values) == 1 else None
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+            left, right = self.upper_bound(node.left, region, depth + 1), self.upper_bound(node.right, region, depth + 1)
+            return None if left is None or right is None else left + right
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Multiply, cst.Divide)):
+            # bounded * positive constant (x / temperature with a literal temperature)
+            left, factor = self.upper_bound(node.left, region, depth + 1), number(node.right)
+            if left is not None and factor is not None and factor > 0:
+                return left * factor if isinstance(node.operator, cst.Multiply) else left / factor
+            return None
+        if isinstance(node, cst.Call):
+            spec = specs.known(self.resolve(node.func))
+            if spec is None:
+                return None
+            if spec.has(specs.Kind.CLIP) and len(node.args) >= 3:
+                high = argument(node, "clip_value_max", 2) or argument(node, "x_max", 2)
+                return number(high.value) if high is not None else None
+            if spec.short == "minimum" and len(node.args) >= 2:
+                bounds = [b for b in (self.upper_bound(a.value, region, depth + 1) for a in node.args[:2]) if b is not None]
+                return min(bounds) if bounds else None
+            if spec.range is specs.Range.UNIT:
+                return 1.0
+            if spec.range is specs.Range.FOLLOWS and node.args:
+                return self.upper_bound(node.args[0].value, region, depth + 1)
+        return None
 
     def nonnegative(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> bool:
         if depth > 8:
@@ -1558,58 +1597,3 @@ def dtype_analysis(context) -> DtypeAnalysis:
         cached = context.cache["dtypes"] = DtypeAnalysis(context.module, context.resolve, nodes_by_type(context),
                                                          keras=getattr(context, "keras", 3))
     return cached
-
-
-# -- fix validation ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class DtypeMix:
-    """A binary operation inside a layer's ``call`` that mixes float16 with float32/float64."""
-
-    line_code: str  # the operation's source text
-    left: Dtype
-    right: Dtype
-
-    def __str__(self) -> str:
-        return f"`{self.line_code}` mixes {self.left.value} and {self.right.value}"
-
-
-def dtype_mixes(module: cst.Module, resolve, keras: int = 3) -> list[DtypeMix]:
-    """Every float16/float32 mix the analysis sees in ``module`` (raw operators in layer methods and steps)."""
-    analysis = DtypeAnalysis(module, resolve, None, keras=keras)
-    found: list[DtypeMix] = []
-    for region in analysis.regions:
-        if not region.layer_method:
-            continue
-        for node, where in analysis.region_of.items():
-            if where is region and type(node) is cst.AugAssign and not isinstance(
-                    node.operator, (cst.BitAndAssign, cst.BitOrAssign, cst.BitXorAssign)):
-                target, value = analysis.dtype(node.target, region), analysis.dtype(node.value, region)
-                if {target, value} in ({F16, F32}, {F16, F64}):
-                    found.append(DtypeMix(module.code_for_node(node).strip(), target, value))
-        for binop in region.binops:
-            if isinstance(binop.operator, (*_BITWISE, cst.LeftShift, cst.RightShift)):
-                continue
-            left, right = analysis.dtype(binop.left, region), analysis.dtype(binop.right, region)
-            if {left, right} in ({F16, F32}, {F16, F64}):
-                found.append(DtypeMix(module.code_for_node(binop), left, right))
-    return found
-
-
-def new_dtype_mixes(original: cst.Module, fixed: cst.Module, keras: int = 3) -> list[DtypeMix]:
-    """The dtype mixes ``fixed`` has that ``original`` did not (a fix that would raise at run time).
-
-    Compared by source text of the operation, as a multiset: a fix that turns an existing mix
-    into another one still counts as new.
-    """
-    from mpfix.codemods.names import ImportTable
-
-    before = dtype_mixes(original, ImportTable(original).resolve, keras)
-    after = dtype_mixes(fixed, ImportTable(fixed).resolve, keras)
-    remaining = [str(m) for m in before]
-    new = []
-    for mix in after:
-        if str(mix) in remaining:
-            remaining.remove(str(mix))
-        else:
-            new.append(mix)
-    return new

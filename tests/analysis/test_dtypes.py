@@ -1,4 +1,4 @@
-"""The dtype inference every float16 rule queries (codemods/analysis/dtypes.py), case by case."""
+"""The dtype facts every float16 rule queries (``DtypeFacts``), case by case, through its public API."""
 
 from __future__ import annotations
 
@@ -8,23 +8,30 @@ import libcst as cst
 import pytest
 
 from mpfix.codemods._walk import walk
-from mpfix.codemods.analysis.dtypes import Dtype, DtypeAnalysis, new_dtype_mixes, spelled_dtype
-from mpfix.codemods.analysis import float32_ops
+from mpfix.codemods.analysis.dtypes import Dtype, spelled_dtype
+from mpfix.codemods.facts.dtype_facts import RegionKind, facts_for
+from mpfix.codemods.facts.dtype_facts import new_mixes as new_dtype_mixes
+from mpfix.codemods.facts import ops as float32_ops
 from mpfix.codemods.names import ImportTable
 
 F16, F32, F64, BF16 = Dtype.FLOAT16, Dtype.FLOAT32, Dtype.FLOAT64, Dtype.BFLOAT16
 CPLX, INT, BOOL, PY, UNK = Dtype.COMPLEX, Dtype.INT, Dtype.BOOL, Dtype.PYTHON, Dtype.UNKNOWN
 
 
-def dtype_of(code: str, expression: str, keras: int = 3) -> Dtype:
-    """The dtype of the last expression in ``code`` whose source is ``expression``."""
+def node_of(code: str, expression: str, keras: int = 3):
+    """The facts of ``code`` and its last analysed expression whose source is ``expression``."""
     module = cst.parse_module(textwrap.dedent(code).lstrip("\n"))
-    analysis = DtypeAnalysis(module, ImportTable(module).resolve, None, keras=keras)
-    found = [n for n in walk(module) if isinstance(n, cst.BaseExpression) and n in analysis.region_of
+    facts = facts_for(module, keras)
+    found = [n for n in walk(module) if isinstance(n, cst.BaseExpression) and facts.place(n) is not None
              and module.code_for_node(n) == expression]
     assert found, f"{expression!r} is not in a float16 region"
-    node = found[-1]
-    return analysis.dtype(node, analysis.region_of[node])
+    return facts, found[-1]
+
+
+def dtype_of(code: str, expression: str, keras: int = 3) -> Dtype:
+    """The dtype of the last expression in ``code`` whose source is ``expression``."""
+    facts, node = node_of(code, expression, keras)
+    return facts.dtype_of(node)
 
 
 def layer(body: str, imports: str = "import tensorflow as tf", params: str = "x") -> str:
@@ -197,12 +204,11 @@ def test_attribute_from_constructor_default_is_a_python_constant():
             def call(self, x):
                 return x + self.epsilon + self.mask_value
     """
-    module = cst.parse_module(textwrap.dedent(code).lstrip("\n"))
-    analysis = DtypeAnalysis(module, ImportTable(module).resolve, None)
-    cls = analysis.classes["LayerNorm"]
-    value, literal = analysis.attribute_constant(cls, "epsilon")
-    assert value == 1e-8 and module.code_for_node(literal) == "1e-8"
-    assert analysis.attribute_constant(cls, "mask_value")[0] == -1e9
+    facts, epsilon = node_of(code, "self.epsilon")
+    constant = facts.constant(epsilon)
+    assert constant.value == 1e-8 and facts.module.code_for_node(constant.literal) == "1e-8"
+    facts, mask_value = node_of(code, "self.mask_value")
+    assert facts.constant(mask_value).value == -1e9
     assert dtype_of(code, "self.epsilon") is PY
 
 
@@ -336,17 +342,15 @@ def test_unknown_stays_unknown():
 def test_nonpositive(expression, bounded):
     code = layer(f"i = tf.range(8)\nreturn {expression}", imports="import math\nimport tensorflow as tf",
                  params="x, s, d_model=512")
-    module = cst.parse_module(code)
-    analysis = DtypeAnalysis(module, ImportTable(module).resolve, None)
-    node = [n for n in walk(module) if isinstance(n, cst.BaseExpression) and module.code_for_node(n) == expression][-1]
-    assert analysis.nonpositive(node, analysis.region_of[node]) is bounded
+    facts, node = node_of(code, expression)
+    assert facts.nonpositive(node) is bounded
 
 
 # -- the float32 ops table drives the prefilter -------------------------------------------------
 def test_every_float32_creator_is_a_prefilter_trigger():
     from mpfix.codemods.base import triggered
 
-    for name in [*float32_ops.FLOAT_CREATORS, *float32_ops.RANGE_OPS]:
+    for name in [n for n, spec in float32_ops.TABLE.items() if spec.creates_float32]:
         spelled = f"y = tf.{name}(3)\n"
         assert triggered(float32_ops.FLOAT32_TRIGGERS, spelled), name
 
@@ -460,8 +464,11 @@ def test_keras_op_implementations_are_not_layers():
                 return backend.linalg.norm(x)
     """
     module = cst.parse_module(textwrap.dedent(code).lstrip("\n"))
-    analysis = DtypeAnalysis(module, ImportTable(module).resolve, None)
-    assert [r.kind for r in analysis.regions] == ["module"]
+    facts = facts_for(module)
+    norm = next(n for n in walk(module) if isinstance(n, cst.Call) and module.code_for_node(n) == "backend.linalg.norm(x)")
+    assert facts.place(norm) is None  # `call` of a keras.ops Operation is not float16 compute
+    assert [facts.place(n).kind for n in walk(module) if isinstance(n, cst.Import | cst.ImportFrom)] == \
+        [RegionKind.MODULE, RegionKind.MODULE]
 
 
 @pytest.mark.parametrize("keras", [2, 3])

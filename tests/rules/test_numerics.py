@@ -347,10 +347,10 @@ def test_replacement_constants_are_float16_safe():
     assert to_float16(1.0 / eps) < 65504  # x / eps stays finite for |x| <= 1
 
 
-def test_scope_analysis_is_cached_on_the_context():
+def test_dtype_facts_are_cached_on_the_context():
     import libcst as cst
 
-    from mpfix.codemods.analysis.dtypes import dtype_analysis
+    from mpfix.codemods.facts.dtype_facts import dtype_facts
     from mpfix.codemods.base import RuleContext
     from mpfix.codemods.names import ImportTable
     from mpfix.policy import Policy
@@ -358,9 +358,8 @@ def test_scope_analysis_is_cached_on_the_context():
     module = cst.parse_module("import tensorflow as tf\n")
     context = RuleContext(module=module, path=Path("m.py"), keras=3, policy=Policy.FLOAT16,
                           module_policy=Policy.FLOAT16, imports=ImportTable(module))
-    analysis = dtype_analysis(context)
-    assert context.cache["dtypes"] is analysis
-    assert dtype_analysis(context) is analysis
+    facts = dtype_facts(context)
+    assert dtype_facts(context) is facts  # computed once per file, shared by every float16 rule
 
 
 # -- issue 12: each defect class on the float16 rules, reproduced ---------------------------
@@ -836,7 +835,7 @@ def test_sum_of_squares_is_not_cast_back_before_rsqrt():
 def test_fixes_make_no_new_dtype_mix():
     import libcst as cst
 
-    from mpfix.codemods.analysis.dtypes import new_dtype_mixes
+    from mpfix.codemods.facts.dtype_facts import new_mixes as new_dtype_mixes
 
     for source in [*PAIRS, *[None]]:
         if source is None:

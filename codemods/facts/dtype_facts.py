@@ -1,0 +1,376 @@
+"""``DtypeFacts``: the float16 rules' one view of the dtype inference (MP201–MP207).
+
+A rule asks what dtype a node holds (``dtype_of``), where it runs (``place``), which call made a
+value float32 (``float32_source``), which operations mix float16 with float32 (``mixes``, also
+used by fix validation), what a layer class does (``layer``), what constant a name stands for
+(``constant``), whether a dtype test guards a node (``is_guarded``) and what range a value has
+(``nonnegative``/``nonpositive``/``at_most_one``). No ``Region`` and no internal table of the
+inference reaches a rule: the records here are frozen and typed.
+
+Computed once per file (``dtype_facts(context)``) and shared by every rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+
+import libcst as cst
+
+from mpfix.codemods.analysis.dtypes import (
+    F16, UNK, Dtype, DtypeAnalysis, Region, argument, dtype_analysis, first_arg,
+)
+from mpfix.codemods.facts import ops as op_table
+from mpfix.codemods.facts import keras_layers
+
+_NOT_ARITHMETIC = (cst.BitAnd, cst.BitOr, cst.BitXor, cst.LeftShift, cst.RightShift,
+                   cst.BitAndAssign, cst.BitOrAssign, cst.BitXorAssign, cst.LeftShiftAssign, cst.RightShiftAssign)
+
+
+class RegionKind(str, Enum):
+    """What kind of code a function is for the float16 analysis (a ``str``: compares with its value)."""
+
+    LAYER_CALL = "layer-call"  # a Keras layer's ``call`` (autocast inputs)
+    TRAIN_STEP = "train-step"
+    LOSS = "loss"
+    TF_FUNCTION = "tf-function"
+    HELPER = "helper"  # a function or method a float16 region calls
+    MODULE_CALL = "module-call"  # a ``tf.Module``'s ``__call__``: no autocast
+    MODULE_HELPER = "module-helper"
+    MODULE = "module"  # top-level code: never float16 compute
+    SHADOW = "shadow"  # a function float16 does not reach, analysed for its return dtype
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a node runs."""
+
+    kind: RegionKind
+    layer_method: bool  # a Keras layer's ``call`` or a method it calls: a float16/float32 mix raises there
+    in_class: bool  # a method: ``self.compute_dtype`` is available
+    function: cst.FunctionDef | None = field(repr=False)  # None at module level
+
+    @property
+    def compute(self) -> bool:
+        """Code that runs on tensors (not module-level code)."""
+        return self.kind is not RegionKind.MODULE
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """The call that makes a value float32: ``tf.cast(d, tf.float32)``, ``tf.ones(shape)``."""
+
+    call: cst.Call
+    dtype_arg: cst.Arg | None  # its dtype argument; None when the op's default makes it float32
+    # A float16 value cast to float32 and then squared, summed, exponentiated…: a float32 upcast by
+    # design (an RMSNorm's variance), which the compute dtype would make overflow again.
+    deliberate: bool
+
+
+@dataclass(frozen=True)
+class Mix:
+    """A binary operation (or ``x op= y``) that mixes float16 with float32/float64 inside a layer's call."""
+
+    node: cst.BinaryOperation | cst.AugAssign
+    float16: cst.BaseExpression  # the operand in the compute dtype
+    wide: cst.BaseExpression  # the float32/float64 operand
+    wide_dtype: Dtype
+    text: str  # the operation's source
+
+    @property
+    def left_right(self) -> tuple[Dtype, Dtype]:
+        left = self.node.target if isinstance(self.node, cst.AugAssign) else self.node.left
+        return (self.wide_dtype, F16) if left is self.wide else (F16, self.wide_dtype)
+
+    def __str__(self) -> str:
+        left, right = self.left_right
+        return f"`{self.text}` mixes {left.value} and {right.value}"
+
+
+@dataclass(frozen=True)
+class LayerInfo:
+    """What a layer class does under a mixed policy."""
+
+    autocasts: bool  # casts its floating inputs to the compute dtype
+    computes_float32: bool  # computes in float32 whatever the policy (dtype="float32", or by design)
+    accepts_dtype: bool  # its constructor takes ``dtype=``
+
+
+@dataclass(frozen=True)
+class Constant:
+    """A number a node stands for, and the literal that spells it (to rewrite)."""
+
+    value: float
+    literal: cst.BaseExpression
+
+
+class DtypeFacts:
+    """The dtype facts of one module."""
+
+    def __init__(self, analysis: DtypeAnalysis) -> None:
+        self._a = analysis
+        self.module = analysis.module
+        self.keras = analysis.keras
+        self._mixes: list[Mix] | None = None
+
+    # -- where and what ------------------------------------------------------------------
+    def _region(self, node: cst.CSTNode) -> Region | None:
+        return self._a.region_of.get(node)
+
+    def place(self, node: cst.CSTNode) -> Place | None:
+        """Where ``node`` runs; None outside the code float16 can reach (class bodies, unreached functions)."""
+        region = self._region(node)
+        if region is None:
+            return None
+        return Place(RegionKind(region.kind), region.layer_method, region.in_class,
+                     region.node if isinstance(region.node, cst.FunctionDef) else None)
+
+    def dtype_of(self, node: cst.BaseExpression) -> Dtype:
+        """The dtype ``node`` holds under a float16 policy (unknown outside the analysed code)."""
+        region = self._region(node)
+        return self._a.dtype(node, region) if region is not None else UNK
+
+    def dtype_of_spelling(self, node: cst.BaseExpression, at: cst.CSTNode) -> Dtype:
+        """What a dtype argument at ``at`` names: ``tf.float32``, ``x.dtype`` (x's dtype), ``self.compute_dtype``."""
+        region = self._region(at)
+        return self._a.dtype_of_spelling(node, region) if region is not None else UNK
+
+    def nodes(self, types: type | tuple[type, ...], module_level: bool = False) -> Iterator[cst.CSTNode]:
+        """Nodes of ``types`` in source order in the analysed code (module level too if asked)."""
+        for node, region in list(self._a.region_of.items()):
+            if isinstance(node, types) and (module_level or region.kind != "module"):
+                yield node
+
+    def float16_nodes(self, types: type | tuple[type, ...]) -> Iterator[cst.CSTNode]:
+        """Nodes of ``types`` whose value is float16 under the policy."""
+        for node in self.nodes(types):
+            if self.dtype_of(node) is F16:
+                yield node
+
+    @property
+    def all_calls(self) -> list[cst.Call]:
+        """Every call of the module, analysed code or not (layers are built outside ``call``)."""
+        return self._a.all_calls
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self._a.parent.get(node)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        return self._a.ancestors(node)
+
+    def values_of(self, name: cst.Name, augmented: bool = True) -> list[cst.BaseExpression]:
+        """The values bound to ``name`` in its function (``x += v`` counts unless ``augmented`` is False)."""
+        region = self._region(name)
+        if region is None:
+            return []
+        values = region.assigned.get(name.value, [])
+        if not augmented:
+            values = [v for v in values if id(v) not in region.augmented]
+        return [v for v in values if type(v) is not cst.Name or not v.value.startswith("__")]
+
+    def value_of(self, name: cst.Name) -> cst.BaseExpression | None:
+        """The one value bound to ``name`` in its function (None when bound never or more than once)."""
+        region = self._region(name)
+        if region is None:
+            return None
+        values = region.assigned.get(name.value, [])
+        return values[0] if len(values) == 1 and not (type(values[0]) is cst.Name and values[0].value.startswith("__")) \
+            else None
+
+    def unpacked_from(self, name: cst.Name) -> list[tuple[cst.BaseExpression, int]]:
+        """``(source, index)`` for each ``a, b = source`` that binds ``name``."""
+        region = self._region(name)
+        return list(region.unpacked.get(name.value, ())) if region is not None else []
+
+    def is_guarded(self, node: cst.CSTNode) -> bool:
+        """Under a dtype test (``if x.dtype == tf.float16``), or in a function that tests for float16."""
+        return self._a.is_guarded(node)
+
+    def constant(self, node: cst.BaseExpression) -> Constant | None:
+        """The number ``node`` stands for: a literal, a name bound once to one, a module constant, or
+        ``self.attr`` bound to one (through a constructor default)."""
+        found = self._a.constant(node, self._region(node))
+        return Constant(*found) if found is not None else None
+
+    def class_named(self, name: str) -> cst.ClassDef | None:
+        return self._a.classes.get(name)
+
+    # -- value ranges ------------------------------------------------------------------
+    def nonpositive(self, node: cst.BaseExpression) -> bool:
+        region = self._region(node)
+        return region is not None and self._a.nonpositive(node, region)
+
+    def nonnegative(self, node: cst.BaseExpression) -> bool:
+        region = self._region(node)
+        return region is not None and self._a.nonnegative(node, region)
+
+    def at_most_one(self, node: cst.BaseExpression) -> bool:
+        region = self._region(node)
+        return region is not None and self._a.at_most_one(node, region)
+
+    def bounded_above(self, node: cst.BaseExpression, bound: float) -> bool:
+        """``node`` ≤ ``bound`` by its form (``clip_by_value(x, -10.0, 10.0)``, ``minimum(x, 5.0)``)."""
+        region = self._region(node)
+        if region is None:
+            return False
+        high = self._a.upper_bound(node, region)
+        return high is not None and high <= bound
+
+    # -- layers ------------------------------------------------------------------------
+    def layer(self, cls: cst.ClassDef | str) -> LayerInfo | None:
+        """What a layer class of this file (a ``ClassDef``) or of Keras (its qualified name) does.
+
+        None for a class that is not a layer, or a name neither this file nor the Keras table knows.
+        """
+        if isinstance(cls, str):
+            spec = keras_layers.layer(cls, self.keras)
+            if spec is None:
+                return None
+            return LayerInfo(spec.autocasts, spec.computes_float32, True)
+        if not self._a.is_layer_class(cls):
+            return None
+        return LayerInfo(self._a.autocasts(cls), self._a.float32_layer(cls) or _casts_to_float32(cls, self.module),
+                         _accepts_dtype(cls))
+
+    # -- provenance and mixes ----------------------------------------------------------
+    def float32_source(self, node: cst.BaseExpression) -> Provenance | None:
+        """The call that makes ``node`` float32 (through names bound once, arithmetic and ops), or None."""
+        region = self._region(node)
+        return self._source(node, region, 0, False) if region is not None else None
+
+    def _source(self, node: cst.BaseExpression, region: Region, depth: int, sensitive: bool) -> Provenance | None:
+        if depth > 8:
+            return None
+        a = self._a
+        if isinstance(node, cst.Name):
+            # `eps = tf.cast(e, tf.float32)` … `eps += learned`: the assignment that made it float32.
+            values = [v for v in region.assigned.get(node.value, []) if id(v) not in region.augmented]
+            return self._source(values[0], region, depth + 1, sensitive) if len(values) == 1 else None
+        if isinstance(node, cst.BinaryOperation):
+            squares = isinstance(node.operator, cst.Power) or (
+                isinstance(node.operator, cst.Multiply) and _same(self.module, node.left, node.right))
+            for side in (node.left, node.right):
+                if a.dtype(side, region).wide:
+                    return self._source(side, region, depth + 1, sensitive or squares)
+            return None
+        if isinstance(node, cst.Subscript):
+            return self._source(node.value, region, depth + 1, sensitive)
+        if not isinstance(node, cst.Call):
+            return None
+        spec = op_table.lookup(a.resolve(node.func))
+        if spec is None:
+            return None
+        if spec.is_cast:
+            dtype = argument(node, "dtype", 1)
+            if dtype is None:
+                return None
+            first = first_arg(node)
+            deliberate = sensitive and first is not None and a.dtype(first, region) is F16
+            return Provenance(node, dtype, deliberate)
+        if spec.creates_float32 or spec.result is op_table.Result.LIKE:
+            return Provenance(node, argument(node, "dtype", None), False)
+        first = first_arg(node)
+        if first is None:
+            return None
+        return self._source(first, region, depth + 1, sensitive or spec.has(*op_table.RANGE_SENSITIVE))
+
+    def mixes(self) -> list[Mix]:
+        """Every float16/float32 mix in a layer's ``call`` and the methods it calls (raises at run time)."""
+        if self._mixes is not None:
+            return self._mixes
+        a = self._a
+        found: list[Mix] = []
+        for node, region in list(a.region_of.items()):
+            if not region.layer_method:
+                continue
+            node_type = type(node)
+            if node_type is cst.BinaryOperation:
+                left, right = node.left, node.right
+                text = self.module.code_for_node(node)
+            elif node_type is cst.AugAssign:
+                left, right = node.target, node.value
+                text = self.module.code_for_node(node).strip()
+            else:
+                continue
+            if isinstance(node.operator, _NOT_ARITHMETIC):
+                continue
+            ldt, rdt = a.dtype(left, region), a.dtype(right, region)
+            if ldt.wide and rdt is F16:
+                found.append(Mix(node, right, left, ldt, text))
+            elif rdt.wide and ldt is F16:
+                found.append(Mix(node, left, right, rdt, text))
+        self._mixes = found
+        return found
+
+
+def _same(module: cst.Module, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+    return module.code_for_node(a) == module.code_for_node(b)
+
+
+def _casts_to_float32(cls: cst.ClassDef, module: cst.Module) -> bool:
+    """The class's ``call`` casts its input to float32 itself (``tf.cast(x, tf.float32)``)."""
+    for stmt in cls.body.body:
+        if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "call":
+            return "float32" in module.code_for_node(stmt)
+    return False
+
+
+def _accepts_dtype(cls: cst.ClassDef) -> bool:
+    for stmt in cls.body.body:
+        if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__init__":
+            params = stmt.params
+            return isinstance(params.star_kwarg, cst.Param) or any(
+                p.name.value == "dtype" for p in [*params.params, *params.kwonly_params])
+    return True  # inherits Layer.__init__, which takes dtype
+
+
+def dtype_facts(context) -> DtypeFacts:
+    """The module's dtype facts, computed once per file and shared by every float16 rule."""
+    cached = context.cache.get("dtype_facts")
+    analysis = dtype_analysis(context)
+    if cached is None or cached._a is not analysis:
+        cached = context.cache["dtype_facts"] = DtypeFacts(analysis)
+    return cached
+
+
+def facts_for(module: cst.Module, keras: int = 3) -> DtypeFacts:
+    """The dtype facts of a module outside a rule run (fix validation, benchmarks, tests)."""
+    from mpfix.codemods.names import ImportTable
+
+    return DtypeFacts(DtypeAnalysis(module, ImportTable(module).resolve, None, keras=keras))
+
+
+def new_mixes(original: cst.Module, fixed: cst.Module, keras: int = 3) -> list[Mix]:
+    """The mixes ``fixed`` has that ``original`` did not (a fix that would raise at run time).
+
+    Compared by the operation's source text, as a multiset: a fix that turns an existing mix
+    into another one still counts as new.
+    """
+    remaining = [str(m) for m in facts_for(original, keras).mixes()]
+    new = []
+    for mix in facts_for(fixed, keras).mixes():
+        if str(mix) in remaining:
+            remaining.remove(str(mix))
+        else:
+            new.append(mix)
+    return new
+
+
+
+def dtypes_by_line(source: str, keras: int = 3) -> dict[int, list[tuple[str, Dtype]]]:
+    """Every analysed call and binary operation of ``source`` by its first line: ``(source text, dtype)``.
+
+    For comparing the facts with the dtypes TensorFlow traces at a source line
+    (``benchmarks/dtype_agreement``); positions cost a full LibCST metadata pass, so rules never call this.
+    """
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
+    facts = facts_for(wrapper.module, keras)
+    found: dict[int, list[tuple[str, Dtype]]] = {}
+    for node in facts.nodes((cst.Call, cst.BinaryOperation)):
+        line = positions[node].start.line
+        found.setdefault(line, []).append((facts.module.code_for_node(node), facts.dtype_of(node)))
+    return found

@@ -1,0 +1,66 @@
+"""The one table of Keras layers and what they do under a mixed policy, per generation.
+
+``computes_float32``: the layer computes in float32 internally whatever the policy, and returns
+its compute dtype (float16). Checked against the sources:
+
+* Keras 3 ``LayerNormalization.call`` casts float16/bfloat16 inputs to float32 when its variable
+  dtype is float32, and casts the result back (``keras/src/layers/normalization/
+  layer_normalization.py``); ``BatchNormalization.call`` casts float16/bfloat16 inputs to float32
+  unconditionally and casts back (``batch_normalization.py``); ``GroupNormalization`` likewise.
+* tf_keras ``LayerNormalization`` casts to float32 on its non-fused path and its fused path
+  computes in float32 (``KERAS_API.md``); ``BatchNormalization``'s fused kernel takes float16
+  inputs with float32 statistics.
+
+So a small epsilon there is safe (MP202 stays silent), and building one with ``dtype="float32"``
+changes its *output* to float32, which then meets float16 residuals (a dtype error on tf_keras):
+no fix may add that.
+
+``autocasts``: the layer casts floating inputs to its compute dtype (preprocessing layers do not).
+``output_head``: a layer whose output may be a model's prediction (MP205's candidates).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    name: str
+    computes_float32: bool = False
+    autocasts: bool = True
+    output_head: bool = False
+
+
+def _table(*specs: LayerSpec) -> dict[str, LayerSpec]:
+    return {s.name: s for s in specs}
+
+
+_COMMON = (
+    LayerSpec("LayerNormalization", computes_float32=True),
+    LayerSpec("BatchNormalization", computes_float32=True),
+    LayerSpec("SyncBatchNormalization", computes_float32=True),
+    *(LayerSpec(n, output_head=True) for n in ("Dense", "EinsumDense", "Activation", "Softmax", "Conv1D", "Conv2D",
+                                               "Conv3D", "Conv2DTranspose")),
+    *(LayerSpec(n, autocasts=False) for n in (
+        "Rescaling", "Normalization", "Resizing", "Discretization", "Hashing", "StringLookup", "IntegerLookup",
+        "CategoryEncoding", "TextVectorization", "CenterCrop", "RandomCrop", "RandomFlip", "RandomRotation",
+        "RandomZoom", "RandomContrast", "RandomTranslation", "HashedCrossing", "MelSpectrogram")),
+)
+
+LAYERS: dict[int, dict[str, LayerSpec]] = {
+    2: _table(*_COMMON),
+    3: _table(*_COMMON, LayerSpec("GroupNormalization", computes_float32=True)),
+}
+
+
+def layer(qualified: str, keras: int) -> LayerSpec | None:
+    """The spec of a Keras layer by its resolved name (``keras.layers.LayerNormalization``); None if unlisted."""
+    if not qualified.startswith(("keras.layers.", "keras.src.layers.")):
+        return None
+    return LAYERS.get(keras, LAYERS[3]).get(qualified.rsplit(".", 1)[-1])
+
+
+def computes_float32(qualified: str | None, keras: int) -> bool:
+    spec = layer(qualified or "", keras)
+    return spec is not None and spec.computes_float32

@@ -1,0 +1,272 @@
+"""The one table of TensorFlow and Keras ops: what each does to dtypes and value ranges.
+
+One ``OpSpec`` per canonical op, named by its path after the namespace (``tensorflow.``,
+``tensorflow.math.``, ``tensorflow.nn.`` keeps ``nn.``, ``keras.ops.``, ``keras.ops.numpy.``,
+``keras.ops.nn.``, ``keras.random.`` → ``random.``, ``keras.backend.``): ``tf.math.reduce_sum``,
+``tf.reduce_sum``, ``keras.ops.sum`` and ``ops.sum`` (``from keras import ops``) all find their
+spec, by the full path first and then by its last component. An op of those namespaces that is
+not listed follows its inputs' dtype (``Result.PRESERVES``) and has no semantic class.
+
+The dtype inference, the range facts and the float16 rules read this table, and the rules'
+prefilter triggers are generated from it (``FLOAT32_TRIGGERS``), so they cannot disagree.
+Adding an op is one line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum, auto
+
+
+class Result(Enum):
+    """The dtype of the op's result."""
+
+    PRESERVES = auto()  # its tensor arguments' (joined); float32 for Python numbers (tf.sqrt(2.0))
+    FLOAT32 = auto()  # float32 unless given a dtype (Keras 3 ops use floatx(): float32 under every policy)
+    VALUE = auto()  # a value argument's dtype when it is a tensor, else float32/int by the literal
+    RANGE = auto()  # int unless given a dtype or float bounds
+    LIKE = auto()  # its first argument's, unless given a dtype
+    CAST = auto()  # its dtype argument (second positional or ``dtype=``)
+    INT = auto()
+    BOOL = auto()
+    COMPLEX = auto()
+    REAL = auto()  # float32 from complex inputs
+
+
+class Range(Enum):
+    """What is known of the result's values by the op alone."""
+
+    ANY = auto()
+    NONNEGATIVE = auto()  # ≥ 0: square, abs, exp, norms, softplus
+    NONPOSITIVE = auto()  # ≤ 0: log_softmax, log_sigmoid
+    UNIT = auto()  # in [0, 1]: probabilities (softmax, sigmoid, one_hot)
+    FOLLOWS = auto()  # the sign of its first argument (sums, means, maxima, cumsum, cast, reshape)
+
+
+class Kind(Enum):
+    """Semantic classes the float16 rules ask about."""
+
+    SQUARE = auto()  # x²: square (and pow/power with exponent 2, x ** 2, x * x at the call site)
+    LONG_SUM = auto()  # sums every element of an axis in the input's dtype (float16 on TF's CPU kernels)
+    CUMULATIVE = auto()  # a running sum (cumsum): as long as its axis
+    MEAN = auto()
+    MAX = auto()  # maxima (x - max(x) ≤ 0)
+    EXP = auto()  # exp family: overflows in float16 from x ≈ 11.1
+    POW = auto()  # pow(x, k)
+    LOG = auto()  # log family: -inf at 0, so a float16 probability that rounds to 0 is -inf
+    LOG1P = auto()
+    SOFTPLUS = auto()  # log(1 + e^x) ≥ 0
+    LOG_PROBABILITY = auto()  # log_softmax/log_sigmoid: ≤ 0, stable
+    PROBABILITY = auto()  # softmax/sigmoid
+    DIVISION = auto()
+    NORM = auto()  # a square root of a sum of squares (back in range)
+    DEVIATION = auto()  # standard deviation (back in range)
+    VARIANCE = auto()  # a mean of squared deviations
+    SQUARED_SUM = auto()  # l2_loss: sum(x²) / 2, past 65504 for large activations
+    SHRINKS = auto()  # brings a float32 sum of squares back into float16's range (sqrt, rsqrt, log)
+    MATMUL = auto()  # a contraction (matmul, einsum, tensordot)
+    CLIP = auto()  # clip_by_value/clip: bounded by its arguments
+    FLOOR = auto()  # maximum(x, eps): an epsilon meets x
+    ADD = auto()  # add/subtract: an epsilon or a mask meets x
+    ARITHMETIC = auto()  # elementwise binary arithmetic (a mask constant meets the other argument)
+    SELECT = auto()  # where/select: the dtype of the two branches
+    STOP_GRADIENT = auto()
+    NEGATIVE = auto()
+    L2_NORMALIZE = auto()  # divides by sqrt(max(sum(x²), epsilon)), epsilon 1e-12 by default
+
+
+# Ops whose result float16 cannot hold when their input is large: a float32 value computed with
+# them from a float16 one was upcast on purpose (an RMSNorm variance, a softmax denominator).
+RANGE_SENSITIVE = (Kind.SQUARE, Kind.LONG_SUM, Kind.MEAN, Kind.VARIANCE, Kind.DEVIATION, Kind.NORM, Kind.SQUARED_SUM,
+                   Kind.EXP, Kind.POW, Kind.SOFTPLUS, Kind.MATMUL)
+
+
+class Elements(Enum):
+    """The dtype of ``a, b = op(x)``'s elements."""
+
+    UNKNOWN = auto()
+    SAME = auto()  # split, unstack, moments: the input's
+    VALUES_THEN_INT = auto()  # top_k: values, then int indices
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    result: Result = Result.PRESERVES
+    range: Range = Range.ANY
+    kinds: frozenset[Kind] = frozenset()
+    # The result's dtype follows every tensor argument (so a float32 result makes them float32).
+    elementwise: bool = True
+    keeps_bool: bool = False  # a bool tensor in gives a bool tensor out
+    elements: Elements = Elements.UNKNOWN
+    dtype_args: tuple[int, ...] = (0, 1, 2)  # the positional arguments the result's dtype follows
+    label: str = ""  # how messages name it ("standard deviation")
+
+    @property
+    def short(self) -> str:
+        return self.name.split(".")[-1]
+
+    @property
+    def creates_float32(self) -> bool:
+        return self.result in (Result.FLOAT32, Result.VALUE, Result.RANGE)
+
+    @property
+    def is_cast(self) -> bool:
+        return self.result is Result.CAST
+
+    def has(self, *kinds: Kind) -> bool:
+        return any(k in self.kinds for k in kinds)
+
+
+def _spec(name: str, result: Result = Result.PRESERVES, range: Range = Range.ANY, *kinds: Kind, **more) -> OpSpec:
+    return OpSpec(name, result, range, frozenset(kinds), **more)
+
+
+R, G, K = Result, Range, Kind
+_NOT_ELEMENTWISE = {"elementwise": False}
+_BOOLS = {"keeps_bool": True}
+
+_TABLE: tuple[OpSpec, ...] = (
+    # Creators: float32 unless given a dtype.
+    *(_spec(n, R.FLOAT32) for n in (
+        "ones", "zeros", "eye", "identity_matrix", "linspace", "logspace", "random.normal", "random.uniform",
+        "random.truncated_normal", "random.stateless_normal", "random.stateless_uniform", "random.gamma",
+        "random.beta", "random.dropout", "full", "tri", "hanning", "hamming", "blackman", "bartlett", "kaiser",
+        "empty")),
+    _spec("one_hot", R.FLOAT32, G.UNIT, **_NOT_ELEMENTWISE),
+    *(_spec(n, R.VALUE, **_NOT_ELEMENTWISE) for n in ("fill", "constant", "convert_to_tensor", "array", "asarray")),
+    *(_spec(n, R.RANGE, G.NONNEGATIVE, **_NOT_ELEMENTWISE) for n in ("range", "arange")),
+    *(_spec(n, R.INT, G.NONNEGATIVE, **_NOT_ELEMENTWISE) for n in (
+        "shape", "size", "rank", "argmax", "argmin", "argsort", "one_hot_indices", "count_nonzero", "searchsorted",
+        "unique", "where_indices", "nonzero", "digitize", "bincount", "ndim", "top_k_indices")),
+    *(_spec(n, R.BOOL, **_NOT_ELEMENTWISE, **_BOOLS) for n in (
+        "equal", "not_equal", "greater", "less", "greater_equal", "less_equal", "isnan", "isinf", "isfinite",
+        "is_nan", "is_inf", "is_finite", "sequence_mask", "in_top_k", "isclose", "all", "any", "reduce_all",
+        "reduce_any", "logical_xor")),
+    *(_spec(n, R.BOOL, **_BOOLS) for n in ("logical_and", "logical_or", "logical_not")),
+    *(_spec(n, R.LIKE, G.FOLLOWS, **_BOOLS) for n in ("identity", "zeros_like", "ones_like")),
+    _spec("stop_gradient", R.LIKE, G.FOLLOWS, K.STOP_GRADIENT, **_BOOLS),
+    *(_spec(n, R.LIKE) for n in ("full_like", "fill_like", "random.normal_like")),
+    *(_spec(n, R.CAST, G.FOLLOWS, **_NOT_ELEMENTWISE) for n in (
+        "cast", "saturate_cast", "dtypes.cast", "image.convert_image_dtype")),
+    *(_spec(n, R.COMPLEX) for n in (
+        "complex", "signal.fft", "signal.rfft", "signal.stft", "fft", "rfft", "stft", "signal.fft2d", "fft2", "rfft2")),
+    *(_spec(n, R.REAL) for n in ("real", "imag", "abs_complex", "angle", "signal.irfft", "irfft", "istft",
+                                 "signal.inverse_stft")),
+    # Shape ops: the input's dtype and values.
+    *(_spec(n, R.PRESERVES, G.FOLLOWS, **_BOOLS) for n in (
+        "reshape", "transpose", "expand_dims", "squeeze", "tile", "concat", "stack", "concatenate")),
+    _spec("gather", R.PRESERVES, G.FOLLOWS, dtype_args=(0,), **_BOOLS),
+    _spec("gather_nd", R.PRESERVES, G.FOLLOWS, dtype_args=(0,), elementwise=False),
+    *(_spec(n, R.PRESERVES, G.ANY, K.SELECT, dtype_args=(1, 2), elementwise=False, **_BOOLS)
+      for n in ("where", "where_v2", "select")),
+    *(_spec(n, elements=Elements.SAME) for n in ("split", "unstack", "meshgrid", "broadcast_arrays")),
+    *(_spec(n, elements=Elements.SAME) for n in ("moments", "normalize_moments", "nn.moments")),
+    _spec("top_k", elements=Elements.VALUES_THEN_INT),
+    _spec("nn.top_k", elements=Elements.VALUES_THEN_INT),
+    # Squares, sums and norms.
+    _spec("square", R.PRESERVES, G.NONNEGATIVE, K.SQUARE),
+    *(_spec(n, R.PRESERVES, G.FOLLOWS, K.LONG_SUM) for n in ("reduce_sum", "sum")),
+    _spec("cumsum", R.PRESERVES, G.FOLLOWS, K.LONG_SUM, K.CUMULATIVE),
+    *(_spec(n, R.PRESERVES, G.FOLLOWS, K.MEAN) for n in ("reduce_mean", "mean")),
+    *(_spec(n, R.PRESERVES, G.FOLLOWS, K.MAX) for n in ("reduce_max", "max", "amax")),
+    *(_spec(n, R.PRESERVES, G.FOLLOWS) for n in ("reduce_min", "min", "amin")),
+    *(_spec(n, R.PRESERVES, G.NONNEGATIVE, K.NORM, label="norm") for n in ("norm", "linalg.norm",
+                                                                           "reduce_euclidean_norm")),
+    *(_spec(n, R.PRESERVES, G.NONNEGATIVE, K.DEVIATION, label="standard deviation") for n in ("reduce_std", "std")),
+    *(_spec(n, R.PRESERVES, G.NONNEGATIVE, K.VARIANCE, label="variance") for n in ("reduce_variance", "var")),
+    _spec("nn.l2_loss", R.PRESERVES, G.NONNEGATIVE, K.SQUARED_SUM, label="l2_loss"),
+    *(_spec(n, R.PRESERVES, G.NONNEGATIVE, K.L2_NORMALIZE) for n in ("l2_normalize", "nn.l2_normalize",
+                                                                     "linalg.l2_normalize")),
+    # Exponentials and logarithms.
+    _spec("exp", R.PRESERVES, G.NONNEGATIVE, K.EXP),
+    _spec("expm1", R.PRESERVES, G.ANY, K.EXP),
+    *(_spec(n, R.PRESERVES, G.ANY, K.POW) for n in ("pow", "power")),
+    _spec("log", R.PRESERVES, G.ANY, K.LOG, K.SHRINKS),
+    _spec("log1p", R.PRESERVES, G.ANY, K.LOG, K.LOG1P, K.SHRINKS),
+    *(_spec(n, R.PRESERVES, G.ANY, K.LOG) for n in ("log2", "log10")),
+    *(_spec(n, R.PRESERVES, G.NONNEGATIVE, K.SOFTPLUS) for n in ("softplus", "nn.softplus")),
+    *(_spec(n, R.PRESERVES, G.NONPOSITIVE, K.LOG_PROBABILITY) for n in (
+        "log_softmax", "log_sigmoid", "log_softmax_v2", "nn.log_softmax")),
+    *(_spec(n, R.PRESERVES, G.ANY) for n in ("reduce_logsumexp", "logsumexp")),
+    *(_spec(n, R.PRESERVES, G.UNIT, K.PROBABILITY) for n in ("sigmoid", "softmax", "nn.softmax", "nn.sigmoid")),
+    *(_spec(n, R.PRESERVES, G.NONNEGATIVE, K.SHRINKS) for n in ("sqrt", "rsqrt")),
+    *(_spec(n, R.PRESERVES, G.NONNEGATIVE) for n in ("abs", "relu", "relu6", "cosh", "nn.relu")),
+    # Arithmetic.
+    *(_spec(n, R.PRESERVES, G.ANY, K.DIVISION, K.ARITHMETIC) for n in (
+        "divide", "truediv", "div_no_nan", "realdiv", "divide_no_nan")),
+    *(_spec(n, R.PRESERVES, G.ANY, K.ADD, K.ARITHMETIC) for n in ("add", "subtract", "add_n")),
+    _spec("multiply", R.PRESERVES, G.ANY, K.ARITHMETIC),
+    _spec("negative", R.PRESERVES, G.ANY, K.NEGATIVE),
+    _spec("maximum", R.PRESERVES, G.ANY, K.FLOOR),
+    *(_spec(n, R.PRESERVES, G.ANY, K.CLIP) for n in ("clip_by_value", "clip")),
+    *(_spec(n, R.PRESERVES, G.ANY, K.MATMUL) for n in ("matmul", "linalg.matmul", "tensordot", "dot")),
+    _spec("einsum", R.PRESERVES, G.ANY, K.MATMUL, dtype_args=(1, 2, 3)),
+)
+
+TABLE: dict[str, OpSpec] = {}
+for _op in _TABLE:
+    TABLE.setdefault(_op.name, _op)
+del _op
+
+NAMESPACES = ("tensorflow.math.", "tensorflow.", "keras.ops.numpy.", "keras.ops.nn.", "keras.ops.", "keras.random.",
+              "keras.backend.", "keras.src.ops.")
+_KERAS_RANDOM = "keras.random."
+
+
+def op_name(resolved: str | None) -> str | None:
+    """``tensorflow.math.reduce_sum`` → ``reduce_sum``; ``keras.random.normal`` → ``random.normal``; else None."""
+    if not resolved:
+        return None
+    if resolved.startswith("tensorflow.compat.v1.") or resolved.startswith("tensorflow.compat.v2."):
+        resolved = "tensorflow." + resolved[len("tensorflow.compat.v1."):]
+    if resolved.startswith(_KERAS_RANDOM):
+        return "random." + resolved[len(_KERAS_RANDOM):]
+    for prefix in NAMESPACES:
+        if resolved.startswith(prefix):
+            return resolved[len(prefix):]
+    return None
+
+
+_DEFAULTS: dict[str, OpSpec] = {}
+
+
+def spec_of(op: str) -> OpSpec:
+    """The spec of an op path (``nn.softplus``, ``reduce_sum``); a ``PRESERVES`` default when unlisted."""
+    found = TABLE.get(op) or TABLE.get(op.rsplit(".", 1)[-1])
+    if found is None:
+        found = _DEFAULTS.get(op)
+        if found is None:
+            found = _DEFAULTS[op] = OpSpec(op)
+    return found
+
+
+def lookup(resolved: str | None) -> OpSpec | None:
+    """The spec of a resolved callee (``tensorflow.math.softplus``); None when it is no TF/Keras op."""
+    op = op_name(resolved)
+    return spec_of(op) if op is not None else None
+
+
+def known(resolved: str | None) -> OpSpec | None:
+    """Like ``lookup``, but None for ops the table does not list."""
+    op = op_name(resolved)
+    if op is None:
+        return None
+    return TABLE.get(op) or TABLE.get(op.rsplit(".", 1)[-1])
+
+
+def named(*kinds: Kind) -> frozenset[str]:
+    """Short names of the ops of any of ``kinds`` (for triggers and docs)."""
+    return frozenset(spec.short for spec in TABLE.values() if spec.has(*kinds))
+
+
+def _trigger_words() -> list[str]:
+    names = {spec.short for spec in TABLE.values()
+             if spec.result in (Result.FLOAT32, Result.VALUE, Result.RANGE, Result.CAST)}
+    return sorted(names, key=lambda n: (-len(n), n))
+
+
+# The prefilter of rules about float32 values: a float32 spelling, or a call of any creator or cast.
+FLOAT32_TRIGGERS = ("float32", "float64", "floatx", re.compile(
+    r"\.(?:" + "|".join(re.escape(w) for w in _trigger_words()) + r")\s*\("))
