@@ -15,6 +15,9 @@ machine shared with other work, wall time varies by tens of percent from run to 
 CPU time barely moves, so compare ratios from one invocation, and prefer the CPU ratio
 when the wall-time runs scatter.
 
+"verify, no per-op" is verify with ``MPFIX_VERIFY_OPS=0`` (no per-op float16 evidence,
+``mpfix/verify/_evidence.py``): the ratio of the two is the cost of that evidence alone.
+
 "verify, no headroom" is verify with ``MPFIX_VERIFY_HEADROOM=0`` (no float16 layer-output
 measurement): the ratio of the two is the cost of the headroom measurement alone.
 
@@ -81,8 +84,11 @@ def time_direct(script: Path, steps: int, teardown: bool = True) -> tuple[float,
     return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
-def time_verify(script: Path, steps: int, root: Path = ROOT, headroom: bool = True) -> tuple[float, float]:
+def time_verify(script: Path, steps: int, root: Path = ROOT, headroom: bool = True,
+                ops: bool = True) -> tuple[float, float]:
     extra = {} if headroom else {"MPFIX_VERIFY_HEADROOM": "0"}
+    if not ops:
+        extra["MPFIX_VERIFY_OPS"] = "0"
     proc = subprocess.run(
         [sys.executable, "-c", VERIFY, str(script), str(steps)],
         env=_env(PYTHONPATH=str(root), **extra),
@@ -109,6 +115,7 @@ def main() -> None:
         "direct, no exit": lambda: time_direct(script, args.steps, teardown=False),
         "verify": lambda: time_verify(script, args.steps),
         "verify, no headroom": lambda: time_verify(script, args.steps, headroom=False),
+        "verify, no per-op": lambda: time_verify(script, args.steps, ops=False),
     }
     if args.compare:
         runs["verify (compare)"] = lambda: time_verify(script, args.steps, args.compare.resolve())
@@ -134,6 +141,10 @@ def main() -> None:
     print(
         f"headroom (verify / verify, no headroom): wall {med('verify', 0) / med('verify, no headroom', 0):.3f}x, "
         f"cpu {med('verify', 1) / med('verify, no headroom', 1):.3f}x"
+    )
+    print(
+        f"per-op evidence (verify / verify, no per-op): wall {med('verify', 0) / med('verify, no per-op', 0):.3f}x, "
+        f"cpu {med('verify', 1) / med('verify, no per-op', 1):.3f}x (goal <= 1.1x)"
     )
 
 

@@ -50,6 +50,7 @@ LAZY_COMMANDS = {
     "explain": "mpfix.commands:explain",
     "server": "mpfix.server:server",
     "verify": "mpfix.verify.cli:verify",
+    "repair": "mpfix.verify.repair_cli:repair",
     "instrument": "mpfix.verify.instrument:instrument",
 }
 
@@ -64,6 +65,7 @@ def cli() -> None:
     mpfix diff PATHS     show the fixes as a unified diff; writes nothing
     mpfix apply PATHS    write the fixes (--unsafe-fixes for behaviour-changing ones)
     mpfix verify SCRIPT  run a training script briefly and judge its loss
+    mpfix repair SCRIPT  fix what verify finds, keeping only changes it proves
     mpfix rules          list the rules; mpfix explain CODE for one
     mpfix server         the Language Server for editors (pip install 'mpfix[lsp]')
     """

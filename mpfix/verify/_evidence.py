@@ -156,23 +156,30 @@ class Evidence:
             return
         module = sys.modules.get(type(layer).__module__)
         defined = getattr(module, "__file__", None) or ""
-        if defined and self.is_project(defined):
-            return  # a project layer: its ops have their own project lines inside `call`
-        caller = self.caller()
-        self._calls.append((weakref.ref(graph), start, end, layer, caller))
+        # A project layer's ops have their own project lines inside `call`: it is only
+        # their owner (where dtype="float32" would go), never where they are reported.
+        library = not (defined and self.is_project(defined))
+        caller = self.caller() if library else None
+        is_model = hasattr(layer, "layers") and callable(getattr(layer, "fit", None))
+        self._calls.append((weakref.ref(graph), start, end, layer, caller, library, is_model))
 
     def _layer_of(self, graph, op_id: int, origin: dict):
-        """The library layer whose call created op ``op_id`` from the project line that
-        called the layer (the innermost such call), else None."""
-        best = None
-        for ref, start, end, layer, caller in self._calls:
+        """(the library layer whose call created op ``op_id`` from the project line that
+        called it, the innermost layer other than a model whose call created it); either
+        may be None."""
+        where, owner = None, None
+        for ref, start, end, layer, caller, library, is_model in self._calls:
             if ref() is not graph or not start < op_id <= end:
+                continue
+            if not is_model and (owner is None or end - start < owner[1] - owner[0]):
+                owner = (start, end, layer)
+            if not library:
                 continue
             if caller is not None and origin and (origin["file"], origin["line"]) != (os.path.abspath(caller[0]), caller[1]):
                 continue
-            if best is None or end - start < best[1] - best[0]:
-                best = (start, end, layer)
-        return None if best is None else best[2]
+            if where is None or end - start < where[1] - where[0]:
+                where = (start, end, layer)
+        return (None if where is None else where[2]), (None if owner is None else owner[2])
 
     # --- the walk, at tape.gradient inside a trace ---
     def on_gradient(self) -> None:
@@ -228,9 +235,11 @@ class Evidence:
     def _describe(self, graph, op, slot: int, inputs: list[int]) -> dict:
         origin = self._origin(op)
         record = {"type": op.type, "name": op.name, "slot": slot, "inputs": inputs, **origin}
-        layer = self._layer_of(graph, op._id, origin)
+        layer, owner = self._layer_of(graph, op._id, origin)
         if layer is not None:
             record["layer"] = self.rec.layer_index(layer)
+        if owner is not None:
+            record["owner"] = self.rec.layer_index(owner)
         return record
 
     def _check_constant(self, graph, op) -> None:
@@ -262,9 +271,11 @@ class Evidence:
                 continue
             origin = self._origin(op)
             event = {"event": "f16-const", "type": op.type, "name": op.name, "became": became, "original": before, **origin}
-            layer = self._layer_of(graph, op._id, origin)
+            layer, owner = self._layer_of(graph, op._id, origin)
             if layer is not None:
                 event["layer"] = self.rec.layer_index(layer)
+            if owner is not None:
+                event["owner"] = self.rec.layer_index(owner)
             self._constants.append(event)
             return
 

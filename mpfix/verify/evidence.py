@@ -96,6 +96,9 @@ class RuntimeFinding:
     step: int | None = None
     peak: float | None = None
     layer: dict | None = None
+    # The innermost layer (not a model) whose call built the op, project layers included:
+    # where ``dtype="float32"`` would go.
+    owner: dict | None = None
     end_column: int | None = None
     source: str = ""
     extra: dict = field(default_factory=dict)
@@ -190,6 +193,7 @@ def _code_for(op: str, file: str, line: int, kind: Kind, static: dict | None) ->
 def _line_text(file: str, line: int) -> str:
     import linecache
 
+    linecache.checkcache(file)  # repair rewrites files between runs
     return linecache.getline(file, line)
 
 
@@ -223,7 +227,7 @@ def findings(run, static: dict | None = None) -> list[RuntimeFinding]:
             message += f", inside layer `{layer.get('name')}` ({layer.get('class')}) built here"
         out.append(_finding(kind, entry["type"], file, line, message, static, layer,
                             step=entry["first_bad"] if kind is Kind.NONFINITE else entry["peak_step"],
-                            peak=entry["peak"]))
+                            peak=entry["peak"], owner=run.layers.get(entry.get("owner"))))
     for const in run.constants:
         file, line, layer = _where(const, run.layers)
         if not file or not line:
@@ -236,18 +240,18 @@ def findings(run, static: dict | None = None) -> list[RuntimeFinding]:
         what = f"{before:g}" if isinstance(before, (int, float)) else "a constant"
         message = f"{what} became {const.get('became')} in float16 (op `{const.get('type')}`)"
         out.append(_finding(Kind.CONSTANT, "Cast" if const.get("type") == "Cast" else "Const", file, line, message,
-                            static, layer))
+                            static, layer, owner=run.layers.get(const.get("owner"))))
     order = {Kind.NONFINITE: 0, Kind.CONSTANT: 1, Kind.HEADROOM: 2}
     return sorted(out, key=lambda f: (order[f.kind], f.step if f.step is not None else 0))
 
 
-def _finding(kind, op, file, line, message, static, layer, step=None, peak=None) -> RuntimeFinding:
+def _finding(kind, op, file, line, message, static, layer, step=None, peak=None, owner=None) -> RuntimeFinding:
     source = _line_text(file, line)
     span = None if layer is not None else op_column(source, op)
     first = len(source) - len(source.lstrip()) + 1
     column, end = span if span else (first, len(source.rstrip()) + 1)
     return RuntimeFinding(_code_for(op, file, line, kind, static), message, file, line, column, kind, op,
-                          step=step, peak=peak, layer=layer, end_column=end, source=source.rstrip("\n"))
+                          step=step, peak=peak, layer=layer, owner=owner, end_column=end, source=source.rstrip("\n"))
 
 
 def _merge(ops: list[dict]) -> list[dict]:

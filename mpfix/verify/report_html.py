@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpfix.verify import report_text
+from mpfix.verify.report_evidence import evidence_plots, metadata_html
 
 WIDTH, HEIGHT = 640, 260
 LEFT, RIGHT, TOP, BOTTOM = 70, 16, 44, 44
@@ -278,6 +279,13 @@ def _all_series(runs: dict, attr: str) -> list[Series]:
     return out
 
 
+def evidence_plot(report) -> str:
+    """The plots of what the verdict rests on (report_evidence.py): the zero-gradient share
+    for underflow, the float16 headroom whenever float16 outputs were measured."""
+    return "".join(svg_plot(title, [Series(**spec) for spec in series], label, scale=scale)
+                   for title, series, label, scale in evidence_plots(report, COLOURS))
+
+
 def section(report, heading: str | None = None) -> str:
     v = report.verdict
     runs = _runs(report)
@@ -306,7 +314,7 @@ def section(report, heading: str | None = None) -> str:
         f'<section>{title}<p class="verdict verdict-{v.name}"><b>{html.escape(v.name.upper())}</b> '
         f"(exit {v.exit_code}) &mdash; {html.escape(v.summary)}</p>"
         f'<p class="script">{html.escape(str(report.script))}</p><pre class="runs">{summary}</pre>{extra}'
-        f'<div class="plots">{loss_plot}{scale_plot}</div></section>'
+        f'<div class="plots">{loss_plot}{scale_plot}{evidence_plot(report)}</div></section>'
     )
 
 
@@ -343,7 +351,7 @@ def render(report_or_pair) -> str:
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>mpfix verify: {html.escape(name)}</title><style>{STYLE}</style></head>"
-        f"<body><h1>mpfix verify</h1>{body}</body></html>\n"
+        f"<body><h1>mpfix verify</h1>{metadata_html()}{body}</body></html>\n"
     )
 
 

@@ -10,8 +10,11 @@ SCHEMA_VERSION = 1
 
 
 def report_dict(report) -> dict:
+    from mpfix.verify.report_evidence import metadata
+
     return {
         "version": SCHEMA_VERSION,
+        **metadata(),
         "script": str(report.script),
         "args": report.args,
         "options": {
@@ -54,8 +57,11 @@ def clean(value):
 
 def write(report_or_pair, path: Path) -> None:
     if hasattr(report_or_pair, "before"):
+        from mpfix.verify.report_evidence import metadata
+
         data = {
             "version": SCHEMA_VERSION,
+            **metadata(),
             "before": report_dict(report_or_pair.before),
             "after": report_dict(report_or_pair.after),
             "exit_code": report_or_pair.exit_code,

@@ -1,0 +1,138 @@
+"""Which changes ``mpfix repair`` tries next, from the runtime evidence of the last run.
+
+For an op (the first op whose finite inputs gave inf/NaN; else a constant that became
+inf/0; else the op with the least float16 headroom), at that exact source node, in order:
+
+1. the static rule's own fix for that line (the static analysis told the dtype policy the
+   run used, so a policy set in another module counts);
+2. a float32 island around the op's expression (not for an op a library layer built:
+   its line is the layer's construction);
+3. ``dtype="float32"`` on the layer that built the op (a library layer, or the project
+   layer whose ``call`` holds the expression).
+
+For ``underflow`` and ``stalled`` (and skipped steps that keep growing): the loss-scaling
+rules' fixes (MP1xx) on the files the run used; a fixed loss scale only as the last resort
+when the run had a dynamic scale that misbehaved (collapsed, or kept skipping).
+For ``diverged``: the static MP205 fix, then ``dtype="float32"`` on the model's output layer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mpfix.verify.changes import Change, ChangeKind, static_findings
+from mpfix.verify.evidence import Kind, RuntimeFinding
+
+# The fixed scale of the last resort (escalate.FIXED_SCALE: well below 65504 / typical
+# gradient magnitudes).
+FIXED_SCALE = 1024.0
+
+
+def policy_of(run) -> str | None:
+    """The mixed policy the run used (the static analysis is told, so rules that need a
+    float16 policy fire where the policy is set in another module)."""
+    policies = ((run.end or {}).get("policies") or {}).values() if run is not None else ()
+    for name in policies:
+        if name in ("mixed_float16", "float16"):
+            return "mixed_float16"
+    return None
+
+
+def keras_of(run) -> str:
+    """The Keras generation the run used ("2"/"3"), for static fixes; "auto" when unknown."""
+    generations = run.keras if run is not None else []
+    return str(max(generations)) if generations else "auto"
+
+
+def at_finding(finding: RuntimeFinding, original: Path, text: str, policy: str | None,
+               keras: str = "auto") -> list[Change]:
+    """Candidates at one runtime finding's node; ``original`` is the user's file holding it,
+    ``text`` its current text."""
+    lines = text.splitlines()
+    if not 0 < finding.line <= len(lines):
+        return []
+    anchor = lines[finding.line - 1].strip()
+    out: list[Change] = []
+    evidence = finding.text()
+    for static in static_findings(text, original, policy, keras):
+        if static.line == finding.line and static.fix is not None and str(static.fix.safety) != "none":
+            out.append(Change(ChangeKind.STATIC, original, f"{static.code}'s fix: {static.fix.description}", evidence,
+                              anchor=anchor, line=finding.line, codes=(static.code,), policy=policy, keras=keras))
+    if finding.layer is None and finding.kind is not Kind.CONSTANT:
+        indent = len(lines[finding.line - 1]) - len(lines[finding.line - 1].lstrip())
+        out.append(Change(ChangeKind.ISLAND, original, f"compute `{finding.op}`'s expression in float32 and cast back",
+                          evidence, anchor=anchor, line=finding.line, column=finding.column - indent, op=finding.op))
+    layer = finding.layer or finding.owner
+    if layer and layer.get("file") and layer.get("line"):
+        out.append(_layer_change(layer, evidence))
+    return out
+
+
+def _layer_change(layer: dict, evidence: str) -> Change:
+    path = Path(layer["file"])
+    return Change(ChangeKind.LAYER, path, f"dtype=\"float32\" on layer `{layer.get('name')}` ({layer.get('class')})",
+                  evidence, anchor=(layer.get("code") or "").strip(), line=int(layer["line"]),
+                  class_name=layer.get("class"))
+
+
+def loss_scaling(verdict, run, files: list[Path]) -> list[Change]:
+    """The loss-scaling rules' fixes for each file, then the fixed scale of the last resort."""
+    policy = policy_of(run) or "mixed_float16"
+    evidence = f"verdict {verdict.name}: {verdict.summary}"
+    keras = keras_of(run)
+    out = [Change(ChangeKind.LOSS_SCALING, f, "the loss-scaling rules' fixes (MP1xx)", evidence, codes=("MP1",),
+                  policy=policy, keras=keras) for f in files]
+    if _dynamic_misbehaves(verdict, run):
+        out += [Change(ChangeKind.FIXED_SCALE, f, f"a fixed loss scale of {FIXED_SCALE:g} (last resort)", evidence,
+                       codes=("MP1",), policy=policy, keras=keras, loss_scale=FIXED_SCALE) for f in files]
+    return out
+
+
+def _dynamic_misbehaves(verdict, run) -> bool:
+    """A dynamic scale that collapsed or kept skipping (the stalled/at-risk trend), the
+    only case for a fixed scale."""
+    if run is None or not any(s.dynamic for s in run.steps):
+        return False
+    return verdict.name == "stalled" or verdict.evidence.get("kind") == "scale-trend"
+
+
+def output_layer(run) -> dict | None:
+    for layer in (run.layers or {}).values() if run is not None else ():
+        if layer.get("output_of") and layer.get("file"):
+            return layer
+    return None
+
+
+def for_verdict(verdict, run, found: list[RuntimeFinding], texts, files: list[Path], to_original) -> list[Change]:
+    """Every candidate for this round, best first. ``texts(path)`` gives a user file's
+    current text; ``to_original(path)`` maps a path of the working copy to the user's."""
+    policy = policy_of(run)
+    out: list[Change] = []
+    targets = [f for f in found if f.kind is Kind.NONFINITE] + [f for f in found if f.kind is Kind.CONSTANT]
+    if verdict.name in ("at-risk", "diverged") or not targets:
+        targets += [f for f in found if f.kind is Kind.HEADROOM]
+    for finding in targets[:2]:
+        original = to_original(Path(finding.file))
+        text = texts(original)
+        if text is None:
+            continue
+        local = RuntimeFinding(**{**finding.__dict__, "file": str(original)})
+        for change in at_finding(local, original, text, policy, keras_of(run)):
+            if change.kind is ChangeKind.LAYER:
+                change.path = to_original(change.path)
+            out.append(change)
+    if verdict.name in ("underflow", "stalled") or verdict.evidence.get("kind") == "scale-trend":
+        out += loss_scaling(verdict, run, files)
+    if verdict.name == "diverged":
+        layer = output_layer(run)
+        if layer is not None:
+            change = _layer_change(layer, f"verdict diverged: {verdict.summary}")
+            change.path = to_original(change.path)
+            out.append(change)
+    unique, seen = [], set()
+    for change in out:
+        key = (change.kind, str(change.path), change.anchor, change.op, change.codes, change.loss_scale)
+        if key not in seen:
+            seen.add(key)
+            unique.append(change)
+    return unique

@@ -1,0 +1,136 @@
+"""The edits ``mpfix repair`` tries, as records that can be re-applied to any version of a file.
+
+A ``Change`` is anchored on the text of its line, not its number: other kept changes may
+move lines, and minimising the diff re-applies subsets of the changes, in order, to the
+original files. ``Change.apply(text)`` returns the new text, or None when the change no
+longer applies there.
+
+Kinds, in the order ``candidates.py`` offers them for one op:
+
+* ``STATIC``: the static rules' fixes (safe and unsafe), all of a file (the first stage)
+  or one rule's fix on the op's line;
+* ``ISLAND``: a float32 island around the op's expression (``islands.float32_island``);
+* ``LAYER``: ``dtype="float32"`` on the layer that built the op (``islands.layer_float32``);
+* ``LOSS_SCALING``: the loss-scaling rules' (MP1xx) fixes, for underflow and stall verdicts,
+  with the dtype policy the run used forced on the static analysis (a policy set in an
+  imported module is then seen);
+* ``FIXED_SCALE``: the same with a fixed loss scale (``--loss-scale``), the last resort.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mpfix.verify import islands
+
+
+class ChangeKind(str, enum.Enum):
+    STATIC = "static fix"
+    ISLAND = "float32 island"
+    LAYER = "float32 layer"
+    LOSS_SCALING = "loss scaling"
+    FIXED_SCALE = "fixed loss scale"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class Change:
+    kind: ChangeKind
+    path: Path  # the user's file (not the working copy's)
+    description: str
+    evidence: str  # what justified trying it (a runtime finding, the verdict)
+    anchor: str = ""  # the stripped text of the line it applies to ("" = the whole file)
+    line: int = 0  # that line's number when the change was made (to pick among equal lines)
+    column: int = 0  # island: 1-based column of the op's expression, relative to the indent
+    op: str = ""
+    class_name: str | None = None
+    codes: tuple[str, ...] = ()  # static: rule codes (prefixes) whose fixes are taken
+    policy: str | None = None
+    keras: str = "auto"  # the generation the run used: static fixes are written for it
+    loss_scale: float | None = None
+    verdict: str = ""  # the verdict once it was kept
+    extra: dict = field(default_factory=dict)
+
+    def apply(self, text: str) -> str | None:
+        if self.kind in (ChangeKind.STATIC, ChangeKind.LOSS_SCALING, ChangeKind.FIXED_SCALE):
+            return static_fixed(text, self.path, self.codes, self.anchor or None, self.policy, self.loss_scale,
+                                self.keras)
+        line = find_line(text, self.anchor, self.line)
+        if line is None:
+            return None
+        if self.kind is ChangeKind.ISLAND:
+            source = text.splitlines()[line - 1]
+            indent = len(source) - len(source.lstrip())
+            return islands.float32_island(text, line, indent + self.column, self.op)
+        if self.kind is ChangeKind.LAYER:
+            return islands.layer_float32(text, line, self.class_name)
+        return None
+
+    def to_json(self) -> dict:
+        return {
+            "kind": str(self.kind),
+            "path": str(self.path),
+            "line": self.line or None,
+            "description": self.description,
+            "evidence": self.evidence,
+            "verdict": self.verdict,
+        }
+
+
+def find_line(text: str, anchor: str, hint: int) -> int | None:
+    """The 1-based line whose stripped text is ``anchor``, the nearest to ``hint``."""
+    if not anchor:
+        return None
+    found = [i + 1 for i, line in enumerate(text.splitlines()) if line.strip() == anchor]
+    if not found:
+        return None
+    return min(found, key=lambda n: abs(n - hint))
+
+
+def static_fixed(text: str, path: Path, codes: tuple[str, ...], anchor: str | None = None,
+                 policy: str | None = None, loss_scale: float | None = None, keras: str = "auto") -> str | None:
+    """``text`` with the fixes (safe and unsafe) of the static findings whose code starts
+    with one of ``codes`` (and whose line is ``anchor``, when given); None when none applies.
+    The engine's fix loop and its validation decide, as in ``mpfix apply --unsafe-fixes``."""
+    from mpfix import selection
+    from mpfix.engine import Options
+    from mpfix.runner import Job, Mode, engine_for
+
+    rules = selection.select(("ALL",), ())
+    job = Job(rule_codes=tuple(r.code for r in rules), mode=Mode.APPLY,
+              options=Options(keras=keras, policy=policy, unsafe_fixes=True, loss_scale=loss_scale))
+
+    def accept(finding, before: str, after: str) -> bool:
+        if not finding.code.startswith(codes):
+            return False
+        if anchor is None:
+            return True
+        lines = before.splitlines()
+        return 0 < finding.line <= len(lines) and lines[finding.line - 1].strip() == anchor
+
+    try:
+        result = engine_for(job).lint(text, path, fix=True, accept=accept)
+    except Exception:  # a rule failing on this text: no fix from it
+        return None
+    if result.errors:
+        return None
+    return result.fixed_text
+
+
+def static_findings(text: str, path: Path, policy: str | None = None, keras: str = "auto") -> list:
+    """The static findings of ``text`` (as the file ``path``), fixes included."""
+    from mpfix import selection
+    from mpfix.engine import Options
+    from mpfix.runner import Job, Mode, engine_for
+
+    rules = selection.select(("ALL",), ())
+    job = Job(rule_codes=tuple(r.code for r in rules), mode=Mode.CHECK,
+              options=Options(keras=keras, policy=policy, unsafe_fixes=True))
+    try:
+        return list(engine_for(job).lint(text, path).findings)
+    except Exception:
+        return []

@@ -1,0 +1,245 @@
+"""Source edits that ``mpfix repair`` tries at an op's exact node, built with LibCST.
+
+* ``float32_island(text, line, column, op)``: compute the expression of ``op`` in float32.
+  Its float16 operands are cast to float32, the expression is computed, and the result is
+  cast back to the compute dtype (``self.compute_dtype`` inside a layer's method, else the
+  dtype of the expression's first named operand). The island grows from the op's node:
+  an op that *overflows* (a matmul, a sum, an exp) is useless alone, since casting its
+  result back to float16 gives the same inf. So it grows to the nearest enclosing call that
+  brings values back into range (``RANGE_REDUCING``: softmax, log, a division...), else to
+  the whole expression of the statement. An op that fails on its *domain* (``log`` of a
+  probability that underflowed to 0) keeps its node, whose operands then include the
+  producer on the same line (``log(softmax(x))``: ``x`` is cast).
+  Written as the module's Keras generation needs: ``keras.ops.cast(x, "float32")`` in a
+  backend-agnostic module (it uses ``keras.ops`` and does not import TensorFlow),
+  ``tf.cast(x, tf.float32)`` otherwise.
+* ``layer_float32(text, line, class_name)``: ``dtype="float32"`` on the layer built on
+  ``line`` (the constructor call of ``class_name``, else the only constructor call there).
+
+Both return the new text, or None when the node is not found or the edit does not apply.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+
+from mpfix.verify.evidence import OP_NAMES
+
+# Ops whose result overflows (the island must reach past them).
+OVERFLOWING = frozenset(
+    {"Exp", "MatMul", "BatchMatMulV2", "Einsum", "Sum", "Square", "Pow", "Mul", "AddV2", "Cumsum", "L2Loss",
+     "SquaredDifference", "Prod", "Sub"}
+)
+# Calls (and the division operator) whose result is back in float16's range. Not a mean:
+# the mean of squares that overflowed is past 65504 too.
+RANGE_REDUCING = frozenset(
+    {"softmax", "log_softmax", "sigmoid", "tanh", "log", "log1p", "sqrt", "rsqrt", "l2_normalize",
+     "reduce_logsumexp", "logsumexp", "normalize", "cos", "sin"}
+)
+# Calls whose positional arguments are tensors of the computation (cast inside the island);
+# any other call inside it (a layer, reshape) is an operand as a whole.
+MATH_CALLS = frozenset(
+    {"matmul", "dot", "einsum", "softmax", "log_softmax", "exp", "log", "log1p", "sqrt", "rsqrt", "square",
+     "pow", "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "reduce_logsumexp", "sum",
+     "mean", "max", "min", "prod", "logsumexp", "add", "subtract", "multiply", "divide", "truediv", "maximum",
+     "minimum", "sigmoid", "tanh", "relu", "abs", "l2_loss", "l2_normalize", "cumsum", "squared_difference",
+     "negative", "reciprocal", "cos", "sin", "erf"}
+)
+
+
+def _call_name(node) -> str | None:
+    if isinstance(node, cst.Call):
+        func = node.func
+        if isinstance(func, cst.Attribute):
+            return func.attr.value
+        if isinstance(func, cst.Name):
+            return func.value
+    return None
+
+
+_OPS = {
+    cst.Add: "+", cst.Subtract: "-", cst.Multiply: "*", cst.Divide: "/", cst.Power: "**", cst.MatrixMultiply: "@",
+}
+
+
+def _spelling(node) -> str | None:
+    if isinstance(node, cst.BinaryOperation):
+        return _OPS.get(type(node.operator))
+    return _call_name(node)
+
+
+class _Style:
+    """How casts are written in this module."""
+
+    def __init__(self, module: cst.Module) -> None:
+        code = module.code
+        imports_tf = "import tensorflow" in code or "from tensorflow" in code
+        self.ops = not imports_tf and ("keras.ops" in code or "from keras import ops" in code)
+        self.ops_name = "ops" if "from keras import ops" in code and "keras.ops" not in code else "keras.ops"
+
+    def cast(self, expr: cst.BaseExpression, dtype: cst.BaseExpression | None = None) -> cst.Call:
+        if dtype is None:
+            dtype = cst.SimpleString('"float32"') if self.ops else cst.parse_expression("tf.float32")
+        func = cst.parse_expression(f"{self.ops_name}.cast" if self.ops else "tf.cast")
+        return cst.Call(func=func, args=[cst.Arg(expr), cst.Arg(dtype)])
+
+
+def _find(wrapper: MetadataWrapper, line: int, column: int, op: str):
+    """The expression node of ``op`` starting at ``line``:``column`` (1-based column)."""
+    names = OP_NAMES.get(op, ())
+    positions = wrapper.resolve(PositionProvider)
+    best = None
+    for node, pos in positions.items():
+        if not isinstance(node, (cst.Call, cst.BinaryOperation)):
+            continue
+        if pos.start.line != line or pos.start.column != column - 1:
+            continue
+        if _spelling(node) in names:
+            best = node if best is None else best
+    return best
+
+
+def _root(node, parents, op: str):
+    """Where the island ends: see the module docstring."""
+    if op not in OVERFLOWING:
+        return node
+    current, last_expr = node, node
+    while True:
+        parent = parents.get(current)
+        if parent is None or isinstance(parent, (cst.BaseSmallStatement, cst.BaseCompoundStatement,
+                                                 cst.IndentedBlock, cst.Module, cst.Lambda)):
+            return last_expr
+        if isinstance(parent, cst.BaseExpression):
+            last_expr = parent
+            name = _spelling(parent)
+            if name in RANGE_REDUCING or name == "/":
+                return parent
+        current = parent
+
+
+class _CastLeaves(cst.CSTTransformer):
+    """Inside the island: cast each tensor operand to float32."""
+
+    def __init__(self, style: _Style) -> None:
+        self.style = style
+        self.first: cst.BaseExpression | None = None
+        self.count = 0
+
+    def _leaf(self, expr: cst.BaseExpression) -> cst.BaseExpression:
+        if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString, cst.Imaginary)):
+            return expr
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.expression, (cst.Integer, cst.Float)):
+            return expr
+        if isinstance(expr, (cst.Call, cst.BinaryOperation)) and _spelling(expr) in MATH_CALLS | set(_OPS.values()):
+            return self._inner(expr)
+        if isinstance(expr, cst.UnaryOperation):
+            return expr.with_changes(expression=self._leaf(expr.expression))
+        if self.first is None and isinstance(expr, (cst.Name, cst.Attribute)):
+            self.first = expr
+        self.count += 1
+        return self.style.cast(expr)
+
+    def _inner(self, expr):
+        if isinstance(expr, cst.BinaryOperation):
+            return expr.with_changes(left=self._leaf(expr.left), right=self._leaf(expr.right))
+        args = []
+        for arg in expr.args:
+            if arg.keyword is None and arg.star == "":
+                args.append(arg.with_changes(value=self._leaf(arg.value)))
+            else:
+                args.append(arg)
+        return expr.with_changes(args=args)
+
+    def island(self, root: cst.BaseExpression) -> cst.BaseExpression:
+        if isinstance(root, (cst.Call, cst.BinaryOperation)) and _spelling(root) in MATH_CALLS | set(_OPS.values()):
+            return self._inner(root)
+        return self._leaf(root)
+
+
+def _in_method(node, parents) -> bool:
+    """Whether ``node`` is inside a method taking ``self`` (a layer's ``call``)."""
+    current = parents.get(node)
+    while current is not None:
+        if isinstance(current, cst.FunctionDef):
+            params = current.params.params
+            return bool(params) and params[0].name.value == "self"
+        current = parents.get(current)
+    return False
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, old, new) -> None:
+        self.old, self.new = old, new
+
+    def on_leave(self, original_node, updated_node):
+        return self.new if original_node is self.old else updated_node
+
+
+def float32_island(text: str, line: int, column: int, op: str) -> str | None:
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError:
+        return None
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    node = _find(wrapper, line, column, op)
+    if node is None:
+        return None
+    parents = wrapper.resolve(ParentNodeProvider)
+    root = _root(node, parents, op)
+    style = _Style(module)
+    caster = _CastLeaves(style)
+    computed = caster.island(root)
+    if caster.count == 0:
+        return None
+    if _in_method(root, parents):
+        back = cst.parse_expression("self.compute_dtype")
+    elif caster.first is not None:
+        back = cst.Attribute(value=caster.first, attr=cst.Name("dtype"))
+    else:
+        return None
+    new = style.cast(computed, back)
+    if isinstance(root, cst.BinaryOperation) or isinstance(parents.get(root), cst.BinaryOperation):
+        new = new.with_changes(lpar=root.lpar, rpar=root.rpar) if root.lpar else new
+    result = module.visit(_Replace(root, new)).code
+    return result if result != text else None
+
+
+def layer_float32(text: str, line: int, class_name: str | None = None) -> str | None:
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError:
+        return None
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
+    calls = [n for n, p in positions.items() if isinstance(n, cst.Call) and p.start.line == line]
+    named = [c for c in calls if class_name and _call_name(c) == class_name]
+    if named:
+        target = named[0]
+    elif class_name:
+        return None
+    else:
+        constructors = [c for c in calls if (_call_name(c) or "")[:1].isupper()]
+        if len(constructors) != 1:
+            return None
+        target = constructors[0]
+    value = cst.SimpleString('"float32"')
+    args = list(target.args)
+    for k, arg in enumerate(args):
+        if arg.keyword is not None and arg.keyword.value == "dtype":
+            if isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value == "float32":
+                return None
+            args[k] = arg.with_changes(value=value)
+            break
+    else:
+        if args and args[-1].star == "**":
+            args.insert(len(args) - 1, cst.Arg(
+                keyword=cst.Name("dtype"), value=value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+        else:
+            if args:
+                args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            args.append(cst.Arg(keyword=cst.Name("dtype"), value=value,
+                                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+    result = module.visit(_Replace(target, target.with_changes(args=args))).code
+    return result if result != text else None

@@ -1,0 +1,432 @@
+"""``mpfix repair``: the loop a careful engineer runs, automated and bounded.
+
+1. Verify the script (mixed beside float32). Healthy: nothing is changed, nothing written.
+2. Apply the static fixes (safe and unsafe) to the files the run used that have findings,
+   and verify again.
+3. While the verdict is not healthy (at most ``max_rounds`` rounds, ``timeout`` seconds in
+   all): from the runtime evidence of the last run, try the candidates of
+   ``candidates.for_verdict`` one by one on a working copy of the script's folder, each
+   verified (mixed run) beside the float32 baseline of the original; keep the first whose
+   verdict is better and whose final loss agrees with float32 (``verdict.diverged``).
+4. Drop every kept change whose removal still leaves the verdict healthy (minimal diff),
+   then run the float32 baseline of the result: a change that makes float32 differ from
+   the original's float32 run is dropped.
+5. Write the kept changes in place as ``mpfix apply`` does (the fix validation, the file's
+   encoding/BOM/newlines, ``writer.write_atomic``); ``diff_only`` writes nothing.
+
+The working copy (``Workspace``) mirrors the script's folder in a temporary folder: Python
+files are copied (so changes never touch the user's files before step 5), everything
+else is linked. The children are verify's (``run.run_children``): each enforces its
+deadline itself and its whole process group is killed when it ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mpfix.verify import candidates as candidates_mod
+from mpfix.verify.changes import Change, ChangeKind, static_fixed
+from mpfix.verify.verdict import Verdict, diverged, judge
+
+# Better verdicts rank higher. A change is kept only if it raises the rank.
+RANK = {
+    "crashed": 0, "timeout": 0, "no-steps": 0, "non-finite": 1, "stalled": 2, "underflow": 2, "unstable": 2,
+    "diverged": 3, "at-risk": 4, "healthy": 5,
+}
+# Folders linked whole into the working copy, never walked.
+_LINKED = {".git", ".hg", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache", ".pytest_cache"}
+
+
+class RepairError(Exception):
+    """A problem with the request (missing script, unusable folder)."""
+
+
+@dataclass
+class Trial:
+    change: Change
+    verdict: str
+    kept: bool
+    reason: str
+
+    def to_json(self) -> dict:
+        return {**self.change.to_json(), "verdict_after": self.verdict, "kept": self.kept, "reason": self.reason}
+
+
+@dataclass
+class Outcome:
+    """One verified state of the working copy."""
+
+    verdict: Verdict
+    run: object  # RunResult of the mixed run
+
+    @property
+    def rank(self) -> int:
+        return RANK.get(self.verdict.name, 0)
+
+
+@dataclass
+class RepairResult:
+    script: Path
+    before: Outcome
+    after: Outcome
+    baseline: object  # RunResult of the original's float32 run
+    changes: list[Change] = field(default_factory=list)
+    trials: list[Trial] = field(default_factory=list)
+    texts: dict = field(default_factory=dict)  # user path -> (old text, new text)
+    written: list[Path] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    elapsed: float = 0.0
+    runs: int = 0
+    findings: list = field(default_factory=list)  # runtime findings of the original run
+
+    @property
+    def exit_code(self) -> int:
+        return self.after.verdict.exit_code
+
+
+class Workspace:
+    """A working copy of the script's folder: Python files copied, the rest linked."""
+
+    def __init__(self, folder: Path, tmp: Path) -> None:
+        self.folder = folder.resolve()
+        self.root = tmp / "work"
+        self.root.mkdir()
+        self.originals: dict[Path, str] = {}
+        for current, dirs, files in os.walk(self.folder):
+            here = Path(current)
+            target = self.root / here.relative_to(self.folder)
+            keep = []
+            for name in dirs:
+                if name in _LINKED or (here / name).is_symlink():
+                    os.symlink(here / name, target / name)
+                else:
+                    (target / name).mkdir()
+                    keep.append(name)
+            dirs[:] = keep
+            for name in files:
+                source = here / name
+                if name.endswith(".py") and not source.is_symlink():
+                    shutil.copy2(source, target / name)
+                else:
+                    os.symlink(source, target / name)
+        self.current: dict[Path, str] = {}
+
+    def mirror(self, path: Path) -> Path:
+        return self.root / Path(path).resolve().relative_to(self.folder)
+
+    def original(self, path: Path) -> Path:
+        path = Path(os.path.abspath(path))
+        try:
+            return self.folder / path.relative_to(self.root)
+        except ValueError:
+            return path
+
+    def text(self, path: Path) -> str | None:
+        """The original text of a user file (None: not a readable Python file of the folder)."""
+        path = Path(path).resolve()
+        if path not in self.originals:
+            try:
+                self.originals[path] = _read(path).text
+            except (OSError, ValueError):
+                return None
+        return self.originals[path]
+
+    def set(self, texts: dict[Path, str]) -> None:
+        """Make the working copy hold ``texts`` (user path -> text) and the originals elsewhere."""
+        for path in list(self.current):
+            if path not in texts:
+                shutil.copy2(path, self.mirror(path))
+                del self.current[path]
+        for path, text in texts.items():
+            if self.current.get(path) != text:
+                # The file's own encoding and BOM: a coding cookie must stay true.
+                self.mirror(path).write_bytes(_read(path).encode(text))
+                self.current[path] = text
+
+
+def _read(path: Path):
+    from mpfix.source import decode
+
+    return decode(Path(path).read_bytes())
+
+
+def compose(workspace: Workspace, changes: list[Change]) -> dict[Path, str] | None:
+    """The texts of the files ``changes`` touch, each applied in order to the originals;
+    None when one no longer applies."""
+    texts: dict[Path, str] = {}
+    for change in changes:
+        path = Path(change.path).resolve()
+        current = texts.get(path, workspace.text(path))
+        if current is None:
+            return None
+        new = change.apply(current)
+        if new is None:
+            return None
+        texts[path] = new
+    return texts
+
+
+def problem(path: Path, original: str, new: str) -> str | None:
+    """Why ``new`` must not replace ``original`` (None: it passes the validation
+    ``mpfix apply`` runs on every fix: it parses and compiles, uses no name the file does not
+    bind, creates no float16/float32 mix)."""
+    import libcst as cst
+
+    from mpfix.fix_validation import Validator
+
+    try:
+        compile(new, str(path), "exec")
+        fixed = cst.parse_module(new)
+        before = cst.parse_module(original)
+    except (SyntaxError, ValueError, cst.ParserSyntaxError) as exc:
+        return f"it does not compile ({exc})"
+    return Validator(original, str(path), before).problem(new, fixed)
+
+
+class Repairer:
+    def __init__(self, script: Path, args: list[str], options: dict, max_rounds: int, timeout: float,
+                 progress=None, run_timeout: float = 600.0) -> None:
+        from mpfix.verify.run import Options
+
+        self.script = Path(script).resolve()
+        self.args = list(args)
+        self.max_rounds = max_rounds
+        self.deadline = time.monotonic() + timeout
+        self.per_run = float(run_timeout)
+        self.options = Options.from_kwargs(**options, baseline=True)
+        self.progress = progress or (lambda line: None)
+        self.runs = 0
+
+    def _left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def _run(self, workspace: Workspace, tmp: Path, modes) -> list:
+        from dataclasses import replace
+
+        from mpfix.verify.run import run_children
+
+        left = self._left()
+        if left < 5:
+            raise TimeoutError
+        options = replace(self.options, timeout=min(self.per_run, left))
+        workdir = Path(tempfile.mkdtemp(prefix="run-", dir=tmp))
+        self.runs += len(modes)
+        script = workspace.mirror(self.script)
+        return run_children(script, self.args, modes, options, workdir, origin=script)
+
+    def outcome(self, workspace, tmp, baseline) -> Outcome:
+        mixed = self._run(workspace, tmp, [("mixed", False)])[0]
+        return Outcome(judge(mixed, baseline, workspace.mirror(self.script), baseline_expected=True), mixed)
+
+    def run(self) -> RepairResult:
+        # SIGTERM/SIGHUP: verify's handler kills the children and lets the temporary
+        # folder go before mpfix exits (nothing is written: writing comes after).
+        from mpfix.verify.run import _cleanup_on_signals
+
+        start = time.monotonic()
+        with _cleanup_on_signals(), tempfile.TemporaryDirectory(prefix="mpfix-verify-repair-") as name:
+            tmp = Path(name)
+            workspace = Workspace(self.script.parent, tmp)
+            result = self._repair(workspace, tmp)
+        result.elapsed = time.monotonic() - start
+        result.runs = self.runs
+        return result
+
+    def _repair(self, workspace: Workspace, tmp: Path) -> RepairResult:
+        from mpfix.verify import evidence
+
+        self.progress("verifying the script as it is (mixed and float32)")
+        mixed, baseline = self._run(workspace, tmp, [("mixed", False), ("float32", False)])
+        if baseline is None:
+            raise RepairError("the mixed run timed out: nothing to compare a change with")
+        first = Outcome(judge(mixed, baseline, workspace.mirror(self.script), baseline_expected=True), mixed)
+        result = RepairResult(self.script, first, first, baseline)
+        result.findings = [self._user_finding(f, workspace) for f in evidence.findings(mixed)]
+        if first.verdict.name == "healthy":
+            return result
+        if first.verdict.name in ("crashed", "timeout", "no-steps"):
+            result.notes.append(f"nothing to repair: the script's verdict is {first.verdict.name}")
+            return result
+        if not _usable(baseline):
+            result.notes.append("the float32 baseline did not run cleanly: no change can be judged against it")
+            return result
+        kept: list[Change] = []
+        current = first
+        checked = False
+        try:
+            current, kept = self._static_stage(workspace, tmp, baseline, current, kept, result)
+            rounds = 0
+            while current.verdict.name != "healthy" and rounds < self.max_rounds:
+                rounds += 1
+                found = evidence.findings(current.run)
+                offered = candidates_mod.for_verdict(
+                    current.verdict, current.run, found, workspace.text, self._files(workspace, current.run),
+                    workspace.original)
+                better = self._try(workspace, tmp, baseline, current, kept, offered, result)
+                if better is None:
+                    break
+                current, kept = better
+            if current.verdict.name == "healthy" and len(kept) > 1:
+                current, kept = self._minimise(workspace, tmp, baseline, current, kept)
+            if kept:
+                count = len(kept)
+                kept = self._float32_agrees(workspace, tmp, baseline, kept, result)
+                checked = True
+                if len(kept) != count:
+                    workspace.set(compose(workspace, kept) or {})
+                    current = self.outcome(workspace, tmp, baseline) if kept else first
+        except TimeoutError:
+            if kept and not checked:
+                # Never keep a change whose float32 run was not compared with the original's.
+                result.notes.append("stopped: --timeout reached before the float32 check; nothing is kept")
+                kept, current = [], first
+            else:
+                result.notes.append("stopped: --timeout reached; the changes kept so far are the result")
+        texts = compose(workspace, kept) or {}
+        result.after = current
+        result.changes = kept
+        result.texts = {p: (workspace.text(p), t) for p, t in texts.items() if workspace.text(p) != t}
+        return result
+
+    def _user_finding(self, finding, workspace):
+        finding.file = str(workspace.original(Path(finding.file)))
+        return finding
+
+    def _files(self, workspace: Workspace, run) -> list[Path]:
+        """The user's files the run used: the script, and the project modules that built
+        float16 layers or ops."""
+        found = [self.script]
+        for entry in [*run.layers.values(), *run.ops, *run.constants]:
+            path = entry.get("file")
+            if path:
+                original = workspace.original(Path(path))
+                if original not in found and workspace.text(original) is not None:
+                    found.append(original)
+        return found
+
+    def _static_stage(self, workspace, tmp, baseline, current, kept, result):
+        policy = candidates_mod.policy_of(current.run)
+        keras = candidates_mod.keras_of(current.run)
+        for path in self._files(workspace, current.run):
+            text = workspace.text(path)
+            if text is None or static_fixed(text, path, ("MP",), None, policy, None, keras) is None:
+                continue
+            change = Change(ChangeKind.STATIC, path, "the static fixes (safe and unsafe) of this file",
+                            f"static findings in {path.name}", codes=("MP",), policy=policy, keras=keras)
+            better = self._try(workspace, tmp, baseline, current, kept, [change], result, allow_equal=True)
+            if better is not None:
+                current, kept = better
+        return current, kept
+
+    def _try(self, workspace, tmp, baseline, current, kept, offered, result, allow_equal=False):
+        for change in offered:
+            texts = compose(workspace, [*kept, change])
+            if texts is None or all(workspace.text(p) == t for p, t in texts.items()):
+                continue
+            reason = next((why for p, t in texts.items()
+                           if (why := problem(p, workspace.text(p), t)) is not None), None)
+            if reason is not None:
+                result.trials.append(Trial(change, "-", False, f"fails validation: {reason}"))
+                continue
+            self.progress(f"trying {change.kind}: {change.description}")
+            workspace.set(texts)
+            outcome = self.outcome(workspace, tmp, baseline)
+            agrees = _agrees(outcome.run, baseline)
+            better = outcome.rank > current.rank or (allow_equal and outcome.rank == current.rank)
+            if better and agrees:
+                change.verdict = outcome.verdict.name
+                result.trials.append(Trial(change, outcome.verdict.name, True, "verdict improved" if
+                                           outcome.rank > current.rank else "verdict no worse"))
+                return outcome, [*kept, change]
+            why = "the final loss differs from float32's" if better else "the verdict did not improve"
+            result.trials.append(Trial(change, outcome.verdict.name, False, why))
+        workspace.set(compose(workspace, kept) or {})
+        return None
+
+    def _minimise(self, workspace, tmp, baseline, current, kept):
+        for change in list(reversed(kept)):
+            if len(kept) == 1:
+                break
+            rest = [c for c in kept if c is not change]
+            texts = compose(workspace, rest)
+            if texts is None:
+                continue
+            self.progress(f"without {change.kind}: {change.description}")
+            workspace.set(texts)
+            outcome = self.outcome(workspace, tmp, baseline)
+            if outcome.verdict.name == "healthy" and _agrees(outcome.run, baseline):
+                kept, current = rest, outcome
+        return current, kept
+
+    def _float32_agrees(self, workspace, tmp, baseline, kept, result) -> list[Change]:
+        """Drop changes (newest first) until the float32 run of the result agrees with the
+        original's: a repair must not change what float32 computes."""
+        while kept:
+            workspace.set(compose(workspace, kept) or {})
+            self.progress("float32 run of the repaired script")
+            f32 = self._run(workspace, tmp, [("float32", False)])[0]
+            if f32 is not None and _same_float32(f32, baseline):
+                return kept
+            dropped = kept.pop()
+            result.notes.append(f"dropped {dropped.kind} ({dropped.description}): the float32 run changed")
+        return kept
+
+
+def _usable(run) -> bool:
+    return run is not None and run.crash is None and not run.timed_out and bool(run.steps)
+
+
+def _agrees(mixed, baseline) -> bool:
+    """The final loss agrees with float32 as verify judges it: finite, and not diverged."""
+    if mixed is None or not mixed.steps or mixed.crash is not None:
+        return False
+    if not all(s.loss_finite for s in mixed.steps):
+        return False
+    return diverged(mixed, baseline) is None
+
+
+def _same_float32(new, old) -> bool:
+    if not _usable(new) or new.step_count != old.step_count:
+        return False
+    return diverged(new, old) is None and all(s.loss_finite for s in new.steps)
+
+
+def repair(script, args=(), *, max_rounds: int = 4, timeout: float = 1800.0, progress=None,
+           run_timeout: float = 600.0, **options) -> RepairResult:
+    """Repair ``script`` (see the module docstring); nothing is written here (``write``).
+    ``options`` are verify's (steps, seed, device, python, jobs, env)."""
+    script = Path(script)
+    if not script.is_file():
+        raise RepairError(f"no such script: {script}")
+    return Repairer(script, list(args), dict(options), max_rounds, timeout, progress, run_timeout).run()
+
+
+def write(result: RepairResult) -> list[str]:
+    """Write the repaired files in place, as ``mpfix apply`` writes fixes; returns errors."""
+    from mpfix.writer import ReadOnlyError, write_atomic
+
+    errors = []
+    for path, (old, new) in sorted(result.texts.items()):
+        source = _read(path)
+        if source.text != old:
+            errors.append(f"{path}: changed while repair ran; nothing was written")
+            continue
+        reason = problem(path, old, new)
+        if reason is not None:
+            errors.append(f"{path}: {reason}; nothing was written")
+            continue
+        try:
+            write_atomic(path, source.encode(new))
+            result.written.append(path)
+        except ReadOnlyError:
+            errors.append(f"{path}: file is read-only; nothing was written")
+        except (OSError, UnicodeEncodeError) as exc:
+            errors.append(f"{path}: {exc}; nothing was written")
+    result.errors.extend(errors)
+    return errors

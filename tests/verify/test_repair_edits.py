@@ -1,0 +1,123 @@
+"""The source edits and evidence plumbing of ``mpfix repair`` (no TensorFlow: fast)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mpfix.verify import islands
+from mpfix.verify.changes import Change, ChangeKind, find_line
+from mpfix.verify.evidence import Kind, findings, op_column
+from mpfix.verify.records import parse_run
+
+
+def _compiles(text: str) -> None:
+    compile(text, "<fixed>", "exec")
+
+
+def test_island_around_an_overflowing_matmul_reaches_the_softmax_and_casts_back_to_the_layer_dtype():
+    text = (
+        "import tensorflow as tf\n"
+        "class A:\n"
+        "    def call(self, q, k):\n"
+        "        w = tf.nn.softmax(tf.matmul(q, k, transpose_b=True), axis=-1)\n"
+        "        return w\n"
+    )
+    col, _ = op_column(text.splitlines()[3], "BatchMatMulV2")
+    out = islands.float32_island(text, 4, col, "BatchMatMulV2")
+    assert out.splitlines()[3].strip() == (
+        "w = tf.cast(tf.nn.softmax(tf.matmul(tf.cast(q, tf.float32), tf.cast(k, tf.float32), transpose_b=True), "
+        "axis=-1), self.compute_dtype)"
+    )
+    _compiles(out)
+
+
+def test_island_of_a_long_sum_grows_to_the_division_and_casts_back_to_the_operand_dtype():
+    text = "import tensorflow as tf\ndef pool(h):\n    return tf.reduce_sum(h, axis=1) / 4096.0\n"
+    out = islands.float32_island(text, 3, 12, "Sum")
+    assert "tf.cast(tf.reduce_sum(tf.cast(h, tf.float32), axis=1) / 4096.0, h.dtype)" in out
+
+
+def test_island_of_a_log_keeps_its_node_and_casts_the_producer_operand_in_a_backend_agnostic_module():
+    # keras.ops module without TensorFlow: the island is written with keras.ops, and the
+    # softmax that produced the underflowed probabilities is inside it.
+    text = "import keras\nfrom keras import ops\ndef nll(p, y):\n    return -ops.mean(y * ops.log(ops.softmax(p)))\n"
+    line = text.splitlines()[3]
+    col, _ = op_column(line, "Log")
+    out = islands.float32_island(text, 4, col, "Log")
+    assert 'ops.cast(ops.log(ops.softmax(ops.cast(p, "float32"))), p.dtype)' in out
+    assert "tf." not in out
+
+
+def test_island_leaves_keyword_and_literal_arguments_alone():
+    text = "import tensorflow as tf\ndef f(h, n):\n    e = tf.reduce_mean(tf.pow(h, 2), axis=n)\n"
+    col, _ = op_column(text.splitlines()[2], "Pow")
+    out = islands.float32_island(text, 3, col, "Pow")
+    assert "tf.pow(tf.cast(h, tf.float32), 2)" in out and "axis=n" in out
+
+
+def test_island_returns_none_when_the_node_is_not_there():
+    assert islands.float32_island("x = 1\n", 1, 1, "Exp") is None
+    assert islands.float32_island("def f(:\n", 1, 1, "Exp") is None
+
+
+@pytest.mark.parametrize("src, expected", [
+    ("x = Dense(3)\n", 'x = Dense(3, dtype="float32")\n'),
+    ("x = Dense(3, dtype='float16')\n", 'x = Dense(3, dtype="float32")\n'),
+    ("x = Dense(3, **kw)\n", 'x = Dense(3, dtype="float32", **kw)\n'),
+    ("h = Attention(4)(x)\n", 'h = Attention(4, dtype="float32")(x)\n'),
+])
+def test_layer_float32(src, expected):
+    name = "Attention" if "Attention" in src else "Dense"
+    assert islands.layer_float32(src, 1, name) == expected
+
+
+def test_layer_float32_names_the_class_or_changes_nothing():
+    assert islands.layer_float32("x = Dense(3, dtype='float32')\n", 1, "Dense") is None
+    # The layer's class is not built on that line: never another constructor.
+    assert islands.layer_float32("inputs = Input((3,))\n", 1, "Dense") is None
+
+
+def test_change_is_anchored_on_its_line_text_not_its_number():
+    text = "import tensorflow as tf\ndef f(x):\n    return tf.exp(x) / 2.0\n"
+    change = Change(ChangeKind.ISLAND, Path("m.py"), "island", "e", anchor="return tf.exp(x) / 2.0", line=3,
+                    column=8, op="Exp")
+    moved = "import tensorflow as tf\n\n\n# moved down\ndef f(x):\n    return tf.exp(x) / 2.0\n"
+    assert find_line(moved, change.anchor, 3) == 6
+    out = change.apply(moved)
+    assert "tf.cast(tf.exp(tf.cast(x, tf.float32)) / 2.0, x.dtype)" in out
+    assert change.apply("x = 1\n") is None
+
+
+def test_runtime_findings_from_child_events(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import tensorflow as tf\n\ndef f(q, k):\n    s = tf.nn.softmax(tf.matmul(q, k))\n"
+                      "x = tf.constant(-1e9)\n", encoding="utf-8")
+    events = [
+        {"event": "layer", "index": 0, "name": "dense", "class": "Dense", "file": str(script), "line": 5,
+         "code": "x = tf.constant(-1e9)"},
+        {"event": "op", "trace": 0, "order": 3, "type": "BatchMatMulV2", "name": "MatMul", "file": str(script),
+         "line": 4, "peak": 0.0, "peak_step": -1, "first_bad": 2, "born": True},
+        {"event": "op", "trace": 0, "order": 4, "type": "Softmax", "name": "Softmax", "file": str(script),
+         "line": 4, "peak": 0.0, "peak_step": -1, "first_bad": 2, "born": False},
+        {"event": "op", "trace": 0, "order": 1, "type": "MatMul", "name": "dense/MatMul", "file": str(script),
+         "line": 9, "layer": 0, "peak": 20000.0, "peak_step": 1, "first_bad": -1, "born": False},
+        {"event": "f16-const", "type": "Cast", "name": "Cast", "became": "-inf", "original": -1e9,
+         "file": str(script), "line": 5},
+    ]
+    run = parse_run("mixed", json.loads(json.dumps(events)))
+    found = findings(run)
+    kinds = [f.kind for f in found]
+    assert kinds == [Kind.NONFINITE, Kind.CONSTANT, Kind.HEADROOM]
+    first, const, headroom = found
+    assert (first.line, first.column, first.code) == (4, 23, "MP901")
+    assert "from finite inputs at step 2" in first.message
+    assert const.code == "MP903" and "-1e+09 became -inf" in const.message
+    # Built by a library layer: reported at the layer's construction line.
+    assert headroom.line == 5 and headroom.layer["name"] == "dense" and headroom.code == "MP902"
+    # A static rule's code where one applies.
+    again = findings(run, {(str(script), 5): "MP201"})
+    assert [f.code for f in again] == ["MP901", "MP201", "MP201"]
+    assert first.text(tmp_path) == "train.py:4:23: MP901 " + first.message
