@@ -53,7 +53,13 @@ CORPORA = (
     Corpus("tf_keras", "tf_keras", "tf_keras", "the installed tf_keras package (2.21), copied"),
     Corpus("dle", "dle", "TensorFlow2", "NVIDIA/DeepLearningExamples TensorFlow2/ (git archive), git root kept"),
     Corpus("addons", "addons", ".", "tensorflow/addons (git archive of the default branch), its own pyproject.toml"),
+    # Issue 18's new corpora (never tuned on): judged in judgements.tsv like the others.
+    Corpus("research", "research", "research",
+           "tensorflow/models research/ files listed in research_manifest.tsv (laid out by hand), git root kept"),
+    Corpus("tfdocs", "tfdocs", ".", "tensorflow/docs (git archive of the default branch), notebooks and scripts"),
+    Corpus("tfexamples", "tfexamples", ".", "tensorflow/examples (git archive of the default branch)"),
 )
+NEW_CORPORA = ("research", "tfdocs", "tfexamples")
 
 BARE_PYPROJECT = '[project]\nname = "corpus-{}"\nversion = "0"\n'
 
@@ -65,15 +71,16 @@ def default_corpora() -> Path:
 # ----------------------------------------------------------------------------- download
 
 
-def _git_tree(url: str, subdir: str | None, dest: Path) -> None:
-    """The newest tree of ``url`` (a URL or a local bare git dir) extracted into ``dest``."""
+def _git_tree(url: str, subdir: str | None, dest: Path, paths: list[str] | None = None) -> None:
+    """The newest tree of ``url`` (a URL or a local bare git dir) extracted into ``dest``
+    (only ``subdir``, or only ``paths``, when given)."""
     dest.mkdir(parents=True, exist_ok=True)
     if Path(url).is_dir():
         git_dir = url
     else:
         git_dir = str(dest.parent / (dest.name + ".git"))
         subprocess.run(["git", "clone", "--bare", "--depth", "1", url, git_dir], check=True)
-    archive = subprocess.run(["git", f"--git-dir={git_dir}", "archive", "HEAD", *([subdir] if subdir else [])],
+    archive = subprocess.run(["git", f"--git-dir={git_dir}", "archive", "HEAD", *([subdir] if subdir else paths or [])],
                              check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
 
@@ -108,6 +115,19 @@ def download(root: Path, name: str) -> None:
         subprocess.run(["git", "init", "-q", str(dest)], check=True)
     elif name == "addons":
         _git_tree(os.environ.get("MPFIX_ADDONS_GIT", "https://github.com/tensorflow/addons"), None, dest)
+    elif name in ("tfdocs", "tfexamples"):
+        repo = {"tfdocs": "docs", "tfexamples": "examples"}[name]
+        _git_tree(os.environ.get(f"MPFIX_{name.upper()}_GIT", f"https://github.com/tensorflow/{repo}"), None, dest)
+    elif name == "research":
+        # The whole tensorflow/models history is too large to mirror here; a local bare git dir
+        # (MPFIX_MODELS_GIT) gives the listed files at HEAD, like a sparse clone.
+        git_dir = os.environ.get("MPFIX_MODELS_GIT")
+        if not git_dir:
+            raise SystemExit("research: set MPFIX_MODELS_GIT to a tensorflow/models git dir, or lay out the "
+                             "files of research_manifest.tsv under research/ by hand")
+        manifest = [cols[0] for _, cols in read_tsv(HERE / "research_manifest.tsv")]
+        _git_tree(git_dir, None, dest, manifest)
+        subprocess.run(["git", "init", "-q", str(dest)], check=True)
     else:
         raise SystemExit(f"unknown corpus {name}")
 
@@ -133,6 +153,8 @@ class Finding:
     code: str
     message: str
     text: str  # the source line, whitespace-normalized
+    fix_sha: str = "-"  # fix_key of the fix offered with it ("-": none)
+    applicability: str = "-"
 
     @property
     def where(self) -> str:
@@ -179,7 +201,8 @@ def run_mpfix(corpus: Corpus, root: Path, mpfix: str | None, policy: str | None,
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
-    if done.returncode != 0:
+    # Exit 2 with a JSON report: some files could not be read or parsed (MP000 rows), the rest ran.
+    if done.returncode != 0 and not (done.returncode == 2 and done.stdout.lstrip().startswith("[")):
         sys.stderr.write(done.stderr[-4000:])
         raise SystemExit(f"mpfix failed on {corpus.name} (exit {done.returncode})")
     return json.loads(done.stdout or "[]"), elapsed
@@ -198,9 +221,19 @@ def to_findings(corpus: Corpus, root: Path, raw: list, lines: Lines) -> list[Fin
             rel = filename.as_posix()
         row = item["location"]["row"]
         cell = item.get("cell")
+        fix = item.get("fix") or None
         out.append(Finding(corpus.name, rel, cell, row, item["code"], item["message"],
-                           lines.get(str(filename), cell, row)))
+                           lines.get(str(filename), cell, row), fix_key(fix),
+                           fix.get("applicability", "-") if fix else "-"))
     return out
+
+
+def fix_key(fix: dict | None) -> str:
+    """A short hash of what a fix writes (its edits' contents): a fix verdict holds for that fix only."""
+    if not fix:
+        return "-"
+    text = "\n".join(edit.get("content", "") for edit in fix.get("edits", []))
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
 
 
 # ----------------------------------------------------------------------------- judgements
@@ -281,6 +314,50 @@ def join(findings: list[Finding], judgements: list[Judgement]) -> tuple[dict[int
     return matched, stale
 
 
+# ----------------------------------------------------------------------------- fix verdicts
+
+FIXES = HERE / "fix_judgements.tsv"
+FIX_FIELDS = ("corpus", "path", "line", "code", "mode", "fix", "applicability", "text_sha", "fix_sha", "reason")
+
+
+def read_fix_verdicts(path: Path) -> dict[tuple, list[tuple[int, str]]]:
+    """(corpus, path, code, text_sha, fix_sha) -> [(row, verdict)]; verdict is right/harmless/wrong."""
+    out: dict[tuple, list[tuple[int, str]]] = collections.defaultdict(list)
+    for number, cols in read_tsv(path):
+        if cols[0] == "corpus":
+            continue
+        if len(cols) != len(FIX_FIELDS):
+            raise SystemExit(f"{path}:{number}: expected {len(FIX_FIELDS)} tab-separated fields, got {len(cols)}")
+        corpus, rel, where, code, _mode, verdict, _app, sha, fsha, _reason = cols
+        kind = verdict.split(":")[0].strip()
+        if kind not in ("right", "harmless", "wrong", "-"):
+            raise SystemExit(f"{path}:{number}: fix must be right/harmless/wrong[: why]/-, not {verdict!r}")
+        out[(corpus, rel, code, sha, fsha)].append((int(where.rsplit(":", 1)[-1]), kind))
+    return out
+
+
+def fix_counts(findings: list[Finding], verdicts: dict) -> dict[str, collections.Counter]:
+    """Per corpus: right / harmless / wrong / unjudged fixes (and wrong ones marked safe)."""
+    counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for f in findings:
+        if f.fix_sha == "-":
+            continue
+        entries = verdicts.get((f.corpus, f.path, f.code, text_key(f.text), f.fix_sha), [])
+        kind = min(entries, key=lambda e: abs(e[0] - f.line))[1] if entries else "unjudged"
+        for group in (f.corpus, "all"):
+            counts[group][kind] += 1
+            if kind == "wrong" and f.applicability == "safe":
+                counts[group]["wrong-safe"] += 1
+    return counts
+
+
+def print_fix_counts(counts: dict[str, collections.Counter]) -> None:
+    print("\nfixes offered (fix_judgements.tsv): right / harmless / wrong (of them safe) / unjudged")
+    for group in sorted(counts, key=lambda g: (g == "all", g)):
+        c = counts[group]
+        print(f"  {group:<11} {c['right']:>4} / {c['harmless']:>4} / {c['wrong']:>3} ({c['wrong-safe']}) / {c['unjudged']}")
+
+
 # ----------------------------------------------------------------------------- hazards
 
 
@@ -294,6 +371,7 @@ class Hazard:
     family: str  # MP1 / MP2 / MP3, or a code
     reach: str  # entry / library
     reason: str
+    cell: int | None = None  # notebooks: first/last are rows of this cell ("cell:row" in the file)
 
 
 def read_hazards(path: Path) -> list[Hazard]:
@@ -306,12 +384,15 @@ def read_hazards(path: Path) -> list[Hazard]:
         ident, corpus, rel, first, last, family, reach, reason = cols
         if reach not in ("entry", "library"):
             raise SystemExit(f"{path}:{number}: reach must be entry or library, not {reach!r}")
-        out.append(Hazard(ident, corpus, rel, int(first), int(last), family, reach, reason))
+        cell = None
+        if ":" in first:  # a notebook cell: "cell:row" .. "cell:row"
+            cell, first, last = int(first.split(":")[0]), first.split(":")[1], last.split(":")[-1]
+        out.append(Hazard(ident, corpus, rel, int(first), int(last), family, reach, reason, cell))
     return out
 
 
 def covers(f: Finding, h: Hazard) -> bool:
-    return (f.corpus == h.corpus and f.path == h.path and f.cell is None
+    return (f.corpus == h.corpus and f.path == h.path and f.cell == h.cell
             and h.first <= f.line <= h.last and f.code.startswith(h.family))
 
 
@@ -378,7 +459,8 @@ def saved_findings(root: Path, results: Path, label: str, wanted) -> list[Findin
 def markdown(root: Path, results: Path, labels: list[str], wanted) -> str:
     """Per rule and family: findings, true/false/debatable/unjudged and precision of each saved run."""
     judgements = read_judgements(JUDGEMENTS)
-    hazards = read_hazards(HAZARDS)
+    hazards = [h for h in read_hazards(HAZARDS) if h.corpus in {c.name for c in wanted}]
+    verdicts = read_fix_verdicts(FIXES)
     tables = []
     for label in labels:
         findings = saved_findings(root, results, label, wanted)
@@ -388,15 +470,16 @@ def markdown(root: Path, results: Path, labels: list[str], wanted) -> str:
             verdict = matched[i].verdict if i in matched else "unjudged"
             for group in (f.code, f.code[:3] + "xx", "all"):
                 counts[group][verdict] += 1
-        found = [h for h in hazards if any(covers(f, h) for f in findings)]
-        tables.append((counts, found))
-    groups = sorted({g for counts, _ in tables for g in counts if g != "all"},
+        present = {c.name for c in wanted}
+        found = [h for h in hazards if h.corpus in present and any(covers(f, h) for f in findings)]
+        tables.append((counts, found, fix_counts(findings, verdicts)["all"]))
+    groups = sorted({g for counts, _, _ in tables for g in counts if g != "all"},
                     key=lambda g: (g.endswith("xx"), g)) + ["all"]
     head = "| rule | " + " | ".join(f"{lab}: n (T/F/D/?) | precision" for lab in labels) + " |"
     out = [head, "|" + "---|" * (1 + 2 * len(labels))]
     for group in groups:
         cells = []
-        for counts, _ in tables:
+        for counts, _, _ in tables:
             c = counts.get(group, collections.Counter())
             n = sum(c.values())
             cells.append(f"{n} ({c['true']}/{c['false']}/{c['debatable']}/{c['unjudged']})" if n else "0")
@@ -406,10 +489,15 @@ def markdown(root: Path, results: Path, labels: list[str], wanted) -> str:
     entry = [h for h in hazards if h.reach == "entry"]
     for name, subset in (("recall, all hazards", hazards), ("recall, reach=entry", entry)):
         cells = []
-        for _, found in tables:
+        for _, found, _ in tables:
             n = sum(h in found for h in subset)
             cells.append(f"{n}/{len(subset)} | {100.0 * n / max(1, len(subset)):.1f}%")
         out.append(f"| {name} | " + " | ".join(cells) + " |")
+    cells = []
+    for _, _, fixes in tables:
+        cells.append(f"{fixes['right']}/{fixes['harmless']}/{fixes['wrong']} ({fixes['wrong-safe']} safe)/"
+                     f"{fixes['unjudged']} | -")
+    out.append("| fixes right/harmless/wrong/unjudged | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -489,6 +577,10 @@ def main(argv: list[str] | None = None) -> int:
         for h in missed:
             print(f"  missed {h.ident} {h.corpus}/{h.path}:{h.first}-{h.last} {h.family} ({h.reach}): {h.reason}")
         counts["recall"] = {"found": len(found), "hazards": len(considered), "missed": [h.ident for h in missed]}
+
+    fixes = fix_counts(findings, read_fix_verdicts(FIXES))
+    print_fix_counts(fixes)
+    counts["fixes"] = {k: dict(v) for k, v in fixes.items()}
 
     print(f"\njudgements: {len(judgements)} in {JUDGEMENTS.name}, {len(stale)} match no current finding (stale)")
     unjudged = [f for i, f in enumerate(findings) if i not in matched]
