@@ -5,7 +5,7 @@ policy reaches a file (``mpfix.policy``). A file whose text triggers one of them
 policy reaches is dropped before parsing, so a clean run may not have looked at it for float16
 at all: the summary says how many such files there were. Counting them is free (the triggers
 and the project scan are computed anyway); counting the findings they would have had is not
-(it needs the float16 analysis the run skipped), so the count of findings is left open ("some").
+(it needs the float16 analysis the run skipped), so the summary says they were not counted.
 """
 
 from __future__ import annotations
