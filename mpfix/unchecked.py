@@ -49,8 +49,7 @@ def collect(results) -> Unchecked | None:
     return Unchecked(files, None, _library(files))
 
 
-def from_triggers(files, select, ignore, extend_select, limit: int, configured: str | None,
-                  cache_dir: Path | None) -> Unchecked | None:
+def from_triggers(files, settings, cache_dir: Path | None) -> Unchecked | None:
     """The same for a run that the trigger table answered without parsing (``mpfix.trigger_table``).
 
     That answer means no file or project that a float16-only rule triggers in mentions float16
@@ -58,24 +57,35 @@ def from_triggers(files, select, ignore, extend_select, limit: int, configured: 
     """
     from mpfix import trigger_table
 
-    if configured is not None:
+    if settings.policy is not None:
         return None
     table = trigger_table.load(verify=True)
     if table is None and cache_dir is not None:
         table = trigger_table.from_cache(cache_dir)
     if table is None:
         return None
-    codes = trigger_table.selected(table, select, ignore, extend_select)
+    codes = trigger_table.selected(table, settings.select, settings.ignore, settings.extend_select)
     float16 = [code for code in codes or () if code in table.float16_only]
-    found = []
+    found: list[tuple[Path, bytes]] = []
     for path in files:
-        data = trigger_table._read_regular(path, limit)
+        data = trigger_table._read_regular(path, settings.max_file_bytes)
         if data is not None and str(path).endswith(".ipynb"):
             data = trigger_table.notebook_code(data)
         if data is not None and any(table.matches(code, data) for code in float16):
-            found.append(str(path))
+            found.append((Path(path), data))
+    if found and settings.per_file_ignores:
+        # Rare enough to pay for the rules' import (mpfix.selection) rather than match the globs twice.
+        from mpfix import selection
+
+        base = settings.config_file.parent if settings.config_file else Path.cwd()
+
+        def kept(path: Path, data: bytes) -> bool:
+            ignored = selection.ignored_for_file(path, settings.per_file_ignores, base)
+            return any(table.matches(code, data) for code in float16 if not code.startswith(ignored))
+
+        found = [(path, data) for path, data in found if kept(path, data)]
     # No project here mentions float16 (the table's answer): each is a library in the hint's sense.
-    return Unchecked(tuple(found), None, True) if found else None
+    return Unchecked(tuple(str(path) for path, _ in found), None, True) if found else None
 
 
 def _library(files) -> bool:
