@@ -1,7 +1,7 @@
 """float16 facts and fix spellings shared by the float16 rules (MP201–MP207).
 
-What dtype an expression holds is decided by ``analysis.dtypes`` (the one inference every
-float16 rule queries); this module holds what float16 does to a number and how a fix spells a
+What dtype an expression holds is decided by the dtype facts (``facts.dtype_facts``, the one
+view of the inference every float16 rule queries); this module holds what float16 does to a number and how a fix spells a
 cast in the file it edits (``tf.cast`` where the file uses TensorFlow, ``keras.ops.cast`` in a
 backend-agnostic Keras 3 module that never imports it).
 """
@@ -12,9 +12,8 @@ import struct
 
 import libcst as cst
 
-from mpfix.codemods.analysis.dtypes import (  # noqa: F401  (the rules' one import of the analysis)
-    LOSS_NAME, Dtype, DtypeAnalysis, Region, argument, dtype_analysis, first_arg, is_float_literal, number,
-)
+from mpfix.codemods.analysis.dtype_lattice import argument, first_arg, is_float_literal, number  # noqa: F401
+from mpfix.codemods.analysis.dtypes import dtype_analysis  # noqa: F401  (model_outputs' view of the regions)
 from mpfix.codemods.names import dotted_name
 
 FLOAT16_MAX = 65504.0

@@ -14,32 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from enum import Enum
 
 import libcst as cst
 
-from mpfix.codemods.analysis.dtypes import (
-    F16, UNK, Dtype, DtypeAnalysis, Region, argument, dtype_analysis, first_arg,
-)
+from mpfix.codemods.analysis.dtype_regions import Region, RegionKind
+from mpfix.codemods.analysis.dtypes import F16, UNK, Dtype, DtypeAnalysis, argument, dtype_analysis, first_arg
 from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.facts import keras_layers
 
 _NOT_ARITHMETIC = (cst.BitAnd, cst.BitOr, cst.BitXor, cst.LeftShift, cst.RightShift,
                    cst.BitAndAssign, cst.BitOrAssign, cst.BitXorAssign, cst.LeftShiftAssign, cst.RightShiftAssign)
-
-
-class RegionKind(str, Enum):
-    """What kind of code a function is for the float16 analysis (a ``str``: compares with its value)."""
-
-    LAYER_CALL = "layer-call"  # a Keras layer's ``call`` (autocast inputs)
-    TRAIN_STEP = "train-step"
-    LOSS = "loss"
-    TF_FUNCTION = "tf-function"
-    HELPER = "helper"  # a function or method a float16 region calls
-    MODULE_CALL = "module-call"  # a ``tf.Module``'s ``__call__``: no autocast
-    MODULE_HELPER = "module-helper"
-    MODULE = "module"  # top-level code: never float16 compute
-    SHADOW = "shadow"  # a function float16 does not reach, analysed for its return dtype
 
 
 @dataclass(frozen=True)

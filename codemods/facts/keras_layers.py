@@ -64,3 +64,8 @@ def layer(qualified: str, keras: int) -> LayerSpec | None:
 def computes_float32(qualified: str | None, keras: int) -> bool:
     spec = layer(qualified or "", keras)
     return spec is not None and spec.computes_float32
+
+
+# Methods the Keras base class's own `call` runs on the inputs (Merge, Pooling layers): a layer
+# defining one of them without `call` computes there.
+LAYER_HOOKS = frozenset({"_merge_function", "_pooling_function"})

@@ -136,10 +136,11 @@ _TABLE: tuple[OpSpec, ...] = (
         "empty")),
     _spec("one_hot", R.FLOAT32, G.UNIT, **_NOT_ELEMENTWISE),
     *(_spec(n, R.VALUE, **_NOT_ELEMENTWISE) for n in ("fill", "constant", "convert_to_tensor", "array", "asarray")),
-    *(_spec(n, R.RANGE, G.NONNEGATIVE, **_NOT_ELEMENTWISE) for n in ("range", "arange")),
+    *(_spec(n, R.RANGE, **_NOT_ELEMENTWISE) for n in ("range", "arange")),  # ≥ 0 from a start ≥ 0 (dtype_ranges)
     *(_spec(n, R.INT, G.NONNEGATIVE, **_NOT_ELEMENTWISE) for n in (
         "shape", "size", "rank", "argmax", "argmin", "argsort", "one_hot_indices", "count_nonzero", "searchsorted",
-        "unique", "where_indices", "nonzero", "digitize", "bincount", "ndim", "top_k_indices")),
+        "where_indices", "nonzero", "digitize", "bincount", "ndim", "top_k_indices")),
+    _spec("unique", R.INT, **_NOT_ELEMENTWISE),
     *(_spec(n, R.BOOL, **_NOT_ELEMENTWISE, **_BOOLS) for n in (
         "equal", "not_equal", "greater", "less", "greater_equal", "less_equal", "isnan", "isinf", "isfinite",
         "is_nan", "is_inf", "is_finite", "sequence_mask", "in_top_k", "isclose", "all", "any", "reduce_all",
@@ -157,7 +158,8 @@ _TABLE: tuple[OpSpec, ...] = (
     # Shape ops: the input's dtype and values.
     *(_spec(n, R.PRESERVES, G.FOLLOWS, **_BOOLS) for n in (
         "reshape", "transpose", "expand_dims", "squeeze", "tile", "concat", "stack", "concatenate")),
-    _spec("gather", R.PRESERVES, G.FOLLOWS, dtype_args=(0,), **_BOOLS),
+    _spec("gather", R.PRESERVES, G.FOLLOWS, dtype_args=(0,), elementwise=False, keeps_bool=True),
+    *(_spec(n, elementwise=False) for n in ("nest.map_structure", "nest.map_structure_up_to")),
     _spec("gather_nd", R.PRESERVES, G.FOLLOWS, dtype_args=(0,), elementwise=False),
     *(_spec(n, R.PRESERVES, G.ANY, K.SELECT, dtype_args=(1, 2), elementwise=False, **_BOOLS)
       for n in ("where", "where_v2", "select")),

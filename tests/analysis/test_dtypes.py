@@ -11,7 +11,7 @@ from mpfix.codemods._walk import walk
 from mpfix.codemods.analysis.dtypes import Dtype, spelled_dtype
 from mpfix.codemods.facts.dtype_facts import RegionKind, facts_for
 from mpfix.codemods.facts.dtype_facts import new_mixes as new_dtype_mixes
-from mpfix.codemods.facts import ops as float32_ops
+from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.names import ImportTable
 
 F16, F32, F64, BF16 = Dtype.FLOAT16, Dtype.FLOAT32, Dtype.FLOAT64, Dtype.BFLOAT16
@@ -350,18 +350,18 @@ def test_nonpositive(expression, bounded):
 def test_every_float32_creator_is_a_prefilter_trigger():
     from mpfix.codemods.base import triggered
 
-    for name in [n for n, spec in float32_ops.TABLE.items() if spec.creates_float32]:
+    for name in [n for n, spec in op_table.TABLE.items() if spec.creates_float32]:
         spelled = f"y = tf.{name}(3)\n"
-        assert triggered(float32_ops.FLOAT32_TRIGGERS, spelled), name
+        assert triggered(op_table.FLOAT32_TRIGGERS, spelled), name
 
 
 def test_op_names_fold_every_namespace():
-    assert float32_ops.op_name("tensorflow.math.reduce_sum") == "reduce_sum"
-    assert float32_ops.op_name("keras.ops.numpy.arange") == "arange"
-    assert float32_ops.op_name("keras.ops.arange") == "arange"
-    assert float32_ops.op_name("keras.random.normal") == "random.normal"
-    assert float32_ops.op_name("tensorflow.compat.v1.random.normal") == "random.normal"
-    assert float32_ops.op_name("numpy.arange") is None
+    assert op_table.op_name("tensorflow.math.reduce_sum") == "reduce_sum"
+    assert op_table.op_name("keras.ops.numpy.arange") == "arange"
+    assert op_table.op_name("keras.ops.arange") == "arange"
+    assert op_table.op_name("keras.random.normal") == "random.normal"
+    assert op_table.op_name("tensorflow.compat.v1.random.normal") == "random.normal"
+    assert op_table.op_name("numpy.arange") is None
 
 
 # -- the check fix validation runs ----------------------------------------------------------------

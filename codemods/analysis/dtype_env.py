@@ -1,0 +1,254 @@
+"""The dtype of each name in a region: parameters, assignments, closures, and float32 proven by use."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpfix.codemods.analysis.dtype_lattice import (
+    BITWISE, F16, F32, PY, UNK, Dtype, argument, join_all, spelled_dtype,
+)
+from mpfix.codemods.analysis.dtype_regions import ELEMENT, Region
+from mpfix.codemods.facts import heuristics
+from mpfix.codemods.facts import ops as specs
+
+
+class NameDtypes:
+    """Mixed into ``DtypeAnalysis``: fills each region's name table (``Region.env``)."""
+
+    def _learn_parameters(self) -> None:
+        """Parameters every call site in the file passes the same known dtype: that dtype.
+
+        tf-models tasks cast the model's outputs with ``tf.nest.map_structure(lambda x:
+        tf.cast(x, tf.float32), outputs)`` before ``self.build_losses(model_outputs=outputs)``;
+        without this, every loss term in ``build_losses`` looked float16. A call site outside
+        the regions (whose arguments we cannot judge) keeps the parameter as it was.
+        """
+        by_function = {r.node: r for r in self.regions if isinstance(r.node, cst.FunctionDef)}
+        if not by_function:
+            return
+        seen: dict[cst.FunctionDef, dict[str, set[Dtype]]] = {}
+        for call in self.all_calls:
+            target = None
+            if isinstance(call.func, cst.Name):
+                target = self.functions.get(call.func.value)
+            elif isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and \
+                    call.func.value.value == "self":
+                name = call.func.attr.value
+                target = next((m[name] for m in self.methods.values() if name in m), None)
+            region = by_function.get(target) if target is not None else None
+            if region is None:
+                continue
+            caller = self.region_of.get(call)
+            names = [p.name.value for p in [*target.params.posonly_params, *target.params.params]]
+            if names and names[0] in ("self", "cls"):
+                names = names[1:]
+            dtypes = seen.setdefault(target, {})
+            for i, arg in enumerate(call.args):
+                if arg.star:
+                    break
+                pname = arg.keyword.value if arg.keyword is not None else (names[i] if i < len(names) else None)
+                if pname is None:
+                    continue
+                dtype = self.dtype_at(arg.value, call, caller) if caller is not None and caller.kind != "module" else UNK
+                dtypes.setdefault(pname, set()).add(dtype)
+        for target, dtypes in seen.items():
+            region = by_function[target]
+            learnt = {name: F32 for name, ds in dtypes.items() if ds and all(d.wide for d in ds)
+                      and region.env.get(name) is F16}
+            if region.callers_decide:
+                learnt.update({name: next(iter(ds)) for name, ds in dtypes.items() if len(ds) == 1
+                               and next(iter(ds)).floating_tensor and region.env.get(name) is UNK})
+            if learnt:
+                region.params.update(learnt)
+                self._compute_env(region)
+
+    def _signature(self, func: cst.FunctionDef) -> list[Dtype] | None:
+        """Dtypes of ``@tf.function(input_signature=[tf.TensorSpec(shape, tf.float32), ...])``."""
+        for decorator in func.decorators:
+            call = decorator.decorator
+            if not isinstance(call, cst.Call) or self.resolve(call.func) != "tensorflow.function":
+                continue
+            spec = argument(call, "input_signature", 1)
+            if spec is None or not isinstance(spec.value, (cst.List, cst.Tuple)):
+                return None
+            found = []
+            for element in spec.value.elements:
+                value = element.value
+                dtype = UNK
+                if isinstance(value, cst.Call):
+                    arg = argument(value, "dtype", 1)
+                    dtype = (spelled_dtype(arg.value, self.resolve) or UNK) if arg is not None else F32
+                found.append(dtype)
+            return found
+        return None
+
+    def _compute_env(self, region: Region) -> None:
+        region.env = {}
+        region.memo.clear()
+        if isinstance(region.node, cst.FunctionDef):
+            params = region.node.params
+            every = [*params.posonly_params, *params.params, *params.kwonly_params]
+            signature = self._signature(region.node)
+            layer_call = region.kind == "layer-call" and region.owner is not None and self.is_layer_class(region.owner)
+            autocast = not layer_call or self.autocasts(region.owner)
+            position = 0
+            for param in every:
+                pname = param.name.value
+                if pname in ("self", "cls"):
+                    region.env[pname] = UNK
+                    continue
+                if param.default is not None and not isinstance(param.default, cst.Name):
+                    dtype = PY
+                elif param.annotation is not None and self.module.code_for_node(param.annotation.annotation) in (
+                        "int", "float", "bool", "str"):
+                    dtype = PY
+                elif heuristics.PYTHON_PARAMETER.search(pname):
+                    dtype = PY
+                elif signature is not None:
+                    dtype = signature[position] if position < len(signature) else UNK
+                elif region.kind in ("shadow", "module-call", "module-helper"):
+                    dtype = UNK
+                elif region.callers_decide:
+                    dtype = region.params.get(pname, UNK)
+                elif layer_call and not autocast:
+                    dtype = UNK  # autocast=False / preprocessing layers keep their inputs' dtype
+                elif layer_call and self.float32_layer(region.owner):
+                    dtype = F32  # a float32 layer casts its (first, on tf_keras) inputs to float32
+                    if self.keras == 2 and position > 0:
+                        dtype = UNK
+                elif layer_call and self.keras == 2 and position > 0:
+                    dtype = UNK  # tf_keras autocasts only the first argument of call
+                else:
+                    dtype = region.params.get(pname, F16)
+                region.env[pname] = dtype
+                position += 1
+        region.param_dtypes = dict(region.env)
+        self._assign_dtypes(region)
+        self._closure_params(region)
+        if not region.layer_method and region.kind not in ("module", "shadow"):
+            self._float32_by_use(region)
+
+    def _closure_params(self, region: Region) -> None:
+        """Parameters of functions nested in the region: the join of what its calls pass them."""
+        for name, func in region.nested.items():
+            sites = [c for c in region.calls if isinstance(c.func, cst.Name) and c.func.value == name]
+            names = [p.name.value for p in [*func.params.posonly_params, *func.params.params]]
+            for i, pname in enumerate(names):
+                passed = set()
+                for call in sites:
+                    arg = argument(call, pname, i)
+                    passed.add(self.dtype(arg.value, region) if arg is not None else UNK)
+                dtype = join_all(passed) if passed and UNK not in passed else UNK
+                if pname in region.assigned or (pname in region.env and region.env[pname] is not dtype):
+                    dtype = UNK  # the name means two things in one flow-insensitive table
+                region.env[pname] = dtype
+                region.memo.clear()
+        if region.nested:
+            region.memo.clear()
+            self._assign_dtypes(region)
+
+    def _assign_dtypes(self, region: Region, fixed: frozenset[str] | set[str] = frozenset()) -> None:
+        for name, values in region.assigned.items():
+            if name in fixed:
+                continue
+            region.env.setdefault(name, UNK)
+            # `x op= v` keeps x's dtype (or raises): augmented values only count where nothing else
+            # says what x is.
+            plain = [v for v in values if id(v) not in region.augmented]
+            if plain:
+                dtypes = {self.value_dtype(name, value, region) for value in plain}
+            elif name in region.param_dtypes:
+                dtypes = {region.param_dtypes[name]}
+            else:
+                dtypes = {self.value_dtype(name, value, region) for value in values}
+            if any(d.wide for d in dtypes) and F16 in dtypes:
+                # x = tf.cast(x, tf.float32) … x = tf.cast(x, dtype): flow matters, we cannot tell.
+                region.env[name] = UNK
+            else:
+                region.env[name] = join_all(dtypes)
+            region.memo.clear()
+            if plain and len(plain) > 1 and region.env[name] is UNK:
+                self._follow_itself(name, plain, region)
+
+    def _follow_itself(self, name: str, values: list[cst.BaseExpression], region: Region) -> None:
+        """``m = tf.cast(m, tf.float32)`` … ``m = tf.expand_dims(m, -3)``: values that follow ``m`` keep its dtype.
+
+        A value whose dtype does not depend on the name (the cast) says what the name is; values
+        that follow the name (``expand_dims``/``reshape`` of it, under a condition or not) keep that,
+        so the name has the one dtype that is a fixed point. Without one it stays unknown.
+        """
+        def evaluated(assumed: Dtype) -> list[Dtype]:
+            region.env[name] = assumed
+            region.memo.clear()
+            return [self.value_dtype(name, value, region) for value in values]
+
+        as_f16, as_unknown = evaluated(F16), evaluated(UNK)
+        independent = {a for a, b in zip(as_f16, as_unknown) if a is b}
+        result = UNK
+        if independent and UNK not in independent and not (F16 in independent and any(d.wide for d in independent)):
+            guess = join_all(independent)
+            if all(d is guess for d in evaluated(guess)):
+                result = guess
+        region.env[name] = result
+        region.memo.clear()
+
+    def value_dtype(self, name: str, value: cst.BaseExpression, region: Region) -> Dtype:
+        """The dtype ``value`` gives ``name`` (an element of a tuple unpacking by its source)."""
+        if value is ELEMENT:
+            for source, index in region.unpacked.get(name, ()):
+                return self.element_dtype(source, index, region)
+            return UNK
+        return self.dtype(value, region)
+
+    def _float32_by_use(self, region: Region) -> None:
+        """Tensors that meet an explicit float32 tensor in arithmetic are float32 themselves.
+
+        TensorFlow never promotes, so outside a layer's ``call`` (where such a mix is MP206's
+        bug) code that runs at all proves the other operand float32: ``neg_log_iou * mask_``
+        with ``mask_ = tf.cast(mask, tf.float32)`` makes ``iou`` — and the box areas it is
+        computed from — float32, and their ``1e-8`` is not a float16 epsilon.
+        """
+        marked: set[str] = set()
+        for _ in range(3):
+            before = len(marked)
+            for binop in region.binops:
+                if isinstance(binop.operator, (*BITWISE, cst.LeftShift, cst.RightShift)):
+                    continue
+                left, right = self.dtype(binop.left, region), self.dtype(binop.right, region)
+                if left.wide and right is F16:
+                    self._mark_float32(binop.right, region, marked, 0)
+                elif right.wide and left is F16:
+                    self._mark_float32(binop.left, region, marked, 0)
+            if len(marked) == before:
+                break
+            self._assign_dtypes(region, fixed=marked)
+
+    def _mark_float32(self, node: cst.BaseExpression, region: Region, marked: set[str], depth: int) -> None:
+        if depth > 12:
+            return
+        deeper = depth + 1
+        if isinstance(node, cst.Name):
+            if node.value in marked or region.env.get(node.value) is not F16:
+                return
+            marked.add(node.value)
+            region.env[node.value] = F32
+            region.memo.clear()
+            for value in region.assigned.get(node.value, []):
+                self._mark_float32(value, region, marked, deeper)
+        elif isinstance(node, cst.UnaryOperation):
+            self._mark_float32(node.expression, region, marked, deeper)
+        elif isinstance(node, cst.Subscript):
+            self._mark_float32(node.value, region, marked, deeper)
+        elif isinstance(node, cst.BinaryOperation):
+            self._mark_float32(node.left, region, marked, deeper)
+            self._mark_float32(node.right, region, marked, deeper)
+        elif isinstance(node, cst.Call):
+            resolved = self.resolve(node.func) or ""
+            spec = specs.lookup(resolved)
+            # Only TensorFlow's own ops refuse mixed inputs (keras.ops promote): a float32 result
+            # of an elementwise tf op proves its tensor arguments float32.
+            if spec is None or not spec.elementwise or not resolved.startswith("tensorflow."):
+                return
+            for arg in node.args:
+                if arg.keyword is None and not arg.star:
+                    self._mark_float32(arg.value, region, marked, deeper)

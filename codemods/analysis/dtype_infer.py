@@ -1,0 +1,334 @@
+"""The dtype of an expression in a region: names, attributes, constants, tuple elements, same-file calls."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpfix.codemods.analysis.dtype_lattice import (
+    BF16, BITWISE, BOOL, CPLX, F16, F32, F64, INT, PY, UNK, Dtype, arith, argument, comparison_parts, join, join_all, number,
+    spelled_dtype,
+)
+from mpfix.codemods.analysis.dtype_regions import ELEMENT, FLOAT32_VARIABLE, Region, assignments
+from mpfix.codemods.facts import heuristics
+from mpfix.codemods.facts import ops as specs
+from mpfix.codemods.names import dotted_name
+
+
+class ExpressionDtypes:
+    """Mixed into ``DtypeAnalysis``: ``dtype(node, region)`` and the facts it rests on."""
+
+    def constant(self, node: cst.BaseExpression, region: Region | None) -> tuple[float, cst.BaseExpression] | None:
+        """``(value, literal node)`` of a literal, a name bound once to a literal, or an attribute
+        bound to one (``self.mask_value = mask_value`` with ``mask_value=-1e9`` in ``__init__``)."""
+        value = number(node)
+        if value is not None:
+            return value, node
+        if isinstance(node, cst.Name):
+            values = region.assigned.get(node.value) if region else None
+            if values:
+                if len(values) == 1 and number(values[0]) is not None:
+                    return number(values[0]), values[0]
+                return None
+            if region and node.value in region.env:
+                return None  # a parameter
+            literal = self.module_constants.get(node.value)
+            if literal is not None:
+                return number(literal), literal
+        if isinstance(node, cst.Attribute) and region is not None and region.owner is not None and \
+                isinstance(node.value, cst.Name) and node.value.value == "self":
+            return self.attribute_constant(region.owner, node.attr.value)
+        return None
+
+    def attribute_constant(self, cls: cst.ClassDef, attr: str) -> tuple[float, cst.BaseExpression] | None:
+        values = self.attribute_values(cls, attr)
+        if len(values) != 1:
+            return None
+        func, value = values[0]
+        if number(value) is not None:
+            return number(value), value
+        if isinstance(value, cst.Name):
+            for param in [*func.params.params, *func.params.kwonly_params]:
+                if param.name.value == value.value and param.default is not None and number(param.default) is not None:
+                    return number(param.default), param.default
+        return None
+
+    def attribute_values(self, cls: cst.ClassDef, attr: str) -> list[tuple[cst.FunctionDef, cst.BaseExpression]]:
+        """Every ``self.attr = value`` in the methods of ``cls`` (and of its same-file bases)."""
+        table = self._attributes.get(cls)
+        if table is None:
+            table = self._attributes[cls] = {}
+            for func in self.methods.get(cls, {}).values():
+                for assign in assignments(func):
+                    for target in assign.targets:
+                        t = target.target
+                        if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
+                            table.setdefault(t.attr.value, []).append((func, assign.value))
+            for base in cls.bases:
+                spelled = self.module.code_for_node(base.value)
+                parent = self.classes.get(spelled)
+                if parent is not None and parent is not cls:
+                    for name, values in self.attribute_values_table(parent).items():
+                        table.setdefault(name, list(values))
+        return table.get(attr, [])
+
+    def attribute_values_table(self, cls: cst.ClassDef):
+        self.attribute_values(cls, "")
+        return self._attributes[cls]
+
+    def attribute_dtype(self, cls: cst.ClassDef, attr: str, depth: int = 0) -> Dtype:
+        if attr in ("dtype", "variable_dtype", "_dtype"):
+            return PY
+        if attr in ("compute_dtype", "_compute_dtype"):
+            return PY
+        values = self.attribute_values(cls, attr)
+        key = (cls, attr)
+        if not values or key in self._attribute_stack:
+            return UNK
+        self._attribute_stack.add(key)
+        try:
+            dtypes = set()
+            for func, value in values:
+                if self._builds_layer(value):
+                    return UNK
+                dtypes.add(self.dtype(value, self.region_for(func, cls), depth + 1))
+            return join_all(dtypes)
+        finally:
+            self._attribute_stack.discard(key)
+
+    def _builds_layer(self, value: cst.BaseExpression) -> bool:
+        if not isinstance(value, cst.Call):
+            return False
+        func = value.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+        return name[:1].isupper() or name in ("Variable", "add_weight", "add_variable")
+
+    def layer_output_dtype(self, layer: cst.BaseExpression, region: Region) -> Dtype | None:
+        """The output dtype of calling ``layer`` (a constructor call or ``self.attr``) when it is built with a dtype."""
+        built = None
+        if isinstance(layer, cst.Call):
+            built = layer
+        elif isinstance(layer, cst.Attribute) and isinstance(layer.value, cst.Name) and layer.value.value == "self" \
+                and region.owner is not None:
+            values = self.attribute_values(region.owner, layer.attr.value)
+            if len(values) == 1 and isinstance(values[0][1], cst.Call):
+                built = values[0][1]
+        elif isinstance(layer, cst.Name):
+            values = region.assigned.get(layer.value, [])
+            if len(values) == 1 and isinstance(values[0], cst.Call):
+                built = values[0]
+        if built is None or not self._builds_layer(built):
+            return None
+        dtype_arg = argument(built, "dtype", None)
+        if dtype_arg is None:
+            return None
+        spelled = spelled_dtype(dtype_arg.value, self.resolve)
+        if spelled is not None:
+            return spelled
+        return None
+
+    def dtype_at(self, node: cst.BaseExpression, at: cst.CSTNode, region: Region) -> Dtype:
+        """The dtype of ``node`` where ``at`` runs: a name's last assignment before it.
+
+        ``outputs = model(x)`` … ``outputs = tf.nest.map_structure(lambda x: tf.cast(x, tf.float32),
+        outputs)`` … ``self.build_losses(model_outputs=outputs)``: flow-insensitively ``outputs``
+        is both float16 and float32 (unknown); at the call it is the float32 one.
+        """
+        for _ in range(4):
+            if not (isinstance(node, cst.Name) and len(region.assigned.get(node.value, [])) > 1):
+                break
+            where = self.order.get(at, -1)
+            before = [v for v in region.assigned[node.value] if -1 < self.order.get(v, -1) < where]
+            if not before:
+                break
+            value = before[-1]
+            if isinstance(value, cst.Call) and self.resolve(value.func) == "tensorflow.nest.map_structure" and \
+                    len(value.args) == 2 and not isinstance(value.args[0].value, cst.Lambda):
+                # outputs = tf.nest.map_structure(tf.math.softmax, outputs): dtype unchanged.
+                node, at = value.args[1].value, value
+                continue
+            return self.dtype(value, region)
+        return self.dtype(node, region)
+
+    def element_dtype(self, source: cst.BaseExpression, index: int, region: Region, depth: int = 0) -> Dtype:
+        """The dtype of element ``index`` of ``a, b = source`` (a model's tuple output, ``tf.split``)."""
+        if isinstance(source, (cst.Tuple, cst.List)):
+            elements = source.elements
+            if index < len(elements) and not isinstance(elements[index], cst.StarredElement):
+                return self.dtype(elements[index].value, region, depth + 1)
+            return UNK
+        if isinstance(source, (cst.Name, cst.Attribute, cst.Subscript)):
+            # `mean, log_var = inputs`: a structure of tensors autocast as a whole (tf_keras
+            # autocasts the nested structure of its first argument).
+            structure = self.dtype(source, region, depth + 1)
+            return structure if structure in (F16, F32, F64, BF16) else UNK
+        if not isinstance(source, cst.Call):
+            return UNK
+        spec = specs.lookup(self.resolve(source.func))
+        if spec is not None:
+            if spec.elements is specs.Elements.UNKNOWN or not source.args:
+                return UNK
+            if spec.elements is specs.Elements.VALUES_THEN_INT and index > 0:
+                return INT
+            return self.dtype(source.args[0].value, region, depth + 1)
+        callee = self._same_file_function(source, region)
+        if callee is not None:
+            func, owner = callee
+            returns = self.region_for(func, owner).returns
+            found = set()
+            for value in returns:
+                if isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements):
+                    found.add(self.dtype(value.elements[index].value, self.region_for(func, owner), depth + 1))
+                else:
+                    found.add(UNK)
+            dtype = join_all(found)
+            if dtype is not UNK:
+                return dtype
+        # A model's or layer's outputs (`logits, aux = self.model(x)`) are in the compute dtype.
+        if self._is_model_or_layer_call(source, region):
+            declared = self.layer_output_dtype(source.func, region)
+            return declared or F16
+        return UNK
+
+    def _is_model_or_layer_call(self, call: cst.Call, region: Region) -> bool:
+        if region.kind in ("module", "shadow"):
+            return False
+        name = dotted_name(call.func) or ""
+        last = name.split(".")[-1]
+        if name == "self":
+            return region.in_class
+        if heuristics.MODEL_CALL_NAME.search(last):
+            return True
+        if isinstance(call.func, cst.Call) and self._builds_layer(call.func):
+            return True
+        if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and call.func.value.value == "self" \
+                and region.owner is not None:
+            values = self.attribute_values(region.owner, call.func.attr.value)
+            return bool(values) and all(self._builds_layer(v) for _, v in values)
+        return False
+
+    def _same_file_function(self, call: cst.Call, region: Region) -> tuple[cst.FunctionDef, cst.ClassDef | None] | None:
+        if isinstance(call.func, cst.Name):
+            func = region.nested.get(call.func.value) or self.functions.get(call.func.value)
+            if func is not None:
+                return func, None
+        elif isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and \
+                call.func.value.value == "self" and region.owner is not None:
+            func = self.methods.get(region.owner, {}).get(call.func.attr.value)
+            if func is not None:
+                return func, region.owner
+        return None
+
+    def return_dtype(self, func: cst.FunctionDef, owner: cst.ClassDef | None, depth: int = 0) -> Dtype:
+        """What ``func`` returns when that does not depend on its arguments (float32 masks, int shapes)."""
+        if func in self._returns:
+            found = self._returns[func]
+            return UNK if found is None else found
+        self._returns[func] = None  # recursion guard
+        region = self.region_for(func, owner)
+        if region.kind != "shadow":
+            region = self._shadow(func, owner)
+        values = [v for v in region.returns if not isinstance(v, (cst.Tuple, cst.List, cst.Dict))]
+        result = join_all(self.dtype(v, region, depth + 4) for v in values) if values and len(values) == len(region.returns) else UNK
+        self._returns[func] = result
+        return result
+
+    def dtype(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> Dtype:
+        """The dtype of ``node`` in ``region`` (memoized once the file's analysis is complete)."""
+        if depth > 30:
+            return UNK
+        # Memoized per region; every change of the region's name table clears the memo.
+        key = id(node)
+        found = region.memo.get(key)
+        if found is None:
+            found = region.memo[key] = self._dtype(node, region, depth)
+        return found
+
+    def _dtype(self, node: cst.BaseExpression, region: Region, depth: int) -> Dtype:
+        deeper = depth + 1
+        node_type = type(node)
+        if node_type is cst.Imaginary:
+            return CPLX
+        if node_type in (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString):
+            return PY
+        if number(node) is not None:
+            return PY
+        if node_type is cst.Name:
+            value = node.value
+            if value in ("True", "False", "None"):
+                return PY
+            if node is FLOAT32_VARIABLE:
+                return F32
+            if node is ELEMENT:
+                return UNK
+            if value in region.env:
+                return region.env[value]
+            if value in self.module_constants:
+                return PY
+            return UNK
+        if node_type is cst.UnaryOperation:
+            inner = self.dtype(node.expression, region, deeper)
+            if isinstance(node.operator, cst.Not):
+                return BOOL if inner not in (PY,) else PY
+            return inner
+        if node_type is cst.BinaryOperation:
+            left, right = self.dtype(node.left, region, deeper), self.dtype(node.right, region, deeper)
+            if isinstance(node.operator, BITWISE) and BOOL in (left, right):
+                return BOOL
+            return arith(left, right, strict=not region.layer_method)
+        if node_type in (cst.Comparison, cst.BooleanOperation):
+            parts = comparison_parts(node)
+            return PY if all(self.dtype(n, region, deeper) is PY for n in parts) else BOOL
+        if node_type is cst.IfExp:
+            body, orelse = self.dtype(node.body, region, deeper), self.dtype(node.orelse, region, deeper)
+            if {body, orelse} in ({F16, F32}, {F16, F64}, {UNK, F32}) and self._casts_the_other(node):
+                # `tf.cast(x, tf.float32) if convert else x`: cast where needed, so the float16 path is float32.
+                return body if body.wide else orelse
+            return join(body, orelse)
+        if node_type is cst.Attribute:
+            attr = node.attr.value
+            if attr in ("shape", "ndim", "dtype", "compute_dtype", "variable_dtype", "name", "rank"):
+                return PY
+            if attr in ("real", "imag"):
+                return F32
+            if isinstance(node.value, cst.Name) and node.value.value == "self" and region.owner is not None:
+                return self.attribute_dtype(region.owner, attr, depth)
+            return UNK
+        if node_type is cst.Subscript:
+            return self.dtype(node.value, region, deeper)
+        if node_type is cst.Call:
+            return self._call_dtype(node, region, deeper)
+        return UNK
+
+    def _casts_the_other(self, node: cst.IfExp) -> bool:
+        code = self.module.code_for_node
+        for cast_branch, other in ((node.body, node.orelse), (node.orelse, node.body)):
+            spec = specs.lookup(self.resolve(cast_branch.func)) if isinstance(cast_branch, cst.Call) else None
+            if spec is not None and spec.is_cast and cast_branch.args and \
+                    code(cast_branch.args[0].value) == code(other):
+                return True
+        return False
+
+    def dtype_of_spelling(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> Dtype:
+        """What a dtype argument gives: ``tf.float32`` → float32, ``x.dtype`` → x's dtype, ``self.dtype`` → float32."""
+        spelled = spelled_dtype(node, self.resolve)
+        if spelled is not None:
+            return spelled
+        if isinstance(node, cst.Attribute):
+            attr = node.attr.value
+            is_self = isinstance(node.value, cst.Name) and node.value.value == "self"
+            if attr in ("compute_dtype", "_compute_dtype"):
+                if is_self and region.owner is not None and self.is_layer_class(region.owner) and \
+                        self.float32_layer(region.owner):
+                    return F32
+                return F16 if is_self or region.kind not in ("module", "shadow") else UNK
+            if is_self and attr in ("dtype", "variable_dtype", "_dtype") and region.owner is not None \
+                    and self.is_layer_class(region.owner):
+                return F32  # a layer's dtype is its variable dtype: float32 under mixed policies
+            if attr == "dtype":
+                inner = self.dtype(node.value, region, depth + 1)
+                if inner is not PY:
+                    return inner
+                return F16 if region.kind not in ("module", "shadow") else UNK
+        if isinstance(node, cst.Name) and node.value in ("dtype", "compute_dtype"):
+            return region.env.get(node.value, F16) if region.env.get(node.value) not in (None, PY, UNK) else F16
+        return F16 if region.kind not in ("module", "shadow") else UNK

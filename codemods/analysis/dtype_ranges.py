@@ -1,0 +1,194 @@
+"""What is known of an expression's values by its form: ≤ 0, ≥ 0, ≤ 1, an upper bound.
+
+Op knowledge comes from the op table (``facts.ops``: each op's ``Range`` and kinds).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpfix.codemods._walk import children
+from mpfix.codemods.analysis.dtype_lattice import INT, PY, argument, first_arg, number
+from mpfix.codemods.analysis.dtype_regions import Region
+from mpfix.codemods.facts import heuristics
+from mpfix.codemods.facts import ops as specs
+
+Kind, Range = specs.Kind, specs.Range
+
+
+class ValueRanges:
+    """Mixed into ``DtypeAnalysis``."""
+
+    def nonpositive(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> bool:
+        """``node`` ≤ 0 by its form: ``-x**2``, ``-abs(x)``, ``-log(P) * i / n`` (``P`` > 1, ``i, n`` ≥ 0)."""
+        if depth > 8:
+            return False
+        value = number(node)
+        if value is not None:
+            return value <= 0
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+            return self.nonnegative(node.expression, region, depth + 1)
+        if isinstance(node, cst.BinaryOperation):
+            op = node.operator
+            if isinstance(op, (cst.Multiply, cst.Divide)):
+                left_neg, right_neg = self.nonpositive(node.left, region, depth + 1), self.nonpositive(node.right, region, depth + 1)
+                left_pos, right_pos = self.nonnegative(node.left, region, depth + 1), self.nonnegative(node.right, region, depth + 1)
+                return (left_neg and right_pos) or (left_pos and right_neg)
+            if isinstance(op, cst.Subtract):
+                return self._minus_own_max(node, region) or (
+                    self.nonpositive(node.left, region, depth + 1) and self.nonnegative(node.right, region, depth + 1))
+            if isinstance(op, cst.Add):
+                return self.nonpositive(node.left, region, depth + 1) and self.nonpositive(node.right, region, depth + 1)
+        if isinstance(node, cst.Name):
+            values = region.assigned.get(node.value, [])
+            return len(values) == 1 and self.nonpositive(values[0], region, depth + 1)
+        if isinstance(node, cst.Call):
+            spec = specs.lookup(self.resolve(node.func))
+            inner = first_arg(node)
+            if spec is None:
+                return False
+            if spec.range is Range.NONPOSITIVE:
+                return True
+            if inner is None:
+                return False
+            if spec.has(Kind.NEGATIVE):
+                return self.nonnegative(inner, region, depth + 1)
+            if spec.range is Range.FOLLOWS:
+                return self.nonpositive(inner, region, depth + 1)
+            if spec.has(Kind.LOG) and not spec.has(Kind.LOG1P):
+                return self.at_most_one(inner, region)  # log(p) ≤ 0 for p ≤ 1
+        return False
+
+    def _minus_own_max(self, node: cst.BinaryOperation, region: Region) -> bool:
+        """``x - reduce_max(x, ...)`` (also ``ops.max``/``amax``, through ``stop_gradient`` and a name
+        assigned once): the stable softmax/logsumexp shift, ≤ 0. ``x`` must be the same expression,
+        and a name ``x`` must not be reassigned (its value could differ from the one maximised)."""
+        code = self.module.code_for_node
+        right, hops = node.right, 0
+        while hops < 4:
+            hops += 1
+            if isinstance(right, cst.Name):
+                values = region.assigned.get(right.value, [])
+                if len(values) != 1:
+                    return False
+                right = values[0]
+            elif self._is(right, Kind.STOP_GRADIENT) and first_arg(right) is not None:
+                right = first_arg(right)
+            else:
+                break
+        if not self._is(right, Kind.MAX):
+            return False
+        maximised = first_arg(right)
+        if maximised is None or code(maximised).strip() != code(node.left).strip():
+            return False
+        stack, names = [node.left], set()
+        while stack:
+            current = stack.pop()
+            if isinstance(current, cst.Name):
+                names.add(current.value)
+            stack.extend(children(current))
+        return all(len(region.assigned.get(name, [])) <= 1 for name in names)
+
+    def at_most_one(self, node: cst.BaseExpression, region: Region) -> bool:
+        """``node`` ≤ 1: a probability (sigmoid, softmax) or a clip whose upper bound is at most 1."""
+        if not isinstance(node, cst.Call):
+            return False
+        spec = specs.lookup(self.resolve(node.func))
+        if spec is None:
+            return False
+        if spec.range is Range.UNIT:
+            return True
+        if spec.has(Kind.CLIP) and len(node.args) >= 3:
+            high = number(node.args[2].value)
+            return high is not None and high <= 1
+        if spec.range is Range.FOLLOWS and first_arg(node) is not None:
+            return self.at_most_one(first_arg(node), region)  # reshape(softmax(x)), stop_gradient(p)
+        return False
+
+    def _is(self, node: cst.BaseExpression, kind: "specs.Kind") -> bool:
+        if not isinstance(node, cst.Call):
+            return False
+        spec = specs.lookup(self.resolve(node.func))
+        return spec is not None and spec.has(kind)
+
+    def upper_bound(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> float | None:
+        """A number ``node`` cannot exceed by its form: ``clip_by_value(x, lo, 10.0)``, ``minimum(x, 5.0)``,
+        a literal, ``-nonnegative``, sums and products of bounded parts; None when unbounded or unknown."""
+        if depth > 8:
+            return None
+        value = number(node)
+        if value is not None:
+            return value
+        if self.nonpositive(node, region, depth + 1):
+            return 0.0
+        if isinstance(node, cst.Name):
+            values = region.assigned.get(node.value, [])
+            return self.upper_bound(values[0], region, depth + 1) if len(values) == 1 else None
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+            left, right = self.upper_bound(node.left, region, depth + 1), self.upper_bound(node.right, region, depth + 1)
+            return None if left is None or right is None else left + right
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Multiply, cst.Divide)):
+            # bounded * positive constant (x / temperature with a literal temperature)
+            left, factor = self.upper_bound(node.left, region, depth + 1), number(node.right)
+            if left is not None and factor is not None and factor > 0:
+                return left * factor if isinstance(node.operator, cst.Multiply) else left / factor
+            return None
+        if isinstance(node, cst.Call):
+            spec = specs.known(self.resolve(node.func))
+            if spec is None:
+                return None
+            if spec.has(specs.Kind.CLIP) and len(node.args) >= 3:
+                high = argument(node, "clip_value_max", 2) or argument(node, "x_max", 2)
+                return number(high.value) if high is not None else None
+            if spec.short == "minimum" and len(node.args) >= 2:
+                bounds = [b for b in (self.upper_bound(a.value, region, depth + 1) for a in node.args[:2]) if b is not None]
+                return min(bounds) if bounds else None
+            if spec.range is specs.Range.UNIT:
+                return 1.0
+            if spec.range is specs.Range.FOLLOWS and node.args:
+                return self.upper_bound(node.args[0].value, region, depth + 1)
+        return None
+
+    def nonnegative(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> bool:
+        if depth > 8:
+            return False
+        value = number(node)
+        if value is not None:
+            return value >= 0
+        if isinstance(node, cst.BinaryOperation):
+            op = node.operator
+            if isinstance(op, cst.Power):
+                exponent = number(node.right)
+                return (exponent is not None and exponent % 2 == 0) or self.nonnegative(node.left, region, depth + 1)
+            if isinstance(op, (cst.Multiply, cst.Divide, cst.Add)):
+                same = isinstance(op, cst.Multiply) and self.module.code_for_node(node.left) == self.module.code_for_node(node.right)
+                return same or (self.nonnegative(node.left, region, depth + 1) and self.nonnegative(node.right, region, depth + 1)) or \
+                    (not isinstance(op, cst.Add) and self.nonpositive(node.left, region, depth + 1)
+                     and self.nonpositive(node.right, region, depth + 1))
+        if isinstance(node, cst.Name):
+            if region.env.get(node.value, PY) in (INT, PY) and heuristics.SIZE_NAME.search(node.value) and \
+                    node.value not in region.assigned:
+                return True  # a size or count parameter (dim, d_model, num_heads, length)
+            values = region.assigned.get(node.value, [])
+            return len(values) == 1 and self.nonnegative(values[0], region, depth + 1)
+        if isinstance(node, cst.Call):
+            spec = specs.lookup(self.resolve(node.func))
+            if spec is not None:
+                if spec.range in (Range.NONNEGATIVE, Range.UNIT):
+                    return True
+                if spec.has(Kind.LOG) and not spec.has(Kind.LOG1P) and node.args:
+                    value = number(node.args[0].value)
+                    return value is not None and value >= 1
+                if spec.range is Range.FOLLOWS and node.args:
+                    return self.nonnegative(node.args[0].value, region, depth + 1)
+                if spec.result is specs.Result.RANGE:
+                    start = [a.value for a in node.args if a.keyword is None]
+                    return len(start) <= 1 or (number(start[0]) is not None and number(start[0]) >= 0)
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("log",) and node.args:
+                value = number(node.args[0].value)
+                return value is not None and value >= 1
+            if isinstance(node.func, cst.Name) and node.func.value in ("len", "abs"):
+                return True
+        if isinstance(node, cst.Subscript):
+            return self.nonnegative(node.value, region, depth + 1)
+        return False

@@ -1,0 +1,478 @@
+"""Where float16 flows in a module: its *regions* (function bodies float16 can reach), found once per file.
+
+A region is a layer's ``call`` (autocast inputs), a training step, a loss, a ``tf.function``, or a
+helper one of those calls; the module's top-level code is a region of its own that is never float16
+compute. One walk of each region (``_Collector``) records parents, source order, guarded nodes,
+calls, binary operations and the assignment table the inference reads. No scope metadata is used
+(10x the parse cost).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import libcst as cst
+
+from mpfix.codemods._walk import Visitor, children
+from mpfix.codemods.analysis.dtype_lattice import UNK, Dtype, argument, number, spelled_dtype
+from mpfix.codemods.facts import heuristics, keras_layers
+from mpfix.codemods.names import dotted_name
+
+
+class RegionKind(str, Enum):
+    """What a function is to the float16 analysis (a ``str``: compares equal to its value)."""
+
+    LAYER_CALL = "layer-call"  # a Keras layer's ``call`` (autocast inputs)
+    TRAIN_STEP = "train-step"
+    LOSS = "loss"
+    TF_FUNCTION = "tf-function"
+    HELPER = "helper"  # a function or method a float16 region calls
+    MODULE_CALL = "module-call"  # a ``tf.Module``'s ``__call__``: no autocast
+    MODULE_HELPER = "module-helper"
+    MODULE = "module"  # top-level code: never float16 compute
+    SHADOW = "shadow"  # a function float16 does not reach, analysed for its return dtype
+
+
+@dataclass
+class Region:
+    """A function body (or the module's top-level code) float16 tensors can reach."""
+
+    node: cst.CSTNode
+    kind: RegionKind
+    in_class: bool = False  # a method: ``self.compute_dtype`` is available
+    owner: cst.ClassDef | None = None
+    # A method of a Keras layer/model class (``call`` and what it calls): inputs are autocast to
+    # the compute dtype, so a hand-made float32 tensor there is a bug (MP206), not evidence.
+    layer_method: bool = False
+    dtype_aware: bool = False  # tests a dtype against float16 somewhere: its constants are guarded
+    env: dict[str, Dtype] = field(default_factory=dict)
+    assigned: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+    binops: list[cst.BinaryOperation] = field(default_factory=list)
+    calls: list[cst.Call] = field(default_factory=list)  # in source order, nested classes excluded
+    params: dict[str, Dtype] = field(default_factory=dict)  # dtypes learnt from the file's call sites
+    nested: dict[str, cst.FunctionDef] = field(default_factory=dict)  # closures defined inside
+    unpacked: dict[str, list[tuple[cst.BaseExpression, int]]] = field(default_factory=dict)
+    returns: list[cst.BaseExpression] = field(default_factory=list)
+    memo: dict[int, Dtype] = field(default_factory=dict)
+    augmented: set[int] = field(default_factory=set)  # values of `x += value`: x keeps its dtype too
+    # Parameters are what this file's callers pass (unknown without one): a library's loss helpers
+    # and tf.functions get whatever their callers elsewhere made of the model outputs (often float32).
+    callers_decide: bool = False
+    param_dtypes: dict[str, Dtype] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.kind = RegionKind(self.kind)
+
+    @property
+    def name(self) -> str:
+        return self.node.name.value if isinstance(self.node, cst.FunctionDef) else "<module>"
+
+
+# Placeholder values in a region's assignment table.
+FLOAT32_VARIABLE = cst.Name("__float32_variable__")
+ELEMENT = cst.Name("__element__")
+
+
+class _Collector(Visitor):
+    """One walk of a region: parents, guarded nodes, assignments (nested classes excluded)."""
+
+    def __init__(self, analysis: "RegionFinder", region: Region, register: bool = True) -> None:
+        super().__init__()
+        self.analysis = analysis
+        self.region = region
+        self.register = register
+        self.guard_depth = 0
+        self.guard_nodes: list[cst.CSTNode] = []
+        self.path: list[cst.CSTNode] = []  # the nodes being visited, root first: parents for free
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # Exact type tests: LibCST node classes are ABCs, and isinstance on them costs 4x `is`.
+        analysis = self.analysis
+        region = self.region
+        node_type = type(node)
+        path = self.path
+        if self.register and path:
+            analysis.parent[node] = path[-1]
+        path.append(node)  # on_leave pops it, also for a skipped subtree
+        if node is not region.node:
+            if node_type is cst.ClassDef:
+                return False
+            if node_type is cst.FunctionDef:
+                if region.kind == "module":
+                    return False
+                region.nested[node.name.value] = node
+        if self.register:
+            analysis.region_of[node] = region
+            analysis.order[node] = len(analysis.order)
+            if self.guard_depth:
+                analysis.guarded.add(node)
+        if node_type is cst.Call:
+            region.calls.append(node)
+        elif node_type is cst.BinaryOperation:
+            region.binops.append(node)
+        elif node_type is cst.Return:
+            if node.value is not None:
+                region.returns.append(node.value)
+        elif node_type is cst.If or node_type is cst.IfExp or node_type is cst.While:
+            test = node.test
+            if heuristics.GUARD.search(analysis.module.code_for_node(test)):
+                self.guard_depth += 1
+                self.guard_nodes.append(node)
+                if node_type is cst.If and heuristics.FLOAT16_TEST.search(analysis.module.code_for_node(test)):
+                    region.dtype_aware = True
+        elif node_type is cst.Assign:
+            for target in node.targets:
+                self._bind(target.target, node.value)
+        elif (node_type is cst.AnnAssign or node_type is cst.AugAssign) and node.value is not None:
+            self._bind(node.target, node.value)
+            if node_type is cst.AugAssign:
+                region.augmented.add(id(node.value))
+        elif node_type is cst.For or node_type is cst.CompFor:
+            self._bind(node.target, node.iter, iterating=True)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.path.pop()
+        if self.guard_nodes and self.guard_nodes[-1] is original_node:
+            self.guard_nodes.pop()
+            self.guard_depth -= 1
+
+    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression, iterating: bool = False) -> None:
+        assigned = self.region.assigned
+        if isinstance(target, cst.Name):
+            if iterating:
+                # for v in model.trainable_variables: float32 variables, safe to reduce.
+                code = self.analysis.module.code_for_node(value)
+                assigned.setdefault(target.value, []).append(
+                    FLOAT32_VARIABLE if heuristics.VARIABLES_ITERABLE.search(code) else ELEMENT)
+            else:
+                assigned.setdefault(target.value, []).append(value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for i, element in enumerate(target.elements):
+                if isinstance(element.value, cst.Name):
+                    name = element.value.value
+                    assigned.setdefault(name, []).append(ELEMENT)
+                    if not iterating and not isinstance(element, cst.StarredElement):
+                        self.region.unpacked.setdefault(name, []).append((value, i))
+
+
+class RegionFinder:
+    """Finds the regions of a module and what its classes are (mixed into ``DtypeAnalysis``)."""
+
+    def _find_regions(self) -> None:
+        functions, methods = self.functions, self.methods
+        seeds: list[tuple[cst.FunctionDef, str, cst.ClassDef | None]] = []
+        counts: dict[str, int] = {}
+        for stmt in self.module.body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                        name = small.targets[0].target.value
+                        counts[name] = counts.get(name, 0) + 1
+                        self.module_constants[name] = small.value
+        self.module_constants = {k: v for k, v in self.module_constants.items() if counts[k] == 1 and number(v) is not None}
+
+        def walk_functions(body, owner: cst.ClassDef | None) -> None:
+            for stmt in body:
+                if isinstance(stmt, cst.ClassDef):
+                    self.classes[stmt.name.value] = stmt
+                    methods[stmt] = {}
+                    walk_functions(stmt.body.body, stmt)
+                elif isinstance(stmt, cst.FunctionDef):
+                    if owner is None:
+                        functions[stmt.name.value] = stmt
+                    else:
+                        methods[owner][stmt.name.value] = stmt
+                    kind = self._seed_kind(stmt, owner)
+                    if kind:
+                        seeds.append((stmt, kind, owner))
+                    if isinstance(stmt.body, cst.IndentedBlock):
+                        # @tf.function train steps are often defined inside main().
+                        walk_functions(stmt.body.body, None)
+                elif isinstance(stmt, (cst.If, cst.Try, cst.With)) and isinstance(stmt.body, cst.IndentedBlock):
+                    walk_functions(stmt.body.body, owner)
+
+        self.wrapped_metrics = self._wrapped_metric_functions()
+        walk_functions(self.module.body, None)
+        if functions:
+            # A layer's constructor that hands a module function on (`probability_fn =
+            # functools.partial(_monotonic_probability_fn, ...)`): the layer runs it on its tensors.
+            for cls, table in methods.items():
+                if "__init__" not in table or not self.is_layer_class(cls):
+                    continue
+                for call in walk_calls(table["__init__"]):
+                    for arg in call.args:
+                        if isinstance(arg.value, cst.Name) and arg.value.value in functions:
+                            seeds.append((functions[arg.value.value], "helper", None))
+        seen: set[cst.FunctionDef] = set()
+        queue = list(seeds)
+        while queue:
+            func, kind, owner = queue.pop(0)
+            if func in seen:
+                continue
+            seen.add(func)
+            region = Region(node=func, kind=kind, in_class=owner is not None, owner=owner,
+                            layer_method=owner is not None and kind in ("layer-call", "helper")
+                            and self.is_layer_class(owner),
+                            callers_decide=owner is None and kind in ("loss", "tf-function")
+                            and not heuristics.STEP_NAME.search(func.name.value) and not self._keras_loss_signature(func))
+            self._add_region(region)
+            # Helpers called from a region see the same tensors.
+            for call in region.calls:
+                target = None
+                if isinstance(call.func, cst.Name):
+                    target = functions.get(call.func.value)
+                elif (isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
+                      and call.func.value.value == "self" and owner is not None):
+                    target = methods[owner].get(call.func.attr.value)
+                if target is not None and target not in seen:
+                    helper_owner = owner if target in methods.get(owner, {}).values() else None
+                    queue.append((target, "module-helper" if kind in ("module-call", "module-helper") else "helper",
+                                  helper_owner))
+            if region.layer_method or kind == "layer-call":
+                # Module functions handed on by a layer (`functools.partial(_probability_fn, ...)`,
+                # `tf.map_fn(step, x)`) run on its tensors too.
+                for call in region.calls:
+                    for arg in call.args:
+                        target = functions.get(arg.value.value) if isinstance(arg.value, cst.Name) else None
+                        if target is not None and target not in seen:
+                            queue.append((target, "helper", None))
+        self._add_region(Region(node=self.module, kind="module"))
+        self._learn_parameters()
+
+    def _add_region(self, region: Region) -> None:
+        self.regions.append(region)
+        if isinstance(region.node, cst.FunctionDef):
+            self._region_by_func[region.node] = region
+        _Collector(self, region).walk(region.node)
+        self._compute_env(region)
+
+    def region_for(self, func: cst.FunctionDef, owner: cst.ClassDef | None = None) -> Region:
+        """The region of ``func``; a *shadow* one (params unknown, nothing registered) if float16 does not reach it."""
+        region = self._region_by_func.get(func)
+        if region is None:
+            region = Region(node=func, kind="shadow", in_class=owner is not None, owner=owner)
+            self._region_by_func[func] = region
+            _Collector(self, region, register=False).walk(func)
+            self._compute_env(region)
+        return region
+
+    def _owner_of(self, func: cst.FunctionDef) -> cst.ClassDef | None:
+        for cls, table in self.methods.items():
+            if func in table.values():
+                return cls
+        return None
+
+    def is_layer_class(self, cls: cst.ClassDef) -> bool:
+        """A Keras layer or model class: its ``call`` sees tensors in the compute dtype.
+
+        Loss classes' ``call`` see float32 labels and (on Keras 3) float32 predictions."""
+        for base in cls.bases:
+            resolved = self.resolve(base.value) or ""
+            spelled = self.module.code_for_node(base.value)
+            if resolved.startswith("keras.losses") or "Loss" in spelled:
+                return False
+            if resolved.startswith(("keras.layers", "keras.Model", "keras.models", "keras.Layer", "keras.src.layers",
+                                    "keras.src.engine.base_layer", "keras.src.models")) or \
+                    heuristics.LAYER_BASE_NAME.search(spelled):
+                return True
+            if spelled in self.classes and self.classes[spelled] is not cls and self.is_layer_class(self.classes[spelled]):
+                return True
+        return False
+
+    def is_module_class(self, cls: cst.ClassDef, depth: int = 0) -> bool:
+        """A ``tf.Module`` subclass (directly or through a base class of this file)."""
+        for base in cls.bases:
+            if (self.resolve(base.value) or "") == "tensorflow.Module":
+                return True
+            parent = self.classes.get(self.module.code_for_node(base.value))
+            if parent is not None and parent is not cls and depth < 5 and self.is_module_class(parent, depth + 1):
+                return True
+        return False
+
+    def float32_layer(self, cls: cst.ClassDef) -> bool:
+        """A layer that computes in float32: its ``__init__`` passes ``dtype="float32"`` up, or every
+        construction of it in this file does (``Head(dtype="float32")``)."""
+        found = self._float32_layers.get(cls)
+        if found is not None:
+            return found
+        result = False
+        init = self.methods.get(cls, {}).get("__init__")
+        if init is not None:
+            for call in walk_calls(init):
+                if isinstance(call.func, cst.Attribute) and call.func.attr.value == "__init__":
+                    arg = argument(call, "dtype", None)
+                    if arg is not None and (spelled_dtype(arg.value, self.resolve) or UNK).wide:
+                        result = True
+        if not result:
+            name = cls.name.value
+            built = [c for c in (self.index.get(cst.Call, ()) if self.index is not None else walk_calls(self.module))
+                     if isinstance(c.func, cst.Name) and c.func.value == name]
+            result = bool(built) and all(
+                (arg := argument(c, "dtype", None)) is not None and (spelled_dtype(arg.value, self.resolve) or UNK).wide
+                for c in built)
+        self._float32_layers[cls] = result
+        return result
+
+    def autocasts(self, cls: cst.ClassDef) -> bool:
+        """False for layers that do not autocast (``autocast=False``, preprocessing/feature layers)."""
+        found = self._autocast.get(cls)
+        if found is not None:
+            return found
+        self._autocast[cls] = True  # recursion guard
+        result = True
+        for base in cls.bases:
+            spelled = self.module.code_for_node(base.value)
+            resolved = self.resolve(base.value) or ""
+            spec = keras_layers.layer(resolved, self.keras)
+            if (spec is not None and not spec.autocasts) or ".preprocessing." in resolved or \
+                    heuristics.NO_AUTOCAST_BASE.search(spelled):
+                result = False
+            elif spelled in self.classes and not self.autocasts(self.classes[spelled]):
+                result = False
+        init = self.methods.get(cls, {}).get("__init__")
+        if result and init is not None:
+            code = self.module.code_for_node(init)
+            if heuristics.AUTOCAST_FALSE.search(code):
+                result = False
+        self._autocast[cls] = result
+        return result
+
+    def _wrapped_metric_functions(self) -> set[str]:
+        """Functions passed to a metric wrapper (``MeanMetricWrapper(cosine_similarity)``): it casts y_pred to float32."""
+        found: set[str] = set()
+        for stmt in self.module.body:
+            if not isinstance(stmt, cst.ClassDef):
+                continue
+            bases = " ".join(dotted_name(b.value) or "" for b in stmt.bases)
+            if "Metric" not in bases:
+                continue
+            for node in walk_calls(stmt):
+                if isinstance(node.func, cst.Attribute) and node.func.attr.value == "__init__":
+                    found.update(a.value.value for a in node.args if isinstance(a.value, cst.Name))
+        calls = self.index.get(cst.Call, ()) if self.index is not None else walk_calls(self.module)
+        for call in calls:
+            func = call.func
+            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+            if "MetricWrapper" in name:
+                found.update(a.value.value for a in call.args if isinstance(a.value, cst.Name))
+        return found
+
+    def _float32_state_class(self, owner: cst.ClassDef) -> bool:
+        found = self._float32_state.get(owner)
+        if found is None:  # once per class, not once per method
+            found = self._float32_state[owner] = heuristics.FLOAT32_STATE_CLASS.search(
+                " ".join([owner.name.value, *(self.module.code_for_node(b.value) for b in owner.bases)])) is not None
+        return found
+
+    def _seed_kind(self, func: cst.FunctionDef, owner: cst.ClassDef | None) -> str | None:
+        name = func.name.value
+        if owner is not None and self._float32_state_class(owner):
+            # Optimizers update and regularizers penalise float32 variables (the policy's
+            # variable dtype); metrics cast their inputs to their own float32 dtype.
+            return None
+        if owner is None and (heuristics.METRIC_FUNCTION.search(name) or name in self.wrapped_metrics):
+            return None
+        for decorator in func.decorators:
+            target = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
+            if self.resolve(target) == "tensorflow.function":
+                return "tf-function"
+        if owner is not None and name == "call":
+            if any(heuristics.OPS_OPERATION_BASE.search(self.module.code_for_node(b.value)) for b in owner.bases):
+                return None  # keras.ops' own Operation classes: called on whatever the user passes, never autocast
+            return "layer-call"
+        if name in ("train_step", "test_step", "predict_step", "compute_loss") or heuristics.STEP_NAME.search(name):
+            return "train-step"
+        if owner is not None and name == "__call__" and heuristics.LOSS_NAME.search(owner.name.value):
+            return "loss"
+        if owner is not None and name == "__call__" and self.is_module_class(owner):
+            return "module-call"  # a tf.Module layer: no autocast, but its `self.compute_dtype` may be float16
+        if owner is not None and name in keras_layers.LAYER_HOOKS and "call" not in self.methods.get(owner, {}) and \
+                self.is_layer_class(owner):
+            return "layer-call"  # Merge/Pooling layers: the base class's call runs these on the inputs
+        params = [p.name.value for p in func.params.params]
+        if "loss" in name.lower() and [p for p in params if p not in ("self", "cls")]:
+            return "loss"
+        if "y_pred" in params:
+            return "loss"
+        return None
+
+    @staticmethod
+    def _keras_loss_signature(func: cst.FunctionDef) -> bool:
+        """``def loss(y_true, y_pred)``: a Keras loss function, given the model's raw predictions by compile."""
+        return any(p.name.value == "y_pred" for p in func.params.params)
+
+    def _shadow(self, func: cst.FunctionDef, owner: cst.ClassDef | None) -> Region:
+        key = ("shadow", func)
+        region = self._region_by_func.get(key)  # type: ignore[arg-type]
+        if region is None:
+            region = Region(node=func, kind="shadow", in_class=owner is not None, owner=owner)
+            self._region_by_func[key] = region  # type: ignore[index]
+            _Collector(self, region, register=False).walk(func)
+            self._compute_env(region)
+        return region
+
+
+def walk_calls(root: cst.CSTNode):
+    from mpfix.codemods._walk import find_all
+
+    return find_all(root, cst.Call)
+
+
+def assignments(func: cst.FunctionDef):
+    """Every ``Assign`` in ``func``'s body (nested functions included, nested classes not)."""
+    stack = [func.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Assign):
+            yield node
+        if isinstance(node, cst.ClassDef):
+            continue
+        if isinstance(node, (cst.BaseExpression,)):
+            continue  # assignments are statements: do not walk into expressions
+        stack.extend(children(node))
+
+
+def imported_names(module: cst.Module) -> set[str]:
+    """Local names bound by module-level imports (inside ``if``/``try`` too), relative ones included."""
+    names: set[str] = set()
+
+    def walk(body) -> None:
+        for stmt in body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Import):
+                        for alias in small.names:
+                            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                                names.add(alias.asname.name.value)
+                            else:
+                                names.add((dotted_name(alias.name) or "").split(".")[0])
+                    elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                        for alias in small.names:
+                            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                                names.add(alias.asname.name.value)
+                            else:
+                                names.add(dotted_name(alias.name) or "")
+            elif isinstance(stmt, (cst.If, cst.Try)):
+                walk(stmt.body.body)
+                for extra in [getattr(stmt, "orelse", None), *getattr(stmt, "handlers", ())]:
+                    if extra is not None and isinstance(getattr(extra, "body", None), cst.IndentedBlock):
+                        walk(extra.body.body)
+
+    walk(module.body)
+    names.discard("")
+    return names
+
+
+class Calls(Visitor):
+    def __init__(self, into_classes: bool = False) -> None:
+        super().__init__()
+        self.calls: list[cst.Call] = []
+        self.into_classes = into_classes
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return self.into_classes
