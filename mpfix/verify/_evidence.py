@@ -84,8 +84,7 @@ def project_root(folder: str) -> str:
         current = parent
 
 
-def _last_id(graph) -> int:
-    """The id of the newest op of ``graph`` (``Graph.version`` counts ops as they are added)."""
+def _version(graph) -> int:
     try:
         return int(graph.version)
     except Exception:
@@ -104,6 +103,16 @@ class Evidence:
         self._local = threading.local()
         self._emitted = False
         self._roots: tuple[str, ...] | None = None
+        self._offsets: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+    def _last_id(self, graph) -> int:
+        """The id of the newest op of ``graph``: ``Graph.version`` counts the ops, and ids
+        are that count plus a fixed offset (1 in TF 2.21), measured once per graph."""
+        offset = self._offsets.get(graph)
+        if offset is None:
+            ops = graph.get_operations()
+            offset = self._offsets[graph] = (ops[-1]._id - _version(graph)) if ops else 1
+        return _version(graph) + offset
 
     # --- where ops come from ---
     def roots(self) -> tuple[str, ...]:
@@ -147,11 +156,11 @@ class Evidence:
         if tf.executing_eagerly():
             return None
         graph = tf.compat.v1.get_default_graph()
-        return graph, _last_id(graph)
+        return graph, self._last_id(graph)
 
     def layer_call_end(self, begun, layer) -> None:
         graph, start = begun
-        end = _last_id(graph)
+        end = self._last_id(graph)
         if end <= start:
             return
         module = sys.modules.get(type(layer).__module__)
@@ -187,7 +196,7 @@ class Evidence:
             return
         graph = tf.compat.v1.get_default_graph()
         start = self._seen.get(graph, 0)
-        top = _last_id(graph)
+        top = self._last_id(graph)
         self._seen[graph] = top
         ops = [op for op in graph.get_operations() if start < op._id <= top]
         self._local.busy = True

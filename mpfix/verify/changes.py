@@ -100,7 +100,10 @@ def static_fixed(text: str, path: Path, codes: tuple[str, ...], anchor: str | No
     from mpfix.engine import Options
     from mpfix.runner import Job, Mode, engine_for
 
-    rules = selection.select(("ALL",), ())
+    try:
+        rules = selection.select(("ALL",), ())
+    except Exception:  # the static side unusable: no static fix, the runtime candidates still run
+        return None
     job = Job(rule_codes=tuple(r.code for r in rules), mode=Mode.APPLY,
               options=Options(keras=keras, policy=policy, unsafe_fixes=True, loss_scale=loss_scale))
 
@@ -127,10 +130,10 @@ def static_findings(text: str, path: Path, policy: str | None = None, keras: str
     from mpfix.engine import Options
     from mpfix.runner import Job, Mode, engine_for
 
-    rules = selection.select(("ALL",), ())
-    job = Job(rule_codes=tuple(r.code for r in rules), mode=Mode.CHECK,
-              options=Options(keras=keras, policy=policy, unsafe_fixes=True))
     try:
+        rules = selection.select(("ALL",), ())
+        job = Job(rule_codes=tuple(r.code for r in rules), mode=Mode.CHECK,
+                  options=Options(keras=keras, policy=policy, unsafe_fixes=True))
         return list(engine_for(job).lint(text, path).findings)
     except Exception:
         return []

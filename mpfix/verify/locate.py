@@ -27,7 +27,7 @@ def frames_from_message(message: str) -> list[dict]:
 
 
 def locate_from_run(run: RunResult, script: Path):
-    from mpfix.verify.run import Location
+    from mpfix.verify.kinds import Location
 
     if run.numerics is None:
         why = "the eager re-run did not reproduce a NaN/Inf"
@@ -68,3 +68,24 @@ def matching_rule(path: Path, line: int) -> tuple[str | None, str | None]:
         if found == line:
             return finding.code, getattr(finding, "message", None)
     return None, None
+
+
+def locate_from_evidence(report):
+    """The first op that produced NaN/Inf from the per-op evidence of the traced step
+    (``evidence.py``), without a re-run: None when the evidence does not name one (an eager
+    script traces nothing; then the eager check_numerics re-run is needed). An op a
+    library layer built is placed at the line that built the layer, not at ``model.fit``."""
+    from mpfix.verify.evidence import Kind, first_nonfinite, for_report
+    from mpfix.verify.frames import describe
+    from mpfix.verify.kinds import Location
+
+    found = for_report(report)
+    first = first_nonfinite(found) or next((f for f in found if f.kind is Kind.CONSTANT), None)
+    if first is None:
+        return None
+    frame = {"file": first.file, "line": first.line, "code": first.source.strip(), "function": None}
+    location = Location(op=first.op, frame=frame, where=describe(frame, report.script), detail=first.message)
+    if not first.code.startswith("MP9"):
+        location.rule, location.rule_message = matching_rule(Path(first.file), first.line)
+        location.rule = location.rule or first.code
+    return location

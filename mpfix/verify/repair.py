@@ -1,8 +1,9 @@
 """``mpfix repair``: the loop a careful engineer runs, automated and bounded.
 
 1. Verify the script (mixed beside float32). Healthy: nothing is changed, nothing written.
-2. Apply the static fixes (safe and unsafe) to the files the run used that have findings,
-   and verify again.
+2. Apply the static fixes (safe and unsafe) to the files the run used that have findings
+   (the static analysis is told the policy and Keras generation the run used), and verify
+   again; kept only if the verdict improves, like every other change.
 3. While the verdict is not healthy (at most ``max_rounds`` rounds, ``timeout`` seconds in
    all): from the runtime evidence of the last run, try the candidates of
    ``candidates.for_verdict`` one by one on a working copy of the script's folder, each
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mpfix.verify import candidates as candidates_mod
-from mpfix.verify.changes import Change, ChangeKind, static_fixed
+from mpfix.verify.changes import Change, ChangeKind, static_findings, static_fixed
 from mpfix.verify.verdict import Verdict, diverged, judge
 
 # Better verdicts rank higher. A change is kept only if it raises the rank.
@@ -242,9 +243,10 @@ class Repairer:
         from mpfix.verify import evidence
 
         self.progress("verifying the script as it is (mixed and float32)")
-        mixed, baseline = self._run(workspace, tmp, [("mixed", False), ("float32", False)])
-        if baseline is None:
-            raise RepairError("the mixed run timed out: nothing to compare a change with")
+        try:
+            mixed, baseline = self._run(workspace, tmp, [("mixed", False), ("float32", False)])
+        except TimeoutError:
+            raise RepairError("--timeout is too short for even one run") from None
         first = Outcome(judge(mixed, baseline, workspace.mirror(self.script), baseline_expected=True), mixed)
         result = RepairResult(self.script, first, first, baseline)
         result.findings = [self._user_finding(f, workspace) for f in evidence.findings(mixed)]
@@ -253,7 +255,7 @@ class Repairer:
         if first.verdict.name in ("crashed", "timeout", "no-steps"):
             result.notes.append(f"nothing to repair: the script's verdict is {first.verdict.name}")
             return result
-        if not _usable(baseline):
+        if baseline is None or not _usable(baseline):
             result.notes.append("the float32 baseline did not run cleanly: no change can be judged against it")
             return result
         kept: list[Change] = []
@@ -317,14 +319,17 @@ class Repairer:
             text = workspace.text(path)
             if text is None or static_fixed(text, path, ("MP",), None, policy, None, keras) is None:
                 continue
+            codes = sorted({f.code for f in static_findings(text, path, policy, keras) if f.fix is not None})
+            told = f" (checked under the run's {policy} policy, Keras {keras})" if policy else ""
             change = Change(ChangeKind.STATIC, path, "the static fixes (safe and unsafe) of this file",
-                            f"static findings in {path.name}", codes=("MP",), policy=policy, keras=keras)
-            better = self._try(workspace, tmp, baseline, current, kept, [change], result, allow_equal=True)
+                            f"static findings {', '.join(codes) or 'with fixes'} in {path.name}{told}",
+                            codes=("MP",), policy=policy, keras=keras)
+            better = self._try(workspace, tmp, baseline, current, kept, [change], result)
             if better is not None:
                 current, kept = better
         return current, kept
 
-    def _try(self, workspace, tmp, baseline, current, kept, offered, result, allow_equal=False):
+    def _try(self, workspace, tmp, baseline, current, kept, offered, result):
         for change in offered:
             texts = compose(workspace, [*kept, change])
             if texts is None or all(workspace.text(p) == t for p, t in texts.items()):
@@ -338,11 +343,10 @@ class Repairer:
             workspace.set(texts)
             outcome = self.outcome(workspace, tmp, baseline)
             agrees = _agrees(outcome.run, baseline)
-            better = outcome.rank > current.rank or (allow_equal and outcome.rank == current.rank)
+            better = outcome.rank > current.rank
             if better and agrees:
                 change.verdict = outcome.verdict.name
-                result.trials.append(Trial(change, outcome.verdict.name, True, "verdict improved" if
-                                           outcome.rank > current.rank else "verdict no worse"))
+                result.trials.append(Trial(change, outcome.verdict.name, True, "verdict improved"))
                 return outcome, [*kept, change]
             why = "the final loss differs from float32's" if better else "the verdict did not improve"
             result.trials.append(Trial(change, outcome.verdict.name, False, why))
