@@ -131,7 +131,7 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
     from mpfix.unchecked import collect
 
     report = Report(findings=findings, errors=errors, unsafe_fixes=settings.unsafe_fixes,
-                    texts=texts, files_checked=len(files), unchecked=collect(results))
+                    texts=texts, files_checked=len(files), unchecked=collect(results, settings.policy))
     if verbose or fmt == "sarif":
         from mpfix.target import describe, targets_of
 

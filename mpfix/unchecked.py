@@ -41,8 +41,13 @@ def reach_is_none(path: Path) -> bool:
     return policies.reach_for(Path(path)).policy is Policy.NONE
 
 
-def collect(results) -> Unchecked | None:
-    """The files of ``results`` (``runner.FileResult``) the float16 rules skipped; None when there are none."""
+def collect(results, configured: str | None = None) -> Unchecked | None:
+    """The files of ``results`` (``runner.FileResult``) the float16 rules skipped; None when there are none.
+
+    ``configured``: the ``policy`` setting, which decides for every file (a cached result cannot tell).
+    """
+    if configured is not None:
+        return None
     files = tuple(str(r.path) for r in results if r.float16_unchecked)
     if not files:
         return None

@@ -192,3 +192,10 @@ def test_per_file_ignores_of_the_float16_rules_leave_a_file_out(project: Path, p
     meta = json.loads(mpfix("check", "--no-cache", "--format", "json-run", ".").output)["run"]["float16Unchecked"]
     expected = ["layers.py", "loop.py"] if parsed else ["layers.py"]
     assert sorted(str(Path(p).relative_to(project)) for p in meta["paths"]) == expected
+
+
+@pytest.mark.parametrize("value", ["mixed_float16", "float32"])
+def test_no_hint_from_a_warm_cache_when_a_policy_is_configured(library: Path, value: str):
+    runs = [mpfix("check", "--policy", value, ".") for _ in range(2)]
+    assert [_hint(r.output) for r in runs] == [[], []]
+    assert runs[0].output == runs[1].output
