@@ -281,6 +281,7 @@ class Keras2ScalingOnKeras3(Rule):
         self._in_place: set[cst.Call] = set()  # ``g = opt.get_unscaled_gradients(g)``: drop the statement
         self._statement_of: dict[cst.Call, cst.SimpleStatementLine] = {}
         self._custom_cache: dict[str, bool] = {}
+        self._in_place_found = False
 
     def _custom(self, method: str) -> bool:
         """The module defines ``method`` itself (a custom optimizer): computed on first need."""
@@ -306,34 +307,77 @@ class Keras2ScalingOnKeras3(Rule):
 
     def _keras2_call_on_keras3(self, node: cst.Call) -> None:
         if _method_call(node, "get_scaled_loss") and not self._custom("get_scaled_loss"):
-            assert isinstance(node.func, cst.Attribute)
             new = table.member_target("get_scaled_loss", table.KERAS3)
-            fix: dict | None = {node.func.attr: node.func.attr.with_changes(value=new)}
+            fix: dict | None = self._rename(node)
             message = f"`get_scaled_loss` does not exist in Keras 3; use `{new}`"
-            if self._blocked_unscale(node):
+            unscales = self._unscales_of(node)
+            if any(self._unscale_fix(u, {})[0] is None for u in unscales):
                 # Half a migration helps nobody: the rename waits for the unscale, which needs a hand edit.
                 fix = None
                 message += " (together with its `get_unscaled_gradients`, which needs a hand edit: see that finding)"
+            elif unscales:
+                fix = None
+                message += " (fixed together with its `get_unscaled_gradients`: one fix, see that finding)"
             self.report(node, message, fix=fix, description=f"Use `{new}`")
         elif _method_call(node, "get_unscaled_gradients") and not self._custom("get_unscaled_gradients"):
             assert table.member_target("get_unscaled_gradients", table.KERAS3) == table.REMOVE_CALL
             message = ("`get_unscaled_gradients` does not exist in Keras 3: `apply_gradients` of a "
                        "LossScaleOptimizer unscales by itself")
-            if node in self._in_place:
-                fix = {self._statement_of[node]: cst.RemoveFromParent()}
-            else:
-                fix = {node: _unwrapped(node.args[0].value)}
-            fix, safety, why = self._unscale_fix(node, fix)
-            self.report(node, message + why, fix=fix, safety=safety, description="Drop the unscale call")
+            fix, safety, why = self._unscale_fix(node, self._drop(node))
+            description = "Drop the unscale call"
+            scale = self._scale_of(node)
+            if scale is not None and fix is not None:
+                # Paired edits are one fix with one safety (issue 20): the rename of the scale and the
+                # drop of the unscale only run together, so neither half is ever written alone.
+                if any(self._unscale_fix(u, {})[0] is None for u in self._unscales_of(scale)):
+                    fix, safety = None, FixSafety.NONE
+                    why += " (no fix: another unscale of the same scaled loss needs a hand edit)"
+                else:
+                    fix = {**fix, **self._rename(scale)}
+                    description = "Use `scale_loss` and drop the unscale call"
+            self.report(node, message + why, fix=fix, safety=safety, description=description)
 
-    def _blocked_unscale(self, scale: cst.Call) -> bool:
-        """An unscale on the path of this scaled loss's gradients cannot be dropped automatically."""
+    @staticmethod
+    def _rename(scale: cst.Call) -> dict:
+        assert isinstance(scale.func, cst.Attribute)
+        new = table.member_target("get_scaled_loss", table.KERAS3)
+        return {scale.func.attr: scale.func.attr.with_changes(value=new)}
+
+    def _drop(self, unscale: cst.Call) -> dict:
+        """The change that drops ``unscale``: its whole statement when it unscales in place."""
+        if not self._in_place_found:
+            self._in_place_found = True
+            for line in find_all(self.context.module, cst.SimpleStatementLine):
+                self.visit_SimpleStatementLine(line)
+        if unscale in self._in_place:
+            return {self._statement_of[unscale]: cst.RemoveFromParent()}
+        return {unscale: _unwrapped(unscale.args[0].value)}
+
+    def _flows(self):
         analysis = training_steps(self.context)
-        unscales = {id(e.node): e.node for f in analysis.flows + analysis.cross_flows
-                    if f.scale is not None and f.scale.call is scale
-                    for e in f.path.events if e.kind == UNSCALE and isinstance(e.node, cst.Call)
-                    and _method_call(e.node, "get_unscaled_gradients")}
-        return any(self._unscale_fix(call, {})[0] is None for call in unscales.values())
+        return analysis.flows + analysis.cross_flows
+
+    def _unscales_of(self, scale: cst.Call) -> list[cst.Call]:
+        """The ``get_unscaled_gradients`` calls that pair with this scaled loss: on the path of its
+        gradients to an update, or, where no update is in sight (the step returns the gradients),
+        by the same optimizer in the same training step."""
+        found = {id(e.node): e.node for f in self._flows() if f.scale is not None and f.scale.call is scale
+                 for e in f.path.events if e.kind == UNSCALE and isinstance(e.node, cst.Call)
+                 and _method_call(e.node, "get_unscaled_gradients")}
+        calls = training_steps(self.context).scale_calls
+        mine = next((c for c in calls if c.call is scale), None)
+        if mine is not None and mine.scope is not None:
+            found.update({id(c.call): c.call for c in calls if c.scope is mine.scope and c.method == UNSCALE_METHOD
+                          and c.optimizer == mine.optimizer and _method_call(c.call, "get_unscaled_gradients")})
+        return list(found.values())
+
+    def _scale_of(self, unscale: cst.Call) -> cst.Call | None:
+        """The ``get_scaled_loss`` this unscale pairs with (its fix drops this call)."""
+        for call in training_steps(self.context).scale_calls:
+            if (call.method == "get_scaled_loss" and _method_call(call.call, "get_scaled_loss")
+                    and any(u is unscale for u in self._unscales_of(call.call))):
+                return call.call
+        return None
 
     def _unscale_fix(self, node: cst.Call, drop: dict) -> tuple[dict | None, FixSafety, str]:
         """Dropping the unscale keeps the loop right only where the LossScaleOptimizer that unscaled is

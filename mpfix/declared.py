@@ -28,7 +28,6 @@ None when open). Rules whose fix uses an API a later TensorFlow added read it as
 
 from __future__ import annotations
 
-import ast
 import configparser
 import functools
 import os
@@ -68,6 +67,18 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """A declaration mpfix cannot read that may name TensorFlow or Keras: the Keras target is then
+    unknown, never guessed from the installed TensorFlow."""
+
+    where: str  # the file, relative to the project root
+    text: str  # the expression as written (``f"tensorflow>={MIN_TF},<{MAX_TF}"``)
+
+    def describe(self) -> str:
+        return f"{self.where}: {self.text}"
+
+
 @dataclass
 class Evidence:
     """Requirements found in one folder."""
@@ -79,9 +90,11 @@ class Evidence:
     images: list[tuple[int, str]] = field(default_factory=list)  # (generation, where)
     # (newest TensorFlow (major, minor) the image ships, where): NGC/merlin/tensorflow images with a known TF
     image_tf: list[tuple[tuple[int, int], str]] = field(default_factory=list)
+    unreadable: list[Unreadable] = field(default_factory=list)  # requirements that cannot be read
 
     def empty(self) -> bool:
-        return not (self.tf_specs or self.keras_specs or self.tf_keras or self.legacy_env or self.images)
+        return not (self.tf_specs or self.keras_specs or self.tf_keras or self.legacy_env or self.images
+                    or self.unreadable)
 
     def add_requirement(self, text: str, where: str, optional: bool = False) -> None:
         requirement = _requirement(text)
@@ -334,52 +347,28 @@ def _setup_py(path: Path, evidence: Evidence, root: Path) -> None:
     text = _read(path)
     if text is None:
         return
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    from mpfix import setup_py
+
+    found = setup_py.read(text)
+    if found is None:
         return
     where = _rel(path, root)
-    bound: dict[str, ast.AST] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            bound[node.targets[0].id] = node.value
-
-    def strings(value: ast.AST | None, depth: int = 0) -> list[str]:
-        if value is None or depth > 3:
-            return []
-        if isinstance(value, ast.Name) and value.id in bound:
-            return strings(bound[value.id], depth + 1)
-        if isinstance(value, (ast.List, ast.Tuple, ast.Set)):
-            out = []
-            for element in value.elts:
-                if isinstance(element, ast.Constant) and isinstance(element.value, str):
-                    out.append(element.value)
-                else:
-                    out.extend(strings(element, depth + 1))
-            return out
-        if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
-            return strings(value.left, depth + 1) + strings(value.right, depth + 1)
-        return []
-
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
+    for item in found.required:
+        evidence.add_requirement(item, where)
+    for item in found.optional:
+        evidence.add_requirement(item, where, optional=True)
+    for source, strings in found.unreadable:
+        # ``install_requires=open("requirements.txt").read().splitlines()``: read through that file.
+        if strings and any(_is_requirements_file(path.parent, s) for s in strings):
             continue
-        func = node.func
-        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-        if name != "setup":
-            continue
-        for keyword in node.keywords:
-            if keyword.arg == "install_requires":
-                for item in strings(keyword.value):
-                    evidence.add_requirement(item, where)
-            elif keyword.arg == "extras_require":
-                value = keyword.value
-                if isinstance(value, ast.Name) and value.id in bound:
-                    value = bound[value.id]
-                if isinstance(value, ast.Dict):
-                    for item_value in value.values:
-                        for item in strings(item_value):
-                            evidence.add_requirement(item, where, optional=True)
+        evidence.unreadable.append(Unreadable(where, source))
+
+
+def _is_requirements_file(folder: Path, name: str) -> bool:
+    if not name or len(name) > 200 or "\n" in name:
+        return False
+    candidate = folder / name
+    return _READERS[0][0].match(candidate.name) is not None and candidate.is_file()
 
 
 def _environment_yml(path: Path, evidence: Evidence, root: Path) -> None:
@@ -632,9 +621,26 @@ def _evidence(folder: Path, root: Path) -> Evidence:
 
 @functools.lru_cache(maxsize=1024)
 def _decided_in(folder: Path, root: Path) -> Target | None:
-    """What the declarations in ``folder`` alone decide (each folder is read once per run)."""
+    """What the declarations in ``folder`` alone decide (each folder is read once per run).
+
+    A folder whose readable declarations decide nothing but which has one that cannot be read
+    (``f"tensorflow>={MIN},<{MAX}"`` with ``MAX`` imported) decides "unknown": the project does say
+    which TensorFlow it runs, mpfix just cannot tell, so neither a parent folder nor the installed
+    TensorFlow may answer for it.
+    """
     evidence = _evidence(folder, root)
-    return None if evidence.empty() else decide(evidence)
+    if evidence.empty():
+        return None
+    found = decide(evidence)
+    if found is None and evidence.unreadable:
+        return Target(None, unreadable_reason(evidence.unreadable))
+    return found
+
+
+def unreadable_reason(items) -> str:
+    listed = "; ".join(u.describe() for u in items[:3]) + (f" and {len(items) - 3} more" if len(items) > 3 else "")
+    return (f"declared dependencies cannot be read ({listed}): the Keras generation is unknown, "
+            "not taken from the installed TensorFlow")
 
 
 @functools.lru_cache(maxsize=256)
@@ -644,6 +650,8 @@ def _tf_max_for_folder(folder: Path, cwd: str) -> tuple[tuple[int, int], str] | 
         evidence = _evidence(current, root)
         if evidence.tf_specs or evidence.image_tf:
             return newest_tf(evidence)
+        if evidence.unreadable:
+            return None  # declared, but not readably: open
     return None
 
 
@@ -664,6 +672,23 @@ def tf_max_reason(path: Path) -> tuple[tuple[int, int], str] | None:
     except (OSError, ValueError):
         return None
     return _tf_max_for_folder(folder, os.getcwd())
+
+
+def unreadable(path: Path) -> tuple[Unreadable, ...]:
+    """The declarations that cannot be read in the folder that decides ``path``'s target (or, when
+    none decides, in any folder up to the project root): for ``-v`` and the run metadata."""
+    try:
+        folder = Path(os.path.abspath(path)).parent
+    except (OSError, ValueError):
+        return ()
+    root, chain = _folders_up(folder, os.getcwd())
+    for current in chain:
+        evidence = _evidence(current, root)
+        if evidence.unreadable:
+            return tuple(evidence.unreadable)
+        if _decided_in(current, root) is not None:
+            return ()
+    return ()
 
 
 def target_for(path: Path) -> Target | None:

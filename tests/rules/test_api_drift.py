@@ -144,6 +144,35 @@ def test_unscale_of_a_conditional_is_parenthesised():
     assert fixed(code, 3) == "grads = (a if flag else b)[0]\n"
 
 
+def test_mp303_scale_and_unscale_are_one_fix_with_one_safety():
+    # Issue 20 class 1: the rename of get_scaled_loss was safe and the drop of get_unscaled_gradients
+    # unsafe, so a plain `apply` wrote half a migration that runs on neither generation.
+    code = """
+        import tensorflow as tf
+
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+
+
+        def train_step(model, x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x) - y))
+                scaled_loss = optimizer.get_scaled_loss(loss)
+            scaled_grads = tape.gradient(scaled_loss, model.trainable_variables)
+            grads = optimizer.get_unscaled_gradients(scaled_grads)
+            return grads
+    """
+    engine = Engine(MP3, Options(keras="3", unsafe_fixes=True, project_policy=False))
+    findings = engine.lint(textwrap.dedent(code).lstrip("\n"), Path("script.py"), edits=True).findings
+    assert [f.code for f in findings] == ["MP303", "MP303"]
+    with_fix = [f for f in findings if f.fix is not None]
+    assert len(with_fix) == 1 and with_fix[0].fix.safety.value == "unsafe"
+    assert sorted(e.start.line for e in with_fix[0].edits) == [9, 11]  # one fix edits both lines
+    assert "fixed together with" in findings[0].message and findings[0].fix is None
+    assert fixed(code, 3, unsafe=False) == textwrap.dedent(code).lstrip("\n")  # neither half alone
+    both = fixed(code, 3)
+    assert "optimizer.scale_loss(loss)" in both and "get_unscaled_gradients" not in both
+
+
 def test_keras2_reverse_fix_is_unsafe_when_the_optimizer_is_not_known_to_be_an_lso():
     code = """
         def step(self, x):
