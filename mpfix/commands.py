@@ -76,12 +76,21 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
         if not p.exists() and not p.is_symlink():
             errors.append(FileError(str(p), "no such file or directory"))
     files = list(discover([p for p in paths if p.exists()], exclude=settings.exclude))
+    try:  # each file gets the [tool.mpfix] closest to it (Ruff), unless --config names one for all
+        groups = [(settings, files)] if config_path is not None else config_mod.by_closest_config(
+            files, settings, dict(select=_split_codes(select), extend_select=_split_codes(extend_select),
+                                  ignore=_split_codes(ignore), unsafe_fixes=unsafe_fixes, keras=keras, policy=policy))
+    except config_mod.ConfigError as exc:
+        click.echo(f"mpfix: error: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
     if not files and not errors and not quiet:
         # Ruff's behaviour: a warning, exit 0 (a pre-commit run or a CI glob that matches nothing is not an error).
         click.echo("mpfix: warning: no Python files found (.py, .ipynb) under "
                    + ", ".join(display_path(str(p)) for p in paths), err=True)
     stale_table, cache_dir = False, None
-    if accept is None and not verbose and fmt in ("text", "full", "json", "json-run", "github"):
+    if len(groups) == 1:
+        settings = groups[0][0]
+    if accept is None and not verbose and len(groups) == 1 and fmt in ("text", "full", "json", "json-run", "github"):
         cache_dir = None if no_cache or not files else _cache_dir(files)
         untriggered, stale_table = _untriggered(files, settings, cache_dir)
         if untriggered:
@@ -96,34 +105,36 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
     from mpfix.engine import Options
     from mpfix.runner import Job, Mode, process_all
 
-    try:
-        rules = selection.select(settings.select, settings.ignore, settings.extend_select)
-    except config_mod.ConfigError as exc:
-        click.echo(f"mpfix: error: {exc}", err=True)
-        sys.exit(EXIT_ERROR)
     if stale_table and cache_dir is not None:
         from mpfix import trigger_table
 
         trigger_table.store(cache_dir)  # the next untriggered run answers from it
-    base = settings.config_file.parent if settings.config_file else Path.cwd()
-    ignored_for = {f: selection.ignored_for_file(f, settings.per_file_ignores, base) for f in files}
-    job = Job(
-        rule_codes=tuple(r.code for r in rules),
-        options=Options(keras=settings.keras, policy=settings.policy, unsafe_fixes=settings.unsafe_fixes,
-                        loss_scale=loss_scale),
-        mode=Mode(mode_name),
-        want_edits=fmt in ("json", "json-run", "full"),
-        max_file_bytes=settings.max_file_bytes,
-    )
     from mpfix.runner import is_terminal
 
-    try:
-        results = process_all(files, job, ignored_for, jobs=jobs, cache=not no_cache and accept is None,
-                              progress=is_terminal() and not quiet, accept=accept)
-    except KeyboardInterrupt:
-        # Said here because only here is it true; the group then exits 130.
-        click.echo("mpfix: files already fixed keep their fixes, the rest are untouched", err=True)
-        raise
+    results = []
+    for group_settings, group_files in groups:
+        try:
+            rules = selection.select(group_settings.select, group_settings.ignore, group_settings.extend_select)
+        except config_mod.ConfigError as exc:
+            click.echo(f"mpfix: error: {exc}", err=True)
+            sys.exit(EXIT_ERROR)
+        base = group_settings.config_file.parent if group_settings.config_file else Path.cwd()
+        ignored_for = {f: selection.ignored_for_file(f, group_settings.per_file_ignores, base) for f in group_files}
+        job = Job(
+            rule_codes=tuple(r.code for r in rules),
+            options=Options(keras=group_settings.keras, policy=group_settings.policy,
+                            unsafe_fixes=group_settings.unsafe_fixes, loss_scale=loss_scale),
+            mode=Mode(mode_name),
+            want_edits=fmt in ("json", "json-run", "full"),
+            max_file_bytes=group_settings.max_file_bytes,
+        )
+        try:
+            results += process_all(group_files, job, ignored_for, jobs=jobs, cache=not no_cache and accept is None,
+                                   progress=is_terminal() and not quiet, accept=accept)
+        except KeyboardInterrupt:
+            # Said here because only here is it true; the group then exits 130.
+            click.echo("mpfix: files already fixed keep their fixes, the rest are untouched", err=True)
+            raise
     for r in results:
         errors.extend(r.errors)
     findings = [f for r in results for f in r.findings]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import enum
+import os
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,10 +39,41 @@ class Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-_KEYS = {
-    "select", "ignore", "extend-select", "exclude", "per-file-ignores",
-    "keras", "policy", "unsafe-fixes", "max-file-size",
-}
+class Kind(enum.Enum):
+    """The TOML type a ``[tool.mpfix]`` key takes."""
+
+    BOOL = "true or false"
+    SIZE = "a whole number of bytes (at least 1)"
+    CODES = "a list of rule codes"
+    GLOBS = "a list of globs"
+    CODES_BY_GLOB = "a table of glob = [codes]"
+    CHOICE = "one of"
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of the schema: its TOML name, the ``Settings`` field and the type it must have."""
+
+    name: str
+    field: str
+    kind: Kind
+    choices: tuple[str, ...] = ()
+
+
+# The schema of ``[tool.mpfix]``: a value of another type is a ConfigError naming the key (exit 2),
+# never coerced (``unsafe-fixes = "false"`` was ``bool("false")``, i.e. true).
+SCHEMA: tuple[Key, ...] = (
+    Key("select", "select", Kind.CODES),
+    Key("extend-select", "extend_select", Kind.CODES),
+    Key("ignore", "ignore", Kind.CODES),
+    Key("exclude", "exclude", Kind.GLOBS),
+    Key("per-file-ignores", "per_file_ignores", Kind.CODES_BY_GLOB),
+    Key("keras", "keras", Kind.CHOICE, ("2", "3", "auto")),
+    Key("policy", "policy", Kind.CHOICE, ("mixed_float16", "mixed_bfloat16", "float32")),
+    Key("unsafe-fixes", "unsafe_fixes", Kind.BOOL),
+    Key("max-file-size", "max_file_bytes", Kind.SIZE),
+)
+_KEYS = {key.name for key in SCHEMA}
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -76,8 +109,39 @@ def _codes(value: Any, key: str) -> tuple[str, ...]:
     return tuple(v.strip().upper() for v in value)
 
 
+def _typed(key: Key, value: Any) -> Any:
+    """``value`` as ``key``'s Settings value; ConfigError (naming the key) when it has another type."""
+    def wrong(what: str = key.kind.value) -> ConfigError:
+        return ConfigError(f"[tool.mpfix] {key.name} must be {what}, not {value!r}")
+
+    if key.kind is Kind.BOOL:
+        if not isinstance(value, bool):
+            raise wrong()
+        return value
+    if key.kind is Kind.SIZE:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise wrong()
+        return value
+    if key.kind is Kind.CODES:
+        return _codes(value, key.name)
+    if key.kind is Kind.GLOBS:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise wrong()
+        return tuple(value)
+    if key.kind is Kind.CODES_BY_GLOB:
+        if not isinstance(value, dict):
+            raise wrong()
+        return {glob: _codes(codes, f"{key.name}.{glob}") for glob, codes in value.items()}
+    # Kind.CHOICE: ``keras = 2`` is an integer in TOML, so whole numbers are read as their text.
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(text, str) or text not in key.choices:
+        shown = [c if c.isdigit() else f'"{c}"' for c in key.choices]
+        raise wrong(f"{', '.join(shown[:-1])} or {shown[-1]}")
+    return text
+
+
 def load(pyproject: Path | None) -> Settings:
-    """Settings from ``pyproject``'s ``[tool.mpfix]`` (defaults when None)."""
+    """Settings from ``pyproject``'s ``[tool.mpfix]`` (defaults when None), typed by ``SCHEMA``."""
     if pyproject is None:
         return Settings()
     try:
@@ -85,39 +149,42 @@ def load(pyproject: Path | None) -> Settings:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{pyproject}: cannot read [tool.mpfix]: {exc}") from exc
     table = data.get("tool", {}).get("mpfix", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{pyproject}: [tool.mpfix] must be a table")
     unknown = sorted(set(table) - _KEYS)
     if unknown:
         raise ConfigError(f"{pyproject}: unknown [tool.mpfix] keys: {', '.join(unknown)} (known: {', '.join(sorted(_KEYS))})")
-    settings = Settings(config_file=pyproject)
     changes: dict[str, Any] = {}
-    if "select" in table:
-        changes["select"] = _codes(table["select"], "select")
-    if "extend-select" in table:
-        changes["extend_select"] = _codes(table["extend-select"], "extend-select")
-    if "ignore" in table:
-        changes["ignore"] = _codes(table["ignore"], "ignore")
-    if "exclude" in table:
-        exclude = table["exclude"]
-        if not isinstance(exclude, list) or not all(isinstance(v, str) for v in exclude):
-            raise ConfigError(f"{pyproject}: [tool.mpfix] exclude must be a list of globs")
-        changes["exclude"] = tuple(exclude)
-    if "per-file-ignores" in table:
-        pfi = table["per-file-ignores"]
-        if not isinstance(pfi, dict):
-            raise ConfigError(f"{pyproject}: [tool.mpfix] per-file-ignores must be a table of glob = [codes]")
-        changes["per_file_ignores"] = {glob: _codes(codes, f"per-file-ignores.{glob}") for glob, codes in pfi.items()}
-    if "keras" in table:
-        keras = str(table["keras"])
-        if keras not in ("auto", "2", "3"):
-            raise ConfigError(f"{pyproject}: [tool.mpfix] keras must be 2, 3 or \"auto\", not {table['keras']!r}")
-        changes["keras"] = keras
-    if "policy" in table:
-        policy = table["policy"]
-        if policy not in ("mixed_float16", "mixed_bfloat16", "float32"):
-            raise ConfigError(f"{pyproject}: [tool.mpfix] policy must be \"mixed_float16\", \"mixed_bfloat16\" or \"float32\"")
-        changes["policy"] = policy
-    if "unsafe-fixes" in table:
-        changes["unsafe_fixes"] = bool(table["unsafe-fixes"])
-    if "max-file-size" in table:
-        changes["max_file_bytes"] = int(table["max-file-size"])
-    return replace(settings, **changes)
+    for key in SCHEMA:
+        if key.name in table:
+            try:
+                changes[key.field] = _typed(key, table[key.name])
+            except ConfigError as exc:
+                raise ConfigError(f"{pyproject}: {exc}") from None
+    return replace(Settings(config_file=pyproject), **changes)
+
+
+def settings_for_file(path: Path) -> Settings:
+    """The settings of the ``[tool.mpfix]`` closest to ``path`` (Ruff's hierarchical configuration)."""
+    return load(find_pyproject(Path(path)))
+
+
+def by_closest_config(files: list[Path], settings: Settings, overrides: dict[str, Any]) -> list[tuple[Settings, list[Path]]]:
+    """``files`` grouped by the ``[tool.mpfix]`` closest to each (in order of first file), each group
+    with that configuration's settings and the command line's ``overrides`` on top, as in Ruff:
+    ``sub/pyproject.toml`` applies to ``sub/a.py`` in ``mpfix check .`` as in ``mpfix check sub/a.py``.
+    Files whose closest configuration is ``settings``' own stay with ``settings``."""
+    groups: dict[Path | None, tuple[Settings, list[Path]]] = {}
+    by_folder: dict[Path, Path | None] = {}
+    for file in files:
+        folder = Path(os.path.abspath(file)).parent  # the file itself may be a symlink loop (MP000 later)
+        if folder not in by_folder:
+            by_folder[folder] = find_pyproject(folder)
+        pyproject = by_folder[folder]
+        if pyproject is not None and settings.config_file is not None and pyproject == settings.config_file.resolve():
+            pyproject = settings.config_file
+        if pyproject not in groups:
+            own = settings if pyproject == settings.config_file else load(pyproject).with_overrides(**overrides)
+            groups[pyproject] = (own, [])
+        groups[pyproject][1].append(file)
+    return list(groups.values())

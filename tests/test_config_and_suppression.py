@@ -138,3 +138,65 @@ def test_a_configured_policy_makes_every_library_layer_float16_reachable(project
     args = ["check", "--no-cache", *(["--policy", "mixed_float16"] if how == "flag" else []), "mylib"]
     assert ("MP201" in mpfix(*args).output) is flagged
     policies.project_reach.cache_clear()
+
+
+# -- issue 20: typed values and the configuration closest to each file ------------------------------
+@pytest.mark.parametrize(("body", "key"), [
+    ('unsafe-fixes = "false"\n', "unsafe-fixes"),  # was read as true: apply wrote unsafe fixes
+    ('unsafe-fixes = 1\n', "unsafe-fixes"),
+    ('max-file-size = "big"\n', "max-file-size"),  # was a traceback and exit 1
+    ('max-file-size = -1\n', "max-file-size"),  # was accepted
+    ('max-file-size = 1.5\n', "max-file-size"),
+    ('max-file-size = true\n', "max-file-size"),
+    ('select = "MP1"\n', None),  # a single code as a string stays allowed (Ruff accepts a list only; harmless)
+    ('select = [1]\n', "select"),
+    ('exclude = "x/*"\n', "exclude"),
+    ('policy = 16\n', "policy"),
+    ('keras = true\n', "keras"),
+    ('keras = 2.5\n', "keras"),
+    ('[tool.mpfix.per-file-ignores]\n"a.py" = "MP1"\n', None),
+    ('per-file-ignores = ["MP1"]\n', "per-file-ignores"),
+])
+def test_config_values_are_typed(project: Path, body: str, key: str | None):
+    write_config(project, body)
+    (project / "train.py").write_text(DEPRECATED)
+    result = mpfix("check", "train.py")
+    if key is None:
+        assert result.exit_code in (0, 1), result.output
+        return
+    assert result.exit_code == 2, result.output
+    assert f"[tool.mpfix] {key}" in result.output and "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_string_false_never_enables_unsafe_fixes(project: Path):
+    write_config(project, 'unsafe-fixes = "false"\n')
+    with pytest.raises(config.ConfigError, match=r"unsafe-fixes must be true or false, not 'false'"):
+        config.load(project / "pyproject.toml")
+
+
+def test_each_file_gets_the_configuration_closest_to_it(project: Path):
+    # Ruff's rule: `sub/pyproject.toml` applies to sub/a.py whether `.` or `sub/a.py` is checked,
+    # so a pre-commit run's results do not depend on which files are staged.
+    write_config(project, "")
+    (project / "sub").mkdir()
+    (project / "sub" / "pyproject.toml").write_text("[tool.mpfix]\nignore = [\"MP306\"]\n")
+    for name in ("top.py", "sub/a.py"):
+        (project / name).write_text(DEPRECATED)
+    alone = mpfix("check", "sub/a.py").output
+    everything = mpfix("check", ".").output
+    assert "MP307" in alone and "MP306" not in alone
+    assert "sub/a.py:4:14: MP306" not in everything and "sub/a.py:9:1: MP307" in everything
+    assert "top.py:4:14: MP306" in everything
+    # An explicit --config applies to every file, as in Ruff.
+    assert "sub/a.py:4:14: MP306" in mpfix("check", "--config", "pyproject.toml", ".").output
+    # The command line still wins over each file's configuration.
+    assert "sub/a.py:4:14: MP306" in mpfix("check", "--select", "MP306", "--ignore", "MP307", ".").output
+
+
+def test_the_closest_configuration_decides_unsafe_fixes_per_file(project: Path):
+    write_config(project, "unsafe-fixes = false\n")
+    (project / "sub").mkdir()
+    (project / "sub" / "pyproject.toml").write_text("[tool.mpfix]\nunsafe-fixes = true\nselect = [\"MP3\"]\n")
+    assert config.settings_for_file(project / "sub" / "a.py").unsafe_fixes is True
+    assert config.settings_for_file(project / "a.py").unsafe_fixes is False
