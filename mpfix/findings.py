@@ -94,3 +94,4 @@ class FileError:
     line: int = 1
     column: int = 1
     code: str = "MP000"
+    cell: int | None = None  # notebook cell (1-based) when ``line``/``column`` count within it
