@@ -22,6 +22,7 @@ from pathlib import Path
 
 from mpfix.verify.changes import Change, ChangeKind, static_findings
 from mpfix.verify.evidence import Kind, RuntimeFinding
+from mpfix.verify.frames import notebook_place
 
 # The fixed scale of the last resort (escalate.FIXED_SCALE: well below 65504 / typical
 # gradient magnitudes).
@@ -54,7 +55,8 @@ def at_finding(finding: RuntimeFinding, original: Path, text: str, policy: str |
     anchor = lines[finding.line - 1].strip()
     out: list[Change] = []
     evidence = finding.text()
-    for static in static_findings(text, original, policy, keras):
+    notebook = original.suffix == ".ipynb"
+    for static in [] if notebook else static_findings(text, original, policy, keras):
         if static.line == finding.line and static.fix is not None and str(static.fix.safety) != "none":
             out.append(Change(ChangeKind.STATIC, original, f"{static.code}'s fix: {static.fix.description}", evidence,
                               anchor=anchor, line=finding.line, codes=(static.code,), policy=policy, keras=keras))
@@ -104,8 +106,8 @@ def output_layer(run) -> dict | None:
 
 
 def for_verdict(verdict, run, found: list[RuntimeFinding], texts, files: list[Path], to_original) -> list[Change]:
-    """Every candidate for this round, best first. ``texts(path)`` gives a user file's
-    current text; ``to_original(path)`` maps a path of the working copy to the user's."""
+    """Every candidate for this round, best first. ``texts(path)`` gives the text of a
+    file that ran; ``to_original(path)`` maps such a path to the user's file."""
     policy = policy_of(run)
     out: list[Change] = []
     targets = [f for f in found if f.kind is Kind.NONFINITE] + [f for f in found if f.kind is Kind.CONSTANT]
@@ -113,11 +115,16 @@ def for_verdict(verdict, run, found: list[RuntimeFinding], texts, files: list[Pa
         targets += [f for f in found if f.kind is Kind.HEADROOM]
     for finding in targets[:2]:
         original = to_original(Path(finding.file))
-        text = texts(original)
+        # The file that ran (the working copy's, or the script made of a notebook's cells).
+        text = texts(Path(finding.file))
         if text is None:
             continue
         local = RuntimeFinding(**{**finding.__dict__, "file": str(original)})
+        place = notebook_place(finding.file, finding.line)
         for change in at_finding(local, original, text, policy, keras_of(run)):
+            if place is not None and place[1]:  # a notebook's finding is shown at its cell and line
+                change.evidence = f"{original.name}:cell {place[1]}:{place[2]}:{finding.column}: {finding.code} " \
+                                  f"{finding.message}"
             if change.kind is ChangeKind.LAYER:
                 change.path = to_original(change.path)
             out.append(change)

@@ -56,6 +56,15 @@ class Change:
     extra: dict = field(default_factory=dict)
 
     def apply(self, text: str) -> str | None:
+        if Path(self.path).suffix == ".ipynb":
+            from mpfix.verify import repair_notebooks
+
+            if self.kind not in (ChangeKind.ISLAND, ChangeKind.LAYER):
+                return None
+            return repair_notebooks.apply(text, self._apply_python)
+        return self._apply_python(text)
+
+    def _apply_python(self, text: str) -> str | None:
         if self.kind in (ChangeKind.STATIC, ChangeKind.LOSS_SCALING, ChangeKind.FIXED_SCALE):
             return static_fixed(text, self.path, self.codes, self.anchor or None, self.policy, self.loss_scale,
                                 self.keras)

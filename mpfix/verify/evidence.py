@@ -104,6 +104,15 @@ class RuntimeFinding:
     extra: dict = field(default_factory=dict)
 
     def text(self, root: Path | None = None) -> str:
+        from mpfix.verify.frames import notebook_place
+
+        if self.extra.get("cell"):
+            return f"{_display(self.file, root)}:cell {self.extra['cell']}:{self.line}:{self.column}: {self.code} " \
+                   f"{self.message}"
+        place = notebook_place(self.file, self.line)
+        if place is not None and place[1]:
+            notebook, cell, line = place
+            return f"{_display(str(notebook), root)}:cell {cell}:{line}:{self.column}: {self.code} {self.message}"
         return f"{_display(self.file, root)}:{self.line}:{self.column}: {self.code} {self.message}"
 
     def to_json(self) -> dict:
@@ -118,6 +127,7 @@ class RuntimeFinding:
             "step": self.step,
             "peak": None if self.peak is None or not math.isfinite(self.peak) else self.peak,
             "layer": (self.layer or {}).get("name"),
+            "cell": self.extra.get("cell"),
             "runtime": True,
         }
 

@@ -16,7 +16,7 @@
    encoding/BOM/newlines, ``writer.write_atomic``); ``diff_only`` writes nothing.
 
 The working copy (``Workspace``) mirrors the script's folder in a temporary folder: Python
-files are copied (so changes never touch the user's files before step 5), everything
+files and notebooks are copied (so changes never touch the user's files before step 5), everything
 else is linked. The children are verify's (``run.run_children``): each enforces its
 deadline itself and its whole process group is killed when it ends.
 """
@@ -112,7 +112,7 @@ class Workspace:
             dirs[:] = keep
             for name in files:
                 source = here / name
-                if name.endswith(".py") and not source.is_symlink():
+                if name.endswith((".py", ".ipynb")) and not source.is_symlink():
                     shutil.copy2(source, target / name)
                 else:
                     os.symlink(source, target / name)
@@ -181,6 +181,11 @@ def problem(path: Path, original: str, new: str) -> str | None:
 
     from mpfix.fix_validation import Validator
 
+    if Path(path).suffix == ".ipynb":
+        from mpfix.verify import repair_notebooks
+
+        return repair_notebooks.problem(Path(path), original, new)
+
     try:
         compile(new, str(path), "exec")
         fixed = cst.parse_module(new)
@@ -203,6 +208,11 @@ class Repairer:
         self.options = Options.from_kwargs(**options, baseline=True)
         self.progress = progress or (lambda line: None)
         self.runs = 0
+        # Scripts made of a notebook's cells -> the user's notebook.
+        self.generated: dict[str, Path] = {}
+
+    def to_original(self, workspace: Workspace, path: Path) -> Path:
+        return self.generated.get(str(path)) or workspace.original(path)
 
     def _left(self) -> float:
         return self.deadline - time.monotonic()
@@ -219,7 +229,13 @@ class Repairer:
         workdir = Path(tempfile.mkdtemp(prefix="run-", dir=tmp))
         self.runs += len(modes)
         script = workspace.mirror(self.script)
-        return run_children(script, self.args, modes, options, workdir, origin=script)
+        runnable = script
+        if script.suffix == ".ipynb":
+            from mpfix.verify.notebook import notebook_script
+
+            runnable = notebook_script(script, workdir)
+            self.generated[str(runnable)] = self.script
+        return run_children(runnable, self.args, modes, options, workdir, origin=script)
 
     def outcome(self, workspace, tmp, baseline) -> Outcome:
         mixed = self._run(workspace, tmp, [("mixed", False)])[0]
@@ -268,8 +284,8 @@ class Repairer:
                 rounds += 1
                 found = evidence.findings(current.run)
                 offered = candidates_mod.for_verdict(
-                    current.verdict, current.run, found, workspace.text, self._files(workspace, current.run),
-                    workspace.original)
+                    current.verdict, current.run, found, _ran_text, self._files(workspace, current.run),
+                    lambda p: self.to_original(workspace, p))
                 better = self._try(workspace, tmp, baseline, current, kept, offered, result)
                 if better is None:
                     break
@@ -297,7 +313,13 @@ class Repairer:
         return result
 
     def _user_finding(self, finding, workspace):
-        finding.file = str(workspace.original(Path(finding.file)))
+        from mpfix.verify.frames import notebook_place
+
+        place = notebook_place(finding.file, finding.line)
+        if place is not None and place[1]:
+            _, cell, line = place
+            finding.extra["cell"], finding.line = cell, line
+        finding.file = str(self.to_original(workspace, Path(finding.file)))
         return finding
 
     def _files(self, workspace: Workspace, run) -> list[Path]:
@@ -307,7 +329,7 @@ class Repairer:
         for entry in [*run.layers.values(), *run.ops, *run.constants]:
             path = entry.get("file")
             if path:
-                original = workspace.original(Path(path))
+                original = self.to_original(workspace, Path(path))
                 if original not in found and workspace.text(original) is not None:
                     found.append(original)
         return found
@@ -317,6 +339,8 @@ class Repairer:
         keras = candidates_mod.keras_of(current.run)
         for path in self._files(workspace, current.run):
             text = workspace.text(path)
+            if path.suffix == ".ipynb":
+                continue  # `mpfix apply` fixes notebooks; here only the runtime candidates
             if text is None or static_fixed(text, path, ("MP",), None, policy, None, keras) is None:
                 continue
             codes = sorted({f.code for f in static_findings(text, path, policy, keras) if f.fix is not None})
@@ -380,6 +404,13 @@ class Repairer:
             dropped = kept.pop()
             result.notes.append(f"dropped {dropped.kind} ({dropped.description}): the float32 run changed")
         return kept
+
+
+def _ran_text(path: Path) -> str | None:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _usable(run) -> bool:

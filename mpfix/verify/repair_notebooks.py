@@ -1,0 +1,73 @@
+"""Notebooks in ``mpfix repair``: a change made on the script verify runs for a notebook
+(its code cells, one after the other) is applied to the cell holding its line.
+
+A change is anchored on the text of its line (``changes.Change``), so it is applied to
+each code cell's source in turn until one takes it; the notebook's JSON is written back
+with its own indentation, key order and final newline. Validation compiles the changed
+cells (IPython lines masked as ``mpfix check`` masks them) and runs ``apply``'s checks on
+them. Static fixes are not offered for notebooks here (``mpfix apply`` fixes notebooks).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+
+def _source(cell: dict) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def _indent(text: str) -> int:
+    match = re.search(r"^\{\s*\n( +)\"", text)
+    return len(match.group(1)) if match else 1
+
+
+def apply(text: str, edit) -> str | None:
+    """``text`` (a notebook's JSON) with ``edit(cell_source) -> new source or None`` applied
+    to the first code cell that takes it; None when no cell does."""
+    try:
+        notebook = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    for cell in notebook.get("cells", []):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        source = _source(cell)
+        new = edit(source)
+        if new is None or new == source:
+            continue
+        cell["source"] = new.splitlines(keepends=True) if isinstance(cell.get("source"), list) else new
+        out = json.dumps(notebook, indent=_indent(text), ensure_ascii=False)
+        return out + "\n" if text.endswith("\n") else out
+    return None
+
+
+def cells(text: str) -> list[str]:
+    try:
+        notebook = json.loads(text)
+    except json.JSONDecodeError:
+        return []
+    return [_source(c) for c in notebook.get("cells", []) if isinstance(c, dict) and c.get("cell_type") == "code"]
+
+
+def problem(path, original: str, new: str) -> str | None:
+    """Why the notebook ``new`` must not replace ``original`` (None: it passes)."""
+    from mpfix.notebooks import mask
+
+    before, after = cells(original), cells(new)
+    if not after or len(before) != len(after):
+        return "the notebook's code cells changed in number (not valid JSON?)"
+    from mpfix.verify.repair import problem as python_problem
+
+    for old, fixed in zip(before, after):
+        if old == fixed:
+            continue
+        old_masked, new_masked = mask(old, [0]), mask(fixed, [0])
+        if old_masked is None or new_masked is None:
+            return "a changed cell is not Python"
+        why = python_problem(path.with_suffix(".py"), old_masked[0], new_masked[0])
+        if why is not None:
+            return why
+    return None
