@@ -153,16 +153,3 @@ def test_a_change_goes_into_the_notebook_cell_holding_its_line(tmp_path):
     assert Change(ChangeKind.STATIC, path, "s", "e", codes=("MP",)).apply(text) is None
     assert repair_notebooks.apply("not json", lambda s: s + "x") is None
 
-
-def test_the_repair_scripts_are_not_caught_by_the_static_rules():
-    """What repair is for: bugs the static rules miss (split_optimizers.py gets two MP303 on
-    its tf_keras branch, not on the bug)."""
-    import subprocess
-    import sys
-
-    folder = Path(__file__).parent / "scripts" / "repair"
-    names = [p.name for p in sorted(folder.glob("*.py")) if p.name != "split_optimizers.py"]
-    assert len(names) >= 7
-    result = subprocess.run([sys.executable, "-m", "mpfix", "check", "--select", "MP1,MP2", *names], cwd=folder,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout
