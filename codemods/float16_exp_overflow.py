@@ -64,15 +64,20 @@ class Float16ExpOverflow(Rule):
     message = "`exp`/`pow` of a float16 tensor overflows (exp(x) is inf from x ≈ 11.1); use tf.nn.softmax or float32"
     fix_safety = FixSafety.UNSAFE
     requires_float16 = True
-    # Literal-led (a leading \b makes re try every position): exp(, expm1(, pow(, power( as whole words.
-    triggers = (re.compile(r"exp(?<!\wexp)(?:m1)?\s*\("), re.compile(r"pow(?<!\wpow)(?:er)?\s*\("))
+    # Literal-led (a leading \b makes re try every position): exp(, expm1(, pow(, power(, log(, log1p( as
+    # whole words.
+    triggers = (re.compile(r"exp(?<!\wexp)(?:m1)?\s*\("), re.compile(r"pow(?<!\wpow)(?:er)?\s*\("),
+                re.compile(r"log(?<!\wlog)(?:1p)?\s*\("))
     explanation = """
         ## What it does
         Finds `tf.exp`, `tf.math.expm1` and `tf.pow` on tensors that are float16 under
         `mixed_float16`, and manual softmaxes `tf.exp(x) / tf.reduce_sum(tf.exp(x), axis)`.
-        Arguments that cannot exceed 0 by their form — `exp(x - reduce_max(x))`, `exp(-abs(x))`,
-        `exp(-x**2)`, `exp(-log(10000.0) * i / d)`, `exp(cumsum(log(p)))` — are left alone, and so
-        are complex values and float32 ones.
+        Arguments that cannot exceed 0 (or 11) by their form — `exp(x - reduce_max(x))`,
+        `exp(-abs(x))`, `exp(-x**2)`, `exp(-log(10000.0) * i / d)`, `exp(cumsum(log(p)))`,
+        `exp(clip_by_value(s, -10.0, 10.0))` — are left alone, and so are complex values and
+        float32 ones. Also the log side of the same range: softplus spelled out
+        (`log1p(exp(x))`, `log(1 + exp(x))`, inf once `exp` is) and `log` of a float16
+        softmax/sigmoid output (a probability below 6e-8 rounds to 0, and its log is -inf).
 
         ## Why is this bad?
         `exp(11.1)` already exceeds float16's 65504: a manual softmax turns into `inf / inf = NaN`
@@ -92,8 +97,9 @@ class Float16ExpOverflow(Rule):
         uses, cast the input to float32 and keep the result float32 until it is back in range.
 
         ## Fix safety
-        Unsafe: only the manual softmax is rewritten (same values where the original was finite);
-        other uses are reported without a fix, since casting back to float16 would overflow again.
+        Unsafe: the manual softmax becomes `softmax`, `log(softmax(x))` becomes `log_softmax(x)` and
+        `log1p(exp(x))` becomes `softplus(x)` (the same values where the original was finite); other
+        uses are reported without a fix, since casting back to float16 would overflow again.
     """
     VALID = [
         Valid("""
@@ -175,7 +181,11 @@ class Float16ExpOverflow(Rule):
             x = first_arg(call)
             if spec is None or x is None:
                 continue
-            if spec.has(Kind.EXP):
+            if spec.has(Kind.LOG):
+                if not self._log_of_exp(facts, call, spec, x, handled) and not spec.has(Kind.LOG1P) and \
+                        facts.dtype_of(x) is Dtype.FLOAT16 and facts.probability(x):
+                    self._log_of_probability(call, x)
+            elif spec.has(Kind.EXP):
                 if self._bounded(facts, x):
                     continue
                 self.report(call, f"`{self.context.code(call.func)}` of a float16 tensor is inf from 11.1 up; "
@@ -189,6 +199,52 @@ class Float16ExpOverflow(Rule):
                     continue
                 self.report(call, "`pow` on float16 tensors overflows past 65504 (or underflows below 6e-8); "
                                   "compute it in float32")
+
+    def _log_of_exp(self, facts: DtypeFacts, call: cst.Call, spec: op_table.OpSpec, x: cst.BaseExpression,
+                    handled: set) -> bool:
+        """``log1p(exp(v))`` or ``log(1 + exp(v))``: softplus spelled out, inf once exp(v) is (v > 11.1)."""
+        inner = x
+        if not spec.has(Kind.LOG1P):
+            if not (isinstance(x, cst.BinaryOperation) and isinstance(x.operator, cst.Add)):
+                return False
+            one, inner = (x.left, x.right) if number(x.left) == 1 else (x.right, x.left)
+            if number(one) != 1:
+                return False
+        exp = _spec(self.context, inner)
+        v = first_arg(inner) if exp is not None and exp.short == "exp" else None
+        if v is None or self._bounded(facts, v):
+            return False
+        handled.add(inner)
+        if backend_agnostic(self.context):
+            spelled, imports = ops_spelling(self.context)
+            template = cst.parse_expression(f"{spelled}.softplus(__x__)")
+        else:
+            tf, imports = tf_spelling(self.context)
+            template = cst.parse_expression(f"{tf}.math.softplus(__x__)")
+        fix = {call: template.with_changes(lpar=call.lpar, rpar=call.rpar,
+                                           args=[template.args[0].with_changes(value=v)])}
+        self.report(call, f"`{self.context.code(call)}` is softplus spelled out: `exp` of a float16 tensor is inf "
+                          "from 11.1 up, and so is the result; use `softplus`", fix=fix, imports=imports,
+                    description="Use softplus")
+        return True
+
+    def _log_of_probability(self, call: cst.Call, x: cst.BaseExpression) -> None:
+        """``log(softmax(x))``: a float16 probability below 6e-8 is 0, and its log -inf (NaN in the loss)."""
+        fix = None
+        imports: tuple[str, ...] = ()
+        spec = _spec(self.context, x)
+        if spec is not None and spec.has(Kind.PROBABILITY):
+            stable = "log_softmax" if "softmax" in spec.short else "log_sigmoid"
+            if backend_agnostic(self.context):
+                spelled, imports = ops_spelling(self.context)
+                template = cst.parse_expression(f"{spelled}.{stable}()")
+            else:
+                tf, imports = tf_spelling(self.context)
+                template = cst.parse_expression(f"{tf}.{'nn' if stable == 'log_softmax' else 'math'}.{stable}()")
+            fix = {call: template.with_changes(args=x.args, lpar=call.lpar, rpar=call.rpar)}
+        self.report(call, f"`{self.context.code(call)}`: a float16 probability below 6e-8 rounds to 0 and its log is "
+                          "-inf (NaN in the loss); use `log_softmax`/`log_sigmoid`, or compute in float32",
+                    fix=fix, imports=imports, description="Use the stable log-probability op")
 
     def _bounded(self, facts: DtypeFacts, x: cst.BaseExpression) -> bool:
         """``exp(x)`` cannot overflow: x is not float16, or is ≤ 0 (or small) by its form."""

@@ -33,7 +33,7 @@ class Float16UnderflowEpsilon(Rule):
     # Literals of 1e-6 and below (exponent or written out), and l2_normalize's default 1e-12.
     # Literal-led regexes with lookbehinds: same files as `\d[eE]-...`, 15x faster to search.
     triggers = (re.compile(r"e-(?<=\de-)0*(?:[6-9]|[1-9]\d)\b"), re.compile(r"E-(?<=\dE-)0*(?:[6-9]|[1-9]\d)\b"),
-                re.compile(r"0\.00000\d"), "l2_normalize")
+                re.compile(r"0\.00000\d"), "l2_normalize", "epsilon()")
     explanation = """
         ## What it does
         Finds small constants added to float16 tensors to keep a division, `sqrt` or `log`
@@ -170,6 +170,8 @@ class Float16UnderflowEpsilon(Rule):
         for candidate in facts.nodes((cst.Call, cst.Float, cst.Name, cst.Attribute), module_level=True):
             if isinstance(candidate, cst.Call):
                 self._check_call(facts, candidate)
+                if not candidate.args and facts.constant(candidate) is not None:
+                    self._check_additive(facts, candidate)  # keras.backend.epsilon(): 1e-7
             elif not isinstance(candidate, cst.Attribute) or _is_self_attribute(candidate):
                 self._check_additive(facts, candidate)
         for call in facts.all_calls:
@@ -194,6 +196,8 @@ class Float16UnderflowEpsilon(Rule):
             value, literal = constant.value, constant.literal
             if isinstance(parent, cst.AssignTarget):
                 return
+        elif isinstance(node, cst.Call):
+            value, literal = facts.constant(node).value, node
         else:
             value, literal = number(node), node
             if value is None or isinstance(parent, cst.UnaryOperation):

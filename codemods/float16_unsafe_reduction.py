@@ -35,6 +35,54 @@ def _squaring_norm(context, call: cst.Call) -> bool:
     return context.code(ord_arg).strip() in _SQUARING_ORDS
 
 
+def _self_product(context, call: cst.Call, spec: op_table.OpSpec) -> cst.BaseExpression | None:
+    """``x`` of ``einsum("bd,bd->b", x, x)`` or ``matmul(x, x, transpose_b=True)``: squares summed."""
+    operands = [a.value for a in call.args if a.keyword is None and not a.star]
+    if spec.short == "einsum":
+        if len(operands) != 3 or not isinstance(operands[0], cst.SimpleString):
+            return None
+        equation = (operands[0].evaluated_value or "").replace(" ", "")
+        inputs, _, output = equation.partition("->")
+        if not output and "->" not in equation:
+            return None
+        contracted = set(inputs.replace(",", "").replace(".", "")) - set(output)
+        a, b = operands[1], operands[2]
+        return a if contracted and context.code(a) == context.code(b) else None
+    if len(operands) == 2 and context.code(operands[0]) == context.code(operands[1]) and _transposed(call):
+        return operands[0]
+    return None
+
+
+def _transposed(call: cst.Call) -> bool:
+    return any(a.keyword is not None and a.keyword.value in ("transpose_a", "transpose_b", "adjoint_a", "adjoint_b")
+               and isinstance(a.value, cst.Name) and a.value.value == "True" for a in call.args)
+
+
+def _attention_scores(context, call: cst.Call, spec: op_table.OpSpec) -> bool:
+    """``matmul(q, k, transpose_b=True)`` or ``einsum("...qd,...kd->...qk", q, k)``: query·key over features."""
+    operands = [a.value for a in call.args if a.keyword is None and not a.star]
+    if spec.short == "einsum":
+        if len(operands) != 3 or not isinstance(operands[0], cst.SimpleString):
+            return False
+        inputs, _, output = (operands[0].evaluated_value or "").replace(" ", "").partition("->")
+        parts = inputs.split(",")
+        return len(parts) == 2 and all(parts) and parts[0][-1] == parts[1][-1] and parts[0][-1] not in output \
+            and context.code(operands[1]) != context.code(operands[2])
+    return len(operands) == 2 and context.code(operands[0]) != context.code(operands[1]) and any(
+        a.keyword is not None and a.keyword.value in ("transpose_b", "adjoint_b") and isinstance(a.value, cst.Name)
+        and a.value.value == "True" for a in call.args)
+
+
+def _whole_tensor(call: cst.Call) -> bool:
+    """A reduction without an axis: it sums every element."""
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    axis = next((a for a in call.args if a.keyword is not None and a.keyword.value in ("axis", "axes")), None)
+    if axis is None and len(positional) >= 2:
+        axis = positional[1]
+    return axis is None and not any(a.star for a in call.args) or (
+        axis is not None and isinstance(axis.value, cst.Name) and axis.value.value == "None")
+
+
 def _is_loss(facts: DtypeFacts, call: cst.Call, code) -> bool:
     """The reduction's result is a loss term: it may stay float32 (losses are float32 in Keras)."""
     for ancestor in facts.ancestors(call):
@@ -63,13 +111,18 @@ class Float16UnsafeReduction(Rule):
     requires_float16 = True
     # Substrings, and regexes that start with a literal (a leading \b makes re try every position).
     triggers = ("l2_loss", "reduce_variance", "reduce_std", ".var(", ".std(", re.compile(r"square(?<!\wsquare)\s*\("),
-                re.compile(r"norm(?<!\wnorm)\s*\("), re.compile(r"\*\*\s*2\b"), re.compile(r"sum(?<![a-z]sum)\s*\("))
+                re.compile(r"norm(?<!\wnorm)\s*\("), re.compile(r"\*\*\s*2\b"), re.compile(r"sum(?<![a-z]sum)\s*\("),
+                "cumsum(", "einsum(", "matmul(")
     explanation = """
         ## What it does
-        Finds `tf.nn.l2_loss`, `tf.reduce_sum(tf.square(x))`, `tf.norm` (the Euclidean or
-        Frobenius norm: an L1 or inf norm does not square),
-        `tf.math.reduce_variance` and `tf.math.reduce_std` over tensors that are float16 under
-        `mixed_float16` (activations inside `call`, model outputs in a training step).
+        Finds `tf.nn.l2_loss`, sums of squares in every spelling (`tf.reduce_sum(tf.square(x))`,
+        `tf.pow(x, 2)`, `x ** 2`, `x * x`, and self-products `tf.einsum("bd,bd->b", x, x)`,
+        `tf.matmul(x, x, transpose_b=True)`), `tf.norm` (the Euclidean or Frobenius norm: an L1
+        or inf norm does not square), `tf.math.reduce_variance` and `tf.math.reduce_std` over
+        tensors that are float16 under `mixed_float16` (activations inside `call`, model outputs
+        in a training step); running sums (`tf.cumsum`) and sums over every element of a layer's
+        activations (`tf.reduce_sum(x)` without an axis); and attention scores scaled only after
+        the product (`tf.matmul(q, k, transpose_b=True) / math.sqrt(d)`: scale `q` first).
 
         ## Why is this bad?
         Squares grow fast and float16 stops at 65504: 3,000 activations of magnitude 5 sum to
@@ -182,22 +235,56 @@ class Float16UnsafeReduction(Rule):
             x = first_arg(call)
             if spec is None or x is None:
                 continue
-            what = spec.label or None
-            in_range = spec.has(Kind.NORM, Kind.DEVIATION, Kind.VARIANCE)
+            if spec.has(Kind.MATMUL):
+                target = _self_product(self.context, call, spec)
+                if target is not None and facts.dtype_of(target) is Dtype.FLOAT16:
+                    self._report(facts, call, target, call, "sum of squares (a self-product)", in_range=False)
+                continue
             if spec.has(Kind.NORM) and spec.short != "reduce_euclidean_norm" and not _squaring_norm(self.context, call):
                 continue  # an L1/inf/max norm: no squares to overflow
-            if not (in_range or spec.has(Kind.SQUARED_SUM)):
-                what = None
+            in_range = spec.has(Kind.NORM, Kind.DEVIATION, Kind.VARIANCE)
+            what = spec.label if in_range or spec.has(Kind.SQUARED_SUM) else None
             target, replaced = x, None
-            if what is None and spec.has(Kind.LONG_SUM) and not spec.has(Kind.CUMULATIVE):
+            if what is None and spec.has(Kind.CUMULATIVE):
+                what = "running sum (cumsum)"
+            elif what is None and spec.has(Kind.LONG_SUM):
                 square = self._square(facts, x)
-                if square is None:
-                    continue
-                target, replaced = square
-                what = "sum of squares"
+                if square is not None:
+                    target, replaced = square
+                    what = "sum of squares"
+                elif _whole_tensor(call) and facts.place(call).layer_method and not facts.at_most_one(x):
+                    # Every element of a layer's activations: batch × length × features values.
+                    what = "sum over every element"
             if what is None or facts.dtype_of(target) is not Dtype.FLOAT16:
                 continue
             self._report(facts, call, target, replaced, what, in_range=in_range)
+        for binop in facts.nodes(cst.BinaryOperation):
+            self._scaled_after_product(facts, binop)
+
+    def _scaled_after_product(self, facts: DtypeFacts, binop: cst.BinaryOperation) -> None:
+        """``matmul(q, k, transpose_b=True) / sqrt(d)``: d products summed in float16 before the scaling."""
+        if isinstance(binop.operator, cst.Divide):
+            product, scale = binop.left, binop.right
+        elif isinstance(binop.operator, cst.Multiply):
+            product, scale = (binop.left, binop.right) if isinstance(binop.left, cst.Call) else (binop.right, binop.left)
+        else:
+            return
+        spec = op_table.known(self.context.resolve(product.func)) if isinstance(product, cst.Call) else None
+        if spec is None or not spec.has(Kind.MATMUL) or not _attention_scores(self.context, product, spec):
+            return
+        operands = [a.value for a in product.args if a.keyword is None and not a.star]
+        q, k = operands[-2], operands[-1]
+        if facts.dtype_of(q) is not Dtype.FLOAT16 or facts.dtype_of(k) is not Dtype.FLOAT16 or \
+                facts.dtype_of(scale) not in (Dtype.PYTHON, Dtype.FLOAT16):
+            return
+        fix = None
+        if isinstance(q, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)):
+            scaled = cst.BinaryOperation(left=q, operator=binop.operator, right=scale)
+            args = [a.with_changes(value=scaled) if a.value is q else a for a in product.args]
+            fix = {binop: product.with_changes(args=args, lpar=binop.lpar, rpar=binop.rpar)}
+        self.report(binop, f"attention scores `{self.context.code(product)}` sum products of float16 activations "
+                           "and overflow past 65504 before the scaling; scale the queries first",
+                    fix=fix, description="Scale the queries before the product")
 
     def _square(self, facts: DtypeFacts, inner: cst.BaseExpression):
         """``(x, replaced)`` when ``inner`` is x²: ``square(x)``, ``pow(x, 2)``, ``x ** 2``, ``x * x``."""
@@ -218,6 +305,11 @@ class Float16UnsafeReduction(Rule):
 
     def _cast_in(self, call: cst.Call, target, replaced) -> tuple[cst.Call, tuple[str, ...]]:
         converted, imports = cast(self.context, target, "float32")
+        if replaced is call:  # einsum(eq, x, x): every operand spelled like the target is cast
+            code = self.context.code(target)
+            args = [a.with_changes(value=cast(self.context, a.value, "float32")[0])
+                    if a.keyword is None and self.context.code(a.value) == code else a for a in call.args]
+            return call.with_changes(args=args), imports
         if replaced is not None:
             other, _ = cast(self.context, target, "float32")
             return call.deep_replace(replaced, replaced.with_changes(left=converted, right=other)), imports

@@ -9,7 +9,7 @@ from mpfix.codemods.analysis.dtype_lattice import (
     spelled_dtype,
 )
 from mpfix.codemods.analysis.dtype_regions import ELEMENT, FLOAT32_VARIABLE, Region, assignments
-from mpfix.codemods.facts import heuristics
+from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.facts import ops as specs
 from mpfix.codemods.names import dotted_name
 
@@ -23,6 +23,9 @@ class ExpressionDtypes:
         value = number(node)
         if value is not None:
             return value, node
+        if isinstance(node, cst.Call) and not node.args:
+            known = keras_layers.KERAS_CONSTANTS.get(self.resolve(node.func) or "")
+            return (known, node) if known is not None else None
         if isinstance(node, cst.Name):
             values = region.assigned.get(node.value) if region else None
             if values:

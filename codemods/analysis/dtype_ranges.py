@@ -8,7 +8,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mpfix.codemods._walk import children
-from mpfix.codemods.analysis.dtype_lattice import INT, PY, argument, first_arg, number
+from mpfix.codemods.analysis.dtype_lattice import BOOL, INT, PY, argument, first_arg, number
 from mpfix.codemods.analysis.dtype_regions import Region
 from mpfix.codemods.facts import heuristics
 from mpfix.codemods.facts import ops as specs
@@ -89,21 +89,44 @@ class ValueRanges:
             stack.extend(children(current))
         return all(len(region.assigned.get(name, [])) <= 1 for name in names)
 
-    def at_most_one(self, node: cst.BaseExpression, region: Region) -> bool:
-        """``node`` ≤ 1: a probability (sigmoid, softmax) or a clip whose upper bound is at most 1."""
+    def at_most_one(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> bool:
+        """``node`` ≤ 1: a probability (sigmoid, softmax), a 0/1 mask cast from bool, or a clip whose
+        upper bound is at most 1 (through names bound once and shape ops)."""
+        if depth > 8:
+            return False
+        if isinstance(node, cst.Name):
+            values = region.assigned.get(node.value, [])
+            return len(values) == 1 and self.at_most_one(values[0], region, depth + 1)
         if not isinstance(node, cst.Call):
             return False
         spec = specs.lookup(self.resolve(node.func))
         if spec is None:
             return False
-        if spec.range is Range.UNIT:
+        if spec.range is Range.UNIT or (spec.is_cast and first_arg(node) is not None and
+                                        self.dtype(first_arg(node), region) is BOOL):
             return True
         if spec.has(Kind.CLIP) and len(node.args) >= 3:
             high = number(node.args[2].value)
             return high is not None and high <= 1
         if spec.range is Range.FOLLOWS and first_arg(node) is not None:
-            return self.at_most_one(first_arg(node), region)  # reshape(softmax(x)), stop_gradient(p)
+            return self.at_most_one(first_arg(node), region, depth + 1)  # reshape(softmax(x)), stop_gradient(p)
         return False
+
+    def probability(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> bool:
+        """A softmax/sigmoid output (through names bound once and shape ops): it can round to 0 in
+        float16 (below 6e-8), where ``log`` gives -inf."""
+        if depth > 8:
+            return False
+        if isinstance(node, cst.Name):
+            values = region.assigned.get(node.value, [])
+            return len(values) == 1 and self.probability(values[0], region, depth + 1)
+        spec = specs.lookup(self.resolve(node.func)) if isinstance(node, cst.Call) else None
+        if spec is None:
+            return False
+        if spec.has(Kind.PROBABILITY):
+            return True
+        return spec.range is Range.FOLLOWS and not spec.is_cast and first_arg(node) is not None and \
+            self.probability(first_arg(node), region, depth + 1)
 
     def _is(self, node: cst.BaseExpression, kind: "specs.Kind") -> bool:
         if not isinstance(node, cst.Call):
@@ -140,7 +163,7 @@ class ValueRanges:
             if spec.has(specs.Kind.CLIP) and len(node.args) >= 3:
                 high = argument(node, "clip_value_max", 2) or argument(node, "x_max", 2)
                 return number(high.value) if high is not None else None
-            if spec.short == "minimum" and len(node.args) >= 2:
+            if spec.has(specs.Kind.CEILING) and len(node.args) >= 2:
                 bounds = [b for b in (self.upper_bound(a.value, region, depth + 1) for a in node.args[:2]) if b is not None]
                 return min(bounds) if bounds else None
             if spec.range is specs.Range.UNIT:

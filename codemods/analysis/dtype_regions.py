@@ -315,6 +315,16 @@ class RegionFinder:
         self._float32_layers[cls] = result
         return result
 
+    def inherits_float32_compute(self, cls: cst.ClassDef, depth: int = 0) -> bool:
+        """A subclass of a Keras layer that computes in float32 (``class ScaledNorm(LayerNormalization)``)."""
+        for base in cls.bases:
+            if keras_layers.computes_float32(self.resolve(base.value), self.keras):
+                return True
+            parent = self.classes.get(self.module.code_for_node(base.value))
+            if parent is not None and parent is not cls and depth < 5 and self.inherits_float32_compute(parent, depth + 1):
+                return True
+        return False
+
     def autocasts(self, cls: cst.ClassDef) -> bool:
         """False for layers that do not autocast (``autocast=False``, preprocessing/feature layers)."""
         found = self._autocast.get(cls)

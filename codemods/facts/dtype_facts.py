@@ -193,6 +193,11 @@ class DtypeFacts:
         region = self._region(node)
         return region is not None and self._a.at_most_one(node, region)
 
+    def probability(self, node: cst.BaseExpression) -> bool:
+        """A softmax/sigmoid output (through names and shape ops): float16 rounds it to 0 below 6e-8."""
+        region = self._region(node)
+        return region is not None and self._a.probability(node, region)
+
     def bounded_above(self, node: cst.BaseExpression, bound: float) -> bool:
         """``node`` ≤ ``bound`` by its form (``clip_by_value(x, -10.0, 10.0)``, ``minimum(x, 5.0)``)."""
         region = self._region(node)
@@ -214,8 +219,9 @@ class DtypeFacts:
             return LayerInfo(spec.autocasts, spec.computes_float32, True)
         if not self._a.is_layer_class(cls):
             return None
-        return LayerInfo(self._a.autocasts(cls), self._a.float32_layer(cls) or _casts_to_float32(cls, self.module),
-                         _accepts_dtype(cls))
+        computes_float32 = self._a.float32_layer(cls) or self._a.inherits_float32_compute(cls) or \
+            _casts_to_float32(cls, self.module)
+        return LayerInfo(self._a.autocasts(cls), computes_float32, _accepts_dtype(cls))
 
     # -- provenance and mixes ----------------------------------------------------------
     def float32_source(self, node: cst.BaseExpression) -> Provenance | None:

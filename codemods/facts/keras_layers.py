@@ -69,3 +69,8 @@ def computes_float32(qualified: str | None, keras: int) -> bool:
 # Methods the Keras base class's own `call` runs on the inputs (Merge, Pooling layers): a layer
 # defining one of them without `call` computes there.
 LAYER_HOOKS = frozenset({"_merge_function", "_pooling_function"})
+
+
+# Keras functions that return a fixed number by default: `keras.backend.epsilon()` is 1e-7 (a float16
+# subnormal, 1.19e-7 once converted: 19% off), the fuzz factor of Keras' own losses and metrics.
+KERAS_CONSTANTS = {"keras.backend.epsilon": 1e-7, "keras.config.epsilon": 1e-7}

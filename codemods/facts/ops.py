@@ -68,6 +68,7 @@ class Kind(Enum):
     MATMUL = auto()  # a contraction (matmul, einsum, tensordot)
     CLIP = auto()  # clip_by_value/clip: bounded by its arguments
     FLOOR = auto()  # maximum(x, eps): an epsilon meets x
+    CEILING = auto()  # minimum(x, c): at most c
     ADD = auto()  # add/subtract: an epsilon or a mask meets x
     ARITHMETIC = auto()  # elementwise binary arithmetic (a mask constant meets the other argument)
     SELECT = auto()  # where/select: the dtype of the two branches
@@ -202,6 +203,7 @@ _TABLE: tuple[OpSpec, ...] = (
     _spec("multiply", R.PRESERVES, G.ANY, K.ARITHMETIC),
     _spec("negative", R.PRESERVES, G.ANY, K.NEGATIVE),
     _spec("maximum", R.PRESERVES, G.ANY, K.FLOOR),
+    _spec("minimum", R.PRESERVES, G.ANY, K.CEILING),
     *(_spec(n, R.PRESERVES, G.ANY, K.CLIP) for n in ("clip_by_value", "clip")),
     *(_spec(n, R.PRESERVES, G.ANY, K.MATMUL) for n in ("matmul", "linalg.matmul", "tensordot", "dot")),
     _spec("einsum", R.PRESERVES, G.ANY, K.MATMUL, dtype_args=(1, 2, 3)),

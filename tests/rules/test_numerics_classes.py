@@ -1,0 +1,365 @@
+"""Issue 18's op-knowledge classes and issue 20's MP206 wrong-way fixes, each in a realistic script.
+
+Each class was reproduced here first (the test failed), then fixed in the model (the op table,
+the Keras layer table, the value ranges), not in a rule's special case. Scripts run on both Keras
+generations unless the generations differ.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mpfix.codemods import all_rules
+from mpfix.engine import Engine, Options
+
+MP2 = tuple(r for r in all_rules() if r.code.startswith("MP2"))
+BOTH = pytest.mark.parametrize("keras", [2, 3])
+
+
+def lint(code: str, keras: int = 3, *, fix: bool = True):
+    engine = Engine(MP2, Options(keras=str(keras), policy="mixed_float16", unsafe_fixes=True, project_policy=False))
+    return engine.lint(textwrap.dedent(code).lstrip("\n"), Path("model.py"), fix=fix)
+
+
+def found(code: str, keras: int = 3) -> list[tuple[str, int]]:
+    return sorted((f.code, f.line) for f in lint(code, keras, fix=False).findings)
+
+
+def fixed(code: str, keras: int = 3) -> str:
+    result = lint(code, keras)
+    assert not result.errors, result.errors
+    return result.fixed_text or textwrap.dedent(code).lstrip("\n")
+
+
+# -- 1. pow(x, 2), x ** 2 and einsum/matmul self-products are squares (MP203) --------------------
+ENERGY = """
+    import tensorflow as tf
+
+    class FeatureEnergy(tf.keras.layers.Layer):
+        def call(self, h):
+            energy = tf.sqrt(tf.reduce_sum({square}, axis=-1, keepdims=True))
+            return h / (energy + 1.0)
+"""
+
+
+@BOTH
+@pytest.mark.parametrize("square", ["tf.pow(h, 2)", "tf.math.pow(h, 2.0)", "h ** 2", "tf.square(h)"])
+def test_squares_in_every_spelling_are_sums_of_squares(square, keras):
+    code = ENERGY.format(square=square)
+    assert found(code, keras) == [("MP203", 5)]
+    assert "tf.cast(h, tf.float32)" in fixed(code, keras)
+
+
+GRAM = """
+    import tensorflow as tf
+
+    class PairwiseDistance(tf.keras.layers.Layer):
+        def call(self, x):
+            sq_norms = tf.einsum("bd,bd->b", x, x)
+            return tf.sqrt(sq_norms)
+"""
+
+
+@BOTH
+def test_einsum_self_product_is_a_sum_of_squares(keras):
+    assert found(GRAM, keras) == [("MP203", 5)]
+
+
+def test_einsum_of_two_different_tensors_is_not_a_square():
+    code = GRAM.replace('tf.einsum("bd,bd->b", x, x)', 'tf.einsum("bd,bd->b", x, self.w)')
+    assert found(code) == []
+
+
+# -- 2. cumsum and whole-tensor sums of float16 values overflow (MP203) --------------------------
+@BOTH
+def test_cumsum_of_float16_activations_overflows(keras):
+    code = """
+        import tensorflow as tf
+
+        class RunningPool(tf.keras.layers.Layer):
+            def call(self, x):
+                totals = tf.math.cumsum(x, axis=1)
+                counts = tf.cast(tf.range(1, tf.shape(x)[1] + 1), x.dtype)[None, :, None]
+                return totals / counts
+    """
+    assert found(code, keras) == [("MP203", 5)]
+
+
+@BOTH
+def test_sum_of_a_whole_float16_tensor_overflows(keras):
+    code = """
+        import tensorflow as tf
+
+        class ActivityPenalty(tf.keras.layers.Layer):
+            def call(self, x):
+                total = tf.reduce_sum(tf.abs(x))
+                self.add_metric(total, name="activity")
+                return x
+    """
+    assert found(code, keras) == [("MP203", 5)]
+
+
+def test_sum_along_an_axis_or_of_probabilities_is_not_flagged():
+    code = """
+        import tensorflow as tf
+
+        class Pool(tf.keras.layers.Layer):
+            def call(self, x, mask):
+                probs = tf.nn.softmax(x, axis=-1)
+                mass = tf.reduce_sum(probs)
+                return tf.reduce_sum(x, axis=-1), mass
+    """
+    assert found(code) == []
+
+
+# -- 3. log of float16 probabilities (MP204) ------------------------------------------------------
+@BOTH
+def test_log_of_softmax_is_minus_inf_once_a_probability_underflows(keras):
+    code = """
+        import tensorflow as tf
+
+        class Classifier(tf.keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.dense = tf.keras.layers.Dense(10)
+
+            def call(self, x):
+                logits = self.dense(x)
+                return tf.math.log(tf.nn.softmax(logits, axis=-1))
+    """
+    assert found(code, keras) == [("MP204", 10)]
+    assert "tf.nn.log_softmax(logits, axis=-1)" in fixed(code, keras)
+
+
+@BOTH
+def test_log_of_a_probability_through_a_name(keras):
+    code = """
+        import tensorflow as tf
+
+        class Head(tf.keras.layers.Layer):
+            def call(self, logits, labels):
+                probs = tf.nn.sigmoid(logits)
+                return -labels * tf.math.log(probs)
+    """
+    assert found(code, keras) == [("MP204", 6)]
+
+
+def test_log_of_probability_plus_a_safe_epsilon_is_fine():
+    code = """
+        import tensorflow as tf
+
+        class Head(tf.keras.layers.Layer):
+            def call(self, logits):
+                probs = tf.nn.softmax(logits)
+                return tf.math.log(probs + 1e-3)
+    """
+    assert found(code) == []
+
+
+@BOTH
+def test_log_of_probability_plus_keras_epsilon(keras):
+    # keras.backend.epsilon() is 1e-7: a float16 subnormal (1.19e-7, 19% off).
+    code = """
+        import tensorflow as tf
+        from tensorflow.keras import backend as K
+
+        class Head(tf.keras.layers.Layer):
+            def call(self, logits):
+                probs = tf.nn.softmax(logits)
+                return tf.math.log(probs + K.epsilon())
+    """
+    assert ("MP202", 7) in found(code, keras)
+
+
+# -- 4. softplus and log1p(exp(x)) (MP204) ---------------------------------------------------------
+@BOTH
+@pytest.mark.parametrize("spelled", ["tf.math.log1p(tf.exp(x))", "tf.math.log(1.0 + tf.exp(x))"])
+def test_log1p_of_exp_is_softplus_and_overflows_when_spelled_out(spelled, keras):
+    code = f"""
+        import tensorflow as tf
+
+        class Softplus(tf.keras.layers.Layer):
+            def call(self, x):
+                return {spelled}
+    """
+    assert found(code, keras) == [("MP204", 5)]
+    assert "tf.math.softplus(x)" in fixed(code, keras)
+
+
+def test_softplus_itself_is_stable():
+    code = """
+        import tensorflow as tf
+
+        class Softplus(tf.keras.layers.Layer):
+            def call(self, x):
+                return tf.math.softplus(x) * tf.exp(-tf.math.softplus(x))
+    """
+    assert found(code) == []
+
+
+# -- 5. attention scores scaled only after the product (MP203) ------------------------------------
+ATTENTION = """
+    import math
+    import tensorflow as tf
+
+    class SelfAttention(tf.keras.layers.Layer):
+        def __init__(self, dim):
+            super().__init__()
+            self.dim = dim
+            self.qkv = tf.keras.layers.Dense(3 * dim)
+
+        def call(self, x):
+            q, k, v = tf.split(self.qkv(x), 3, axis=-1)
+            scores = {scores}
+            return tf.matmul(tf.nn.softmax(scores, axis=-1), v)
+"""
+
+
+@BOTH
+def test_attention_scores_scaled_after_the_product(keras):
+    code = ATTENTION.format(scores="tf.matmul(q, k, transpose_b=True) / math.sqrt(self.dim)")
+    assert found(code, keras) == [("MP203", 12)]
+    assert "tf.matmul(q / math.sqrt(self.dim), k, transpose_b=True)" in fixed(code, keras)
+
+
+def test_attention_scores_scaled_before_the_product_are_fine():
+    code = ATTENTION.format(scores="tf.matmul(q * self.dim ** -0.5, k, transpose_b=True)")
+    assert found(code) == []
+
+
+# -- 6. clip_by_value bounds keep an exp argument small (no MP204) ---------------------------------
+@BOTH
+@pytest.mark.parametrize("bounded", ["tf.clip_by_value(log_sigma, -10.0, 10.0)", "tf.minimum(log_sigma, 5.0)"])
+def test_clipped_exp_argument_does_not_overflow(bounded, keras):
+    code = f"""
+        import tensorflow as tf
+
+        class Gaussian(tf.keras.layers.Layer):
+            def call(self, mu, log_sigma):
+                log_sigma = {bounded}
+                return mu + tf.exp(log_sigma) * tf.random.normal(tf.shape(mu), dtype=mu.dtype)
+    """
+    assert [c for c, _ in found(code, keras) if c == "MP204"] == []
+
+
+def test_clip_with_a_large_bound_still_overflows():
+    code = """
+        import tensorflow as tf
+
+        class Gaussian(tf.keras.layers.Layer):
+            def call(self, mu, log_sigma):
+                return mu + tf.exp(tf.clip_by_value(log_sigma, -20.0, 20.0))
+    """
+    assert found(code) == [("MP204", 5)]
+
+
+# -- 7. Keras' normalisation layers compute in float32 (no MP202, no dtype="float32" fix) ---------
+@BOTH
+def test_subclass_of_keras_layer_normalization_is_float32_inside(keras):
+    code = """
+        import tensorflow as tf
+
+        class ScaledNorm(tf.keras.layers.LayerNormalization):
+            def call(self, x):
+                return super().call(x) * 2.0
+
+        class Block(tf.keras.layers.Layer):
+            def __init__(self):
+                super().__init__()
+                self.norm = ScaledNorm(epsilon=1e-12)
+                self.bn = tf.keras.layers.BatchNormalization(epsilon=1e-9)
+
+            def call(self, x):
+                return x + self.bn(self.norm(x))
+    """
+    assert found(code, keras) == []
+
+
+@BOTH
+def test_norm_layer_whose_output_meets_float16_residuals_gets_no_float32_fix(keras):
+    # dtype="float32" would make `self.norm(x)` float32, and `x + float32` raises (issue 20 class 3).
+    code = """
+        import tensorflow as tf
+
+        class RMSNorm(tf.keras.layers.Layer):
+            def __init__(self, epsilon=1e-6, **kwargs):
+                super().__init__(**kwargs)
+                self.epsilon = epsilon
+
+            def call(self, x):
+                return x * tf.math.rsqrt(tf.reduce_mean(tf.square(x), -1, keepdims=True) + self.epsilon)
+
+        class Block(tf.keras.layers.Layer):
+            def __init__(self):
+                super().__init__()
+                self.norm = RMSNorm(epsilon=1e-12)
+
+            def call(self, x):
+                return x + self.norm(x)
+    """
+    result = lint(code, keras)
+    assert 'dtype="float32"' not in (result.fixed_text or "")
+    assert ("MP202", 14) in [(f.code, f.line) for f in lint(code, keras, fix=False).findings]
+
+
+# -- 8. keras.ops promote float16 with float32 (Keras 3) -------------------------------------------
+def test_ops_einsum_of_float16_and_float32_is_float32_and_then_meets_float16():
+    code = """
+        from keras import layers, ops
+
+        class Mixer(layers.Layer):
+            def call(self, x):
+                table = ops.ones((8, 8))
+                mixed = ops.einsum("bi,ij->bj", x, table)
+                return mixed * x
+    """
+    assert found(code, 3) == [("MP206", 7)]
+
+
+# -- issue 20 class 4: MP206 fixes that went the wrong way -----------------------------------------
+@BOTH
+def test_deliberate_float32_variance_is_not_turned_back_into_float16(keras):
+    code = """
+        import tensorflow as tf
+
+        class RMSNorm(tf.keras.layers.Layer):
+            def call(self, x):
+                variance = tf.reduce_mean(tf.square(tf.cast(x, tf.float32)), axis=-1, keepdims=True)
+                return x * tf.math.rsqrt(variance + 1e-6)
+    """
+    result = lint(code, keras, fix=False)
+    assert [f.code for f in result.findings] == ["MP206"]
+    assert result.findings[0].fix is None
+
+
+@BOTH
+def test_fix_that_would_recreate_the_mix_is_not_offered(keras):
+    # Making `scale` the compute dtype makes `scale * ramp` (ramp float32 by design) a new mix.
+    code = """
+        import tensorflow as tf
+
+        class Ramp(tf.keras.layers.Layer):
+            def call(self, x):
+                scale = tf.cast(tf.shape(x)[-1], tf.float32)
+                ramp = tf.range(10, dtype=tf.float32) / scale
+                return x * scale, ramp
+    """
+    result = lint(code, keras, fix=False)
+    assert [f.code for f in result.findings] == ["MP206"]
+    assert result.findings[0].fix is None
+
+
+@BOTH
+def test_mask_cast_to_float32_is_still_fixed(keras):
+    code = """
+        import tensorflow as tf
+
+        class Masked(tf.keras.layers.Layer):
+            def call(self, x, mask):
+                weights = tf.cast(mask, tf.float32)
+                return x * weights
+    """
+    assert "tf.cast(mask, self.compute_dtype)" in fixed(code, keras)
