@@ -37,8 +37,10 @@ EXIT_ERROR = 2
               help="Interpreter for the script.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the repair as JSON.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Write a self-contained HTML report.")
+@click.option("--sarif", "sarif_path", type=click.Path(dir_okay=False),
+              help="Write the runtime findings of the script as it was as SARIF 2.1.0.")
 def repair(script, script_args, diff_only, max_rounds, timeout, run_timeout, steps, seed, device, python, json_path,
-           html_path):
+           html_path, sarif_path):
     """Verify SCRIPT, apply the static fixes, then fix what the runtime evidence shows
     (float32 islands, float32 layers, loss scaling), keeping only changes that make the
     verdict better while the loss still agrees with float32; write them as `apply` does."""
@@ -48,7 +50,7 @@ def repair(script, script_args, diff_only, max_rounds, timeout, run_timeout, ste
     from mpfix.verify.repair import repair as run_repair
     from mpfix.verify.run import Terminated, VerifyError
 
-    for option, path in (("--json", json_path), ("--html", html_path)):
+    for option, path in (("--json", json_path), ("--html", html_path), ("--sarif", sarif_path)):
         problem = _unwritable(path)
         if problem:
             click.echo(f"mpfix repair: error: {option} {path}: {problem}", err=True)
@@ -81,6 +83,10 @@ def repair(script, script_args, diff_only, max_rounds, timeout, run_timeout, ste
         report_repair.write_json(result, json_path)
     if html_path:
         report_repair.write_html(result, html_path)
+    if sarif_path:
+        from mpfix.verify import report_sarif
+
+        report_sarif.write(result.findings, sarif_path)
     if result.errors:
         sys.exit(EXIT_ERROR)
     sys.exit(result.exit_code)

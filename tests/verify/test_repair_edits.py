@@ -153,3 +153,24 @@ def test_a_change_goes_into_the_notebook_cell_holding_its_line(tmp_path):
     assert Change(ChangeKind.STATIC, path, "s", "e", codes=("MP",)).apply(text) is None
     assert repair_notebooks.apply("not json", lambda s: s + "x") is None
 
+
+
+def test_runtime_findings_as_sarif(tmp_path):
+    from mpfix.verify import report_sarif
+    from mpfix.verify.evidence import RuntimeFinding
+
+    found = [
+        RuntimeFinding("MP901", "float16 `BatchMatMulV2` gave inf/NaN", str(tmp_path / "a.py"), 25, 33,
+                       Kind.NONFINITE, "BatchMatMulV2", step=0, end_column=66),
+        RuntimeFinding("MP204", "float16 `Exp` reached 9000", str(tmp_path / "a.py"), 3, 5, Kind.HEADROOM, "Exp",
+                       step=4, peak=9000.0),
+    ]
+    log = json.loads(report_sarif.render(found))
+    run = log["runs"][0]
+    assert [r["id"] for r in run["tool"]["driver"]["rules"]] == ["MP204", "MP901"]
+    assert run["tool"]["driver"]["rules"][0]["helpUri"].endswith("#mp204")
+    first = run["results"][0]
+    assert first["ruleId"] == "MP901" and run["tool"]["driver"]["rules"][first["ruleIndex"]]["id"] == "MP901"
+    assert first["locations"][0]["physicalLocation"]["region"] == {"startLine": 25, "startColumn": 33, "endLine": 25,
+                                                                   "endColumn": 66}
+    assert first["properties"]["runtime"] is True and run["results"][1]["properties"]["peak"] == 9000.0
