@@ -11,11 +11,35 @@ import libcst as cst
 from libcst import MaybeSentinel
 
 from mpfix.codemods._walk import Visitor
-from mpfix.codemods.base import RuleContext
+from mpfix.codemods.analysis import version_guards
+from mpfix.codemods.base import Rule, RuleContext
 from mpfix.codemods.names import bound_names, dotted_name
 
 _NO_SPACE = cst.SimpleWhitespace("")
 _ONE_SPACE = cst.SimpleWhitespace(" ")
+
+
+# ---------------------------------------------------------------------------------- the rules' base
+class ApiDriftRule(Rule):
+    """Base of MP301-MP307, which move code between API versions: code under a TensorFlow version
+    guard (``codemods.analysis.version_guards``) is right for the versions its branch runs on.
+
+    On the old side of a guard, or either side of a try/except probe, the rule says nothing; on the
+    new side it reports without a fix; a fix that would change guarded code elsewhere is withheld.
+    """
+
+    def report(self, node, message=None, *, fix=None, safety=None, description=None, imports=()) -> None:
+        guards = version_guards.of(self.context)
+        if guards:
+            guard = guards.guard_of(node)
+            if guard is not None and guard.side is not version_guards.Side.NEW:
+                return
+            changed = fix.changes if fix is not None and not isinstance(fix, dict) else fix or {}
+            touched = guard or next((g for g in map(guards.guard_of, changed) if g is not None), None)
+            if touched is not None and fix is not None:
+                message = (message or self.message) + f" (no fix: {touched.describe()})"
+                fix = None
+        super().report(node, message, fix=fix, safety=safety, description=description, imports=imports)
 
 
 # ---------------------------------------------------------------------------------- arguments

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods._mp_api_support import ApiDriftRule
+from mpfix.codemods.base import Invalid, Valid
 from mpfix.findings import FixSafety
 
 # Deprecated keyword of tf.function → its replacement (same meaning) and the TensorFlow that added it.
@@ -18,7 +19,7 @@ _TF_FUNCTION_RENAMES = {
 }
 
 
-class DeprecatedTfFunctionArgument(Rule):
+class DeprecatedTfFunctionArgument(ApiDriftRule):
     code = "MP306"
     name = "relax-shapes"
     message = "Deprecated `tf.function` argument; use `reduce_retracing=`/`jit_compile=`"

@@ -12,8 +12,9 @@ import libcst as cst
 from mpfix.codemods._walk import find_all
 
 from mpfix.codemods import _api_table as table
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import Invalid, Valid
 from mpfix.codemods._mp_api_support import (
+    ApiDriftRule,
     attribute_uses,
     find_arg,
     name_uses,
@@ -34,7 +35,7 @@ def _module_expr(dotted: str) -> cst.Attribute | cst.Name:
     return expr
 
 
-class ExperimentalMixedPrecisionApi(Rule):
+class ExperimentalMixedPrecisionApi(ApiDriftRule):
     code = "MP301"
     name = "experimental-mixed-precision-api"
     message = ("`mixed_precision.experimental` was removed in TF 2.9; use the stable "

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods._mp_api_support import ApiDriftRule
+from mpfix.codemods.base import Invalid, Valid
 from mpfix.findings import FixSafety
 
 # Deprecated tf.config function → its stable name.
@@ -17,7 +18,7 @@ _EAGER_RENAMES = {
 }
 
 
-class ExperimentalRunFunctionsEagerly(Rule):
+class ExperimentalRunFunctionsEagerly(ApiDriftRule):
     code = "MP307"
     name = "run-functions-eagerly"
     message = "Deprecated `tf.config.experimental_*` eager switch; use `tf.config.run_functions_eagerly`"

@@ -16,9 +16,10 @@ from mpfix.codemods._walk import find_all
 
 from mpfix.codemods import _api_table as table
 from mpfix.codemods.analysis import reachability
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import Invalid, Valid
 from mpfix.codemods._loss_scale_intent import Intent, loss_scale_intent
 from mpfix.codemods._mp_api_support import (
+    ApiDriftRule,
     find_arg,
     mixed_precision_spelling,
     optimizer_names,
@@ -70,7 +71,7 @@ def _is_import(stmt: cst.BaseStatement) -> bool:
         isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
 
 
-class GraphRewrite(Rule):
+class GraphRewrite(ApiDriftRule):
     code = "MP305"
     name = "graph-rewrite"
     message = ("The mixed-precision graph rewrite is TF1 API; set a `mixed_float16` policy and use a "

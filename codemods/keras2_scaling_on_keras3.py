@@ -16,7 +16,8 @@ from mpfix.codemods._walk import find_all
 from mpfix.codemods.analysis.gradient_path import UNSCALE, UNSCALE_METHOD, assigned_targets, training_steps
 
 from mpfix.codemods import _api_table as table
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods._mp_api_support import ApiDriftRule
+from mpfix.codemods.base import Invalid, Valid
 from mpfix.codemods.names import dotted_name
 from mpfix.findings import FixSafety
 
@@ -40,7 +41,7 @@ def _unwrapped(value: cst.BaseExpression) -> cst.BaseExpression:
     return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
-class Keras2ScalingOnKeras3(Rule):
+class Keras2ScalingOnKeras3(ApiDriftRule):
     code = "MP303"
     name = "keras2-scaling-on-keras3"
     message = "Loss-scaling method of the other Keras generation; use the target generation's method"

@@ -11,14 +11,14 @@ import libcst as cst
 
 from mpfix.codemods import _api_table as table
 from mpfix.codemods._loss_scale_intent import loss_scale_intent
-from mpfix.codemods.base import Invalid, Rule, Valid
-from mpfix.codemods._mp_api_support import bool_value, find_arg, number_value, rewrite_args, string_value
+from mpfix.codemods.base import Invalid, Valid
+from mpfix.codemods._mp_api_support import ApiDriftRule, bool_value, find_arg, number_value, rewrite_args, string_value
 from mpfix.findings import FixSafety
 
 _LSO_NAMES = (table.LSO, f"{table.EXPERIMENTAL}.LossScaleOptimizer")
 
 
-class LegacyLossScaleArguments(Rule):
+class LegacyLossScaleArguments(ApiDriftRule):
     code = "MP302"
     name = "legacy-loss-scale-arguments"
     message = ("`LossScaleOptimizer` argument from another Keras generation; write the form the installed "

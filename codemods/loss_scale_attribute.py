@@ -5,12 +5,12 @@ from __future__ import annotations
 import libcst as cst
 
 from mpfix.codemods import _api_table as table
-from mpfix.codemods._mp_api_support import is_optimizer_like, optimizer_names
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods._mp_api_support import ApiDriftRule, is_optimizer_like, optimizer_names
+from mpfix.codemods.base import Invalid, Valid
 from mpfix.findings import FixSafety
 
 
-class LossScaleAttribute(Rule):
+class LossScaleAttribute(ApiDriftRule):
     code = "MP304"
     name = "loss-scale-attribute"
     message = "The current loss scale has another name in this Keras generation"
