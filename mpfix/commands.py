@@ -150,12 +150,22 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
         if verbose:
             for line in describe(report.targets):
                 click.echo(f"mpfix: {line}", err=True)
+    if verbose or fmt in ("json-run", "sarif"):
+        report.declared_unreadable = _declared_unreadable(files)
     if verbose:
         from mpfix.policy import describe as describe_policies
 
         for line in describe_policies(files, settings.policy):
             click.echo(f"mpfix: {line}", err=True)
     return results, report
+
+
+def _declared_unreadable(files) -> tuple:
+    """Dependency declarations that could not be read, for the run metadata (one lookup per folder)."""
+    from mpfix import declared
+
+    folders = {Path(f).parent: Path(f) for f in files}
+    return tuple(dict.fromkeys(item for path in folders.values() for item in declared.unreadable(path)))
 
 
 def _cache_dir(files):

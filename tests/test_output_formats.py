@@ -6,6 +6,7 @@ import importlib.resources
 import json
 from pathlib import Path
 
+import click
 import jsonschema
 from click.testing import CliRunner
 from conftest import DEPRECATED
@@ -155,3 +156,55 @@ def test_sarif_run_properties_with_unchecked_float16_files_validate(project: Pat
     schema = _sarif_schema()
     assert list(jsonschema.validators.validator_for(schema)(schema).iter_errors(sarif)) == []
     assert sarif["runs"][0]["properties"]["float16Unchecked"]["paths"] == ["layers.py"]
+
+
+def test_unreadable_declarations_are_run_metadata_in_json_run_and_sarif():
+    from dataclasses import dataclass
+
+    from mpfix.output import Report, render
+
+    @dataclass(frozen=True)
+    class Unreadable:  # the shape of mpfix.declared.Unreadable
+        where: str
+        text: str
+
+    report = Report(findings=[], errors=[], unsafe_fixes=False, texts={}, files_checked=3,
+                    declared_unreadable=(Unreadable("setup.py", 'f"tensorflow>={MIN_TF}"'),))
+    assert json.loads(render("json-run", report))["run"]["declaredUnreadable"] == [
+        {"where": "setup.py", "text": 'f"tensorflow>={MIN_TF}"'}]
+    assert json.loads(render("json", report)) == []
+    sarif = json.loads(render("sarif", report))
+    schema = _sarif_schema()
+    assert list(jsonschema.validators.validator_for(schema)(schema).iter_errors(sarif)) == []
+    assert sarif["runs"][0]["properties"]["declaredUnreadable"][0]["where"] == "setup.py"
+
+
+def test_a_notebook_cells_error_names_its_cell_and_points_at_the_ipynb_line(project: Path):
+    from mpfix.findings import FileError
+    from mpfix.output import Report, render
+
+    path, lines = _notebook(project)
+    error = FileError(str(path), "SyntaxError: invalid syntax", line=2, column=1, cell=3)
+    report = Report(findings=[], errors=[error], unsafe_fixes=False, texts={}, files_checked=1)
+    (item,) = json.loads(render("json", report))
+    assert item["cell"] == 3 and item["location"] == {"row": 2, "column": 1}
+    sarif = json.loads(render("sarif", report))
+    (result,) = sarif["runs"][0]["results"]
+    region = result["locations"][0]["physicalLocation"]["region"]
+    assert _at(lines, region["startLine"], region["startColumn"]).startswith("tf.config.experimental_run")
+    assert result["properties"]["cellLocation"] == "cell 3:2:1"
+    (annotation,) = render("github", report).splitlines()
+    assert f"line={region['startLine']},col={region['startColumn']}::demo.ipynb:cell 3:2:1: MP000" in annotation
+    assert click.unstyle(render("text", report)) == "demo.ipynb:cell 3:2:1: MP000 SyntaxError: invalid syntax"
+
+
+def test_unreadable_declared_dependencies_reach_json_run_and_sarif(project: Path):
+    (project / "pyproject.toml").unlink()
+    (project / "setup.py").write_text("from setuptools import setup\nfrom versions import TF\n\n"
+                                      "setup(name='demo', install_requires=[f'tensorflow>={TF}'])\n")
+    (project / "train.py").write_text(DEPRECATED)
+    run = json.loads(mpfix("check", "--no-cache", "--format", "json-run", "train.py").output)["run"]
+    (item,) = run["declaredUnreadable"]
+    assert item["where"] == "setup.py" and "TF" in item["text"]
+    sarif = json.loads(mpfix("check", "--no-cache", "--format", "sarif", "train.py").output)
+    assert sarif["runs"][0]["properties"]["declaredUnreadable"] == run["declaredUnreadable"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mpfix.findings import FileError, Finding
-from mpfix.output.run_notes import Unchecked
+from mpfix.output.run_notes import Declaration, Unchecked
 
 # json: Ruff's bare list of findings; json-run: {"findings": that list, "run": run metadata}.
 FORMATS = ("text", "full", "json", "json-run", "sarif", "github")
@@ -25,6 +25,7 @@ class Report:
     # filename → (Keras generation or None when unknown, why): for --verbose and SARIF's run properties
     targets: dict[str, tuple[int | None, str]] = field(default_factory=dict)
     unchecked: Unchecked | None = None  # files the float16 rules skipped (no mixed policy reaches them)
+    declared_unreadable: tuple[Declaration, ...] = ()  # dependency declarations that could not be read
 
 
 def display_path(filename: str) -> str:

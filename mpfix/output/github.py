@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mpfix.output import Report, display_path, location_label
+from mpfix.findings import Position
 from mpfix.output.notebook_lines import Placer
 
 
@@ -16,13 +17,15 @@ def _escape_property(text: str) -> str:
 
 def render(report: Report) -> str:
     lines = []
+    placer = Placer()
     for e in report.errors:
         path = display_path(e.filename)
+        start, _ = placer.span(e.filename, e.cell, Position(e.line, e.column), Position(e.line, e.column))
+        label = location_label(e.filename, e.line, e.column, e.cell)
         lines.append(
             f"::error title={_escape_property(f'mpfix ({e.code})')},file={_escape_property(path)},"
-            f"line={e.line},col={e.column}::{_escape_data(f'{path}:{e.line}:{e.column}: {e.code} {e.message}')}"
+            f"line={start.line},col={start.column}::{_escape_data(f'{label}: {e.code} {e.message}')}"
         )
-    placer = Placer()
     for f in report.findings:
         path = display_path(f.filename)
         # A notebook's annotation goes on the line of the .ipynb file; its text names the cell's line.

@@ -11,6 +11,7 @@ import json
 
 from mpfix.findings import Edit, FileError, Finding
 from mpfix.output import Report, absolute
+from mpfix.output.run_notes import declaration_metadata
 from mpfix.rule_docs import rule_url
 
 
@@ -46,7 +47,7 @@ def finding_dict(finding: Finding) -> dict:
 
 def error_dict(error: FileError) -> dict:
     return {
-        "cell": None,
+        "cell": error.cell,
         "code": error.code,
         "end_location": _loc(error.line, error.column),
         "filename": absolute(error.filename),
@@ -63,7 +64,8 @@ def run_metadata(report: Report) -> dict:
     from mpfix import __version__
 
     return {"tool": "mpfix", "version": __version__, "filesChecked": report.files_checked,
-            "float16Unchecked": report.unchecked.metadata(absolute) if report.unchecked is not None else None}
+            "float16Unchecked": report.unchecked.metadata(absolute) if report.unchecked is not None else None,
+            "declaredUnreadable": declaration_metadata(report.declared_unreadable)}
 
 
 def render(report: Report, envelope: bool = False) -> str:

@@ -2,12 +2,27 @@
 
 ``Unchecked``: files a float16 rule triggers in but that no mixed_float16 policy reaches, so
 the float16 rules skipped them (computed by ``mpfix.unchecked``). Never a finding and never an
-exit code: a note that says how to check them.
+exit code: a note that says how to check them. ``Declaration``: a declared dependency mpfix
+could not read (``mpfix.declared.Unreadable``), so the Keras generation was left unknown.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class Declaration(Protocol):
+    """A dependency declaration that could not be read (``mpfix.declared.Unreadable`` is one)."""
+
+    where: str  # the file, relative to its project's root
+    text: str  # the expression as written
+
+
+def declaration_metadata(items) -> list[dict]:
+    """Run metadata for JSON and SARIF (``declaredUnreadable``)."""
+    return [{"where": item.where, "text": item.text} for item in items]
+
 
 CHECK_HOW = '`policy = "mixed_float16"` in [tool.mpfix] or `--policy mixed_float16`'
 

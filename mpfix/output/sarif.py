@@ -7,8 +7,10 @@ from pathlib import Path
 
 from mpfix.codemods import all_rules
 from mpfix import __version__
+from mpfix.findings import Position
 from mpfix.output import Report
 from mpfix.output.notebook_lines import Placer
+from mpfix.output.run_notes import declaration_metadata
 from mpfix.rule_docs import rule_url
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -39,6 +41,10 @@ def _region(line: int, column: int, end_line: int, end_column: int) -> dict:
     return {"startLine": line, "startColumn": column, "endLine": end_line, "endColumn": max(end_column, column)}
 
 
+def _cell_properties(cell: int, line: int, column: int) -> dict:
+    return {"cell": cell, "cellLine": line, "cellColumn": column, "cellLocation": f"cell {cell}:{line}:{column}"}
+
+
 def render(report: Report) -> str:
     rules = list(all_rules())
     index = {r.code: i for i, r in enumerate(rules)}
@@ -51,16 +57,20 @@ def render(report: Report) -> str:
     })
     index["MP000"] = len(descriptors) - 1
     results = []
+    placer = Placer()
     for e in report.errors:
-        results.append({
+        start, _ = placer.span(e.filename, e.cell, Position(e.line, e.column), Position(e.line, e.column))
+        result = {
             "ruleId": e.code, "ruleIndex": index[e.code], "level": "error",
             "message": {"text": e.message},
             "locations": [{"physicalLocation": {
                 "artifactLocation": {"uri": _uri(e.filename), "uriBaseId": "%SRCROOT%"},
-                "region": _region(e.line, e.column, e.line, e.column),
+                "region": _region(start.line, start.column, start.line, start.column),
             }}],
-        })
-    placer = Placer()
+        }
+        if e.cell is not None:
+            result["properties"] = _cell_properties(e.cell, e.line, e.column)
+        results.append(result)
     for f in report.findings:
         # A notebook's region is in the .ipynb file (where code scanning marks it); the cell and the
         # line within it, as the text format shows them, go to the result's properties.
@@ -74,8 +84,7 @@ def render(report: Report) -> str:
             }}],
         }
         if f.cell is not None:
-            result["properties"] = {"cell": f.cell, "cellLine": f.start.line, "cellColumn": f.start.column,
-                                    "cellLocation": f"cell {f.cell}:{f.start.line}:{f.start.column}"}
+            result["properties"] = _cell_properties(f.cell, f.start.line, f.start.column)
         results.append(result)
     sarif = {
         "$schema": SCHEMA,
@@ -98,6 +107,9 @@ def render(report: Report) -> str:
                                       for name, (keras, reason) in sorted(report.targets.items())]
     if report.unchecked is not None:
         properties["float16Unchecked"] = report.unchecked.metadata(_uri)
+    if report.declared_unreadable:
+        # Declared dependencies that could not be read: the Keras generation was left unknown (mpfix.declared).
+        properties["declaredUnreadable"] = declaration_metadata(report.declared_unreadable)
     if properties:
         sarif["runs"][0]["properties"] = properties
     return json.dumps(sarif, indent=2)

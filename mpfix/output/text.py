@@ -40,7 +40,7 @@ def _excerpt(text: str, line: int, column: int, end_line: int, end_column: int) 
 def render(report: Report, *, full: bool) -> str:
     out: list[str] = []
     for error in report.errors:
-        out.append(f"{location_label(error.filename, error.line, error.column)}: "
+        out.append(f"{location_label(error.filename, error.line, error.column, error.cell)}: "
                    f"{click.style(error.code, fg='red', bold=True)} {error.message}")
     for finding in report.findings:
         marker = " [*]" if finding.fixable(report.unsafe_fixes) else ""
