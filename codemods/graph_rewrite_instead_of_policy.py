@@ -15,7 +15,7 @@ import libcst as cst
 from mpfix.codemods._walk import find_all
 
 from mpfix.codemods import _api_table as table
-from mpfix.codemods.analysis import reachability
+from mpfix.project import entries as reachability
 from mpfix.codemods.base import Invalid, Valid
 from mpfix.codemods._loss_scale_intent import Intent, loss_scale_intent
 from mpfix.codemods._mp_api_support import (

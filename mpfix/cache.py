@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mpfix import __version__
+from mpfix.cache_folder import code_fingerprint as _code_fingerprint
+from mpfix.cache_folder import ensure_folder as _ensure_folder
 
 CACHE_DIR_NAME = ".mpfix_cache"
 ENV_CACHE_DIR = "MPFIX_CACHE_DIR"
@@ -64,29 +66,6 @@ def cache_dir_for(files: list[Path], cwd: Path | None = None) -> Path:
             if any((folder / marker).exists() for marker in _PROJECT_MARKERS):
                 return folder / CACHE_DIR_NAME
     return cwd / CACHE_DIR_NAME
-
-
-def _code_fingerprint() -> list[tuple[str, int, int]]:
-    """(name, size, mtime) of the modules whose code decides findings."""
-    import mpfix.codemods as codemods
-    import mpfix
-
-    entries = []
-    for package in (codemods, mpfix):
-        for folder in package.__path__:
-            # Subpackages too (the shared analyses live in one): a change anywhere decides findings.
-            for dirpath, dirnames, filenames in os.walk(folder):
-                dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-                relative = os.path.relpath(dirpath, folder).replace(os.sep, "/")
-                prefix = package.__name__ if relative == "." else f"{package.__name__}/{relative}"
-                for name in sorted(filenames):
-                    if name.endswith(".py"):
-                        try:
-                            st = os.stat(os.path.join(dirpath, name))
-                        except OSError:
-                            continue
-                        entries.append((f"{prefix}/{name}", st.st_size, st.st_mtime_ns))
-    return entries
 
 
 def settings_key(job) -> str:
@@ -334,17 +313,10 @@ def finding_from_dict(item: dict, filename: str):
     )
 
 
-def _ensure_folder(directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    gitignore = directory / ".gitignore"
-    if not gitignore.exists():
-        gitignore.write_text("# Created by mpfix: the cache of clean results is local to this machine.\n*\n")
-
-
 def _keyer_for(job) -> Keyer:
-    from mpfix.runner import rules_for
+    from mpfix.codemods import all_rules
 
-    rules = rules_for(job)
+    rules = [r for r in all_rules() if r.code in job.rule_codes]
     return Keyer(
         settings=settings_key(job),
         float16_triggers=tuple((r.code, tuple(r.triggers)) for r in rules if r.requires_float16),

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mpfix.project import root_of_folder
-from mpfix.target import KERAS2, KERAS3, Target
+from mpfix.project.kinds import KERAS2, KERAS3, Target
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -19,7 +19,6 @@ from libcst.metadata import MetadataWrapper
 
 from mpfix.codemods import Rule, RuleContext
 from mpfix.codemods._walk import visit_batched
-from mpfix.codemods.analysis.reachability import float16_regions
 from mpfix.codemods.names import ImportTable
 from mpfix import fix_validation
 from mpfix import policy as policies
@@ -28,6 +27,7 @@ from mpfix.findings import Edit, FileError, Finding, Fix, Position
 from mpfix.parsing import parse_module
 from mpfix.positions import positions_of
 from mpfix.project.facts import file_facts
+from mpfix.project.fixture_regions import float16_regions
 from mpfix import target as targets
 
 MAX_FIX_PASSES = 10

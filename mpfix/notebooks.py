@@ -303,9 +303,9 @@ def _source(cell: dict) -> str:
 
 
 # -- the runner's entry point ---------------------------------------------------------------
-def process_notebook(path: Path, source, job, ignored: tuple[str, ...] = (), accept=None):
+def process_notebook(path: Path, source, job, ignored: tuple[str, ...] = (), accept=None, *, engine):
     """Lint (and for diff/apply, fix) one notebook; never raises for bad input."""
-    from mpfix.runner import FileResult, Mode, engine_for
+    from mpfix.jobs import FileResult, Mode
     from mpfix.writer import write_atomic
 
     result = FileResult(path=path)
@@ -340,7 +340,6 @@ def process_notebook(path: Path, source, job, ignored: tuple[str, ...] = (), acc
         return result
 
     combined = _Combined(cells)
-    engine = engine_for(job)
     fixing = job.mode is not Mode.CHECK
     review = None
     if accept is not None:

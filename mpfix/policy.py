@@ -2,7 +2,7 @@
 
 A mixed policy is global state, so it is often set in one module (``train.py``) and felt in
 another (``layers.py``). Which files it reaches is decided by entry points and imports
-(``mpfix.codemods.analysis.reachability``): the module that sets the policy, what it imports
+(``mpfix.project.reachability``): the module that sets the policy, what it imports
 within the project, tests that take a fixture parametrised over the policy. A configured
 ``policy`` (``[tool.mpfix]`` or ``--policy``) decides for every file. The project is scanned
 once per process, and its scan kept in the cache folder until a file of it changes.
@@ -16,6 +16,7 @@ from pathlib import Path
 from mpfix.project import project_root
 from mpfix.project.kinds import Policy
 from mpfix.project.reach import project_reach
+from mpfix.project.reachability import Reach, reach_in_text
 from mpfix.project.store import use as use_store
 
 __all__ = ["Policy", "policy_in_text", "project_reach", "project_root", "reach_for", "use_store", "forget_projects"]
@@ -51,8 +52,6 @@ def reach_for(path: Path, text: str | None = None, *, configured: str | None = N
     the rest of the project (else only the file's own entry points). ``text``: the file's
     current text, when it may differ from what is on disk (fix passes, notebooks).
     """
-    from mpfix.codemods.analysis.reachability import Reach, reach_in_text
-
     if configured in _CONFIGURED:
         return Reach(_CONFIGURED[configured], f"configured: policy = {configured!r}")
     found = project_reach(project_root(path)).reach_for(path) if project else None
@@ -69,7 +68,7 @@ def reach_for(path: Path, text: str | None = None, *, configured: str | None = N
 
 def describe(files, configured: str | None = None, shown: int = 50) -> list[str]:
     """``--verbose`` lines: the policy each checked file runs under, and why (the entry point)."""
-    from mpfix.output import display_path
+    from mpfix.display import display_path
 
     if configured in _CONFIGURED:
         return [f"policy {_CONFIGURED[configured]} for all {len(files)} files: configured ({configured!r})"]

@@ -16,51 +16,14 @@ import signal
 import stat
 import sys
 import threading
-from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 
 from mpfix import unchecked
-from mpfix.engine import Engine, Options
-from mpfix.findings import FileError, Finding
+from mpfix.engine import Engine
+from mpfix.jobs import FileResult, Job, Mode  # re-exported: callers import them from here
+from mpfix.findings import FileError
 from mpfix.source import SourceError, decode
 from mpfix.writer import ReadOnlyError, write_atomic
-
-
-class Mode(str, Enum):
-    CHECK = "check"
-    DIFF = "diff"
-    APPLY = "apply"
-
-
-@dataclass
-class FileResult:
-    path: Path
-    findings: list[Finding] = field(default_factory=list)
-    errors: list[FileError] = field(default_factory=list)
-    original: str | None = None  # text, when a fix changed it or findings need excerpts
-    fixed: str | None = None
-    applied: int = 0
-    written: bool = False
-    cached: bool = False  # known clean from the cache: not parsed this run
-    clean_keys: tuple[bytes, ...] = ()  # cache keys this run proved clean (old and written content)
-    findings_key: bytes | None = None  # check mode: cache key under which these findings may be stored
-    float16_unchecked: bool = False  # a float16 rule triggers but was skipped: no mixed policy reaches the file
-
-    @property
-    def clean(self) -> bool:
-        return not self.findings and not self.errors
-
-
-@dataclass(frozen=True)
-class Job:
-    """Everything a worker needs to process files (picklable)."""
-
-    rule_codes: tuple[str, ...]
-    options: Options
-    mode: Mode
-    want_edits: bool = False
-    max_file_bytes: int = 10 * 1024 * 1024
 
 
 _ENGINES: dict[tuple, Engine] = {}
@@ -142,7 +105,7 @@ def process_file(path: Path, job: Job, ignored: tuple[str, ...] = (), accept=Non
     if path.suffix == ".ipynb":
         from mpfix import notebooks
 
-        result = notebooks.process_notebook(path, source, job, ignored, accept)
+        result = notebooks.process_notebook(path, source, job, ignored, accept, engine=engine_for(job))
         result.float16_unchecked = unchecked.skipped(engine_for(job), source.text, path, ignored)
         if key is not None and result.clean and result.fixed is None and not result.written:
             result.clean_keys = (key,)

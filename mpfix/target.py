@@ -24,12 +24,13 @@ from __future__ import annotations
 import functools
 import os
 import re
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-KERAS2 = 2
-KERAS3 = 3
+from mpfix.project.kinds import KERAS2, KERAS3, Target
+
+__all__ = ["KERAS2", "KERAS3", "DEFAULT", "Target", "decide", "installed"]
+
 DEFAULT = KERAS3  # what the rules analyse with when the target is unknown (fixes are then withheld)
 
 _TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-macos", "tensorflow-intel",
@@ -39,21 +40,6 @@ HOW_TO_SET = ('set `keras = 2` or `keras = 3` under [tool.mpfix] in pyproject.to
               '(or pass --keras 2|3)')
 UNKNOWN_HINT = (" [no fix: the Keras generation of this project is unknown (no TensorFlow/Keras installed or "
                 f"declared); {HOW_TO_SET}]")
-
-
-@dataclass(frozen=True)
-class Target:
-    """The decided generation (None: unknown) and why, for ``--verbose`` and SARIF."""
-
-    keras: int | None
-    reason: str
-
-    @property
-    def known(self) -> bool:
-        return self.keras is not None
-
-    def describe(self) -> str:
-        return f"Keras {self.keras}" if self.known else "Keras unknown"
 
 
 def _version(dist: str) -> tuple[int, ...] | None:
@@ -197,7 +183,7 @@ def targets_of(files, configured: str | None) -> dict[str, tuple[int | None, str
 
 def describe(targets: dict[str, tuple[int | None, str]], shown: int = 5) -> list[str]:
     """One line per distinct decision: the generation, why, how many files and which."""
-    from mpfix.output import display_path
+    from mpfix.display import display_path
 
     groups: dict[tuple[int | None, str], list[str]] = {}
     for name, decision in targets.items():

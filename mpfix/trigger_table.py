@@ -158,7 +158,7 @@ def store(directory: Path) -> None:
     if path is None or path.exists():
         return
     try:
-        from mpfix.cache import _ensure_folder
+        from mpfix.cache_folder import ensure_folder as _ensure_folder
 
         _ensure_folder(directory)  # with its .gitignore
         path.parent.mkdir(parents=True, exist_ok=True)

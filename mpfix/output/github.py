@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from mpfix.output import Report, display_path, location_label
+from mpfix.display import display_path
+from mpfix.output.report import Report, location_label
 from mpfix.findings import Position
 from mpfix.output.notebook_lines import Placer
 

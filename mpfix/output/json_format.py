@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from mpfix.findings import Edit, FileError, Finding
-from mpfix.output import Report, absolute
+from mpfix.output.report import Report, absolute
 from mpfix.output.run_notes import declaration_metadata
 from mpfix.rule_docs import rule_url
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from mpfix.codemods import all_rules
 from mpfix import __version__
 from mpfix.findings import Position
-from mpfix.output import Report
+from mpfix.output.report import Report
 from mpfix.output.notebook_lines import Placer
 from mpfix.output.run_notes import declaration_metadata
 from mpfix.rule_docs import rule_url

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from mpfix.output import Report
+from mpfix.output.report import Report
 
 
 def statistics(report: Report) -> list[dict]:

@@ -7,7 +7,7 @@ import difflib
 import click
 
 from mpfix.findings import Edit, FixSafety
-from mpfix.output import Report, location_label
+from mpfix.output.report import Report, location_label
 
 
 def _apply_edits(lines: list[str], edits: list[Edit]) -> list[str]:

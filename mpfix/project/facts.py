@@ -25,7 +25,7 @@ from mpfix.project.kinds import Policy
 from mpfix.project.reach import project_reach
 
 if TYPE_CHECKING:
-    from mpfix.codemods.analysis.reachability import ProjectReach, Reach
+    from mpfix.project.reachability import ProjectReach, Reach
 
 
 @dataclass(frozen=True)

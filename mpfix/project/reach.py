@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from mpfix.project import store
+from mpfix.project import reachability, store
 from mpfix.project.files import project_files
 from mpfix.project.kinds import Policy
 
@@ -17,21 +17,19 @@ def project_reach(root: Path):
     Scanned once per process; with a store (the cache folder), once per change of any file's
     size or mtime: a warm run then reads the result instead of every file of the project.
     """
-    from mpfix.codemods.analysis.reachability import ProjectReach, Reach, scan_project
-
     files = list(project_files(root))
     if store.folder() is None:
-        return scan_project(root, files)
+        return reachability.scan_project(root, files)
     stamp = store.fingerprint(root, files)
     data = store.load("reach", root, stamp)
     if data is not None:
         try:
-            reached = {path: Reach(Policy(policy), why, None if fixtures is None else tuple(fixtures))
+            reached = {path: reachability.Reach(Policy(policy), why, None if fixtures is None else tuple(fixtures))
                        for path, (policy, why, fixtures) in data["reached"].items()}
-            return ProjectReach(root=root, reached=reached, entries=list(data["entries"]))
+            return reachability.ProjectReach(root=root, reached=reached, entries=list(data["entries"]))
         except (KeyError, TypeError, ValueError):
             pass  # damaged: scan again
-    found = scan_project(root, files)
+    found = reachability.scan_project(root, files)
     store.save("reach", root, stamp, {
         "entries": found.entries,
         "reached": {path: [str(r.policy), r.why, None if r.fixtures is None else list(r.fixtures)]

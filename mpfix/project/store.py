@@ -11,6 +11,8 @@ import json
 import os
 from pathlib import Path
 
+from mpfix import safe_read
+
 # Where facts are kept between runs (set by mpfix.cache when the cache is in use; None: memory only).
 _STORE: list[Path | None] = [None]
 
@@ -26,9 +28,9 @@ def folder() -> Path | None:
 def fingerprint(root: Path, files) -> str:
     """mpfix's version and code, and the size and mtime of every file: what a stored fact rests on."""
     from mpfix import __version__
-    from mpfix.cache import _code_fingerprint
+    from mpfix.cache_folder import code_fingerprint
 
-    digest = hashlib.blake2b(repr((__version__, str(root), _code_fingerprint())).encode(), digest_size=16)
+    digest = hashlib.blake2b(repr((__version__, str(root), code_fingerprint())).encode(), digest_size=16)
     for file in files:
         try:
             st = os.stat(file)
@@ -48,8 +50,8 @@ def load(kind: str, root: Path, stamp: str) -> dict | None:
     if store is None:
         return None
     try:
-        data = json.loads(_file(store, kind, root).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(safe_read.read_text(_file(store, kind, root), 64 << 20, follow_outside=True))
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
         return None
     if not isinstance(data, dict) or data.get("fingerprint") != stamp or not isinstance(data.get("facts"), dict):
         return None
@@ -62,10 +64,10 @@ def save(kind: str, root: Path, stamp: str, facts: dict) -> None:
         return
     import tempfile
 
-    from mpfix.cache import _ensure_folder
+    from mpfix.cache_folder import ensure_folder
 
     try:
-        _ensure_folder(store.parent)  # the cache folder's .gitignore
+        ensure_folder(store.parent)  # the cache folder's .gitignore
         store.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=store)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

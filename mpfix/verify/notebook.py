@@ -31,7 +31,7 @@ def notebook_script(path: Path, workdir: Path) -> Path:
     (script line -> cell, line) for reports. Raises ``VerifyError`` for an unreadable
     notebook."""
     from mpfix.notebooks import mask
-    from mpfix.verify.run import VerifyError
+    from mpfix.verify.kinds import VerifyError
 
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))

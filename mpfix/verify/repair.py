@@ -177,22 +177,13 @@ def problem(path: Path, original: str, new: str) -> str | None:
     """Why ``new`` must not replace ``original`` (None: it passes the validation
     ``mpfix apply`` runs on every fix: it parses and compiles, uses no name the file does not
     bind, creates no float16/float32 mix)."""
-    import libcst as cst
-
-    from mpfix.fix_validation import Validator
-
     if Path(path).suffix == ".ipynb":
         from mpfix.verify import repair_notebooks
 
         return repair_notebooks.problem(Path(path), original, new)
+    from mpfix.verify.python_problem import python_problem
 
-    try:
-        compile(new, str(path), "exec")
-        fixed = cst.parse_module(new)
-        before = cst.parse_module(original)
-    except (SyntaxError, ValueError, cst.ParserSyntaxError) as exc:
-        return f"it does not compile ({exc})"
-    return Validator(original, str(path), before).problem(new, fixed)
+    return python_problem(Path(path), original, new)
 
 
 class Repairer:

@@ -59,7 +59,7 @@ def problem(path, original: str, new: str) -> str | None:
     before, after = cells(original), cells(new)
     if not after or len(before) != len(after):
         return "the notebook's code cells changed in number (not valid JSON?)"
-    from mpfix.verify.repair import problem as python_problem
+    from mpfix.verify.python_problem import python_problem
 
     for old, fixed in zip(before, after):
         if old == fixed:

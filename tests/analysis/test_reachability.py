@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from mpfix import policy as policies
-from mpfix.codemods.analysis.reachability import entries_in, reach_in_text, scan_project
+from mpfix.project.entries import entries_in
+from mpfix.project.reachability import reach_in_text, scan_project
 from mpfix.discovery import discover
 from mpfix.engine import Engine, Options
 from mpfix.policy import Policy
@@ -325,7 +326,7 @@ def test_float32():
 
 
 def test_a_policy_set_inside_one_test_reaches_that_test_and_its_helpers_only(tmp_path: Path):
-    from mpfix.codemods.analysis.reachability import float16_regions
+    from mpfix.project.fixture_regions import float16_regions
 
     reach = _project(tmp_path, {"tests/test_attention.py": MIXED_TEST})
     found = reach("tests/test_attention.py")
@@ -340,7 +341,7 @@ def test_a_policy_set_inside_one_test_reaches_that_test_and_its_helpers_only(tmp
 
 
 def test_a_fixture_reaches_the_tests_that_take_it_within_a_module(tmp_path: Path):
-    from mpfix.codemods.analysis.reachability import float16_regions
+    from mpfix.project.fixture_regions import float16_regions
 
     text = MIXED_TEST.replace('    tf.keras.mixed_precision.set_global_policy("mixed_float16")\n', "").replace(
         "def test_float16():", "def test_float16(dtype_policy):")
@@ -351,7 +352,7 @@ def test_a_fixture_reaches_the_tests_that_take_it_within_a_module(tmp_path: Path
 
 
 def test_the_scan_is_kept_in_the_cache_folder_and_redone_when_a_file_changes(tmp_path: Path, monkeypatch):
-    from mpfix.codemods.analysis import reachability
+    from mpfix.project import reachability
 
     root = tmp_path / "proj"
     root.mkdir()

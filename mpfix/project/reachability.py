@@ -19,7 +19,7 @@ imports. So a file is float16-reachable when
 
 Within a test module that sets or takes the policy only in some tests, only those tests (and the
 module-level helpers they use) run under it: ``Reach.partial``, with the lines from
-``float16_regions``. A mention that sets nothing — a comparison ``policy.name ==
+``mpfix.project.fixture_regions.float16_regions``. A mention that sets nothing — a comparison ``policy.name ==
 "mixed_float16"``, a dict key, prose, a comment, an error message, an ``os.environ.get`` of the
 switch, the switch set to ``"0"`` — is not an entry point; a docstring example that sets the
 policy is documentation of the module and counts.
@@ -30,387 +30,18 @@ project and process, and only files an entry point reaches have their imports re
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mpfix import safe_read
+from mpfix.project.entries import (
+    Entry, Defs, line_of, line_prefix, may_switch, notebook_code, entries_in, imports_in, policy_in_entries,
+)
 from mpfix.project.files import TestKind, test_kind
 from mpfix.project.kinds import Policy
-
-ENV_SWITCH = "TF_ENABLE_AUTO_MIXED_PRECISION"
-GRAPPLER_OPTION = "auto_mixed_precision"
-GRAPH_REWRITE = "enable_mixed_precision_graph_rewrite"
-
-
-def env_switch_on(value: str) -> bool:
-    """How TensorFlow reads the environment switch: "1"/"true" (any case) turn the rewrite on."""
-    return value.strip().lower() in ("1", "true")
-
-
-def grappler_value_off(code: str) -> bool:
-    """Whether the value given to grappler's ``auto_mixed_precision`` (source code) leaves it off."""
-    code = code.strip()
-    return code in ("False", "0", "None") or code.endswith(".OFF")
-
-
-# -- one file's entry points ------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Entry:
-    """Where a file switches float16 (or bfloat16) on."""
-
-    policy: Policy
-    line: int
-    what: str  # e.g. 'sets "mixed_float16"'
-    scope: str = "global"  # "global"; "module": this test module only; "fixture": tests using ``fixture``
-    fixture: str | None = None
-    autouse: bool = False
-    function: str | None = None  # the function whose body switches it on (callers become entry points)
-    in_test: bool = False  # inside a test function (at any depth)
-
-
-_NEEDLES = (b"mixed_float16", b"mixed_bfloat16", b"auto_mixed_precision", b"TF_ENABLE_AUTO",
-            b"enable_mixed_precision_graph")
-
-
-def _may_switch(data: bytes) -> bool:
-    # Plain substring tests: far cheaper than one regex with alternatives over every file.
-    return any(needle in data for needle in _NEEDLES)
-
-
-_POLICY_LITERAL = re.compile(rb"""(['"])mixed_(b?float16)\1""")
-_GRAPPLER = re.compile(rb"""(?:['"]auto_mixed_precision['"]\s*:|\.auto_mixed_precision\s*=(?!=))\s*([^,}\n#)]+)""")
-_GRAPH_REWRITE = re.compile(rb"\benable_mixed_precision_graph_rewrite\s*\(")
-_ENV = re.compile(rb"""(['"]?)TF_ENABLE_AUTO_MIXED_PRECISION\1\s*(\]\s*=(?!=)|,|:|=(?!=))\s*([^,}\n#)]*)""")
-_ENV_READS = re.compile(rb"""(?:\.get|getenv|\.pop|\bin)\s*\(?\s*$""")
-# Decorators whose arguments parametrise tests: the policies they name reach those tests only.
-_TEST_PARAMS = re.compile(
-    rb"@pytest\.fixture\s*\(|pytest\.mark\.parametrize\s*\(|@(?:parameterized|absltest)\.\w+\s*\(|"
-    rb"\bpytest\.param\s*\(|\bnamed_product\s*\(")
-_DEF = re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
-_NEXT_DEF = re.compile(rb"\s*(?:@[^\n]*\n\s*)*(?:async\s+)?def\s+(\w+)")
-_ACCEPT_BEFORE = frozenset(b"([{,:=")
-_ACCEPT_WORDS = (b"return", b"yield", b"else", b"or", b"and", b"lambda")
-
-
-def _line_of(data: bytes, offset: int) -> int:
-    return data.count(b"\n", 0, offset) + 1
-
-
-def _line_prefix(data: bytes, offset: int) -> bytes:
-    return data[data.rfind(b"\n", 0, offset) + 1:offset]
-
-
-def _in_comment(data: bytes, offset: int) -> bool:
-    prefix = _line_prefix(data, offset).lstrip()
-    if prefix.startswith(b'"'):
-        prefix = prefix[1:].lstrip()
-    return prefix.startswith(b"#") or (b"#" in prefix and prefix.count(b'"') % 2 == 0 and prefix.count(b"'") % 2 == 0)
-
-
-def _in_comment_or_doctest(data: bytes, offset: int) -> bool:
-    prefix = _line_prefix(data, offset).lstrip()
-    # A notebook's JSON holds each line as a string: `    "# comment\n",`.
-    if prefix.startswith(b'"'):
-        prefix = prefix[1:].lstrip()
-    return prefix.startswith((b"#", b">>>", b"...")) or (b"#" in prefix and prefix.count(b'"') % 2 == 0
-                                                         and prefix.count(b"'") % 2 == 0)
-
-
-_TRIPLE = re.compile(rb"\"\"\"|'''")
-
-
-def _docstring_spans(data: bytes) -> list[tuple[int, int]]:
-    """(start, end) of every triple-quoted string (docstrings: prose and examples, not code)."""
-    spans, open_at, quote = [], None, None
-    for match in _TRIPLE.finditer(data):
-        if open_at is None:
-            open_at, quote = match.start(), match.group()
-        elif match.group() == quote:
-            spans.append((open_at, match.end()))
-            open_at = None
-    return spans
-
-
-def _in_spans(spans: list[tuple[int, int]], offset: int) -> bool:
-    return any(start < offset < end for start, end in spans)
-
-
-def _in_string(data: bytes, offset: int) -> bool:
-    """Whether ``offset`` is inside a string literal that opened on its line (an error message)."""
-    prefix = _line_prefix(data, offset)
-    return prefix.count(b'"') % 2 == 1 or prefix.count(b"'") % 2 == 1
-
-
-def _sets_policy(data: bytes, start: int, end: int) -> bool:
-    """Whether the policy literal at ``data[start:end]`` sets something (an argument, a value)."""
-    after = data[end:end + 8].lstrip()
-    if after.startswith((b"==", b"!=", b":", b"in ", b"not ")):
-        return False  # a comparison, a membership test or a dict key
-    i = start - 1
-    while i >= 0 and data[i] in b" \t\r\n\\":
-        i -= 1
-    if i < 0:
-        return False
-    char = data[i]
-    if char in _ACCEPT_BEFORE:
-        if char == ord("="):
-            return i == 0 or data[i - 1] not in b"=!<>"
-        if char in b"([,":
-            return not _in_tested_collection(data, i)
-        return True
-    word = data[max(0, i - 6):i + 1]
-    return any(word.endswith(w) and (len(word) == len(w) or not chr(word[-len(w) - 1]).isalnum())
-               for w in _ACCEPT_WORDS)
-
-
-def _in_tested_collection(data: bytes, i: int) -> bool:
-    """Whether the element before ``data[i]`` (a ``(``, ``[`` or ``,``) sits in ``x in (...)`` / ``== [...]``."""
-    depth, j, low = 0, i, max(0, i - 400)
-    if data[i] in b"([":
-        j, depth = i, 1
-    else:
-        while j > low:
-            j -= 1
-            c = data[j]
-            if c in b")]}":
-                depth += 1
-            elif c in b"([{":
-                if depth == 0:
-                    break
-                depth -= 1
-        else:
-            return False
-    k = j - 1
-    while k >= 0 and data[k] in b" \t":
-        k -= 1
-    before = data[max(0, k - 3):k + 1]
-    return before.endswith((b" in", b"==", b"!=")) or before == b"in"
-
-
-def _bracket_end(data: bytes, open_paren: int) -> int:
-    """Offset just past the bracket that closes the one at ``open_paren`` (strings skipped roughly)."""
-    depth, i, n = 0, open_paren, len(data)
-    while i < n:
-        c = data[i]
-        if c in b"([{":
-            depth += 1
-        elif c in b")]}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        elif c in b"'\"":
-            close = data.find(bytes([c]), i + 1)
-            while close > 0 and data[close - 1] == ord("\\"):
-                close = data.find(bytes([c]), close + 1)
-            if close < 0:
-                return n
-            i = close
-        elif c == ord("#"):
-            newline = data.find(b"\n", i)
-            i = n if newline < 0 else newline
-            continue
-        i += 1
-    return n
-
-
-def _test_spans(data: bytes) -> list[tuple[int, int, bytes]]:
-    """(start, end, decorator text) of every argument list that parametrises tests."""
-    spans = []
-    for match in _TEST_PARAMS.finditer(data):
-        open_paren = match.end() - 1
-        spans.append((match.start(), _bracket_end(data, open_paren), match.group()))
-    return spans
-
-
-class _Defs:
-    """The ``def`` lines of one file, found once: (offset of the line, indentation, name)."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self._found: list[tuple[int, int, str]] | None = None
-
-    def enclosing(self, offset: int) -> str | None:
-        """The innermost ``def`` whose body holds ``offset`` (by indentation; approximate)."""
-        found = self._enclosing(offset)
-        return found[2] if found is not None else None
-
-    def in_test(self, offset: int) -> bool:
-        """Whether ``offset`` lies in a test function (at any depth: classes defined inside one too)."""
-        for _ in range(12):
-            found = self._enclosing(offset)
-            if found is None:
-                return False
-            if found[2].startswith("test"):
-                return True
-            offset = found[0] + found[1]  # the def keyword itself: what encloses the def
-        return False
-
-    def _enclosing(self, offset: int) -> tuple[int, int, str] | None:
-        data = self.data
-        prefix = _line_prefix(data, offset)
-        indent = len(prefix) - len(prefix.lstrip(b" \t"))
-        if indent == 0:
-            return None
-        if self._found is None:
-            self._found = [(m.start(), len(m.group(1)), m.group(2).decode("ascii", "replace"))
-                           for m in _DEF.finditer(data)]
-        line_start = offset - len(prefix)
-        best = None
-        for found in self._found:
-            if found[0] >= line_start:
-                break
-            if found[1] < indent:
-                best = found
-        if best is None:
-            return None
-        # A statement at or left of the def's indentation between it and us ends its body.
-        body_start = data.find(b"\n", best[0])
-        for line in data[body_start + 1:line_start].split(b"\n"):
-            stripped = line.lstrip(b" \t")
-            if stripped and not stripped.startswith((b"#", b")")) and len(line) - len(stripped) <= best[1]:
-                return None
-        return best
-
-
-def _enclosing_function(data: bytes, offset: int) -> str | None:
-    return _Defs(data).enclosing(offset)
-
-
-def entries_in(data: bytes, conftest: bool = False) -> list[Entry]:
-    """Every place ``data`` (a module's bytes, or a notebook's JSON) switches a mixed policy on."""
-    if not _may_switch(data):
-        return []
-    found: list[Entry] = []
-    spans: list[tuple[int, int, bytes]] | None = None
-    defs = _Defs(data)
-    docstrings = _docstring_spans(data) if b'"""' in data or b"'''" in data else []
-    for match in _POLICY_LITERAL.finditer(data):
-        start, end = match.span()
-        # A docstring's example that sets the policy is documentation that runs the module's code under
-        # it (the issue's "docs"): it counts; prose ("works under "mixed_float16"") does not (_sets_policy).
-        if _in_comment(data, start) or not _sets_policy(data, start, end):
-            continue
-        policy = Policy.FLOAT16 if match.group(2) == b"float16" else Policy.BFLOAT16
-        what = f'sets "mixed_{match.group(2).decode()}"'
-        if spans is None:
-            spans = _test_spans(data)
-        span = next((s for s in spans if s[0] < start < s[1]), None)
-        line = _line_of(data, start)
-        if span is None:
-            found.append(Entry(policy, line, what, function=defs.enclosing(start), in_test=defs.in_test(start)))
-            continue
-        fixture = None
-        if span[2].startswith(b"@pytest.fixture"):
-            following = _NEXT_DEF.match(data, span[1])
-            fixture = following.group(1).decode("ascii", "replace") if following else None
-        autouse = re.search(rb"autouse\s*=\s*True", data[span[0]:span[1]]) is not None
-        if fixture is not None:
-            found.append(Entry(policy, line, f"parametrises fixture `{fixture}` over \"mixed_"
-                               f"{match.group(2).decode()}\"", scope="fixture", fixture=fixture, autouse=autouse))
-        else:
-            found.append(Entry(policy, line, f"parametrises its tests over \"mixed_{match.group(2).decode()}\"",
-                               scope="module"))
-    for match in _GRAPPLER.finditer(data):
-        if (_in_comment_or_doctest(data, match.start()) or _in_spans(docstrings, match.start())
-                or grappler_value_off(match.group(1).decode("latin-1"))):
-            continue
-        found.append(Entry(Policy.FLOAT16, _line_of(data, match.start()),
-                           "switches grappler's auto_mixed_precision on",
-                           function=defs.enclosing(match.start()), in_test=defs.in_test(match.start())))
-    for match in _GRAPH_REWRITE.finditer(data):
-        if (_in_comment_or_doctest(data, match.start()) or _in_string(data, match.start())
-                or _in_spans(docstrings, match.start())
-                or _line_prefix(data, match.start()).lstrip().startswith(b"def ")):
-            continue
-        found.append(Entry(Policy.FLOAT16, _line_of(data, match.start()),
-                           "calls enable_mixed_precision_graph_rewrite",
-                           function=defs.enclosing(match.start()), in_test=defs.in_test(match.start())))
-    for match in _ENV.finditer(data):
-        if _in_comment_or_doctest(data, match.start()) or _in_spans(docstrings, match.start()):
-            continue
-        separator = match.group(2)
-        if separator == b"," and _ENV_READS.search(data[max(0, match.start() - 12):match.start()]):
-            continue  # os.environ.get(name, default), os.getenv(...), os.environ.pop(...)
-        if separator.startswith(b"=") and match.group(1):
-            continue  # "TF_ENABLE_AUTO_MIXED_PRECISION" = ...: not Python
-        if not _env_value_on(match.group(3).strip()):
-            continue
-        found.append(Entry(Policy.FLOAT16, _line_of(data, match.start()),
-                           f"sets {ENV_SWITCH}", function=defs.enclosing(match.start()), in_test=defs.in_test(match.start())))
-    return found
-
-
-def _env_value_on(value: bytes) -> bool:
-    if not value:
-        return False
-    text = value.decode("latin-1")
-    literals = re.findall(r"""(['"])([^'"]*)\1""", text)
-    if re.fullmatch(r"""(['"])([^'"]*)\1""", text):
-        return env_switch_on(text[1:-1])
-    if literals and " if " in text:  # "1" if flag else "0": on when the flag is
-        return any(env_switch_on(v) for _, v in literals)
-    return text.lower() not in ("0", "false", "none")  # a number, a name, a call: maybe on
-
-
-def policy_in_entries(entries: list[Entry]) -> Policy:
-    if any(e.policy is Policy.FLOAT16 for e in entries):
-        return Policy.FLOAT16
-    if entries:
-        return Policy.BFLOAT16
-    return Policy.NONE
-
-
-# -- imports ----------------------------------------------------------------------------------
-
-_IMPORT = re.compile(
-    rb"[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]*))")
-_IMPORT_WORD = re.compile(rb"import[ \t(\\]")
-
-
-def imports_in(data: bytes) -> list[tuple[int, str, tuple[str, ...]]]:
-    """(relative level, module, imported names) of every import statement (``import a.b``: (0, "a.b", ()))."""
-    out = []
-    seen_lines: set[int] = set()
-    # The word "import" is a literal the regex engine finds fast; only its lines are matched in full.
-    for word in _IMPORT_WORD.finditer(data):
-        line_start = data.rfind(b"\n", 0, word.start()) + 1
-        if line_start in seen_lines:
-            continue
-        seen_lines.add(line_start)
-        match = _IMPORT.match(data, line_start)
-        if match is None:
-            continue
-        if match.group(4) is not None:
-            for part in match.group(4).split(b","):
-                name = part.strip().split()[0] if part.strip() else b""
-                if re.fullmatch(rb"[\w.]+", name):
-                    out.append((0, name.decode("ascii", "replace"), ()))
-        else:
-            names = match.group(3).strip(b"() \t\r\n\\")
-            imported = tuple(
-                n.strip().split()[0].decode("ascii", "replace")
-                for n in names.replace(b"\n", b" ").replace(b"\\", b" ").split(b",") if n.strip())
-            out.append((len(match.group(1)), match.group(2).decode("ascii", "replace"), imported))
-    return out
-
-
-def _notebook_code(data: bytes) -> bytes:
-    """The code cells of a notebook as one module's bytes (empty when it is not valid JSON)."""
-    try:
-        notebook = json.loads(data)
-        cells = notebook.get("cells", [])
-    except (ValueError, AttributeError):
-        return b""
-    parts = []
-    for cell in cells:
-        if isinstance(cell, dict) and cell.get("cell_type") == "code":
-            source = cell.get("source", "")
-            parts.append("".join(source) if isinstance(source, list) else str(source))
-    return "\n".join(parts).encode("utf-8", "replace")
 
 
 # -- the project ------------------------------------------------------------------------------
@@ -501,8 +132,7 @@ class _Project:
         found = self._data.get(file)
         if found is None:
             try:
-                with open(file, "rb") as handle:
-                    found = handle.read()
+                found = safe_read.read_bytes(file, root=self.root)
             except OSError:
                 found = b""
             self._data[file] = found
@@ -510,7 +140,7 @@ class _Project:
 
     def code(self, file: str) -> bytes:
         data = self.data(file)
-        return _notebook_code(data) if file.endswith(".ipynb") else data
+        return notebook_code(data) if file.endswith(".ipynb") else data
 
     def display(self, file: str) -> str:
         try:
@@ -608,7 +238,7 @@ def scan_project(root: Path, files: list[Path]) -> ProjectReach:
         data = project.data(file)
         if file.endswith(".ipynb"):
             # A notebook's JSON escapes quotes; its code cells are read only when it may switch something.
-            data = project.code(file) if _may_switch(data) else b""
+            data = project.code(file) if may_switch(data) else b""
         found = entries_in(data, conftest=os.path.basename(file) == "conftest.py")
         if found:
             entries[file] = found
@@ -639,7 +269,7 @@ def _is_call_of(code: bytes, start: int, end: int, prefix: bytes) -> bool:
         return not (head and (head.isalnum() or head == b"_"))
     if not re.match(rb"\s*\(", code[end:end + 20]):
         return False
-    return not _line_prefix(code, start).lstrip().startswith((b"def ", b"async def "))
+    return not line_prefix(code, start).lstrip().startswith((b"def ", b"async def "))
 
 
 def _callers_of_setters(project: _Project, entries: dict[str, list[Entry]]) -> None:
@@ -674,9 +304,9 @@ def _callers_of_setters(project: _Project, entries: dict[str, list[Entry]]) -> N
                 if match is None:
                     continue
                 entries.setdefault(other, []).append(Entry(
-                    entry.policy, _line_of(code, match.start()),
+                    entry.policy, line_of(code, match.start()),
                     f"calls {name}() of {project.display(file)}, which {entry.what}",
-                    function=_Defs(code).enclosing(match.start())))
+                    function=Defs(code).enclosing(match.start())))
 
 
 def _reach_by_imports(project: _Project, entries: dict[str, list[Entry]], policy: Policy,
@@ -819,63 +449,3 @@ def reach_in_text(text: str, path: Path | str | None = None) -> Reach:
             e.scope == "module" or (e.scope == "global" and e.in_test) for e in own):
         return Reach(policy, why + "; only its tests that set the policy count", ())
     return Reach(policy, why)
-
-
-# -- which tests of a partly reached test module run under the policy ----------------------------
-
-def float16_regions(text: str, fixtures: tuple[str, ...]) -> list[tuple[int, int]] | None:
-    """Line ranges of the tests in ``text`` that run under the policy; None: the whole file.
-
-    A test counts when it sets the policy itself, is parametrised over it, or takes one of
-    ``fixtures`` (as a parameter or ``usefixtures``); a test class when its decorators or its
-    ``setUp`` do. Module-level helpers those tests use by name count too. Uses ``ast`` (only
-    for such test modules, which the engine parses anyway).
-    """
-    import ast
-
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    lines = {e.line for e in entries_in(text.encode("utf-8", "surrogateescape"))}
-    wanted = set(fixtures)
-
-    def start_of(node) -> int:
-        return min([d.lineno for d in node.decorator_list] + [node.lineno])
-
-    def uses_fixture(decorators) -> bool:
-        for d in decorators:
-            if isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "usefixtures":
-                if any(isinstance(a, ast.Constant) and a.value in wanted for a in d.args):
-                    return True
-        return False
-
-    def in_decorators(node) -> bool:
-        first_body = node.body[0].lineno if node.body else node.lineno
-        return any(start_of(node) <= line < first_body for line in lines) or uses_fixture(node.decorator_list)
-
-    def function_counts(node) -> bool:
-        if any(start_of(node) <= line <= node.end_lineno for line in lines) or uses_fixture(node.decorator_list):
-            return True
-        args = node.args
-        return bool(wanted & {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)})
-
-    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
-    chosen: list = []
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef):
-            setups = [m for m in node.body if isinstance(m, functions)
-                      and m.name in ("setUp", "setUpClass", "setup_method", "setup_class")]
-            if in_decorators(node) or any(function_counts(m) for m in setups):
-                chosen.append(node)
-                continue
-            chosen.extend(m for m in node.body if isinstance(m, functions) and function_counts(m))
-        elif isinstance(node, functions) and function_counts(node):
-            chosen.append(node)
-    # Module-level helpers and classes the chosen tests use by name (one level).
-    used = {n.id for node in chosen for n in ast.walk(node) if isinstance(n, ast.Name)}
-    picked = {id(node) for node in chosen}
-    for node in tree.body:
-        if isinstance(node, (*functions, ast.ClassDef)) and node.name in used and id(node) not in picked:
-            chosen.append(node)
-    return sorted((start_of(node), node.end_lineno) for node in chosen)
