@@ -98,6 +98,49 @@ def _frames(tb) -> list[dict]:
     return out
 
 
+def _main_stack(user_root: str | None) -> dict:
+    """Where the main thread is now (a hang: a timeout or a halt by the parent): its
+    innermost frames, the innermost one of the user's code, and whether it waits inside
+    TensorFlow/Keras (a collective, a step) rather than in the user's own code."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    if frame is None:
+        return {}
+    frames = [
+        {"file": os.path.abspath(f.filename), "line": f.lineno, "function": f.name, "code": f.line or ""}
+        for f in traceback.extract_stack(frame)
+    ]
+    here = os.path.dirname(os.path.abspath(__file__))
+    frames = [f for f in frames if not f["file"].startswith(here)]
+    user = [f for f in frames if user_root and f["file"].startswith(user_root) and "site-packages" not in f["file"]]
+    inner = frames[-1]["file"] if frames else ""
+    return {
+        "stack": frames[-12:],
+        "user_frame": user[-1] if user else None,
+        "in_tensorflow": any(f"{os.sep}{name}{os.sep}" in inner for name in ("tensorflow", "keras", "tf_keras")),
+    }
+
+
+def _watch_launches(emit) -> None:
+    """Record the processes the script starts with a TF_CONFIG (a launcher of workers):
+    verify measures this process only, and says how to use ``--workers`` instead."""
+    import subprocess
+
+    original = subprocess.Popen.__init__
+
+    def init(self, args, *rest, **kwargs):
+        env = kwargs.get("env")
+        tf_config = (env if env is not None else os.environ).get("TF_CONFIG")
+        if tf_config:
+            try:
+                argv = [str(a) for a in args] if isinstance(args, (list, tuple)) else [str(args)]
+                emit({"event": "launch", "argv": argv[:20], "tf_config": tf_config[:2000]})
+            except Exception:
+                pass
+        original(self, args, *rest, **kwargs)
+
+    subprocess.Popen.__init__ = init
+
+
 def _numerics_summary(text: str) -> str:
     """check_numerics messages embed whole input tensors: keep the header, dtype, shape,
     counts and (for ops inside graphs) the stack trace of the op's creation."""
@@ -161,13 +204,17 @@ class _Watchdog(threading.Thread):
 
     INTERVAL_S = 0.2
 
-    def __init__(self, parent: int, deadline: float | None, workdir: str, finish) -> None:
+    def __init__(self, parent: int, deadline: float | None, workdir: str, finish, halt: str | None = None) -> None:
         super().__init__(name="mpfix-verify-watchdog", daemon=True)
         self.parent = parent
         self.deadline = deadline
         self.workdir = workdir
         self.finish = finish
         self.recorder = None
+        # --workers: the parent asks a worker to stop (a peer crashed, the group hangs) by
+        # creating this file; its text is the reason.
+        self.halt = halt
+        self.user_root: str | None = None
 
     def run(self) -> None:
         while True:
@@ -176,7 +223,15 @@ class _Watchdog(threading.Thread):
                 shutil.rmtree(self.workdir, ignore_errors=True)
                 _kill_own_group()
             if self.deadline is not None and time.monotonic() >= self.deadline:
-                self.finish({"event": "end", "status": "timeout"})
+                self.finish({"event": "end", "status": "timeout", **_main_stack(self.user_root)})
+                _kill_own_group()
+            if self.halt and os.path.exists(self.halt):
+                try:
+                    with open(self.halt, encoding="utf-8") as fh:
+                        reason = fh.read().strip()
+                except OSError:
+                    reason = ""
+                self.finish({"event": "end", "status": "halted", "reason": reason, **_main_stack(self.user_root)})
                 _kill_own_group()
             rec = self.recorder
             if rec is not None:
@@ -254,8 +309,12 @@ def main(argv: list[str] | None = None) -> int:
         time.monotonic() + float(timeout) if timeout else None,
         config.get("tempdir") or os.path.dirname(os.path.abspath(config["records"])),
         finish,
+        halt=config.get("halt"),
     )
+    watchdog.user_root = os.path.dirname(os.path.abspath(config.get("origin") or config["script"])) + os.sep
     watchdog.start()
+    if config.get("worker") is None and "TF_CONFIG" not in os.environ:
+        _watch_launches(emit)
 
     me = os.getpid()
 
@@ -304,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                 "device": "gpu" if gpus else "cpu",
                 "pid": os.getpid(),
                 "legacy_keras_env": os.environ.get("TF_USE_LEGACY_KERAS"),
+                "worker": config.get("worker"),
             }
         )
         if config.get("device") == "gpu" and not gpus:
@@ -313,6 +373,10 @@ def main(argv: list[str] | None = None) -> int:
         from mpfix.verify import _hooks
 
         rec = _hooks.Recorder(emit, int(config["steps"]), locate=bool(config.get("locate")))
+        if config.get("worker") is not None:
+            # Workers run in lockstep (collectives): one that stopped at its own non-finite
+            # step would leave the others waiting. All stop at the step limit together.
+            rec.stop_on_nonfinite = False
         rec.user_root = os.path.dirname(os.path.abspath(config.get("origin") or config["script"]))
         # A notebook runs as a script in verify's temporary folder: its layers are built there.
         rec.extra_roots = (os.path.dirname(os.path.abspath(config["script"])) + os.sep,)

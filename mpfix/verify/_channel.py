@@ -24,9 +24,13 @@ every apply is a step; a GAN's discriminator and generator updates form one step
 critic updated five times per generator update gives five steps (the last holding the
 generator's row too).
 
-Only replica 0 of a distribution strategy writes (one row per step, not one per
-replica); the replica id is a constant of each replica's graph under
-``MirroredStrategy``, so the other replicas get no measuring ops at all.
+Under ``MirroredStrategy`` with several replicas in this process (the replica id is a
+constant of each replica's graph), replica 0 writes the step's row and every replica also
+writes its own small row (loss, gradient counts, float16 peak) into a second ring, at its
+own update count; ``drain`` merges them into the step's row, so a NaN on replica 1 only is
+the step's NaN, at that step (the replica ids it came from ride along). With one replica
+(no strategy, or one device per worker of ``MultiWorkerMirroredStrategy``) there is no
+second ring.
 
 The variables are built as ``ResourceVariable`` directly, under ``tf.init_scope``: that
 lifts their creation out of any graph being traced and bypasses the variable creator of
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import gen_resource_variable_ops, resource_variable_ops
 
@@ -67,6 +72,13 @@ WRITTEN, STEPS, ALARMS, MASK = range(4)
 MAX_OPTIMIZER_BIT = 62
 
 
+# Per-replica row: loss, elements, non-finite, zeros, sum of squares, float16 peak, its layer.
+REPLICA_FIELDS = ("loss", "elements", "nonfinite", "zeros", "sumsq", "act_max", "act_layer")
+REPLICA_WIDTH = len(REPLICA_FIELDS)
+MAX_REPLICAS = 16
+REPLICA_CAPACITY = 1024
+
+
 class Channel:
     """Ring buffer of measurement rows, its counters, and the pending loss."""
 
@@ -75,6 +87,9 @@ class Channel:
         self._vars: tuple | None = None
         self._state_handle = None
         self.read = 0
+        # Replicas of a MirroredStrategy in this process (set by the hooks; 1: none).
+        self.replicas = 1
+        self._replica_vars: tuple | None = None
 
     def _variables(self):
         if self._vars is None:
@@ -119,6 +134,75 @@ class Channel:
         rows.scatter_nd_update(tf.reshape(slot, [1, 1]), tf.reshape(row, [1, WIDTH]))
         state.assign(tf.stack([written + 1, steps, alarms, mask]))
 
+    def _replica_variables(self):
+        if self._replica_vars is None:
+            with self._lock, tf.init_scope():
+                if self._replica_vars is None:
+                    new = resource_variable_ops.ResourceVariable
+                    rows = new(tf.zeros([REPLICA_CAPACITY, MAX_REPLICAS, REPLICA_WIDTH]), trainable=False, name="mpfix_replica_rows")
+                    counts = new(tf.zeros([MAX_REPLICAS], tf.int64), trainable=False, name="mpfix_replica_counts")
+                    pending = new(tf.zeros([MAX_REPLICAS]), trainable=False, name="mpfix_replica_pending")
+                    self._replica_vars = (rows, counts, pending)
+        return self._replica_vars
+
+    def set_replica_loss(self, replica: int, value):
+        """``set_loss`` of replica ``replica`` (> 0)."""
+        _, _, pending = self._replica_variables()
+        pending.scatter_nd_update([[min(replica, MAX_REPLICAS - 1)]], tf.reshape(tf.cast(value, tf.float32), [1]))
+
+    def replica_loss(self, replica: int):
+        _, _, pending = self._replica_variables()
+        return pending.read_value()[min(replica, MAX_REPLICAS - 1)]
+
+    def write_replica(self, replica: int, values, alarm):
+        """Replica ``replica``'s own row for its next update; ``alarm`` as in ``write``."""
+        rows, counts, _ = self._replica_variables()
+        _, state, _ = self._variables()
+        replica = min(replica, MAX_REPLICAS - 1)
+        count = counts.read_value()[replica]
+        slot = tf.math.floormod(count, REPLICA_CAPACITY)
+        index = tf.stack([slot, tf.constant(replica, tf.int64)])
+        rows.scatter_nd_update(tf.reshape(index, [1, 2]), tf.reshape(tf.stack([tf.cast(v, tf.float32) for v in values]), [1, REPLICA_WIDTH]))
+        counts.scatter_nd_add([[replica]], tf.constant([1], tf.int64))
+        state.scatter_nd_add([[ALARMS]], tf.reshape(tf.cast(alarm, tf.int64), [1]))
+
+    def _merge_replicas(self, start: int, rows: list[list[float]]) -> list[list]:
+        """Rows ``start``.. with every replica's values merged in (see the module doc);
+        each row gets one more item: the replicas with a non-finite loss or gradient."""
+        if self._replica_vars is None or self.replicas <= 1 or not rows:
+            return rows
+        reps, counts, _ = self._replica_vars
+        count = gen_resource_variable_ops.read_variable_op(counts.handle, tf.int64)._numpy()
+        end = start + len(rows)
+        # Replica 0 writes its own row beside every main row: the counts agree, or the
+        # rows cannot be matched (then they are left as they are).
+        if count[0] != end:
+            return rows
+        slots = [i % REPLICA_CAPACITY for i in range(start, end)]
+        block = reps.sparse_read(slots)._numpy()
+        out = []
+        for k, (row, mine) in enumerate(zip(rows, block)):
+            live = [r for r in range(min(self.replicas, MAX_REPLICAS)) if count[r] > start + k]
+            row = list(row)
+            values = [mine[r] for r in live]
+            bad = [r for r, v in zip(live, values) if not np.isfinite(v[0]) or v[2] > 0]
+            losses = [float(v[0]) for v in values]
+            nonfinite = [x for x in losses if not np.isfinite(x)]
+            loss_at = FIELDS.index("loss")
+            if nonfinite:
+                row[loss_at] = nonfinite[0]
+            elif losses and row[FIELDS.index("loss_seq")] > 0:
+                row[loss_at] = float(np.mean(losses))
+            for name in ("elements", "nonfinite", "zeros", "sumsq"):
+                row[FIELDS.index(name)] = float(sum(v[REPLICA_FIELDS.index(name)] for v in values))
+            peaks = [v for v in values if v[5] >= 0 or not np.isfinite(v[5])]
+            if peaks:
+                top = max(peaks, key=lambda v: v[5] if np.isfinite(v[5]) else np.inf)
+                row[FIELDS.index("act_max")], row[FIELDS.index("act_layer")] = float(top[5]), float(top[6])
+            row.append(bad)
+            out.append(row)
+        return out
+
     # --- Python side (eager code only) ---
     def poll(self):
         """``[rows written, steps, alarms, mask]`` as Python ints, or None before the
@@ -142,4 +226,4 @@ class Channel:
             block = list(values[begin:]) + list(values[:end])
         else:
             block = values[begin:end]
-        return [row.tolist() for row in block]
+        return self._merge_replicas(start, [row.tolist() for row in block])

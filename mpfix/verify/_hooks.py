@@ -70,17 +70,35 @@ def _replica_id():
     ctx = tf.distribute.get_replica_context()
     if ctx is None:
         return 0
-    rid = ctx.replica_id_in_sync_group
+    # The id within this process (MultiWorkerMirroredStrategy's replica_id_in_sync_group
+    # counts the other workers' replicas first: worker 1's only replica is 1).
+    rid = getattr(ctx, "_local_replica_id", None)
+    if rid is None:
+        rid = ctx.replica_id_in_sync_group
     static = tf.get_static_value(rid)
     return int(static) if static is not None else tf.cast(rid, tf.int32)
 
 
-def _on_replica0(fn, *args):
-    """Run the measuring ops ``fn`` on replica 0 only."""
+def _local_replicas() -> int:
+    """Replicas of the current strategy in this process (1 without one)."""
+    ctx = tf.distribute.get_replica_context()
+    if ctx is None or not tf.distribute.has_strategy():
+        return 1
+    try:
+        return max(1, len(ctx.strategy.extended.worker_devices))
+    except Exception:
+        return 1
+
+
+def _on_replica0(fn, *args, other=None):
+    """Run the measuring ops ``fn`` on replica 0; ``other(replica, *args)`` on the other
+    replicas when their id is a constant of their graph (MirroredStrategy)."""
     replica = _replica_id()
     if isinstance(replica, int):
         if replica == 0:
             fn(*args)
+        elif other is not None:
+            other(replica, *args)
         return
 
     def measure():
@@ -185,6 +203,8 @@ class Recorder:
         self._layer_refs: list = []
         self._origins: dict[int, dict] = {}
         self.extra_roots: tuple[str, ...] = ()
+        # False under `verify --workers`: every worker runs to the step limit (see _bootstrap).
+        self.stop_on_nonfinite = True
         # Per-op float16 evidence of traced steps (_evidence.py); not under --locate,
         # whose eager re-run traces nothing.
         self.evidence = None
@@ -251,7 +271,7 @@ class Recorder:
         if not values:
             return None
         loss = values[0] if len(values) == 1 else tf.add_n(values)
-        _on_replica0(self.channel.set_loss, loss)
+        _on_replica0(self.channel.set_loss, loss, other=self.channel.set_replica_loss)
         return loss
 
     GRAD_LOSS_MAX = 512
@@ -395,7 +415,10 @@ class Recorder:
         self._dynamic_scaled.clear()
         own_loss = self._loss_of(grads)
         activations = self._take_activations()
-        _on_replica0(self._write, index, scale, dynamic, grads_scaled, grads, own_loss, activations)
+        self.channel.replicas = max(self.channel.replicas, _local_replicas())
+        _on_replica0(
+            self._write, index, scale, dynamic, grads_scaled, grads, own_loss, activations, other=self._write_replica
+        )
 
     def _write(self, index, scale, dynamic, grads_scaled, grads, own_loss=None, activations=None) -> None:
         scale = tf.cast(tf.convert_to_tensor(scale), tf.float32)
@@ -414,6 +437,21 @@ class Recorder:
             loss, seq, scale, tf.constant(1.0 if dynamic else 0.0), elements, nonfinite, zeros, sumsq, act_max, act_layer
         ]
         self.channel.write(index, values, alarm)
+        if self.channel.replicas > 1:
+            self.channel.write_replica(0, [loss, elements, nonfinite, zeros, sumsq, act_max, act_layer], tf.constant(False))
+
+    def _write_replica(self, replica, index, scale, dynamic, grads_scaled, grads, own_loss=None, activations=None) -> None:
+        """Replica ``replica`` (> 0) of a MirroredStrategy: its own row (see _channel)."""
+        scale = tf.cast(tf.convert_to_tensor(scale), tf.float32)
+        elements, nonfinite, zeros, sumsq = _gradient_summary(grads, scale if grads_scaled else None)
+        # The loss this replica's gradient hook saw (its own_loss may be another
+        # replica's: all replicas share one graph).
+        loss = self.channel.replica_loss(replica)
+        act_max, act_layer = activations if activations is not None else (tf.constant(-1.0), tf.constant(-1.0))
+        alarm = tf.logical_not(tf.math.is_finite(loss))
+        if not dynamic:
+            alarm = tf.logical_or(alarm, nonfinite > 0)
+        self.channel.write_replica(replica, [loss, elements, nonfinite, zeros, sumsq, act_max, act_layer], alarm)
 
     # --- reading rows back ---
     def flush(self, may_stop: bool = True, force: bool = False) -> None:
@@ -466,7 +504,9 @@ class Recorder:
         reason the row gives."""
         if self.stop_reason is not None:
             return None
-        optimizer, step, loss, seq, scale, dynamic, elements, nonfinite, zeros, sumsq, act_max, act_layer = raw
+        optimizer, step, loss, seq, scale, dynamic, elements, nonfinite, zeros, sumsq, act_max, act_layer = raw[:12]
+        # Under MirroredStrategy the channel appends the replicas with a non-finite value.
+        bad_replicas = raw[12] if len(raw) > 12 else []
         optimizer, step = int(optimizer), int(step)
         if step >= self.max_steps:
             self.stop_reason = "steps"
@@ -492,11 +532,15 @@ class Recorder:
             # in batches, so step times come from the spread of these (RunResult.step_time).
             "t": round(self._drain_time, 4),
         }
+        if bad_replicas:
+            event["replicas_nonfinite"] = [int(r) for r in bad_replicas]
         if act_max >= 0 or not math.isfinite(act_max):
             event["act_max"] = _json_float(act_max)
             event["act_layer"] = int(act_layer)
         self.steps = step + 1
-        if loss is not None and not math.isfinite(loss):
+        if not self.stop_on_nonfinite:
+            pass
+        elif loss is not None and not math.isfinite(loss):
             self.stop_reason = "non-finite loss"
         elif nonfinite > 0 and not dynamic:
             # Applied, not skipped: the weights are now non-finite.

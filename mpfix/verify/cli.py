@@ -72,8 +72,24 @@ def _unwritable(path) -> str | None:
 )
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="Write every step as JSON.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True), help="Write a self-contained HTML report.")
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Run SCRIPT as N workers of a MultiWorkerMirroredStrategy cluster (TF_CONFIG on local ports).",
+)
+@click.option(
+    "--hang-after",
+    default=120.0,
+    show_default=True,
+    type=click.FloatRange(min=1.0),
+    help="With --workers: seconds without a new step on any worker that make a hang.",
+)
 @click.option("--jobs", default=1, show_default=True, type=click.IntRange(1, 2), help="2: mixed and float32 runs at once.")
-def verify(script, script_args, steps, baseline, policy, seed, timeout, device, python, locate, patched, json_path, html_path, jobs):
+def verify(
+    script, script_args, steps, baseline, policy, seed, timeout, device, python, locate, patched, json_path, html_path, workers, hang_after, jobs
+):
     """Run SCRIPT under mixed precision, judge it: healthy, non-finite, stalled, underflow, diverged, crashed, timeout, no-steps, at-risk or unstable.
 
     SCRIPT [-- SCRIPT_ARGS...] runs in a child process (with --workers N: N worker
@@ -93,7 +109,10 @@ def verify(script, script_args, steps, baseline, policy, seed, timeout, device, 
         locate=locate,
         jobs=jobs,
         progress=_progress(),
-        stdin="forward",
+        # Workers read no input (N processes cannot share one stdin).
+        stdin="forward" if workers == 1 else "devnull",
+        workers=workers,
+        hang_after=hang_after,
     )
     for option, path in (("--json", json_path), ("--html", html_path)):
         problem = _unwritable(path)

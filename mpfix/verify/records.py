@@ -44,6 +44,11 @@ class Step:
     act_layer: int | None = None
     # When the child read the row (seconds; rows are read in batches).
     t: float | None = None
+    # The worker of `verify --workers` this row is from (None: one process, or the group's
+    # merged row), and where a non-finite loss or gradient was: [worker, replica] pairs
+    # (replica: of MirroredStrategy's replicas in that process).
+    worker: int | None = None
+    nonfinite_where: list = field(default_factory=list)
 
     @property
     def loss_finite(self) -> bool:
@@ -73,6 +78,13 @@ class RunResult:
     stderr_tail: str = ""
     # Layers measured for headroom, by index: name, class, file, line, code, output_of.
     layers: dict = field(default_factory=dict)
+    # Processes the script started with a TF_CONFIG (a launcher of workers): argv, tf_config.
+    launches: list = field(default_factory=list)
+    # `verify --workers N`: this run is the group's, judged as one (its steps merge the
+    # workers'); each worker's own run, by index.
+    workers: list = field(default_factory=list)
+    # `verify --workers N`: why the parent stopped the group ("hang", "peer crashed"), if it did.
+    halted: str | None = None
     # Per-op float16 evidence of traced steps (child: _evidence.py): "op" events (type,
     # name, file, line, function, code, layer, peak, peak_step, first_bad, born, trace,
     # order) and "f16-const" events (a constant that became inf or 0 in float16).
@@ -156,6 +168,8 @@ class RunResult:
             "ops": self.ops,
             "constants": self.constants,
             "steps": [s.to_json() for s in self.steps],
+            # verify --workers: each worker's own run, and why the group was halted.
+            **({"workers": [w.to_json() for w in self.workers], "halted": self.halted} if self.workers else {}),
         }
 
 
@@ -196,6 +210,7 @@ def parse_run(mode: str, events: list[dict]) -> RunResult:
                     act_max=_number(event.get("act_max")),
                     act_layer=None if event.get("act_layer") is None else int(event["act_layer"]),
                     t=event.get("t"),
+                    nonfinite_where=[[None, r] for r in event.get("replicas_nonfinite", [])],
                 )
             )
         elif kind == "layer":
@@ -212,6 +227,8 @@ def parse_run(mode: str, events: list[dict]) -> RunResult:
             run.constants.append({k: v for k, v in event.items() if k != "event"})
         elif kind == "numerics":
             run.numerics = event
+        elif kind == "launch":
+            run.launches.append(event)
         elif kind in ("hook-error", "error"):
             run.errors.append(event)
     return run

@@ -20,10 +20,7 @@ process's stdin, given to every run, see ``mpfix.verify.stdin``).
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -33,21 +30,15 @@ from pathlib import Path
 from typing import Callable
 
 from mpfix.verify.kinds import Location, VerifyError  # re-exported: callers import them from here
+from mpfix.verify.child import Child, raise_if_no_gpu
 from mpfix.verify.outputs import Outputs
-from mpfix.verify.records import RunResult, parse_run, read_events
+from mpfix.verify.records import RunResult
 from mpfix.verify.stdin import Stdin
 from mpfix.verify.verdict import Verdict, judge
 
 POLICIES = ("script", "mixed_float16", "mixed_bfloat16")
 DEVICES = ("auto", "cpu", "gpu")
 STDIN_MODES = ("devnull", "forward")
-# The bootstrap's exit status when --device gpu finds no GPU.
-EXIT_NO_GPU = 3
-# SIGTERM first so TensorFlow can release the device; SIGKILL after this grace period.
-KILL_GRACE_S = 3.0
-# The child enforces --timeout itself (and reads its last rows); the parent kills it only
-# when it has not ended this long after that.
-PARENT_DEADLINE_MARGIN_S = KILL_GRACE_S + 2.0
 # Signals that end mpfix but let it clean up: the children are killed and the temporary
 # folder removed first.
 CLEANUP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
@@ -105,6 +96,10 @@ class Options:
     env: dict = field(default_factory=dict)
     progress: Callable[[str], None] | None = None
     stdin: str = "devnull"
+    # --workers N (N >= 2): N worker processes of a MultiWorkerMirroredStrategy cluster.
+    workers: int = 1
+    # --workers: no new step on any worker for this long (seconds) is a hang.
+    hang_after: float = 120.0
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "Options":
@@ -119,6 +114,10 @@ class Options:
             raise VerifyError(f"--device must be one of {', '.join(DEVICES)}")
         if options.stdin not in STDIN_MODES:
             raise VerifyError(f"stdin must be one of {', '.join(STDIN_MODES)}")
+        if options.workers < 1:
+            raise VerifyError("--workers must be at least 1")
+        if options.workers > 1 and options.locate:
+            raise VerifyError("--locate does not work with --workers (it re-runs one process eagerly)")
         if options.steps < 1:
             raise VerifyError("--steps must be at least 1")
         return options
@@ -156,136 +155,6 @@ class BeforeAfter:
         return self.after.exit_code
 
 
-def _package_root() -> str:
-    # mpfix may not be installed for the child's interpreter (--python): put the folder
-    # holding the package first on its path.
-    return str(Path(__file__).resolve().parents[2])
-
-
-def child_env(options: Options) -> dict:
-    env = dict(os.environ)
-    env.update(options.env)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
-    if options.device == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = "-1"
-    if options.jobs > 1:
-        # Two TensorFlow processes on one GPU: each would otherwise reserve all memory.
-        env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return env
-
-
-class _Child:
-    """One running child process, in its own session so the whole group can be killed."""
-
-    def __init__(
-        self,
-        script: Path,
-        args,
-        mode: str,
-        options: Options,
-        workdir: Path,
-        locate: bool,
-        origin: Path | None = None,
-        stdin: Stdin | None = None,
-    ) -> None:
-        self.mode = mode
-        self.options = options
-        self.records = workdir / f"{mode}{'-locate' if locate else ''}.jsonl"
-        origin = origin or script
-        config = {
-            "script": str(script),
-            # What the user asked for (a notebook's converted script runs beside it).
-            "origin": str(origin),
-            "timeout": options.timeout,
-            # What the child removes if mpfix dies without cleaning up (SIGKILL).
-            "tempdir": str(workdir if workdir.name.startswith("mpfix-verify-") else workdir.parent),
-            "args": list(args),
-            "records": str(self.records),
-            "mode": "float32" if mode == "float32" else "mixed",
-            "policy": options.policy,
-            "steps": options.steps,
-            "seed": options.seed,
-            "locate": locate,
-            "device": options.device,
-        }
-        config_path = workdir / f"{mode}{'-locate' if locate else ''}.json"
-        config_path.write_text(json.dumps(config), encoding="utf-8")
-        self.stdout = open(workdir / f"{mode}.stdout", "wb")
-        self.stderr_path = workdir / f"{mode}.stderr"
-        self.stderr = open(self.stderr_path, "wb")
-        self.started = time.monotonic()
-        self.timed_out = False
-        self.proc = subprocess.Popen(
-            [options.python, "-m", "mpfix.verify._bootstrap", "--config", str(config_path)],
-            cwd=str(origin.parent),
-            env=child_env(options),
-            stdin=stdin.for_child() if stdin is not None else subprocess.DEVNULL,
-            stdout=self.stdout,
-            stderr=self.stderr,
-            start_new_session=True,
-        )
-        if stdin is not None:
-            stdin.feed(self.proc)
-        self._seen = 0
-        self.concurrent = False
-
-    def poll(self) -> bool:
-        if self.proc.poll() is not None:
-            return True
-        # The child stops itself at the timeout (after reading its last rows); this is the
-        # backstop for a child that could not.
-        if time.monotonic() - self.started > self.options.timeout + PARENT_DEADLINE_MARGIN_S:
-            self.timed_out = True
-            self.kill()
-            return True
-        return False
-
-    def kill(self) -> None:
-        _kill_group(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(KILL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-        _kill_group(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def progress_line(self) -> str | None:
-        events = read_events(self.records)
-        steps = [e for e in events if e.get("event") == "step"]
-        if len(steps) == self._seen or not steps:
-            return None
-        self._seen = len(steps)
-        last = steps[-1]
-        return (
-            f"[{self.mode}] step {int(last.get('step', 0)) + 1}/{self.options.steps} "
-            f"loss {last.get('loss')} scale {last.get('loss_scale')}"
-        )
-
-    def result(self) -> RunResult:
-        # Whatever the script left running in its group (data loader workers, helpers)
-        # goes with it.
-        _kill_group(self.proc.pid, signal.SIGKILL)
-        self.stdout.close()
-        self.stderr.close()
-        run = parse_run(self.mode, read_events(self.records))
-        run.returncode = self.proc.returncode
-        run.timed_out = self.timed_out or (run.end or {}).get("status") == "timeout"
-        run.elapsed = time.monotonic() - self.started
-        try:
-            run.stderr_tail = self.stderr_path.read_bytes()[-4000:].decode("utf-8", "replace")
-        except OSError:
-            pass
-        return run
-
-
-def _kill_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def run_children(
     script: Path,
     args,
@@ -300,7 +169,7 @@ def run_children(
     twice. ``outputs`` records what each run wrote into its working directory."""
     results: dict[int, RunResult | None] = {}
     queue = list(enumerate(modes))
-    running: list[tuple[int, _Child]] = []
+    running: list[tuple[int, Child]] = []
     if outputs is None:
         outputs = Outputs((origin or script).parent)
     try:
@@ -311,7 +180,7 @@ def run_children(
             while queue and len(running) < max(1, options.jobs):
                 index, (mode, locate) = queue.pop(0)
                 stdin = _stdin_of(workdir, options)
-                running.append((index, _Child(script, args, mode, options, workdir, locate, origin, stdin)))
+                running.append((index, Child(script, args, mode, options, workdir, locate, origin, stdin)))
                 if len(running) > 1:
                     for _, child in running:
                         child.concurrent = True
@@ -326,7 +195,7 @@ def run_children(
                     running.remove(item)
                     results[index] = child.result()
                     outputs.after(child.mode, concurrent=bool(running) or child.concurrent)
-                    _raise_if_no_gpu(results[index])
+                    raise_if_no_gpu(results[index])
     finally:
         for _, child in running:
             child.kill()
@@ -345,19 +214,6 @@ def _stdin_of(workdir: Path, options: Options) -> Stdin | None:
         _STDINS.clear()  # an earlier verify's folder is gone
         _STDINS[root] = Stdin(root)
     return _STDINS[root]
-
-
-def _raise_if_no_gpu(run: RunResult) -> None:
-    for error in run.errors:
-        if error.get("kind") == "no-gpu":
-            raise VerifyError("--device gpu: no GPU is visible to TensorFlow in the child process")
-        if error.get("kind") == "no-tensorflow":
-            raise VerifyError(
-                f"TensorFlow is not installed for the interpreter {error.get('python')} "
-                f"(Python {error.get('version')}) that runs the script: point --python at the "
-                "training environment's interpreter, e.g. `mpfix verify train.py --python "
-                ".venv/bin/python` (mpfix itself need not be installed there)"
-            )
 
 
 def _check_script(script: Path) -> None:
@@ -388,22 +244,34 @@ def _verify_in(script: Path, args: list[str], options: Options, workdir: Path, b
     if options.baseline and baseline_run is None:
         modes.append(("float32", False))
     outputs = Outputs(script.parent)
-    runs = run_children(runnable, args, modes, options, workdir, origin=script, outputs=outputs)
+    if options.workers > 1:
+        from mpfix.verify.workers import run_groups
+
+        runs = run_groups(runnable, args, [mode for mode, _ in modes], options, workdir, script, outputs)
+    else:
+        runs = run_children(runnable, args, modes, options, workdir, origin=script, outputs=outputs)
     mixed = runs[0]
     baseline = runs[1] if len(runs) > 1 else baseline_run
     skipped_baseline = len(runs) > 1 and baseline is None
     verdict = judge(mixed, baseline, script, baseline_expected=options.baseline)
     verdict = _with_static_rule(verdict, mixed, baseline, script, options)
+    if options.workers > 1:
+        from mpfix.verify.workers_judge import explain
+
+        verdict = explain(verdict, mixed, baseline, script)
     if skipped_baseline:
         verdict.notes.append("the float32 baseline was not run: the mixed run timed out")
     verdict.notes.extend(outputs.notes())
     report = Report(script, args, options, mixed, baseline, verdict)
     if options.locate and verdict.name == "non-finite":
-        from mpfix.verify.locate import locate_from_run
+        from mpfix.verify.locate import locate_from_evidence, locate_from_run
 
-        located = run_children(runnable, args, [("mixed", True)], options, workdir, origin=script)[0]
-        report.located_run = located
-        report.location = locate_from_run(located, script)
+        # The per-op evidence of the traced step names the op already: no eager re-run.
+        report.location = locate_from_evidence(report)
+        if report.location is None:
+            located = run_children(runnable, args, [("mixed", True)], options, workdir, origin=script)[0]
+            report.located_run = located
+            report.location = locate_from_run(located, script)
     from mpfix.verify.escalate import escalation
 
     report.escalation = escalation(report)

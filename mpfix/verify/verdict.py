@@ -147,7 +147,7 @@ def judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_e
             notes.extend(_nonfinite_baseline_notes(step.step, baseline))
         return Verdict(
             "non-finite",
-            f"non-finite {what} at step {step.step} (value {_fmt(value)})",
+            f"non-finite {what} at step {step.step} (value {_fmt(value)}){_replicas(step, evidence)}",
             evidence,
             notes,
         )
@@ -235,6 +235,16 @@ def judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_e
     if base_losses:
         summary += f" (float32: {_fmt(base_losses[0])} -> {_fmt(base_losses[-1])})"
     return Verdict("healthy", summary, {"steps": mixed.step_count, "skipped_steps": mixed.skipped_steps}, notes)
+
+
+def _replicas(step, evidence: dict) -> str:
+    """' on replica 1' when MirroredStrategy's replicas in one process said which had the
+    non-finite value (workers are named by workers_judge)."""
+    where = [replica for worker, replica in step.nonfinite_where if worker is None]
+    if not where:
+        return ""
+    evidence["replicas"] = where
+    return f" on replica {', '.join(str(r) for r in where)}"
 
 
 def _ranges(steps: list[int], limit: int = 6) -> str:

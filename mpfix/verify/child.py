@@ -1,0 +1,185 @@
+"""Parent side: one child process of verify (the script under the bootstrap), in its own
+session so that its whole process group can be killed; no TensorFlow here.
+
+``run`` starts one child per run (mixed, float32, --locate), ``workers`` one per worker of
+a group. The child enforces its deadline itself; ``Child.poll`` is the backstop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from mpfix.verify.kinds import VerifyError
+from mpfix.verify.records import RunResult, parse_run, read_events
+from mpfix.verify.stdin import Stdin
+
+# The bootstrap's exit status when --device gpu finds no GPU.
+EXIT_NO_GPU = 3
+# SIGTERM first so TensorFlow can release the device; SIGKILL after this grace period.
+KILL_GRACE_S = 3.0
+# The child enforces --timeout itself (and reads its last rows); the parent kills it only
+# when it has not ended this long after that.
+PARENT_DEADLINE_MARGIN_S = KILL_GRACE_S + 2.0
+
+def _package_root() -> str:
+    # mpfix may not be installed for the child's interpreter (--python): put the folder
+    # holding the package first on its path.
+    return str(Path(__file__).resolve().parents[2])
+
+
+def child_env(options) -> dict:
+    env = dict(os.environ)
+    env.update(options.env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
+    if options.device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = "-1"
+    if options.jobs > 1:
+        # Two TensorFlow processes on one GPU: each would otherwise reserve all memory.
+        env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+class Child:
+    """One running child process, in its own session so the whole group can be killed."""
+
+    def __init__(
+        self,
+        script: Path,
+        args,
+        mode: str,
+        options,
+        workdir: Path,
+        locate: bool,
+        origin: Path | None = None,
+        stdin: Stdin | None = None,
+        worker: int | None = None,
+        env: dict | None = None,
+    ) -> None:
+        self.mode = mode
+        self.options = options
+        self.worker = worker
+        name = f"{mode}{'-locate' if locate else ''}{'' if worker is None else f'-w{worker}'}"
+        self.records = workdir / f"{name}.jsonl"
+        # --workers: the parent stops this worker by creating this file (see _bootstrap).
+        self.halt_path = workdir / f"{name}.halt"
+        origin = origin or script
+        config = {
+            "script": str(script),
+            # What the user asked for (a notebook's converted script runs beside it).
+            "origin": str(origin),
+            "timeout": options.timeout,
+            # What the child removes if mpfix dies without cleaning up (SIGKILL).
+            "tempdir": str(workdir if workdir.name.startswith("mpfix-verify-") else workdir.parent),
+            "args": list(args),
+            "records": str(self.records),
+            "mode": "float32" if mode == "float32" else "mixed",
+            "policy": options.policy,
+            "steps": options.steps,
+            "seed": options.seed,
+            "locate": locate,
+            "device": options.device,
+            "worker": worker,
+            "halt": str(self.halt_path),
+        }
+        config_path = workdir / f"{name}.json"
+        config_path.write_text(json.dumps(config), encoding="utf-8")
+        self.stdout = open(workdir / f"{name}.stdout", "wb")
+        self.stderr_path = workdir / f"{name}.stderr"
+        self.stderr = open(self.stderr_path, "wb")
+        self.started = time.monotonic()
+        self.timed_out = False
+        self.proc = subprocess.Popen(
+            [options.python, "-m", "mpfix.verify._bootstrap", "--config", str(config_path)],
+            cwd=str(origin.parent),
+            env={**child_env(options), **(env or {})},
+            stdin=stdin.for_child() if stdin is not None else subprocess.DEVNULL,
+            stdout=self.stdout,
+            stderr=self.stderr,
+            start_new_session=True,
+        )
+        if stdin is not None:
+            stdin.feed(self.proc)
+        self._seen = 0
+        self.concurrent = False
+
+    def poll(self) -> bool:
+        if self.proc.poll() is not None:
+            return True
+        # The child stops itself at the timeout (after reading its last rows); this is the
+        # backstop for a child that could not.
+        if time.monotonic() - self.started > self.options.timeout + PARENT_DEADLINE_MARGIN_S:
+            self.timed_out = True
+            self.kill()
+            return True
+        return False
+
+    def halt(self, reason: str) -> None:
+        """Ask the child to stop (its watchdog reads its last rows and writes where its
+        main thread is, within 0.2 s); ``kill`` is the backstop."""
+        try:
+            self.halt_path.write_text(reason, encoding="utf-8")
+        except OSError:
+            pass
+
+    def kill(self) -> None:
+        _kill_group(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_group(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def progress_line(self) -> str | None:
+        events = read_events(self.records)
+        steps = [e for e in events if e.get("event") == "step"]
+        if len(steps) == self._seen or not steps:
+            return None
+        self._seen = len(steps)
+        last = steps[-1]
+        return (
+            f"[{self.mode}] step {int(last.get('step', 0)) + 1}/{self.options.steps} "
+            f"loss {last.get('loss')} scale {last.get('loss_scale')}"
+        )
+
+    def result(self) -> RunResult:
+        # Whatever the script left running in its group (data loader workers, helpers)
+        # goes with it.
+        _kill_group(self.proc.pid, signal.SIGKILL)
+        self.stdout.close()
+        self.stderr.close()
+        run = parse_run(self.mode, read_events(self.records))
+        run.returncode = self.proc.returncode
+        run.timed_out = self.timed_out or (run.end or {}).get("status") == "timeout"
+        run.elapsed = time.monotonic() - self.started
+        try:
+            run.stderr_tail = self.stderr_path.read_bytes()[-4000:].decode("utf-8", "replace")
+        except OSError:
+            pass
+        return run
+
+
+def _kill_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def raise_if_no_gpu(run: RunResult) -> None:
+    for error in run.errors:
+        if error.get("kind") == "no-gpu":
+            raise VerifyError("--device gpu: no GPU is visible to TensorFlow in the child process")
+        if error.get("kind") == "no-tensorflow":
+            raise VerifyError(
+                f"TensorFlow is not installed for the interpreter {error.get('python')} "
+                f"(Python {error.get('version')}) that runs the script: point --python at the "
+                "training environment's interpreter, e.g. `mpfix verify train.py --python "
+                ".venv/bin/python` (mpfix itself need not be installed there)"
+            )

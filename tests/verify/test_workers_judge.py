@@ -1,0 +1,74 @@
+"""`verify --workers`: the group judged as one, on synthetic worker records (no TensorFlow);
+the TF_CONFIG each worker gets."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from mpfix.verify.records import RunResult, Step
+from mpfix.verify.verdict import judge
+from mpfix.verify.workers import free_ports, tf_config
+from mpfix.verify.workers_judge import explain, merge
+
+SCRIPT = Path(__file__).parent / "scripts" / "workers" / "mwms.py"
+STOPPED = {"event": "end", "status": "stopped"}
+
+
+def worker(losses, end=STOPPED, crash=None, nonfinite=None):
+    steps = [
+        Step(i, loss, 32768.0, True, False, (nonfinite or {}).get(i, 0.0), 0.0, 1.0) for i, loss in enumerate(losses)
+    ]
+    return RunResult("mixed", steps=steps, end=dict(end), crash=crash, start={"pid": 1, "worker": 0})
+
+
+def test_tf_config_is_tensorflows_documented_layout():
+    ports = free_ports(3)
+    assert len(set(ports)) == 3
+    config = json.loads(tf_config(ports, 2))
+    assert config == {
+        "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+        "task": {"type": "worker", "index": 2},
+    }
+
+
+def test_a_nan_on_any_worker_is_the_groups_at_its_step_and_named():
+    good = [1.0, 0.9, 0.8, 0.7, 0.6]
+    runs = [worker(good), worker(good[:3] + [math.nan, 0.6])]
+    group = merge("mixed", runs, [0, 1])
+    assert [s.step for s in group.steps] == [0, 1, 2, 3, 4]
+    assert math.isnan(group.steps[3].loss) and group.steps[3].nonfinite_where == [[1, 0]]
+    assert group.steps[2].loss == 0.8  # the mean of finite losses
+    v = explain(judge(group, None, SCRIPT), group, None, SCRIPT)
+    assert v.name == "non-finite" and v.evidence["step"] == 3
+    assert v.summary.endswith("on worker 1 replica 0")
+    # Gradients non-finite on worker 0 only, loss finite everywhere, no dynamic scaler:
+    runs = [worker(good, nonfinite={2: 0.5}), worker(good)]
+    for step in runs[0].steps:
+        step.dynamic = False
+    v = explain(judge(merge("mixed", runs, [0, 1]), None, SCRIPT), merge("mixed", runs, [0, 1]), None, SCRIPT)
+    assert v.name == "non-finite" and v.evidence["step"] == 2 and "worker 0 replica 0" in v.summary
+
+
+def test_the_crash_that_caused_the_others_is_the_groups():
+    """Worker 0 ended first with a peer's collective abort; worker 1's own error is the
+    cause (it is not a derived error)."""
+    aborted = {"type": "UnavailableError", "message": "Collective ops is aborted by: ...", "frames": []}
+    own = {"type": "RuntimeError", "message": "worker 1 failed at step 2", "frames": [{"file": str(SCRIPT), "line": 80, "function": "<module>", "code": "raise"}]}
+    runs = [worker([1.0, 0.9], end={"status": "crashed"}, crash=aborted), worker([1.0, 0.9], end={"status": "crashed"}, crash=own)]
+    group = merge("mixed", runs, [0, 1])
+    v = explain(judge(group, None, SCRIPT), group, None, SCRIPT)
+    assert v.name == "crashed" and v.summary.startswith("worker 1: RuntimeError: worker 1 failed at step 2"), v.summary
+
+
+def test_a_hang_names_each_workers_last_step_and_place():
+    halted = {"status": "halted", "in_tensorflow": True, "user_frame": {"file": str(SCRIPT), "line": 85, "code": "loss = train_step()"}}
+    sleeping = {"status": "halted", "in_tensorflow": False, "user_frame": {"file": str(SCRIPT), "line": 77, "code": "time.sleep(3600)"}}
+    runs = [worker([1.0, 0.9, 0.8], end=halted), worker([1.0, 0.9], end=sleeping)]
+    group = merge("mixed", runs, [0, 1])
+    group.halted, group.timed_out = "hang: no worker recorded a step for 12 s", True
+    v = explain(judge(group, None, SCRIPT), group, None, SCRIPT)
+    assert v.name == "timeout" and v.evidence["kind"] == "hang"
+    assert "worker 0: 3 steps (last step 2), halted, waiting inside TensorFlow" in v.summary
+    assert "worker 1: 2 steps (last step 1), halted, in your code at mwms.py:77" in v.summary
