@@ -283,6 +283,29 @@ def _merge(ops: list[dict]) -> list[dict]:
     return list(merged.values())
 
 
+def origin_op(run) -> dict | None:
+    """The op that created the run's first NaN/Inf (name, type, first_bad), if measured."""
+    born = [e for e in _merge(run.ops) if e["first_bad"] >= 0 and e["born"]] if run is not None else []
+    return min(born, key=lambda e: (e["first_bad"], e.get("trace", 0), e["order"])) if born else None
+
+
+def moved_downstream(before, after) -> bool:
+    """The op that created ``before``'s first NaN/Inf no longer does in ``after``, where
+    another op later in the step (or a later step) does: a change that fixed one overflow
+    and uncovered the next (a float32 Dense whose output then overflows the float16 layer
+    after it)."""
+    old, new = origin_op(before), origin_op(after)
+    if old is None or new is None or new["name"] == old["name"]:
+        return False
+    if any(e["name"] == old["name"] and e["first_bad"] >= 0 for e in _merge(after.ops)):
+        return False
+    # Downstream: before the change the new origin only passed on a NaN it was given (or
+    # was not float16 then). Op orders are not compared: they count float16 ops, which the
+    # change alters.
+    earlier = next((e for e in _merge(before.ops) if e["name"] == new["name"]), None)
+    return earlier is None or (earlier["first_bad"] >= 0 and not earlier["born"])
+
+
 def first_nonfinite(found: list[RuntimeFinding]) -> RuntimeFinding | None:
     """The op that created the run's first NaN/Inf, if the evidence has it."""
     return next((f for f in found if f.kind is Kind.NONFINITE), None)

@@ -8,7 +8,10 @@
    all): from the runtime evidence of the last run, try the candidates of
    ``candidates.for_verdict`` one by one on a working copy of the script's folder, each
    verified (mixed run) beside the float32 baseline of the original; keep the first whose
-   verdict is better and whose final loss agrees with float32 (``verdict.diverged``).
+   verdict is better and whose final loss agrees with float32 (``verdict.diverged``), or
+   that moved a NaN downstream (the op that created it no longer does, a later one does:
+   ``evidence.moved_downstream``); such progress is dropped again unless the final verdict
+   is better than the first.
 4. Drop every kept change whose removal still leaves the verdict healthy (minimal diff),
    then run the float32 baseline of the result: a change that makes float32 differ from
    the original's float32 run is dropped.
@@ -32,6 +35,7 @@ from pathlib import Path
 
 from mpfix.verify import candidates as candidates_mod
 from mpfix.verify.changes import Change, ChangeKind, static_findings, static_fixed
+from mpfix.verify.evidence import moved_downstream
 from mpfix.verify.verdict import Verdict, diverged, judge
 
 # Better verdicts rank higher. A change is kept only if it raises the rank.
@@ -297,6 +301,10 @@ class Repairer:
                 kept, current = [], first
             else:
                 result.notes.append("stopped: --timeout reached; the changes kept so far are the result")
+        if kept and current.rank <= first.rank:
+            # Only progress changes (a NaN moved downstream), never a better verdict.
+            result.notes.append("no change made the verdict better: nothing is kept")
+            kept, current = [], first
         texts = compose(workspace, kept) or {}
         result.after = current
         result.changes = kept
@@ -359,9 +367,13 @@ class Repairer:
             outcome = self.outcome(workspace, tmp, baseline)
             agrees = _agrees(outcome.run, baseline)
             better = outcome.rank > current.rank
-            if better and agrees:
+            moved = not better and outcome.verdict.name == current.verdict.name == "non-finite" and \
+                moved_downstream(current.run, outcome.run)
+            if (better and agrees) or moved:
                 change.verdict = outcome.verdict.name
-                result.trials.append(Trial(change, outcome.verdict.name, True, "verdict improved"))
+                why = "verdict improved" if better else "the op that created the first NaN/Inf no longer does; " \
+                                                        "the next one is later in the step"
+                result.trials.append(Trial(change, outcome.verdict.name, True, why))
                 return outcome, [*kept, change]
             why = "the final loss differs from float32's" if better else "the verdict did not improve"
             result.trials.append(Trial(change, outcome.verdict.name, False, why))

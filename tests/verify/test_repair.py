@@ -109,10 +109,10 @@ def test_locate_names_the_layer_line_from_the_evidence_without_a_rerun(tmp_path)
     report = verify(script, steps=4, baseline=False, device="cpu", locate=True)
     assert report.verdict.name == "non-finite"
     assert report.located_run is None  # the evidence named the op: no eager re-run
-    assert report.location.frame["line"] == 20  # keras.layers.Dense(16, ...), not model.fit (line 25)
+    assert report.location.frame["line"] == 19  # keras.layers.Dense(16, ...), not model.fit (line 24)
     assert report.location.op == "MatMul"
     from mpfix.verify.report_text import render
 
     text = render(report)
-    assert "dense_overflow.py:20:5: MP901 float16 `MatMul` gave inf/NaN from finite inputs at step 0, inside layer" \
+    assert "dense_overflow.py:19:5: MP901 float16 `MatMul` gave inf/NaN from finite inputs at step 0, inside layer" \
            in text

@@ -174,3 +174,23 @@ def test_runtime_findings_as_sarif(tmp_path):
     assert first["locations"][0]["physicalLocation"]["region"] == {"startLine": 25, "startColumn": 33, "endLine": 25,
                                                                    "endColumn": 66}
     assert first["properties"]["runtime"] is True and run["results"][1]["properties"]["peak"] == 9000.0
+
+
+def test_a_nan_moved_downstream_is_progress_only_when_its_origin_is_fixed():
+    from mpfix.verify.evidence import moved_downstream
+
+    def run(*ops):
+        return parse_run("mixed", [{"event": "op", "trace": 0, "order": order, "type": "MatMul", "name": name,
+                                    "file": "a.py", "line": 1, "peak": 0.0, "peak_step": -1, "first_bad": bad,
+                                    "born": born} for name, order, bad, born in ops])
+
+    before = run(("dense/MatMul", 1, 0, True), ("norm/Cast", 5, 0, False))
+    after = run(("dense/MatMul", 1, -1, False), ("norm/Cast", 5, 0, True))
+    assert moved_downstream(before, after)
+    # The same op still creates the NaN: no progress.
+    assert not moved_downstream(before, run(("dense/MatMul", 1, 0, True), ("norm/Cast", 5, 0, False)))
+    # The origin moved upstream: no progress either.
+    assert not moved_downstream(run(("dense/MatMul", 1, -1, False), ("norm/Cast", 5, 0, True)),
+                                run(("dense/MatMul", 1, 0, True), ("norm/Cast", 5, -1, False)))
+    # No per-op evidence (an eager script): no claim.
+    assert not moved_downstream(run(), after)
