@@ -7,7 +7,7 @@ import re
 import libcst as cst
 
 from mpfix.codemods._float16_scope import (
-    SAFE_EPSILON, argument, arithmetic_root, cast, describe_float16, epsilon_vanishes, is_simple, number,
+    SAFE_EPSILON, argument, arithmetic_root, cast, describe_float16, epsilon_vanishes, first_arg, is_simple, number,
 )
 from mpfix.codemods.analysis.dtypes import Dtype, spelled_dtype
 from mpfix.codemods.base import Invalid, Rule, Valid
@@ -63,7 +63,10 @@ class Float16UnderflowEpsilon(Rule):
 
         ## Fix safety
         Unsafe: a larger epsilon (1e-4, a normal float16 number) changes results slightly in
-        float32 too; `l2_normalize` is rewritten to run in float32 and cast back.
+        float32 too; `l2_normalize` is rewritten to run in float32 and cast back. A floor
+        (`clip_by_value(x, 1e-10, 1.0)`, `maximum(x, 1e-12)`) is the value wherever `x` is below
+        it, so it is raised for float16 only (`1e-4 if x.dtype == "float16" else 1e-10`). A layer
+        known only by its imported name (`RMSNorm(epsilon=1e-12)`) gets no fix.
     """
     VALID = [
         Valid("""
@@ -212,8 +215,25 @@ class Float16UnderflowEpsilon(Rule):
             spec = op_table.lookup(self.context.resolve(call.func)) if isinstance(call, cst.Call) else None
             if spec is not None and spec.has(op_table.Kind.ADD, op_table.Kind.FLOOR, op_table.Kind.CLIP):
                 meets = any(facts.dtype_of(a.value) is Dtype.FLOAT16 for a in call.args if a is not parent)
+                if meets and spec.has(op_table.Kind.FLOOR, op_table.Kind.CLIP):
+                    self._report_floor(call, node, literal, value)
+                    return
         if meets:
             self._report_epsilon(node, literal, value)
+
+    def _report_floor(self, call: cst.Call, node, literal, value: float) -> None:
+        """A floor (``clip_by_value(cumprod, 1e-10, 1.0)``, ``maximum(norm, 1e-12)``) is the value wherever the
+        input is below it: raising it for every dtype changes float32 results (cumulative products fall
+        below 1e-4 in ordinary use), so the fix raises it for float16 only, and needs the input by name."""
+        clipped = first_arg(call)
+        fix = None
+        if clipped is not None and clipped is not node and is_simple(clipped):
+            fix = {literal: cst.parse_expression(
+                f'({SAFE_EPSILON} if {self.context.code(clipped)}.dtype == "float16" else {self.context.code(literal)})')}
+        self.report(node, f"{self.context.code(node)} becomes {describe_float16(value)} in float16 (smallest normal "
+                          f"≈ 6.1e-5), so the floor is gone; use {SAFE_EPSILON} for float16 only (a floor is the "
+                          "value wherever the input is below it)", fix=fix,
+                    description=f"Use {SAFE_EPSILON} as the floor in float16, the original value otherwise")
 
     def _report_epsilon(self, node, literal, value: float, fix=None, what: str | None = None) -> None:
         spelled = what or self.context.code(node)

@@ -32,6 +32,8 @@ class CallDtypes:
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("gradient", "jacobian") and \
                 heuristics.TAPE_NAME.search(dotted_name(node.func.value) or ""):
             return F32  # gradients of the float32 variables (LossScaleOptimizer unscales in float32)
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("assign", "assign_add", "assign_sub"):
+            return F32  # a variable's assign returns the variable: float32 (the policy's variable dtype)
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "astype" and node.args:
             return self.dtype_of_spelling(node.args[0].value, region, depth)
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("numpy", "item", "as_list", "get_shape", "tolist",
@@ -100,7 +102,7 @@ class CallDtypes:
         if result is R.CAST:
             dtype_arg = argument(node, "dtype", 1)
             return self.dtype_of_spelling(dtype_arg.value, region, depth) if dtype_arg else UNK
-        dtype_arg = argument(node, "dtype", None)
+        dtype_arg = argument(node, "dtype", spec.dtype_position)
         if dtype_arg is not None:
             return self.dtype_of_spelling(dtype_arg.value, region, depth)
         if result is R.FLOAT32:
@@ -109,11 +111,17 @@ class CallDtypes:
             if not node.args:
                 return F32
             value = node.args[-1].value if spec.short == "fill" else node.args[0].value
+            if isinstance(value, (cst.List, cst.Tuple)):
+                # tf.constant([-1, last_dim]): int32 unless a float is among the values.
+                found = {self.dtype(e.value, region, depth) for e in value.elements}
+                if any(isinstance(e.value, cst.Float) for e in value.elements) or any(d.wide for d in found):
+                    return F32
+                return INT if all_integers(value) or found <= {INT} or \
+                    all(all_integers(e.value) or self.dtype(e.value, region, depth) is INT
+                        for e in value.elements) else UNK
             first = self.dtype(value, region, depth)
             if first is PY:
                 return INT if isinstance(value, cst.Integer) or all_integers(value) else F32
-            if isinstance(value, (cst.List, cst.Tuple)):
-                return F32 if not all_integers(value) else INT
             return first
         if result is R.RANGE:
             args = [a.value for a in node.args if a.keyword is None]

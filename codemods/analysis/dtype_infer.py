@@ -311,6 +311,17 @@ class ExpressionDtypes:
                 return True
         return False
 
+    def _property_dtype(self, owner: cst.ClassDef, attr: str, depth: int) -> Dtype | None:
+        """The dtype a ``@property`` of the class names when every return names the same one
+        (``_param_dtype`` returning ``tf.float32`` or ``self.dtype``: float32 under a mixed policy)."""
+        prop = self.methods.get(owner, {}).get(attr)
+        if prop is None or not any(isinstance(d.decorator, cst.Name) and d.decorator.value == "property"
+                                   for d in prop.decorators):
+            return None
+        shadow = self._shadow(prop, owner)
+        found = {self.dtype_of_spelling(value, shadow, depth + 1) for value in shadow.returns}
+        return found.pop() if len(found) == 1 and UNK not in found else None
+
     def dtype_of_spelling(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> Dtype:
         """What a dtype argument gives: ``tf.float32`` → float32, ``x.dtype`` → x's dtype, ``self.dtype`` → float32."""
         spelled = spelled_dtype(node, self.resolve)
@@ -332,6 +343,14 @@ class ExpressionDtypes:
                 if inner is not PY:
                     return inner
                 return F16 if region.kind not in ("module", "shadow") else UNK
+            if is_self and region.owner is not None and depth < 4:
+                named = self._property_dtype(region.owner, attr, depth)
+                if named is not None:
+                    return named
+        if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.Or) and depth < 8:
+            # `self.dtype or tf.float32`: the left one unless it is unknown (None at run time)
+            left = self.dtype_of_spelling(node.left, region, depth + 1)
+            return left if left is not UNK else self.dtype_of_spelling(node.right, region, depth + 1)
         if isinstance(node, cst.Name) and node.value in ("dtype", "compute_dtype"):
             return region.env.get(node.value, F16) if region.env.get(node.value) not in (None, PY, UNK) else F16
         return F16 if region.kind not in ("module", "shadow") else UNK

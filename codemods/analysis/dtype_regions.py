@@ -215,8 +215,7 @@ class RegionFinder:
             region = Region(node=func, kind=kind, in_class=owner is not None, owner=owner,
                             layer_method=owner is not None and kind in ("layer-call", "helper")
                             and self.is_layer_class(owner),
-                            callers_decide=owner is None and kind in ("loss", "tf-function")
-                            and not heuristics.STEP_NAME.search(func.name.value) and not self._keras_loss_signature(func))
+                            callers_decide=self._callers_decide(func, kind, owner))
             self._add_region(region)
             # Helpers called from a region see the same tensors.
             for call in region.calls:
@@ -407,6 +406,15 @@ class RegionFinder:
         if "y_pred" in params:
             return "loss"
         return None
+
+    def _callers_decide(self, func: cst.FunctionDef, kind: str, owner: cst.ClassDef | None) -> bool:
+        """Parameters are what this file's callers pass: loss helpers and tf.functions of a library, and
+        a layer's methods named like a loss (``add_reg_loss(self, weight)``, called from ``build`` with a
+        float32 variable)."""
+        if owner is not None:
+            return kind == "loss" and func.name.value != "__call__" and self.is_layer_class(owner)
+        return kind in ("loss", "tf-function") and not heuristics.STEP_NAME.search(func.name.value) and \
+            not self._keras_loss_signature(func)
 
     @staticmethod
     def _keras_loss_signature(func: cst.FunctionDef) -> bool:

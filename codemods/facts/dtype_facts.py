@@ -54,22 +54,19 @@ class Provenance:
 
 @dataclass(frozen=True)
 class Mix:
-    """A binary operation (or ``x op= y``) that mixes float16 with float32/float64 inside a layer's call."""
+    """An operation inside a layer's call that mixes float16 with float32/float64 (TensorFlow raises):
+    a binary operator, ``x op= y``, or a TF op whose operands must share a dtype (``tf.concat``)."""
 
-    node: cst.BinaryOperation | cst.AugAssign
+    node: cst.BinaryOperation | cst.AugAssign | cst.Call
     float16: cst.BaseExpression  # the operand in the compute dtype
     wide: cst.BaseExpression  # the float32/float64 operand
     wide_dtype: Dtype
     text: str  # the operation's source
-
-    @property
-    def left_right(self) -> tuple[Dtype, Dtype]:
-        left = self.node.target if isinstance(self.node, cst.AugAssign) else self.node.left
-        return (self.wide_dtype, F16) if left is self.wide else (F16, self.wide_dtype)
+    wide_first: bool  # the float32 operand comes first
 
     def __str__(self) -> str:
-        left, right = self.left_right
-        return f"`{self.text}` mixes {left.value} and {right.value}"
+        first, second = (self.wide_dtype, F16) if self.wide_first else (F16, self.wide_dtype)
+        return f"`{self.text}` mixes {first.value} and {second.value}"
 
 
 @dataclass(frozen=True)
@@ -275,23 +272,40 @@ class DtypeFacts:
             if not region.layer_method:
                 continue
             node_type = type(node)
-            if node_type is cst.BinaryOperation:
-                left, right = node.left, node.right
-                text = self.module.code_for_node(node)
-            elif node_type is cst.AugAssign:
-                left, right = node.target, node.value
-                text = self.module.code_for_node(node).strip()
+            if node_type is cst.BinaryOperation or node_type is cst.AugAssign:
+                if isinstance(node.operator, _NOT_ARITHMETIC):
+                    continue
+                operands = [node.left, node.right] if node_type is cst.BinaryOperation else [node.target, node.value]
+            elif node_type is cst.Call:
+                operands = self._same_dtype_operands(node)
             else:
                 continue
-            if isinstance(node.operator, _NOT_ARITHMETIC):
+            if len(operands) < 2:
                 continue
-            ldt, rdt = a.dtype(left, region), a.dtype(right, region)
-            if ldt.wide and rdt is F16:
-                found.append(Mix(node, right, left, ldt, text))
-            elif rdt.wide and ldt is F16:
-                found.append(Mix(node, left, right, rdt, text))
+            dtypes = [a.dtype(o, region) for o in operands]
+            f16 = next((i for i, d in enumerate(dtypes) if d is F16), None)
+            wide = next((i for i, d in enumerate(dtypes) if d.wide), None)
+            if f16 is None or wide is None:
+                continue
+            text = self.module.code_for_node(node)
+            found.append(Mix(node, operands[f16], operands[wide], dtypes[wide],
+                             text.strip() if node_type is cst.AugAssign else text, wide < f16))
         self._mixes = found
         return found
+
+    def _same_dtype_operands(self, call: cst.Call) -> list[cst.BaseExpression]:
+        """The operands a TensorFlow op needs in one dtype: ``tf.concat([a, b])``'s elements, ``tf.add(a, b)``."""
+        resolved = self._a.resolve(call.func) or ""
+        spec = op_table.lookup(resolved)
+        if spec is None or not spec.same_dtype or not resolved.startswith("tensorflow."):
+            return []  # keras.ops promote to a common dtype
+        positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+        if spec.short in ("concat", "stack", "concatenate", "add_n"):
+            first = positional[0] if positional else None
+            if isinstance(first, (cst.List, cst.Tuple)):
+                return [e.value for e in first.elements if not isinstance(e, cst.StarredElement)]
+            return []
+        return [positional[i] for i in spec.dtype_args if i < len(positional)]
 
 
 def _same(module: cst.Module, a: cst.CSTNode, b: cst.CSTNode) -> bool:

@@ -103,6 +103,10 @@ class OpSpec:
     elements: Elements = Elements.UNKNOWN
     dtype_args: tuple[int, ...] = (0, 1, 2)  # the positional arguments the result's dtype follows
     label: str = ""  # how messages name it ("standard deviation")
+    dtype_position: int | None = None  # the positional index of its ``dtype`` argument (tf.zeros(shape, dtype))
+    # TensorFlow raises unless its tensor operands share one dtype (no promotion): a float16 operand
+    # next to a float32 one is a mix (MP206), like ``x16 * y32``. keras.ops promote instead.
+    same_dtype: bool = False
 
     @property
     def short(self) -> str:
@@ -130,14 +134,19 @@ _BOOLS = {"keeps_bool": True}
 
 _TABLE: tuple[OpSpec, ...] = (
     # Creators: float32 unless given a dtype.
+    *(_spec(n, R.FLOAT32, dtype_position=1) for n in ("ones", "zeros", "empty")),
+    *(_spec(n, R.FLOAT32, dtype_position=3) for n in ("random.normal", "random.uniform", "random.truncated_normal")),
+    _spec("full", R.FLOAT32, dtype_position=2),
     *(_spec(n, R.FLOAT32) for n in (
-        "ones", "zeros", "eye", "identity_matrix", "linspace", "logspace", "random.normal", "random.uniform",
-        "random.truncated_normal", "random.stateless_normal", "random.stateless_uniform", "random.gamma",
-        "random.beta", "random.dropout", "full", "tri", "hanning", "hamming", "blackman", "bartlett", "kaiser",
-        "empty")),
-    _spec("one_hot", R.FLOAT32, G.UNIT, **_NOT_ELEMENTWISE),
-    *(_spec(n, R.VALUE, **_NOT_ELEMENTWISE) for n in ("fill", "constant", "convert_to_tensor", "array", "asarray")),
-    *(_spec(n, R.RANGE, **_NOT_ELEMENTWISE) for n in ("range", "arange")),  # ≥ 0 from a start ≥ 0 (dtype_ranges)
+        "eye", "identity_matrix", "linspace", "logspace", "random.stateless_normal", "random.stateless_uniform",
+        "random.gamma", "random.beta", "random.dropout", "tri", "hanning", "hamming", "blackman", "bartlett",
+        "kaiser")),
+    _spec("one_hot", R.FLOAT32, G.UNIT, dtype_position=5, **_NOT_ELEMENTWISE),
+    _spec("fill", R.VALUE, **_NOT_ELEMENTWISE),
+    *(_spec(n, R.VALUE, dtype_position=1, **_NOT_ELEMENTWISE) for n in ("constant", "convert_to_tensor", "array",
+                                                                        "asarray")),
+    # ≥ 0 from a start ≥ 0 (dtype_ranges)
+    *(_spec(n, R.RANGE, dtype_position=3, **_NOT_ELEMENTWISE) for n in ("range", "arange")),
     *(_spec(n, R.INT, G.NONNEGATIVE, **_NOT_ELEMENTWISE) for n in (
         "shape", "size", "rank", "argmax", "argmin", "argsort", "one_hot_indices", "count_nonzero", "searchsorted",
         "where_indices", "nonzero", "digitize", "bincount", "ndim", "top_k_indices")),
@@ -147,7 +156,8 @@ _TABLE: tuple[OpSpec, ...] = (
         "is_nan", "is_inf", "is_finite", "sequence_mask", "in_top_k", "isclose", "all", "any", "reduce_all",
         "reduce_any", "logical_xor")),
     *(_spec(n, R.BOOL, **_BOOLS) for n in ("logical_and", "logical_or", "logical_not")),
-    *(_spec(n, R.LIKE, G.FOLLOWS, **_BOOLS) for n in ("identity", "zeros_like", "ones_like")),
+    _spec("identity", R.LIKE, G.FOLLOWS, **_BOOLS),
+    *(_spec(n, R.LIKE, G.FOLLOWS, dtype_position=1, **_BOOLS) for n in ("zeros_like", "ones_like")),
     _spec("stop_gradient", R.LIKE, G.FOLLOWS, K.STOP_GRADIENT, **_BOOLS),
     *(_spec(n, R.LIKE) for n in ("full_like", "fill_like", "random.normal_like")),
     *(_spec(n, R.CAST, G.FOLLOWS, **_NOT_ELEMENTWISE) for n in (
@@ -157,12 +167,12 @@ _TABLE: tuple[OpSpec, ...] = (
     *(_spec(n, R.REAL) for n in ("real", "imag", "abs_complex", "angle", "signal.irfft", "irfft", "istft",
                                  "signal.inverse_stft")),
     # Shape ops: the input's dtype and values.
-    *(_spec(n, R.PRESERVES, G.FOLLOWS, **_BOOLS) for n in (
-        "reshape", "transpose", "expand_dims", "squeeze", "tile", "concat", "stack", "concatenate")),
+    *(_spec(n, R.PRESERVES, G.FOLLOWS, **_BOOLS) for n in ("reshape", "transpose", "expand_dims", "squeeze", "tile")),
+    *(_spec(n, R.PRESERVES, G.FOLLOWS, same_dtype=True, **_BOOLS) for n in ("concat", "stack", "concatenate")),
     _spec("gather", R.PRESERVES, G.FOLLOWS, dtype_args=(0,), elementwise=False, keeps_bool=True),
     *(_spec(n, elementwise=False) for n in ("nest.map_structure", "nest.map_structure_up_to")),
     _spec("gather_nd", R.PRESERVES, G.FOLLOWS, dtype_args=(0,), elementwise=False),
-    *(_spec(n, R.PRESERVES, G.ANY, K.SELECT, dtype_args=(1, 2), elementwise=False, **_BOOLS)
+    *(_spec(n, R.PRESERVES, G.ANY, K.SELECT, dtype_args=(1, 2), elementwise=False, same_dtype=True, **_BOOLS)
       for n in ("where", "where_v2", "select")),
     *(_spec(n, elements=Elements.SAME) for n in ("split", "unstack", "meshgrid", "broadcast_arrays")),
     *(_spec(n, elements=Elements.SAME) for n in ("moments", "normalize_moments", "nn.moments")),
@@ -197,16 +207,18 @@ _TABLE: tuple[OpSpec, ...] = (
     *(_spec(n, R.PRESERVES, G.NONNEGATIVE, K.SHRINKS) for n in ("sqrt", "rsqrt")),
     *(_spec(n, R.PRESERVES, G.NONNEGATIVE) for n in ("abs", "relu", "relu6", "cosh", "nn.relu")),
     # Arithmetic.
-    *(_spec(n, R.PRESERVES, G.ANY, K.DIVISION, K.ARITHMETIC) for n in (
+    *(_spec(n, R.PRESERVES, G.ANY, K.DIVISION, K.ARITHMETIC, same_dtype=True) for n in (
         "divide", "truediv", "div_no_nan", "realdiv", "divide_no_nan")),
-    *(_spec(n, R.PRESERVES, G.ANY, K.ADD, K.ARITHMETIC) for n in ("add", "subtract", "add_n")),
-    _spec("multiply", R.PRESERVES, G.ANY, K.ARITHMETIC),
+    *(_spec(n, R.PRESERVES, G.ANY, K.ADD, K.ARITHMETIC, same_dtype=True) for n in ("add", "subtract")),
+    _spec("add_n", R.PRESERVES, G.ANY, K.ADD, K.ARITHMETIC, same_dtype=True),
+    _spec("multiply", R.PRESERVES, G.ANY, K.ARITHMETIC, same_dtype=True),
     _spec("negative", R.PRESERVES, G.ANY, K.NEGATIVE),
-    _spec("maximum", R.PRESERVES, G.ANY, K.FLOOR),
-    _spec("minimum", R.PRESERVES, G.ANY, K.CEILING),
+    _spec("maximum", R.PRESERVES, G.ANY, K.FLOOR, same_dtype=True),
+    _spec("minimum", R.PRESERVES, G.ANY, K.CEILING, same_dtype=True),
     *(_spec(n, R.PRESERVES, G.ANY, K.CLIP) for n in ("clip_by_value", "clip")),
-    *(_spec(n, R.PRESERVES, G.ANY, K.MATMUL) for n in ("matmul", "linalg.matmul", "tensordot", "dot")),
-    _spec("einsum", R.PRESERVES, G.ANY, K.MATMUL, dtype_args=(1, 2, 3)),
+    *(_spec(n, R.PRESERVES, G.ANY, K.MATMUL, same_dtype=True) for n in ("matmul", "linalg.matmul", "tensordot",
+                                                                        "dot")),
+    _spec("einsum", R.PRESERVES, G.ANY, K.MATMUL, dtype_args=(1, 2, 3), same_dtype=True),
 )
 
 TABLE: dict[str, OpSpec] = {}
