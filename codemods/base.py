@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import textwrap
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 import libcst as cst
@@ -28,6 +29,14 @@ if TYPE_CHECKING:
 
 
 Trigger = Union[str, "re.Pattern[str]"]
+
+
+class FixAvailability(Enum):
+    """Whether a rule's findings come with a fix (Ruff's ``FixAvailability``), apart from how safe each fix is."""
+
+    ALWAYS = "always"  # every finding has a fix
+    SOMETIMES = "sometimes"  # some findings have one: where the rule cannot write a right fix it reports without
+    NONE = "none"  # report only
 
 _BYTES_PATTERNS: dict["re.Pattern[str]", "re.Pattern[bytes]"] = {}
 
@@ -132,7 +141,11 @@ class Rule(cst.BatchableCSTVisitor):
     code: ClassVar[str]
     name: ClassVar[str]  # kebab-case
     message: ClassVar[str]  # one sentence: what is wrong and what to do
-    fix_safety: ClassVar[FixSafety] = FixSafety.NONE
+    fix_safety: ClassVar[FixSafety] = FixSafety.NONE  # the applicability of the rule's fixes unless a report says
+    # Declared apart from safety (Ruff: availability vs applicability). None: derived from fix_safety
+    # (NONE -> none, else sometimes). The applicabilities its fixes can have; () -> (fix_safety,).
+    fix_availability: ClassVar[FixAvailability | None] = None
+    fix_applicabilities: ClassVar[tuple[FixSafety, ...]] = ()
     # Substrings (or compiled regexes) of which one must appear in a file for the rule to
     # run: the prefilter that keeps most files from being parsed at all. Keep them specific.
     triggers: ClassVar[tuple[Trigger, ...]]
@@ -194,6 +207,19 @@ class Rule(cst.BatchableCSTVisitor):
         elif not all(s in source for s in cls.also_requires):
             return False
         return triggered(cls.triggers, source)
+
+    @classmethod
+    def availability(cls) -> FixAvailability:
+        if cls.fix_availability is not None:
+            return cls.fix_availability
+        return FixAvailability.NONE if cls.fix_safety is FixSafety.NONE else FixAvailability.SOMETIMES
+
+    @classmethod
+    def applicabilities(cls) -> tuple[FixSafety, ...]:
+        """How safe its fixes can be: ``(UNSAFE,)``, or ``(SAFE, UNSAFE)`` for a rule that decides per finding."""
+        if cls.availability() is FixAvailability.NONE:
+            return ()
+        return cls.fix_applicabilities or (cls.fix_safety,)
 
     @classmethod
     def doc(cls) -> str:

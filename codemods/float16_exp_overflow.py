@@ -8,7 +8,7 @@ import libcst as cst
 
 from mpfix.codemods._float16_scope import argument, backend_agnostic, first_arg, number, ops_spelling, tf_spelling
 from mpfix.codemods.analysis.dtypes import Dtype
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, dtype_facts
 from mpfix.codemods.facts.heuristics import SQUARED_DISTANCE
@@ -63,6 +63,7 @@ class Float16ExpOverflow(Rule):
     name = "float16-exp-overflow"
     message = "`exp`/`pow` of a float16 tensor overflows (exp(x) is inf from x ≈ 11.1); use tf.nn.softmax or float32"
     fix_safety = FixSafety.UNSAFE
+    fix_availability = FixAvailability.SOMETIMES
     requires_float16 = True
     # Literal-led (a leading \b makes re try every position): exp(, expm1(, pow(, power(, log(, log1p( as
     # whole words.

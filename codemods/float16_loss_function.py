@@ -11,7 +11,7 @@ from mpfix.codemods.analysis.dtypes import Dtype
 from mpfix.codemods.analysis.model_outputs import (
     _MODEL_CONSTRUCTORS, _ModelFacts, _is_keras_loss_function, model_facts,
 )
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, Place, RegionKind, dtype_facts
 from mpfix.codemods.names import dotted_name
 from mpfix.findings import FixSafety
@@ -22,6 +22,7 @@ class Float16LossFunction(Rule):
     name = "float16-loss-function"
     message = "Loss computed on float16 predictions (loss functions do not cast); cast `y_pred` to float32"
     fix_safety = FixSafety.UNSAFE
+    fix_availability = FixAvailability.ALWAYS
     requires_float16 = True
     # The losses module in use (`losses.mse(`, `losses.MeanSquaredError`, an import line naming
     # `losses` before or after `import`), not every `model.losses` or `total_losses`. Each regex

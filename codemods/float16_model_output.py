@@ -10,7 +10,7 @@ from mpfix.codemods._float16_scope import argument
 from mpfix.codemods.analysis.model_outputs import (
     _FEATURE_ACTIVATIONS, _OUTPUT_LAYERS, _SAFE_HEADS, _activation_name, _with_float32, model_facts,
 )
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import FixAvailability, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 from mpfix.project.files import is_test_code
 
@@ -20,6 +20,8 @@ class Float16ModelOutput(Rule):
     name = "float16-model-output"
     message = "The model's output layer computes in float16 under mixed_float16; build it with dtype=\"float32\""
     fix_safety = FixSafety.UNSAFE
+    fix_availability = FixAvailability.SOMETIMES
+    fix_applicabilities = (FixSafety.SAFE, FixSafety.UNSAFE)  # safe for softmax heads, unsafe otherwise
     requires_float16 = True
     # `Model(` as a whole word (keras.Model(, models.Model(): "Model(" alone let every
     # `BertModel(`/`build_model(`-style call through; an aliased import (`Model as M`) still counts.

@@ -8,7 +8,7 @@ import libcst as cst
 
 from mpfix.codemods._float16_scope import FLOAT16_MAX, SAFE_MASK, argument, arithmetic_root, is_float_literal, number
 from mpfix.codemods.analysis.dtypes import Dtype
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, dtype_facts
 from mpfix.findings import FixSafety
@@ -30,6 +30,7 @@ class Float16OverflowConstant(Rule):
     name = "float16-overflow-constant"
     message = "Constant beyond float16's range (65504) meets a float16 tensor and becomes inf; use -3e4 or compute in float32"
     fix_safety = FixSafety.UNSAFE
+    fix_availability = FixAvailability.ALWAYS
     requires_float16 = True
     # What the rule can flag: float literals past 65504 (1e5, 7e4, 100000.0), negative integers
     # past it (a name bound to -1000000) and dtype extremes (tf.float32.min). Infinities are not

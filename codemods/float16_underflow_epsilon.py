@@ -10,7 +10,7 @@ from mpfix.codemods._float16_scope import (
     SAFE_EPSILON, argument, arithmetic_root, cast, describe_float16, epsilon_vanishes, first_arg, is_simple, number,
 )
 from mpfix.codemods.analysis.dtypes import Dtype, spelled_dtype
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, dtype_facts
@@ -29,6 +29,7 @@ class Float16UnderflowEpsilon(Rule):
     name = "float16-underflow-epsilon"
     message = "Epsilon below float16's range becomes 0 (or a lossy subnormal) in float16; use 1e-4 or compute in float32"
     fix_safety = FixSafety.UNSAFE
+    fix_availability = FixAvailability.SOMETIMES
     requires_float16 = True
     # Literals of 1e-6 and below (exponent or written out), and l2_normalize's default 1e-12.
     # Literal-led regexes with lookbehinds: same files as `\d[eE]-...`, 15x faster to search.

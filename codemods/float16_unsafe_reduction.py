@@ -8,7 +8,7 @@ import libcst as cst
 
 from mpfix.codemods._float16_scope import cast, first_arg, is_simple, number
 from mpfix.codemods.analysis.dtypes import Dtype
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, RegionKind, dtype_facts
 from mpfix.codemods.facts.heuristics import LOSS_NAME
@@ -108,6 +108,7 @@ class Float16UnsafeReduction(Rule):
     name = "float16-unsafe-reduction"
     message = "Sum of squares over float16 activations overflows past 65504; compute it in float32"
     fix_safety = FixSafety.UNSAFE
+    fix_availability = FixAvailability.SOMETIMES
     requires_float16 = True
     # Substrings, and regexes that start with a literal (a leading \b makes re try every position).
     triggers = ("l2_loss", "reduce_variance", "reduce_std", ".var(", ".std(", re.compile(r"square(?<!\wsquare)\s*\("),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, Mix, dtype_facts, facts_for
 from mpfix.codemods.facts.ops import FLOAT32_TRIGGERS
 from mpfix.findings import FixSafety
@@ -15,6 +15,7 @@ class HardcodedFloat32InFloat16Compute(Rule):
     name = "hardcoded-float32-in-float16-compute"
     message = "float32 tensor mixed into float16 compute inside `call` (InvalidArgumentError); use `self.compute_dtype`"
     fix_safety = FixSafety.UNSAFE
+    fix_availability = FixAvailability.SOMETIMES
     requires_float16 = True
     # Generated from the one table of ops (facts.ops: creators and casts), so the
     # prefilter and the inference cannot disagree.

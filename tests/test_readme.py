@@ -72,6 +72,7 @@ RULES_DOC = ROOT / "docs" / "rules.md"
 def rules_doc() -> str:
     """docs/rules.md: every rule's documentation, anchored where ``rule_url`` (JSON ``url``) points."""
     from mpfix.codemods import all_rules
+    from mpfix.rule_docs import fix_summary
 
     parts = ["# mpfix rules\n\nGenerated from the rule classes by `python tests/test_readme.py --write`; "
              "`mpfix explain CODE` prints the same text.\n"]
@@ -80,7 +81,7 @@ def rules_doc() -> str:
         scope = "; only where a mixed_float16 policy is in play" if rule.requires_float16 else ""
         body = re.sub(r"^(#+) ", r"#\1 ", rule.doc().strip(), flags=re.MULTILINE)
         parts.append(f'<a id="{rule.code.lower()}"></a>\n## {rule.code} {rule.name}\n\n'
-                     f"Fix: {rule.fix_safety}. Keras: {gens}{scope}.\n\n{body}\n")
+                     f"Fix: {fix_summary(rule)}. Keras: {gens}{scope}.\n\n{body}\n")
     return "\n".join(parts)
 
 
