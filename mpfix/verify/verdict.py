@@ -20,6 +20,7 @@ from mpfix.verify.frames import describe
 from mpfix.verify.compare import DIVERGE_REL, DIVERGE_Z, TAIL_MIN, diverged, grows, grows_alone, lag_explained
 from mpfix.verify.logs import crash_report
 from mpfix.verify.records import RunResult
+from mpfix.verify.workers_judge import launcher_hint
 
 EXIT_CODES = {
     "healthy": 0,
@@ -131,6 +132,8 @@ def judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_e
     usable = baseline if baseline is not None and _usable(baseline) else None
 
     if mixed.timed_out:
+        if not mixed.steps and launcher_hint(mixed.launches):
+            notes.append(launcher_hint(mixed.launches))
         return Verdict(
             "timeout",
             f"the script did not finish within the timeout ({_steps(mixed)} measured); "
@@ -158,6 +161,9 @@ def judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_e
         return _crashed(mixed, script, notes)
 
     if not mixed.steps:
+        launcher = launcher_hint(mixed.launches)
+        if launcher:
+            return Verdict("no-steps", launcher, {"launches": mixed.launches}, notes)
         return Verdict("no-steps", "the script finished without a single optimizer step. " + NO_STEPS_HINT, {}, notes)
 
     stalled = _stalled(mixed, usable, notes, baseline_expected)

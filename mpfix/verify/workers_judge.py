@@ -12,7 +12,9 @@ verdict (which one was non-finite, crashed, or where each hung).
 
 from __future__ import annotations
 
+import json
 import math
+import shlex
 import statistics
 
 from mpfix.verify.frames import describe
@@ -183,3 +185,30 @@ def explain(verdict, mixed: RunResult, baseline: RunResult | None, script):
     if baseline is not None and baseline.workers and baseline.halted:
         verdict.notes.append(f"the float32 workers were halted ({baseline.halted})")
     return verdict
+
+
+def launcher_hint(launches: list[dict]) -> str | None:
+    """What to say when the script started workers itself (processes with a TF_CONFIG)
+    instead of training: verify measures the process it runs, so point at ``--workers``."""
+    if not launches:
+        return None
+    first = launches[0]
+    argv = first.get("argv") or []
+    scripts = [i for i, a in enumerate(argv) if a.endswith(".py")]
+    try:
+        count = len(json.loads(first.get("tf_config") or "{}")["cluster"]["worker"])
+    except (ValueError, KeyError, TypeError):
+        count = len(launches)
+    shown = " ".join(shlex.quote(a) for a in argv)
+    if scripts:
+        rest = argv[scripts[0] + 1 :]
+        command = f"mpfix verify --workers {count} {shlex.quote(argv[scripts[0]])}"
+        if rest:
+            command += " -- " + " ".join(shlex.quote(a) for a in rest)
+    else:
+        command = f"mpfix verify --workers {count} WORKER_SCRIPT -- ARGS"
+    return (
+        f"the script is a launcher: it started {len(launches)} process(es) with TF_CONFIG (`{shown}`) and made no "
+        "optimizer step itself; verify measures the process it runs, not the workers it starts. Run the "
+        f"worker script under verify, which starts the workers with their TF_CONFIG itself: `{command}`"
+    )

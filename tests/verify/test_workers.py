@@ -179,3 +179,12 @@ def _bootstraps(folder: Path) -> list[str]:
         if str(folder) in cmdline and "_bootstrap" in cmdline and _alive(int(entry.name)):
             out.append(f"{entry.name} {cmdline}")
     return out
+
+
+def test_a_launcher_script_is_told_how_to_use_workers():
+    """A script that starts its workers itself (Popen with TF_CONFIG) trains nothing in the
+    process verify runs: no-steps, with the `--workers` command for its worker script."""
+    report = verify(SCRIPTS / "workers" / "launcher.py", [], device="cpu", timeout=240, baseline=False)
+    v = report.verdict
+    assert v.name == "no-steps" and "the script is a launcher" in v.summary, v.summary
+    assert "mpfix verify --workers 2 " in v.summary and "mwms.py -- --steps 3" in v.summary

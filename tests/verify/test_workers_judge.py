@@ -72,3 +72,17 @@ def test_a_hang_names_each_workers_last_step_and_place():
     assert v.name == "timeout" and v.evidence["kind"] == "hang"
     assert "worker 0: 3 steps (last step 2), halted, waiting inside TensorFlow" in v.summary
     assert "worker 1: 2 steps (last step 1), halted, in your code at mwms.py:77" in v.summary
+
+
+def test_launcher_hint_names_the_worker_script_and_count():
+    from mpfix.verify.workers_judge import launcher_hint
+
+    config = tf_config([1111, 2222, 3333], 0)
+    launches = [{"argv": ["/usr/bin/python3", "train worker.py", "--lr", "0.1"], "tf_config": config}] * 3
+    hint = launcher_hint(launches)
+    assert "started 3 process(es) with TF_CONFIG" in hint
+    assert "`mpfix verify --workers 3 'train worker.py' -- --lr 0.1`" in hint
+    assert launcher_hint([]) is None
+    run = RunResult("mixed", end=dict(STOPPED, status="finished"), launches=launches)
+    v = judge(run, None, SCRIPT)
+    assert v.name == "no-steps" and v.summary == hint
