@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 import jsonschema
+import pytest
 from click.testing import CliRunner
 from conftest import DEPRECATED
 
@@ -208,3 +209,41 @@ def test_unreadable_declared_dependencies_reach_json_run_and_sarif(project: Path
     assert item["where"] == "setup.py" and "TF" in item["text"]
     sarif = json.loads(mpfix("check", "--no-cache", "--format", "sarif", "train.py").output)
     assert sarif["runs"][0]["properties"]["declaredUnreadable"] == run["declaredUnreadable"]
+
+
+def _escape_at(text: str, offset: int) -> str:
+    """The JSON string character written at ``offset`` (an escape sequence or one character), decoded."""
+    if text[offset] != "\\":
+        return text[offset]
+    if text[offset + 1] != "u":
+        return json.loads(f'"{text[offset:offset + 2]}"')
+    if text[offset + 6:offset + 8] == "\\u" and 0xD800 <= int(text[offset + 2:offset + 6], 16) < 0xDC00:
+        return json.loads(f'"{text[offset:offset + 12]}"')
+    return json.loads(f'"{text[offset:offset + 6]}"')
+
+
+@pytest.mark.parametrize("indent", [None, 1, 2])
+@pytest.mark.parametrize("ensure_ascii", [True, False])
+@pytest.mark.parametrize("as_list", [True, False])
+def test_every_character_of_every_cell_maps_to_where_the_ipynb_writes_it(indent, ensure_ascii, as_list):
+    from mpfix.findings import Position
+    from mpfix.output.notebook_lines import NotebookLines
+
+    sources = ["import tensorflow as tf\nx = 'é\\t\"q\"'  # 😀 …\n\ny = tf.constant(1e9)\n",
+               "z = 1",
+               "\tindented = '\\\\'\nlast\n"]
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": "# text"}]
+    cells += [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+               "source": s.splitlines(keepends=True) if as_list else s} for s in sources]
+    text = json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5},
+                      indent=indent, ensure_ascii=ensure_ascii)
+    lines = NotebookLines(text)
+    starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
+    checked = 0
+    for number, source in enumerate(sources, start=2):
+        for row, line in enumerate(source.splitlines(), start=1):
+            for column, char in enumerate(line, start=1):
+                where = lines.physical(number, Position(row, column))
+                assert _escape_at(text, starts[where.line - 1] + where.column - 1) == char
+                checked += 1
+    assert checked == sum(len(line) for s in sources for line in s.splitlines())
