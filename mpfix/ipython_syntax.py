@@ -23,7 +23,9 @@ handled by the caller: they concern the whole cell.
 
 from __future__ import annotations
 
+import builtins
 import io
+import keyword
 import re
 import tokenize
 
@@ -33,11 +35,72 @@ _INDENT = re.compile(r"^[ \t]+")
 _HELP_TARGET = re.compile(r"(%{0,2}(?!\d)[\w*]+(?:\.(?!\d)[\w*]+|\[-?[0-9]+\])*)(\?\??)$")
 
 
-def spans(lines: list[str]) -> list[tuple[int, int]]:
+def spans(lines: list[str], bound: frozenset[str] | None = None) -> list[tuple[int, int]]:
     """(first, last) 0-based physical line of each IPython construct in ``lines``, in source order.
 
-    ``lines`` keep their line endings (``str.splitlines(keepends=True)``).
+    ``lines`` keep their line endings (``str.splitlines(keepends=True)``). ``bound``: the names the
+    notebook binds (they shadow automagic); None when unknown (see ``automagic``).
     """
+    found = _static_spans(lines)
+    if not found and automagic(lines, bound):
+        first = next(i for i, line in enumerate(lines) if line.strip())
+        return [(first, first)]
+    return found
+
+
+# IPython's line magics and its default (posix) aliases, which IPython runs without the `%` when
+# automagic is on, the default (``%automagic``): IPython 8/9's InteractiveShell and ipykernel's
+# ZMQInteractiveShell. tests/test_automagic.py checks the installed IPython's are all here.
+AUTOMAGIC_NAMES = frozenset({
+    "alias", "alias_magic", "autoawait", "autocall", "automagic", "autosave", "bookmark", "cat", "cd", "clear",
+    "code_wrap", "colors", "conda", "config", "connect_info", "cp", "debug", "dhist", "dirs", "doctest_mode", "ed",
+    "edit", "env", "gui", "hist", "history", "killbgscripts", "ldir", "less", "lf", "lk", "ll", "load",
+    "load_ext", "loadpy", "logoff", "logon", "logstart", "logstate", "logstop", "ls", "lsmagic", "lx", "macro",
+    "magic", "mamba", "man", "matplotlib", "micromamba", "mkdir", "more", "mv", "notebook", "page", "pastebin",
+    "pdb", "pdef", "pdoc", "pfile", "pinfo", "pinfo2", "pip", "popd", "pprint", "precision", "prun", "psearch",
+    "psource", "pushd", "pwd", "pycat", "pylab", "qtconsole", "quickref", "recall", "rehashx", "reload_ext",
+    "rep", "rerun", "reset", "reset_selective", "rm", "rmdir", "run", "save", "sc", "set_env", "sx", "system",
+    "tb", "time", "timeit", "unalias", "unload_ext", "uv", "who", "who_ls", "whos", "xdel", "xmode",
+})
+# IPython's ``split_user_input`` without an escape (a line with one is a static construct above).
+_AUTOMAGIC_SPLIT = re.compile(r"^(\s*)([\w.*]*)(.*?$|$)")
+
+
+def automagic(lines: list[str], bound: frozenset[str] | None = None) -> bool:
+    """Whether IPython runs the cell ``lines`` as an unescaped line magic (``pip install x``, ``cd data``).
+
+    IPython's rules (``InteractiveShell.transform_cell``, ``prefilter.AutoMagicChecker``): only a cell
+    that is one line; its first word is a line magic or alias (``AUTOMAGIC_NAMES``); not an
+    assignment to it (``ls = 1``, ``ls, x = ...``); not shadowed by a keyword, a builtin or a name
+    the user's namespace holds. The namespace is the notebook's: ``bound`` when the caller knows it;
+    when it does not (None), a line that is valid Python is taken as Python (its name may be bound
+    in another cell), so only lines Python cannot parse are automagic.
+    """
+    text = "".join(lines)
+    if len(text.splitlines()) != 1 or not text.strip():
+        return False
+    line = text.splitlines()[0]
+    match = _AUTOMAGIC_SPLIT.match(line)
+    if match is None:
+        return False
+    name, rest = match.group(2), match.group(3).lstrip()
+    if name not in AUTOMAGIC_NAMES or (rest and rest[0] in "=,"):
+        return False
+    if keyword.iskeyword(name) or name in _BUILTINS:
+        return False
+    if bound is not None:
+        return name not in bound
+    try:
+        compile(line.strip(), "<cell>", "exec")
+    except (SyntaxError, ValueError):
+        return True
+    return False
+
+
+_BUILTINS = frozenset(dir(builtins))
+
+
+def _static_spans(lines: list[str]) -> list[tuple[int, int]]:
     if not any(ch in line for line in lines for ch in "!%?/,;"):
         return []
     try:
