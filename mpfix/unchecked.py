@@ -15,6 +15,7 @@ from pathlib import Path
 from mpfix.output.run_notes import Unchecked
 from mpfix.policy import Policy
 
+
 def skipped(engine, text: str, path: Path, ignored: tuple[str, ...] = ()) -> bool:
     """Whether a float16 rule's trigger occurs in ``text`` but no mixed policy reaches ``path``.
 
@@ -26,9 +27,9 @@ def skipped(engine, text: str, path: Path, ignored: tuple[str, ...] = ()) -> boo
     if path.suffix == ".ipynb":  # the code cells, as the triggers see them (mpfix.trigger_table)
         from mpfix.trigger_table import notebook_code
 
-        code = notebook_code(text.encode("utf-8", "surrogatepass"))
-        text = "" if code is None else code.decode("utf-8", "replace")
-    if not any(rule.requires_float16 and not any(rule.code.startswith(code) for code in ignored)
+        cells = notebook_code(text.encode("utf-8", "surrogatepass"))
+        text = "" if cells is None else cells.decode("utf-8", "replace")
+    if not any(rule.requires_float16 and not rule.code.startswith(ignored)
                and rule.may_match(text) for rule in engine.rules):
         return False
     return engine.reach(text, path).policy is Policy.NONE
