@@ -122,11 +122,38 @@ class NameDtypes:
                     dtype = region.params.get(pname, F16)
                 region.env[pname] = dtype
                 position += 1
+            for pname in self._used_as_indices(region):
+                if region.env.get(pname) is F16:
+                    region.env[pname] = UNK  # Keras autocasts floating inputs only: ids stay int
         region.param_dtypes = dict(region.env)
         self._assign_dtypes(region)
         self._closure_params(region)
         if not region.layer_method and region.kind not in ("module", "shadow"):
             self._float32_by_use(region)
+
+    def _used_as_indices(self, region: Region) -> set[str]:
+        """Names the region uses as indices (``tf.gather(self.embeddings, ids)``, ``tf.one_hot(ids, n)``),
+        directly or through shape ops and subscripts (``flat = tf.reshape(ids, [-1])``)."""
+        found: set[str] = set()
+        for call in region.calls:
+            spec = specs.lookup(self.resolve(call.func))
+            if spec is None or not spec.index_args:
+                continue
+            positional = [a.value for a in call.args if a.keyword is None and not a.star]
+            stack = [positional[i] for i in spec.index_args if i < len(positional)]
+            while stack:
+                node = stack.pop()
+                if isinstance(node, cst.Subscript):
+                    stack.append(node.value)
+                elif isinstance(node, cst.Call):
+                    inner = specs.lookup(self.resolve(node.func))
+                    if inner is not None and inner.range is specs.Range.FOLLOWS and not inner.is_cast and node.args:
+                        stack.append(node.args[0].value)
+                elif isinstance(node, cst.Name) and node.value not in found and len(found) < 50:
+                    found.add(node.value)
+                    stack.extend(v for v in region.assigned.get(node.value, []) if not isinstance(v, cst.Name)
+                                 or not v.value.startswith("__"))
+        return found
 
     def _closure_params(self, region: Region) -> None:
         """Parameters of functions nested in the region: the join of what its calls pass them."""

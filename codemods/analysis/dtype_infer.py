@@ -106,27 +106,53 @@ class ExpressionDtypes:
         return name[:1].isupper() or name in ("Variable", "add_weight", "add_variable")
 
     def layer_output_dtype(self, layer: cst.BaseExpression, region: Region) -> Dtype | None:
-        """The output dtype of calling ``layer`` (a constructor call or ``self.attr``) when it is built with a dtype."""
-        built = None
+        """The output dtype of calling ``layer`` (a constructor call, ``self.attr`` or a name) when it is built
+        with a dtype (``LayerNormalization(dtype=tf.float32)``, a model whose output layer is float32); UNK
+        when its constructors disagree (one branch float32, the other not); None when none says."""
         if isinstance(layer, cst.Call):
-            built = layer
+            built = [layer]
         elif isinstance(layer, cst.Attribute) and isinstance(layer.value, cst.Name) and layer.value.value == "self" \
                 and region.owner is not None:
-            values = self.attribute_values(region.owner, layer.attr.value)
-            if len(values) == 1 and isinstance(values[0][1], cst.Call):
-                built = values[0][1]
+            built = [v for _, v in self.attribute_values(region.owner, layer.attr.value)]
         elif isinstance(layer, cst.Name):
-            values = region.assigned.get(layer.value, [])
-            if len(values) == 1 and isinstance(values[0], cst.Call):
-                built = values[0]
-        if built is None or not self._builds_layer(built):
+            built = region.assigned.get(layer.value, [])
+            if not built and layer.value not in region.env:
+                built = self.module_values.get(layer.value, [])  # `model = keras.Sequential([...])` at top level
+        else:
+            return None
+        if not built or not all(isinstance(b, cst.Call) for b in built):
+            return None
+        declared = {self._declared_output(b) for b in built}
+        if declared == {None}:
+            return None
+        return declared.pop() if len(declared) == 1 else UNK
+
+    def _declared_output(self, built: cst.Call) -> Dtype | None:
+        """What a layer or model construction says its output dtype is (None: the compute dtype)."""
+        resolved = self.resolve(built.func) or ""
+        if resolved.endswith(("Sequential", "keras.Model", "keras.models.Model")) and resolved.startswith("keras."):
+            return self._model_output(built, resolved)
+        if not self._builds_layer(built):
             return None
         dtype_arg = argument(built, "dtype", None)
-        if dtype_arg is None:
-            return None
-        spelled = spelled_dtype(dtype_arg.value, self.resolve)
-        if spelled is not None:
-            return spelled
+        return spelled_dtype(dtype_arg.value, self.resolve) if dtype_arg is not None else None
+
+    def _model_output(self, built: cst.Call, resolved: str) -> Dtype | None:
+        """A model's output dtype is its output layer's: ``Sequential([..., Dense(1, dtype="float32")])``,
+        ``Model(inputs, outputs)`` with ``outputs = Dense(1, dtype="float32")(x)`` at module level."""
+        if resolved.endswith("Sequential"):
+            layers = argument(built, "layers", 0)
+            if layers is None or not isinstance(layers.value, (cst.List, cst.Tuple)) or not layers.value.elements:
+                return None
+            last = layers.value.elements[-1].value
+            return self._declared_output(last) if isinstance(last, cst.Call) else None
+        outputs = argument(built, "outputs", 1)
+        value = outputs.value if outputs is not None else None
+        if isinstance(value, cst.Name):
+            values = self.module_values.get(value.value, [])
+            value = values[0] if len(values) == 1 else None
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Call):
+            return self._declared_output(value.func)  # Dense(1, dtype="float32")(x)
         return None
 
     def dtype_at(self, node: cst.BaseExpression, at: cst.CSTNode, region: Region) -> Dtype:

@@ -171,6 +171,7 @@ class RegionFinder:
                         name = small.targets[0].target.value
                         counts[name] = counts.get(name, 0) + 1
                         self.module_constants[name] = small.value
+                        self.module_values.setdefault(name, []).append(small.value)
         self.module_constants = {k: v for k, v in self.module_constants.items() if counts[k] == 1 and number(v) is not None}
 
         def walk_functions(body, owner: cst.ClassDef | None) -> None:

@@ -49,6 +49,7 @@ class DtypeAnalysis(RegionFinder, NameDtypes, ExpressionDtypes, CallDtypes, Valu
         self.guarded: set[cst.CSTNode] = set()
         self.regions: list[Region] = []
         self.module_constants: dict[str, cst.BaseExpression] = {}
+        self.module_values: dict[str, list[cst.BaseExpression]] = {}  # top-level `name = value`s
         self.classes: dict[str, cst.ClassDef] = {}
         self.functions: dict[str, cst.FunctionDef] = {}
         self.methods: dict[cst.ClassDef, dict[str, cst.FunctionDef]] = {}

@@ -107,6 +107,7 @@ class OpSpec:
     # TensorFlow raises unless its tensor operands share one dtype (no promotion): a float16 operand
     # next to a float32 one is a mix (MP206), like ``x16 * y32``. keras.ops promote instead.
     same_dtype: bool = False
+    index_args: tuple[int, ...] = ()  # positional arguments read as integer indices (gather's ids)
 
     @property
     def short(self) -> str:
@@ -141,7 +142,7 @@ _TABLE: tuple[OpSpec, ...] = (
         "eye", "identity_matrix", "linspace", "logspace", "random.stateless_normal", "random.stateless_uniform",
         "random.gamma", "random.beta", "random.dropout", "tri", "hanning", "hamming", "blackman", "bartlett",
         "kaiser")),
-    _spec("one_hot", R.FLOAT32, G.UNIT, dtype_position=5, **_NOT_ELEMENTWISE),
+    _spec("one_hot", R.FLOAT32, G.UNIT, dtype_position=5, index_args=(0,), **_NOT_ELEMENTWISE),
     _spec("fill", R.VALUE, **_NOT_ELEMENTWISE),
     *(_spec(n, R.VALUE, dtype_position=1, **_NOT_ELEMENTWISE) for n in ("constant", "convert_to_tensor", "array",
                                                                         "asarray")),
@@ -169,9 +170,11 @@ _TABLE: tuple[OpSpec, ...] = (
     # Shape ops: the input's dtype and values.
     *(_spec(n, R.PRESERVES, G.FOLLOWS, **_BOOLS) for n in ("reshape", "transpose", "expand_dims", "squeeze", "tile")),
     *(_spec(n, R.PRESERVES, G.FOLLOWS, same_dtype=True, **_BOOLS) for n in ("concat", "stack", "concatenate")),
-    _spec("gather", R.PRESERVES, G.FOLLOWS, dtype_args=(0,), elementwise=False, keeps_bool=True),
+    _spec("gather", R.PRESERVES, G.FOLLOWS, dtype_args=(0,), elementwise=False, keeps_bool=True, index_args=(1,)),
+    *(_spec(n, R.PRESERVES, G.FOLLOWS, dtype_args=(0,), elementwise=False, index_args=(1,))
+      for n in ("nn.embedding_lookup", "take", "take_along_axis")),
     *(_spec(n, elementwise=False) for n in ("nest.map_structure", "nest.map_structure_up_to")),
-    _spec("gather_nd", R.PRESERVES, G.FOLLOWS, dtype_args=(0,), elementwise=False),
+    _spec("gather_nd", R.PRESERVES, G.FOLLOWS, dtype_args=(0,), elementwise=False, index_args=(1,)),
     *(_spec(n, R.PRESERVES, G.ANY, K.SELECT, dtype_args=(1, 2), elementwise=False, same_dtype=True, **_BOOLS)
       for n in ("where", "where_v2", "select")),
     *(_spec(n, elements=Elements.SAME) for n in ("split", "unstack", "meshgrid", "broadcast_arrays")),

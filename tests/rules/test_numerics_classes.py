@@ -485,3 +485,62 @@ def test_c16_a_property_naming_a_dtype_decides_the_cast():
         return self.dtype or tf.float32
 """
     assert dtype_of(code, "tf.cast(x, self._param_dtype)") is F32
+
+
+def test_c20_a_model_whose_output_layer_is_float32_returns_float32():
+    # tests/verify/scripts/k2_loop.py:26-27 (dtype agreement: TF float32 on every such line)
+    from tests.analysis.test_dtypes import F32, dtype_of
+
+    code = """
+        import tensorflow as tf
+        from tensorflow import keras
+        model = keras.Sequential([keras.layers.Dense(16, activation="tanh", input_shape=(8,)),
+                                  keras.layers.Dense(1, dtype="float32")])
+        @tf.function
+        def train_step(xb, yb):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(yb - model(xb, training=True)))
+            return loss
+    """
+    assert dtype_of(code, "model(xb, training=True)", keras=2) is F32
+    assert dtype_of(code, "tf.reduce_mean(tf.square(yb - model(xb, training=True)))", keras=2) is F32
+
+
+def test_c21_a_sublayer_built_float32_in_one_branch_only_is_unknown():
+    # tfm official/nlp/modeling/layers/transformer_encoder_block.py:565 (built at :334-344)
+    from tests.analysis.test_dtypes import F32, UNK, dtype_of
+
+    code = """
+        import tensorflow as tf
+        class Block(tf.keras.layers.Layer):
+            def __init__(self, use_rms):
+                super().__init__()
+                if use_rms:
+                    self.norm = RMSNorm(epsilon=1e-6)
+                else:
+                    self.norm = tf.keras.layers.LayerNormalization(epsilon=1e-6, dtype=tf.float32)
+                self.out_norm = tf.keras.layers.LayerNormalization(epsilon=1e-6, dtype=tf.float32)
+            def call(self, x):
+                y = self.norm(x)
+                return self.out_norm(y)
+    """
+    assert dtype_of(code, "self.norm(x)") is UNK
+    assert dtype_of(code, "self.out_norm(y)") is F32
+
+
+@BOTH
+def test_c22_inputs_used_as_indices_are_not_float16(keras):
+    # tfm official/nlp/modeling/layers/on_device_embedding.py:95
+    from tests.analysis.test_dtypes import F16, UNK, dtype_of
+
+    code = """
+        import tensorflow as tf
+        class OnDeviceEmbedding(tf.keras.layers.Layer):
+            def call(self, inputs):
+                flat_inputs = tf.reshape(inputs, [-1])
+                embeddings = tf.gather(self.embeddings, flat_inputs)
+                return embeddings * 2.0
+    """
+    assert dtype_of(code, "tf.reshape(inputs, [-1])", keras) is UNK
+    dense = code.replace("tf.gather(self.embeddings, flat_inputs)", "tf.matmul(flat_inputs, self.embeddings)")
+    assert dtype_of(dense, "tf.reshape(inputs, [-1])", keras) is F16
