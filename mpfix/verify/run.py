@@ -275,6 +275,8 @@ def _verify_in(script: Path, args: list[str], options: Options, workdir: Path, b
     from mpfix.verify.escalate import escalation
 
     report.escalation = escalation(report)
+    if options.workers > 1:  # --locate re-runs one process: not offered for a group
+        report.escalation = [line for line in report.escalation if "--locate" not in line]
     return report
 
 
