@@ -6,7 +6,7 @@ import libcst as cst
 
 from mpfix.codemods._gradient_fixes import pass_through, single_assign
 from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, K3_SCALE, step_flows
-from mpfix.codemods.analysis.gradient_path import MANUAL, MANUAL_UNSCALE, SCALED, UNSCALE, UNSCALED, Flow
+from mpfix.codemods.analysis.gradient_path import MANUAL, MANUAL_UNSCALE, SCALED, UNSCALE, UNSCALED, Flow, OptimizerKind
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.codemods.names import dotted_name
 from mpfix.findings import FixSafety
@@ -173,7 +173,7 @@ class DoubleUnscale(Rule):
         return {call: call.args[0].value}
 
     def _keras3(self, flow: Flow, seen: set[int]) -> None:
-        if flow.scale is None or flow.scale.method != K3_SCALE or flow.kind == "plain" \
+        if flow.scale is None or flow.scale.method != K3_SCALE or flow.kind is OptimizerKind.PLAIN \
                 or flow.scale.optimizer != flow.optimizer \
                 or MANUAL not in flow.path.states or flow.apply.call.func.attr.value not in ("apply_gradients", "apply"):
             return

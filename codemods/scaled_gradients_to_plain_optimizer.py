@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, step_flows
-from mpfix.codemods.analysis.gradient_path import SCALED
+from mpfix.codemods.analysis.gradient_path import SCALED, OptimizerKind
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
@@ -124,7 +124,7 @@ class ScaledGradientsToPlainOptimizer(Rule):
             if self.context.keras == 3:
                 # Another LSO, or one mpfix cannot see, may unscale; a plain Keras 3 scaler does not scale.
                 scaler = next((f for f in flows if f.optimizer == scale.optimizer and f.scope is flow.scope), None)
-                if flow.kind != "plain" or (scaler is not None and scaler.kind == "plain"):
+                if flow.kind is not OptimizerKind.PLAIN or (scaler is not None and scaler.kind is OptimizerKind.PLAIN):
                     continue
             elif flow.build is not None and flow.build.is_lso:
                 continue  # Keras 2: another LSO (a separate mistake, rarely deliberate); MP103 for the same one

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods.analysis.gradient_path import training_steps
+from mpfix.codemods.analysis.gradient_path import GradientKind, training_steps
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 from mpfix.policy import Policy
@@ -125,11 +125,11 @@ class Tf1LoopWithoutLossScaling(Rule):
         # Which optimizers take their own gradients (compute_gradients / minimize) and which use a tape.
         own: set[str] = set()
         for flow in analysis.flows:
-            if flow.gradient.kind == "compute_gradients" and flow.gradient.optimizer:
+            if flow.gradient.kind is GradientKind.COMPUTE_GRADIENTS and flow.gradient.optimizer:
                 own.add(flow.gradient.optimizer)
         for _, call, _ in analysis.minimizes:
             own.add(call.optimizer)
-        taped = {f.optimizer for f in analysis.flows if f.gradient.kind != "compute_gradients"}
+        taped = {f.optimizer for f in analysis.flows if f.gradient.kind is not GradientKind.COMPUTE_GRADIENTS}
         for build in analysis.builds:
             if not build.is_v1 or build.is_v1_lso or build.target in wrapped:
                 continue

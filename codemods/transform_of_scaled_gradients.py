@@ -6,7 +6,7 @@ import libcst as cst
 
 from mpfix.codemods._gradient_fixes import describe, move_clip_changes, move_unscale_changes
 from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, K3_SCALE, foreign_api
-from mpfix.codemods.analysis.gradient_path import SCALED, UNSCALE, Flow, training_steps
+from mpfix.codemods.analysis.gradient_path import SCALED, UNSCALE, Flow, OptimizerKind, training_steps
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
@@ -219,7 +219,7 @@ class TransformOfScaledGradients(Rule):
             return
 
     def _keras3(self, analysis, flow: Flow, flows: list[Flow], seen: set[int]) -> None:
-        if flow.scale.method != K3_SCALE or flow.kind == "plain":
+        if flow.scale.method != K3_SCALE or flow.kind is OptimizerKind.PLAIN:
             return  # a plain Keras 3 optimizer's scale_loss does not scale (MP111 covers other updaters)
         if flow.scale.optimizer != flow.optimizer:
             return

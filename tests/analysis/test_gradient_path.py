@@ -405,3 +405,43 @@ def test_gradients_passed_to_a_method_that_splits_them_between_two_optimizers():
         assert flow.scale is not None and flow.scope.name == "_weight_update"
         assert [e.kind for e in flow.path.events] == [UNSCALE, ACCUMULATE]
         assert flow.path.states == {SCALED, UNSCALED}  # `if self.amp:` may skip the unscale
+
+
+def test_states_and_kinds_are_enums_and_the_model_needs_no_rule_context():
+    """The model reads a file through ``FileView`` (module, resolve, code, keras, cache), not the rule
+    framework; states, event kinds and optimizer kinds are enums."""
+    from dataclasses import dataclass, field
+
+    from mpfix.codemods.analysis.gradient_path import EventKind, OptimizerKind, State
+
+    @dataclass
+    class View:
+        module: cst.Module
+        keras: int = 3
+        cache: dict = field(default_factory=dict)
+
+        def __post_init__(self):
+            self.imports = ImportTable(self.module)
+
+        def resolve(self, node):
+            return self.imports.resolve(node)
+
+        def code(self, node):
+            return self.module.code_for_node(node)
+
+    module = cst.parse_module(textwrap.dedent("""
+        import keras
+        import tensorflow as tf
+        opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                scaled = opt.scale_loss(loss_fn(y, model(x)))
+            grads = tape.gradient(scaled, model.trainable_variables)
+            grads, _ = tf.clip_by_global_norm(grads, 1.0)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+    """).lstrip("\n"))
+    (flow,) = training_steps(View(module)).flows
+    assert flow.kind is OptimizerKind.LSO
+    assert flow.path.states == frozenset({State.SCALED})
+    assert [e.kind for e in flow.path.events] == [EventKind.CLIP_GLOBAL_NORM]
+    assert all(isinstance(e.kind, EventKind) for e in flow.path.events)

@@ -1,0 +1,291 @@
+"""Builds the training-step model of one file (``Analysis``): optimizer builds and factories, tapes,
+gradient and apply calls per scope, their flows (traced by ``gradient_tracer``), and the flows
+across functions and objects."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpfix.codemods.analysis.gradient_records import (
+    FileView, GradientKind, APPLY_METHODS, Analysis, ApplyCall, Flow, GradientCall, GradientPath, OptimizerBuild, SCALED,
+    SCALE_METHODS, ScaleCall, Scope, Statement, Tape, UNSCALED, UNSCALE_METHOD,
+)
+from mpfix.codemods.analysis.gradient_records import _LSO_NAMES, _encloses
+from mpfix.codemods.analysis.gradient_syntax import (
+    _header_calls, _is_optimizer_constructor, _is_tape, _is_true, _keyword, _optimizer_classes, _scopes,
+    assigned_targets, calls_in,
+)
+from mpfix.codemods.analysis.gradient_tracer import _PathTracer
+from mpfix.codemods.analysis.gradient_values import _Helpers, _Registry, _merge, _scale_of
+from mpfix.codemods.names import dotted_name
+
+
+# --------------------------------------------------------------------------- analysis
+def _analyse(context: FileView) -> Analysis:
+    module = context.module
+    resolve = context.resolve
+    scopes = _scopes(module)
+    builds: list[OptimizerBuild] = []
+    factories: dict[str, cst.Call] = {}
+    compiled_models: set[str] = set()
+    isinstance_guard = False
+    scale_calls: list[ScaleCall] = []
+    all_tapes: dict[int, dict[str, Tape]] = {}
+    flows: list[Flow] = []
+    all_minimizes: list[tuple[Scope, ApplyCall, OptimizerBuild | None]] = []
+    all_gradients: list[tuple[Scope, GradientCall]] = []
+    helpers = _Helpers(context, scopes)
+    registry = _Registry()
+    shared: dict[str, dict] = {}  # values accumulated into objects other functions can read
+    pending: list[tuple[Scope, list[ApplyCall]]] = []  # scopes with updates but no gradient of their own
+
+    # Pass 1: optimizer builds, factories, compile calls, isinstance guards.
+    per_scope_calls: dict[int, list[tuple[Statement, cst.Call, bool]]] = {}
+    for scope in scopes:
+        calls: list[tuple[Statement, cst.Call, bool]] = []
+        for st in scope.statements:
+            found = calls_in(st.node) if isinstance(st.node, cst.SimpleStatementLine) else _header_calls(st.node)
+            calls.extend((st, c, ifexp) for c, ifexp in found)
+            if isinstance(st.node, cst.SimpleStatementLine):
+                for target, value in assigned_targets(st.node):
+                    text = dotted_name(target)
+                    if text is None or not isinstance(value, cst.Call):
+                        continue
+                    qualified = resolve(value.func)
+                    if _is_optimizer_constructor(qualified):
+                        builds.append(OptimizerBuild(value, text, qualified, scope, st))
+                for small in st.node.body:
+                    if isinstance(small, cst.Return) and isinstance(small.value, cst.Call) and scope.node is not module:
+                        if _is_optimizer_constructor(resolve(small.value.func)):
+                            factories[scope.name] = small.value
+        per_scope_calls[id(scope.node)] = calls
+        for st, call, _ in calls:
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "compile":
+                owner = dotted_name(func.value)
+                if owner is not None:
+                    compiled_models.add(owner)
+            if isinstance(func, cst.Name) and func.value == "isinstance" and len(call.args) == 2:
+                if resolve(call.args[1].value) in _LSO_NAMES or "LossScaleOptimizer" in context.code(call.args[1].value):
+                    isinstance_guard = True
+    # A factory returning a name bound to a build in its own body.
+    for build in list(builds):
+        if build.scope.node is not module:
+            for st in build.scope.statements:
+                if not isinstance(st.node, cst.SimpleStatementLine):
+                    continue
+                for small in st.node.body:
+                    if isinstance(small, cst.Return) and isinstance(small.value, cst.Name) and small.value.value == build.target:
+                        factories.setdefault(build.scope.name, build.call)
+    # Assignments from a factory call count as builds (the wrap goes into the factory).
+    for scope in scopes:
+        for st in scope.statements:
+            for target, value in assigned_targets(st.node):
+                text = dotted_name(target)
+                if text and isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in factories:
+                    inner = factories[value.func.value]
+                    builds.append(OptimizerBuild(inner, text, resolve(inner.func) or "", scope, None))
+
+    # An optimizer's own methods (`minimize` calling `self.apply_gradients`, a wrapper forwarding to
+    # `self.optimizer`) implement updates; they are not training loops.
+    optimizer_classes = _optimizer_classes(module)
+
+    # Pass 2: per scope, tapes, gradient calls, applies, scaling calls, data flow.
+    for scope in scopes:
+        calls = per_scope_calls[id(scope.node)]
+        tapes: dict[str, Tape] = {}
+        # A tape handed in by the caller (`def minimize(tape, optimizer, loss, ...)`, tf-models' grad_utils).
+        for param in scope.params:
+            if param == "tape" or param.endswith("_tape"):
+                tapes[param] = Tape(param)
+        for st in scope.statements:
+            if isinstance(st.node, cst.With):
+                for item in st.node.items:
+                    asname = item.asname.name if item.asname is not None else None
+                    if isinstance(item.item, cst.Call) and _is_tape(resolve, item.item.func):
+                        if isinstance(asname, cst.Name):
+                            tape = tapes.setdefault(asname.value, Tape(asname.value))
+                            tape.withs.append(st.node)
+                            tape.persistent |= _is_true(getattr(_keyword(item.item, "persistent"), "value", None))
+                    elif isinstance(item.item, cst.Name) and item.item.value in tapes:
+                        tapes[item.item.value].withs.append(st.node)  # `with tape:` re-entered
+            for target, value in assigned_targets(st.node):
+                if isinstance(target, cst.Name) and isinstance(value, cst.Call) and _is_tape(resolve, value.func):
+                    tape = tapes.setdefault(target.value, Tape(target.value))
+                    tape.persistent |= _is_true(getattr(_keyword(value, "persistent"), "value", None))
+        # `tape = tf.GradientTape()` then `with tape:` (the With came before we knew the name).
+        for st in scope.statements:
+            if isinstance(st.node, cst.With):
+                for item in st.node.items:
+                    if isinstance(item.item, cst.Name) and item.item.value in tapes and st.node not in tapes[item.item.value].withs:
+                        tapes[item.item.value].withs.append(st.node)
+        all_tapes[id(scope.node)] = tapes
+
+        gradients: list[GradientCall] = []
+        applies: list[ApplyCall] = []
+        minimizes: list[ApplyCall] = []
+        local_scales: list[ScaleCall] = []
+        for st, call, ifexp in calls:
+            func = call.func
+            if call.args and resolve(func) == "tensorflow.gradients":
+                gradients.append(GradientCall(call, st, None, call.args[0].value, len(all_gradients) + len(gradients),
+                                              GradientKind.TF_GRADIENTS))
+            elif isinstance(func, cst.Attribute):
+                owner = dotted_name(func.value)
+                method = func.attr.value
+                if method == "gradient" and isinstance(func.value, cst.Name) and func.value.value in tapes and call.args:
+                    gradients.append(GradientCall(call, st, func.value.value, call.args[0].value,
+                                                  len(all_gradients) + len(gradients)))
+                elif method == "compute_gradients" and owner is not None and call.args:
+                    gradients.append(GradientCall(call, st, None, call.args[0].value,
+                                                  len(all_gradients) + len(gradients), GradientKind.COMPUTE_GRADIENTS, owner))
+                elif method == "minimize" and owner is not None and call.args and _keyword(call, "tape") is None:
+                    minimizes.append(ApplyCall(call, st, owner))
+                elif method in APPLY_METHODS and owner is not None:
+                    applies.append(ApplyCall(call, st, owner))
+                elif method in SCALE_METHODS + (UNSCALE_METHOD,) and owner is not None:
+                    local_scales.append(ScaleCall(call, st, method, owner, ifexp or st.conditional, scope))
+        scale_calls.extend(local_scales)
+        all_gradients.extend((scope, g) for g in gradients)
+        if scope.class_name is not None and scope.class_name in optimizer_classes:
+            continue
+        for call in minimizes:
+            build, _ = _trace(context, scope, scopes, call.optimizer, builds, compiled_models)
+            all_minimizes.append((scope, call, build))
+        if not gradients and applies:
+            pending.append((scope, applies))
+        if not gradients:
+            continue
+
+        # Data flow: which values carry which gradient results, in which state (two passes for loops).
+        tracer = _PathTracer(context, scope, gradients, local_scales, helpers, registry)
+        tracer.run()
+        tracer.export(shared)
+        if not applies:
+            continue
+        by_index = {g.index: g for g in gradients}
+        paths = tracer.paths(applies)
+        linked = [a for a in applies if a.gradients]
+        # `.apply(...)` is a common method name: only linked calls count. An unlinked
+        # apply_gradients with exactly one gradient call in the scope is taken as its update.
+        if not linked:
+            named = [a for a in applies if a.call.func.attr.value == "apply_gradients"]
+            if len(named) == 1 and len(gradients) == 1:
+                named[0].gradients = {gradients[0].index}
+                linked = named
+        for apply in linked:
+            for index in sorted(apply.gradients):
+                grad = by_index[index]
+                flow = _flow(context, scope, scopes, grad, apply, builds, compiled_models,
+                             local_scales, isinstance_guard)
+                flow.path = paths.get((id(apply.call), index)) or GradientPath(
+                    [], frozenset({SCALED if flow.scale is not None else UNSCALED}))
+                flows.append(flow)
+
+    # Gradients accumulated into a shared object (`self.accumulator`, a closure's `accum`) in one
+    # function and applied in another (`forward` / `step` of gradient accumulation), or passed to a
+    # same-file function that updates (`self._weight_update(grads)` splitting them between two
+    # optimizers): followed too, as flows of their own (`cross_flows`), so that no fix drops an
+    # unscale such an update needs.
+    cross_flows: list[Flow] = []
+    if shared or registry.calls_into:
+        grad_of = {g.index: (s, g) for s, g in all_gradients}
+        scales_of: dict[int, list[ScaleCall]] = {}
+        for s in scale_calls:
+            if s.scope is not None:
+                scales_of.setdefault(id(s.scope.node), []).append(s)
+        for scope, applies in pending:
+            start = dict(shared)
+            for bound in registry.calls_into.get(id(scope.node), ()):
+                for name, value in bound.items():
+                    start[name] = _merge(start.get(name, {}), value)
+            if not start:
+                continue
+            tracer = _PathTracer(context, scope, [], [], helpers, registry, start)
+            tracer.run()
+            paths = tracer.paths(applies)
+            for apply in applies:
+                for index in sorted(apply.gradients):
+                    grad_scope, grad = grad_of[index]
+                    flow = _flow(context, scope, scopes, grad, apply, builds, compiled_models,
+                                 scales_of.get(id(grad_scope.node), []), isinstance_guard)
+                    flow.scale, flow.scale_statement = _scale_of(grad_scope, grad.target, grad.statement,
+                                                                 scales_of.get(id(grad_scope.node), []))
+                    flow.path = paths[(id(apply.call), index)]
+                    cross_flows.append(flow)
+    return Analysis(scopes, flows, builds, all_tapes, scale_calls, isinstance_guard, all_minimizes, all_gradients,
+                    cross_flows, context.keras)
+
+
+def _flow(context, scope, scopes, grad, apply, builds, compiled_models, scales, guard) -> Flow:
+    optimizer = apply.optimizer
+    build, compiled = _trace(context, scope, scopes, optimizer, builds, compiled_models)
+    scale, scale_st = _scale_of(scope, grad.target, grad.statement, scales)
+    unscaled = any(s.method == UNSCALE_METHOD and s.optimizer == optimizer for s in scales)
+    user_managed = guard or any(s.conditional for s in scales if s.optimizer == optimizer)
+    return Flow(scope, grad, apply, optimizer, build, compiled, scale, scale_st, unscaled, user_managed)
+
+
+def _trace(context, scope: Scope, scopes: list[Scope], optimizer: str, builds: list[OptimizerBuild],
+           compiled_models: set[str], depth: int = 0) -> tuple[OptimizerBuild | None, bool]:
+    """Where ``optimizer`` (as written in ``scope``) is built; second value: compile wrapped it."""
+    module = context.module
+    head, _, attr = optimizer.partition(".")
+    if head == "self" and scope.class_name is not None:
+        matches = [b for b in builds if b.target == optimizer and b.scope.class_name == scope.class_name]
+        if matches:
+            return matches[-1], False
+        # Keras sets self.optimizer in compile(); under mixed_float16 it is a LossScaleOptimizer.
+        return None, optimizer == "self.optimizer" and bool(compiled_models or scope.name == "train_step")
+    if attr == "optimizer" and head in compiled_models:
+        return None, True
+    local = [b for b in builds if b.target == optimizer and b.scope is scope]
+    if local:
+        return local[-1], False
+    if head in scope.params and depth == 0:
+        return _trace_argument(context, scope, scopes, optimizer, builds, compiled_models)
+    glob = [b for b in builds if b.target == optimizer and b.scope.node is module]
+    if glob:
+        return glob[-1], False
+    # A name bound in an enclosing function (closures: `def train_step` inside `main`).
+    enclosing = [b for b in builds if b.target == optimizer and b.scope.node is not module
+                 and _encloses(b.scope.node, scope.node)]
+    if enclosing:
+        return enclosing[-1], False
+    return None, False
+
+
+
+def _trace_argument(context, scope, scopes, optimizer, builds, compiled_models):
+    """Follow a parameter to the arguments of the step function's call sites (one level)."""
+    index = scope.params.index(optimizer.split(".")[0])
+    if scope.class_name is not None and scope.params and scope.params[0] == "self":
+        index -= 1
+    results = []
+    for caller in scopes:
+        for st in caller.statements:
+            for call, _ in (calls_in(st.node) if isinstance(st.node, cst.SimpleStatementLine) else _header_calls(st.node)):
+                func = call.func
+                name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+                if name != scope.name:
+                    continue
+                arg = _keyword(call, optimizer) or next(
+                    (a for i, a in enumerate(x for x in call.args if x.keyword is None) if i == index), None)
+                if arg is not None and isinstance(arg.value, cst.Call) \
+                        and _is_optimizer_constructor(context.resolve(arg.value.func)):
+                    # Built right in the call: `train(model, keras.optimizers.Adam(), data)`.
+                    results.append((OptimizerBuild(arg.value, optimizer, context.resolve(arg.value.func),
+                                                   caller, st), False))
+                    continue
+                text = dotted_name(arg.value) if arg is not None else None
+                if text is None:
+                    return None, False
+                results.append(_trace(context, caller, scopes, text, builds, compiled_models, depth=1))
+    def same(a, b) -> bool:
+        if a[1] != b[1]:
+            return False
+        return a[0] is b[0] or (a[0] is not None and b[0] is not None and a[0].call is b[0].call)
+
+    if results and all(same(r, results[0]) for r in results):
+        return results[0]
+    return None, False

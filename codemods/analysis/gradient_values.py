@@ -1,0 +1,156 @@
+"""Values of the gradient path and what the tracer consults: a value maps each gradient computation
+it carries to its states and the events on its way; same-file helpers gradients are passed to, the
+registry of events, and which expressions read the loss scale."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpfix.codemods._walk import walk
+from mpfix.codemods.analysis.gradient_records import (
+    FileView, EventKind, SCALE_METHODS, CALLBACK, PathEvent, Scope, ScaleCall, Statement, UNSCALE_METHOD,
+    _ALL_REDUCE_METHODS, _RANDOM_PREFIXES, _SCALE_ATTRIBUTES, _TRANSFORM_FUNCTIONS,
+)
+from mpfix.codemods.analysis.gradient_syntax import assigned_targets, calls_in, names_in, target_names
+from mpfix.codemods.names import dotted_name
+
+def _scale_of(scope: Scope, target: cst.BaseExpression, before: Statement,
+              scales: list[ScaleCall]) -> tuple[ScaleCall | None, Statement | None]:
+    """The scaling call whose result is ``target`` (a name assigned from it, or the call itself)."""
+    if isinstance(target, cst.Call):
+        for s in scales:
+            if s.call is target:
+                return s, None
+        return None, None
+    if not isinstance(target, cst.Name):
+        return None, None
+    found: tuple[ScaleCall | None, Statement | None] = (None, None)
+    for st in scope.statements:
+        if st is before:
+            break
+        for t, value in assigned_targets(st.node):
+            if target.value not in target_names(t) or value is None:
+                continue
+            inner = [s for s in scales if s.statement is st and s.method in SCALE_METHODS]
+            if inner:
+                found = (inner[0], st)
+            elif found[0] is not None and (
+                    any(isinstance(small, cst.AugAssign) for small in st.node.body)
+                    or target.value in names_in(value)):
+                pass  # `scaled += term` / `scaled = scaled + term`: still scaled (MP105 reports the term)
+            else:
+                found = (None, None)  # rebound to something unscaled
+    return found
+
+
+# --------------------------------------------------------------------------- the gradient path
+# A value is {gradient index: (states, event ids)}: which gradient computations it carries, in
+# which states (SCALED/UNSCALED/MANUAL), and what has happened to them on the way.
+_Value = dict
+
+
+def _merge(*values: dict) -> dict:
+    out: dict = {}
+    for value in values:
+        for index, (states, events) in value.items():
+            if index in out:
+                old = out[index]
+                out[index] = (old[0] | states, old[1] | events)
+            else:
+                out[index] = (states, events)
+    return out
+
+
+def _root_key(node: cst.BaseExpression) -> str | None:
+    """The variable a subscript or method receiver belongs to: ``accum[i]`` -> ``accum``."""
+    while isinstance(node, cst.Subscript):
+        node = node.value
+    return dotted_name(node)
+
+
+class _Helpers:
+    """Functions of this module that gradients are passed to: what each does to them."""
+
+    def __init__(self, context: FileView, scopes: list[Scope]) -> None:
+        self.context = context
+        self.functions: dict[tuple[str | None, str], Scope] = {}
+        for scope in scopes:
+            if isinstance(scope.node, cst.FunctionDef) and scope.params:
+                self.functions.setdefault((scope.class_name, scope.name), scope)
+        self._summaries: dict[int, tuple[bool, bool]] = {}
+
+    def lookup(self, func: cst.BaseExpression, caller: Scope) -> Scope | None:
+        if isinstance(func, cst.Name):
+            return self.functions.get((None, func.value))
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self" \
+                and caller.class_name is not None:
+            return self.functions.get((caller.class_name, func.attr.value))
+        return None
+
+    def summary(self, scope: Scope) -> tuple[EventKind | None, bool, bool]:
+        """(what size-sensitive thing the helper does: "helper" (clips or adds noise), "callback"
+        (calls a function it was given, e.g. a list of gradient callbacks), or None; whether it unscales;
+        whether it all-reduces)."""
+        found = self._summaries.get(id(scope.node))
+        if found is None:
+            sensitive: EventKind | None = None
+            unscales = reduces = False
+            resolve = self.context.resolve
+            # Names bound to what the caller passed: parameters and `for f in callbacks` targets.
+            given = set(scope.params)
+            for node in walk(scope.node.body):
+                if type(node) is cst.For and names_in(node.iter) & given:
+                    given |= target_names(node.target)
+            for node in walk(scope.node.body):
+                kind = type(node)
+                if kind is cst.Call:
+                    if resolve(node.func) in _TRANSFORM_FUNCTIONS:
+                        sensitive = EventKind.HELPER
+                    elif isinstance(node.func, cst.Attribute) and node.func.attr.value == UNSCALE_METHOD:
+                        unscales = True
+                    elif isinstance(node.func, cst.Attribute) and (
+                            node.func.attr.value in _ALL_REDUCE_METHODS or "all_reduce" in node.func.attr.value):
+                        reduces = True
+                    elif isinstance(node.func, cst.Name) and node.func.value in given and node.args \
+                            and sensitive is None:
+                        sensitive = CALLBACK
+                elif kind is cst.BinaryOperation and isinstance(node.operator, cst.Add) and (
+                        _has_random(self.context, node.left) or _has_random(self.context, node.right)):
+                    sensitive = EventKind.HELPER
+            found = self._summaries[id(scope.node)] = (sensitive, unscales, reduces)
+        return found
+
+
+def _has_random(context: FileView, expr: cst.CSTNode) -> bool:
+    for call, _ in calls_in(expr):
+        qualified = context.resolve(call.func) or ""
+        if qualified.startswith(_RANDOM_PREFIXES):
+            return True
+    return False
+
+
+def _scale_read(expr: cst.BaseExpression) -> str | None:
+    """``opt.dynamic_scale`` / ``opt.loss_scale`` / ``opt.loss_scale()`` / ``loss_scale`` / a cast of one:
+    the optimizer (or "") whose current loss scale ``expr`` reads, else None."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value in _SCALE_ATTRIBUTES:
+        return dotted_name(expr.value) or ""
+    if isinstance(expr, cst.Name) and expr.value in ("loss_scale", "dynamic_scale", "current_loss_scale"):
+        return ""
+    if isinstance(expr, cst.Call):
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "loss_scale" and not expr.args:
+            return dotted_name(expr.func.value) or ""
+        if expr.args and isinstance(expr.func, (cst.Name, cst.Attribute)) and \
+                (dotted_name(expr.func) or "").rpartition(".")[2] == "cast":
+            return _scale_read(expr.args[0].value)
+    return None
+
+
+class _Registry:
+    """The events of every scope of a file (event ids are shared, so values can cross scopes)."""
+
+    def __init__(self) -> None:
+        self.events: dict[int, PathEvent] = {}
+        self.ids: dict[tuple[int, str], int] = {}
+        self.sequence: dict[int, int] = {}
+        # Gradients passed into a same-file function: its node id -> [{parameter: value}]
+        self.calls_into: dict[int, list[dict[str, dict]]] = {}
