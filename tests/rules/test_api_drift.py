@@ -466,3 +466,21 @@ def test_mp306_leaves_the_old_names_to_projects_whose_tensorflow_predates_the_ne
         assert len(Engine(rule, Options(keras="2", project_policy=False)).lint(source, tmp_path / "train.py").findings) == 2
     finally:
         declared.clear()
+
+
+def test_graph_rewrite_under_a_condition_gets_no_module_level_policy():
+    # judge-classes C10 (DLE BERT run_classifier.py:140): the fix set mixed_float16 for every run,
+    # float32 ones included, and after the model was built. Reported without a fix.
+    code = """
+        import tensorflow as tf
+
+        def main(FLAGS, model):
+            if FLAGS.fp16_implementation == "graph_rewrite":
+                model.optimizer = tf.train.experimental.enable_mixed_precision_graph_rewrite(model.optimizer)
+    """
+    findings = lint(code, 3, fix=False).findings
+    assert [f.code for f in findings] == ["MP305"]
+    assert findings[0].fix is None and "condition" in findings[0].message
+    # Unconditional, the fix stays.
+    plain = code.replace('    if FLAGS.fp16_implementation == "graph_rewrite":\n', "").replace("        model.opt", "    model.opt")
+    assert lint(plain, 3, fix=False).findings[0].fix is not None
