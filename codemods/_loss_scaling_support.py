@@ -20,6 +20,9 @@ arguments to MP302: the rules here stay silent on those.
 
 from __future__ import annotations
 
+import enum
+from dataclasses import dataclass
+
 import libcst as cst
 
 from mpfix.codemods.analysis.gradient_path import (
@@ -108,12 +111,60 @@ def new_statement(context, code: str) -> cst.BaseStatement:
     return cst.parse_statement(code + module.default_newline, config=module.config_for_parsing)
 
 
+_LEGACY = ".optimizers.legacy."
+
+
+class Shape(enum.Enum):
+    """Training-step shapes whose loss scaling mpfix cannot write right (issue 20 class 5)."""
+
+    SECOND_ORDER = "second-order"
+    LEGACY_OPTIMIZER = "legacy-optimizer"
+    SPLIT_BETWEEN_OPTIMIZERS = "split"
+
+
+@dataclass(frozen=True)
+class Unfixable:
+    shape: Shape
+    why: str
+
+
+def unfixable_shape(context, analysis: Analysis, flow: Flow) -> Unfixable | None:
+    """Why scaling this flow's loss cannot be written right (issue 20 class 5), or None.
+
+    * second order (nested tapes): the loss holds gradients of an inner tape, which one scale
+      outside cannot make right (and scaling a list of gradients is no loss scaling at all);
+    * a legacy optimizer (``optimizers.legacy.*``, Keras 2 only) in a Keras 3 file: its
+      LossScaleOptimizer has ``get_scaled_loss``, not Keras 3's ``scale_loss``;
+    * on Keras 3, the gradients of one loss split between optimizers: each LossScaleOptimizer
+      divides by its own scale, so one loss scaled by one of them is wrong for the others.
+    """
+    if analysis.second_order(flow):
+        return Unfixable(Shape.SECOND_ORDER, "it is a second-order gradient (a tape inside its tape): scale each "
+                                             "tape's loss by hand")
+    if context.keras == 3:
+        builds = [flow.build] if flow.build is not None else []
+        inner = analysis.inner_build(flow.build) if flow.build is not None and flow.build.is_lso else None
+        names = [b.qualified for b in builds] + ([context.resolve(inner.func) or ""] if inner is not None else [])
+        if any(_LEGACY in (name or "") for name in names):
+            return Unfixable(Shape.LEGACY_OPTIMIZER, f"`{flow.optimizer}` is a legacy (Keras 2) optimizer: its "
+                             "LossScaleOptimizer has `get_scaled_loss`/`get_unscaled_gradients`, not `scale_loss`")
+        others = {f.optimizer for f in analysis.flows if f.gradient is flow.gradient} - {flow.optimizer}
+        if others:
+            return Unfixable(Shape.SPLIT_BETWEEN_OPTIMIZERS,
+                             f"the gradients also update {', '.join(f'`{o}`' for o in sorted(others))}: each "
+                             "LossScaleOptimizer unscales by its own scale, so scale a loss per optimizer")
+    return None
+
+
 def scaling_changes(context, analysis: Analysis, flow: Flow, *, guard: bool = False) -> dict | None:
     """Edits that scale the flow's loss inside its tape (and unscale its gradients on Keras 2).
 
     ``guard`` (Keras 2, an optimizer that may be plain): scale and unscale only under
-    ``isinstance(optimizer, LossScaleOptimizer)``; None where that cannot be written plainly.
+    ``isinstance(optimizer, LossScaleOptimizer)``; None where that cannot be written plainly,
+    or where no scaling is right (``unfixable_shape``).
     """
+    if unfixable_shape(context, analysis, flow) is not None:
+        return None
     grad = flow.gradient
     target = grad.target
     if not isinstance(target, cst.Name):

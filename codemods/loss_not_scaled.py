@@ -7,7 +7,7 @@ import libcst as cst
 from mpfix.codemods._gradient_fixes import describe, move_clip_changes
 from mpfix.codemods.analysis.gradient_path import Flow
 from mpfix.codemods._loss_scaling_support import (
-    STEP_TRIGGERS, needs_lso_guard, scale_method, scaling_changes, step_flows, where,
+    STEP_TRIGGERS, Shape, needs_lso_guard, scale_method, scaling_changes, step_flows, unfixable_shape, where,
 )
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
@@ -206,9 +206,15 @@ class LossNotScaled(Rule):
             flow = group[0]
             fix: dict | None = {}
             extra = ""
+            why_not = unfixable_shape(self.context, analysis, flow)
+            legacy = why_not is not None and why_not.shape is Shape.LEGACY_OPTIMIZER
+            keras = 2 if legacy else self.context.keras
+            if why_not is not None:
+                fix, extra = None, f" (no fix: {why_not.why})"
             # Keras 3: once the loss is scaled, a clip between the gradient and the LSO's apply sees
             # scaled gradients; it moves into the inner optimizer where that is built in the file.
-            transforms = [e for f in group for e in f.path.events if e.sensitive] if self.context.keras == 3 else []
+            transforms = [e for f in group for e in f.path.events if e.sensitive] \
+                if self.context.keras == 3 and why_not is None else []
             if transforms:
                 build = flow.build
                 inner = analysis.inner_build(build) if build is not None and build.is_lso else None
@@ -239,7 +245,7 @@ class LossNotScaled(Rule):
             self.report(
                 flow.apply.call,
                 f"`{flow.optimizer}` scales losses but the gradient in {where(flow)} is taken of the unscaled "
-                f"loss; compute `{flow.optimizer}.{scale_method(self.context.keras)}(loss)` inside the tape{extra}",
+                f"loss; compute `{flow.optimizer}.{scale_method(keras)}(loss)` inside the tape{extra}",
                 fix=fix,
                 description="Scale the loss inside the tape",
             )

@@ -335,6 +335,15 @@ class Analysis:
                   and (b.scope is build.scope or isinstance(b.scope.node, cst.Module))]
         return before[-1].call if before else None
 
+    def second_order(self, flow: Flow) -> bool:
+        """Another gradient is taken while the flow's tape records (nested tapes): the flow's gradient
+        is of a value built from gradients (a gradient penalty, a Hessian-vector product)."""
+        tape = self.tape_of(flow)
+        if tape is None:
+            return False
+        return any(g is not flow.gradient and scope is flow.scope and any(w in g.statement.parents for w in tape.withs)
+                   for scope, g in self.gradients)
+
     def tape_of(self, flow: Flow) -> Tape | None:
         if flow.gradient.tape is None:
             return None

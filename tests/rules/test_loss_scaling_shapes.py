@@ -1,0 +1,121 @@
+"""Training-step shapes of issues 18, 20 (class 5) and 22, each in a realistic script.
+
+Where no loss scaling written by mpfix is right (second-order gradients, a legacy optimizer in a
+Keras 3 file, one loss's gradients split between LossScaleOptimizers on Keras 3) the finding is
+reported without a fix; where the model can follow the shape (closures, unpacking, objects that
+keep gradients for another method, strategy loops) the findings are the ones float32 needs.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mpfix.codemods import all_rules
+from mpfix.engine import Engine, Options
+
+MP1 = tuple(r for r in all_rules() if r.code.startswith("MP1"))
+
+
+def lint(code: str, keras: int, *, fix: bool = False):
+    engine = Engine(MP1, Options(keras=str(keras), unsafe_fixes=True, project_policy=False))
+    return engine.lint(textwrap.dedent(code).lstrip("\n"), Path("train.py"), fix=fix)
+
+
+def findings(code: str, keras: int):
+    return [(f.code, f.fix is not None) for f in lint(code, keras).findings]
+
+
+_IMPORT = {3: "import keras", 2: "import tf_keras as keras"}
+
+
+def _script(body: str, keras: int) -> str:
+    return textwrap.dedent(f"""
+        {_IMPORT[keras]}
+        import tensorflow as tf
+
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1, dtype="float32")])
+        optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.01))
+    """) + textwrap.dedent(body)
+
+
+# -- issue 20 class 5: MP102 on shapes no written scaling serves ----------------------------------
+GRADIENT_PENALTY = """
+    @tf.function
+    def train_step(x, y):
+        with tf.GradientTape() as outer:
+            with tf.GradientTape() as inner:
+                loss = tf.reduce_mean(tf.square(y - model(x)))
+            grads = inner.gradient(loss, model.trainable_variables)
+            penalty = tf.add_n([tf.reduce_sum(tf.square(g)) for g in grads])
+            total = loss + 0.1 * penalty
+        final = outer.gradient(total, model.trainable_variables)
+        optimizer.apply_gradients(zip(final, model.trainable_variables))
+"""
+
+HESSIAN_VECTOR = """
+    @tf.function
+    def train_step(x, y, v):
+        with tf.GradientTape() as outer:
+            with tf.GradientTape() as inner:
+                loss = tf.reduce_mean(tf.square(y - model(x)))
+            grads = inner.gradient(loss, model.trainable_variables)
+        hvp = outer.gradient(grads, model.trainable_variables, output_gradients=v)
+        optimizer.apply_gradients(zip(hvp, model.trainable_variables))
+"""
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+@pytest.mark.parametrize("body", [GRADIENT_PENALTY, HESSIAN_VECTOR], ids=["penalty", "hvp"])
+def test_second_order_gradients_are_reported_without_a_fix(body, keras):
+    found = lint(_script(body, keras), keras).findings
+    assert [f.code for f in found] == ["MP102"]
+    assert found[0].fix is None and "second-order" in found[0].message
+
+
+def test_the_plain_step_still_gets_its_fix():
+    plain = """
+        @tf.function
+        def train_step(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(y - model(x)))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    """
+    assert findings(_script(plain, 3), 3) == [("MP102", True)]
+
+
+LEGACY_PER_LAYER = """
+    import tensorflow as tf
+
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    model = tf.keras.Sequential([tf.keras.layers.Dense(8), tf.keras.layers.Dense(1, dtype="float32")])
+    dense_opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.legacy.SGD(0.01))
+    head_opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.legacy.Adam(0.001))
+
+
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(y - model(x)))
+        grads = tape.gradient(loss, model.trainable_variables)
+        dense_opt.apply_gradients(zip(grads[:2], model.layers[0].trainable_variables))
+        head_opt.apply_gradients(zip(grads[2:], model.layers[1].trainable_variables))
+"""
+
+
+def test_legacy_per_layer_optimizers_in_a_keras3_file_get_no_scale_loss_fix():
+    found = lint(LEGACY_PER_LAYER, 3).findings
+    assert [f.code for f in found] == ["MP102", "MP102"]
+    assert all(f.fix is None for f in found)
+    assert all("get_scaled_loss" in f.message and "legacy" in f.message for f in found)
+    assert lint(LEGACY_PER_LAYER, 3, fix=True).fixed_text is None
+
+
+def test_one_loss_split_between_two_keras3_loss_scale_optimizers_gets_no_fix():
+    code = LEGACY_PER_LAYER.replace("tf.keras.optimizers.legacy.", "tf.keras.optimizers.")
+    found = lint(code, 3).findings
+    assert [f.code for f in found] == ["MP102", "MP102"]
+    assert all(f.fix is None and "own scale" in f.message for f in found)
