@@ -86,3 +86,18 @@ def test_launcher_hint_names_the_worker_script_and_count():
     run = RunResult("mixed", end=dict(STOPPED, status="finished"), launches=launches)
     v = judge(run, None, SCRIPT)
     assert v.name == "no-steps" and v.summary == hint
+
+
+def test_a_timeout_reports_each_workers_last_step():
+    ends = [
+        {"status": "timeout", "in_tensorflow": True, "user_frame": {"file": str(SCRIPT), "line": 85, "code": "train_step()"}},
+        {"status": "timeout", "in_tensorflow": False, "user_frame": None},
+    ]
+    runs = [worker([1.0, 0.9, 0.8], end=ends[0]), worker([1.0, 0.9, 0.8, 0.7], end=ends[1])]
+    for run in runs:
+        run.timed_out = True
+    group = merge("mixed", runs, [0, 1])
+    v = explain(judge(group, None, SCRIPT), group, None, SCRIPT)
+    assert v.name == "timeout" and v.evidence["kind"] == "timeout"
+    assert v.summary.startswith("the workers did not finish within the timeout: worker 0: 3 steps (last step 2), timeout")
+    assert "worker 1: 4 steps (last step 3), timeout" in v.summary and "non-finite" not in v.summary
