@@ -55,6 +55,8 @@ class NameDtypes:
             region = by_function[target]
             learnt = {name: F32 for name, ds in dtypes.items() if ds and all(d.wide for d in ds)
                       and region.env.get(name) is F16}
+            # Every caller passes a Python number (`self._assign_moving_average(var, mean, 0.99)`).
+            learnt.update({name: PY for name, ds in dtypes.items() if ds == {PY} and region.env.get(name) is F16})
             if region.callers_decide:
                 learnt.update({name: next(iter(ds)) for name, ds in dtypes.items() if len(ds) == 1
                                and next(iter(ds)).floating_tensor and region.env.get(name) is UNK})

@@ -8,7 +8,8 @@ from mpfix.codemods.analysis.dtype_lattice import (
     BF16, BITWISE, BOOL, CPLX, F16, F32, F64, INT, PY, UNK, Dtype, arith, argument, comparison_parts, join, join_all, number,
     spelled_dtype,
 )
-from mpfix.codemods.analysis.dtype_regions import ELEMENT, FLOAT32_VARIABLE, Region, assignments
+from mpfix.codemods.analysis.dtype_regions import ELEMENT, FLOAT32_VARIABLE, Region
+from mpfix.codemods.analysis.dtype_syntax import assignments
 from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.facts import ops as specs
 from mpfix.codemods.names import dotted_name
@@ -91,6 +92,9 @@ class ExpressionDtypes:
         try:
             dtypes = set()
             for func, value in values:
+                if _float32_variable(value):
+                    dtypes.add(F32)
+                    continue
                 if self._builds_layer(value):
                     return UNK
                 dtypes.add(self.dtype(value, self.region_for(func, cls), depth + 1))
@@ -380,3 +384,16 @@ class ExpressionDtypes:
         if isinstance(node, cst.Name) and node.value in ("dtype", "compute_dtype"):
             return region.env.get(node.value, F16) if region.env.get(node.value) not in (None, PY, UNK) else F16
         return F16 if region.kind not in ("module", "shadow") else UNK
+
+
+def _float32_variable(value: cst.BaseExpression) -> bool:
+    """``self.add_weight(..., autocast=False)`` (tf_keras: ``experimental_autocast=False``): a variable read in
+    its own dtype, float32 under a mixed policy (batch normalisation's moving statistics)."""
+    if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Attribute) or \
+            value.func.attr.value not in ("add_weight", "add_variable"):
+        return False
+    flag = next((a for a in value.args if a.keyword is not None and a.keyword.value in ("autocast", "experimental_autocast")),
+                None)
+    dtype = argument(value, "dtype", None)
+    return flag is not None and isinstance(flag.value, cst.Name) and flag.value.value == "False" and \
+        (dtype is None or (spelled_dtype(dtype.value, lambda n: None) or UNK).wide)

@@ -30,7 +30,8 @@ from mpfix.codemods.analysis.dtype_lattice import (  # noqa: F401  (the lattice,
     number, spelled_dtype, without_compat,
 )
 from mpfix.codemods.analysis.dtype_ranges import ValueRanges
-from mpfix.codemods.analysis.dtype_regions import Calls, Region, RegionFinder, RegionKind, imported_names  # noqa: F401
+from mpfix.codemods.analysis.dtype_regions import Region, RegionFinder, RegionKind  # noqa: F401
+from mpfix.codemods.analysis.dtype_syntax import Calls, imported_names
 from mpfix.codemods.facts.heuristics import LOSS_NAME  # noqa: F401
 
 

@@ -544,3 +544,23 @@ def test_c22_inputs_used_as_indices_are_not_float16(keras):
     assert dtype_of(code, "tf.reshape(inputs, [-1])", keras) is UNK
     dense = code.replace("tf.gather(self.embeddings, flat_inputs)", "tf.matmul(flat_inputs, self.embeddings)")
     assert dtype_of(dense, "tf.reshape(inputs, [-1])", keras) is F16
+
+
+def test_c15_a_helper_given_a_float32_variable_computes_in_float32():
+    # tf_keras batch_normalization.py:870 `_assign_moving_average(self, variable, value, ...)`
+    from tests.analysis.test_dtypes import F32, dtype_of
+
+    code = """
+        import tensorflow as tf
+        class BN(tf.keras.layers.Layer):
+            def build(self, shape):
+                self.moving_mean = self.add_weight("moving_mean", shape[-1:], experimental_autocast=False)
+            def _assign_moving_average(self, variable, value, momentum):
+                return variable.assign_sub((variable - tf.cast(value, variable.dtype)) * (1.0 - momentum))
+            def call(self, x):
+                mean = tf.reduce_mean(x, axis=0)
+                self._assign_moving_average(self.moving_mean, mean, 0.99)
+                return x - mean
+    """
+    assert dtype_of(code, "tf.cast(value, variable.dtype)") is F32
+    assert dtype_of(code, "(variable - tf.cast(value, variable.dtype)) * (1.0 - momentum)") is F32
