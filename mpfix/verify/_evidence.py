@@ -358,29 +358,41 @@ def _through_passthrough(tensor):
     return tensor
 
 
+# Segment ids of up to this many elements are a constant of the graph (no op per step).
+CONST_IDS_MAX = 1 << 16
+
+
 def _peaks(slots: list):
-    """float32 [len(slots)]: max |value| of each tensor, +inf where any entry is NaN/Inf."""
-    out = [None] * len(slots)
+    """float32 [len(slots)]: max |value| of each tensor, +inf where any entry is NaN/Inf.
+    One concatenation and one segment reduction per dtype; the per-group results are put
+    back in slot order by one gather (no op per slot beyond its reshape)."""
+    import numpy as np
+
     groups: dict = {}
     for index, t in enumerate(slots):
         groups.setdefault(t.dtype, []).append(index)
+    parts, order = [], []
     for dtype, members in groups.items():
         sizes = [slots[i].shape.num_elements() for i in members]
         known = None not in sizes
         if len(members) > 1 and (not known or sum(sizes) <= CONCAT_MAX_ELEMENTS):
             flat = tf.concat([tf.reshape(slots[i], [-1]) for i in members], 0)
-            if known:
-                counts = tf.constant(sizes, tf.int32)
+            if known and sum(sizes) <= CONST_IDS_MAX:
+                ids = tf.constant(np.repeat(np.arange(len(members), dtype=np.int32), sizes))
             else:
-                counts = tf.stack([tf.size(slots[i], out_type=tf.int32) for i in members])
-            ids = tf.repeat(tf.range(len(members)), counts)
+                counts = tf.constant(sizes, tf.int32) if known else tf.stack(
+                    [tf.size(slots[i], out_type=tf.int32) for i in members])
+                ids = tf.repeat(tf.range(len(members)), counts)
             magnitude = tf.where(tf.math.is_finite(flat), tf.abs(flat), tf.constant(math.inf, dtype))
-            reduced = tf.cast(tf.math.unsorted_segment_max(magnitude, ids, len(members)), tf.float32)
-            for k, i in enumerate(members):
-                out[i] = reduced[k]
+            parts.append(tf.cast(tf.math.unsorted_segment_max(magnitude, ids, len(members)), tf.float32))
         else:
             for i in members:
                 t = slots[i]
                 magnitude = tf.where(tf.math.is_finite(t), tf.abs(t), tf.constant(math.inf, dtype))
-                out[i] = tf.cast(tf.reduce_max(magnitude), tf.float32)
-    return tf.stack(out)
+                parts.append(tf.reshape(tf.cast(tf.reduce_max(magnitude), tf.float32), [1]))
+        order.extend(members)
+    values = parts[0] if len(parts) == 1 else tf.concat(parts, 0)
+    if order == sorted(order):
+        return values
+    position = {slot: k for k, slot in enumerate(order)}
+    return tf.gather(values, tf.constant([position[i] for i in range(len(slots))], tf.int32))

@@ -291,19 +291,18 @@ def origin_op(run) -> dict | None:
 
 def moved_downstream(before, after) -> bool:
     """The op that created ``before``'s first NaN/Inf no longer does in ``after``, where
-    another op later in the step (or a later step) does: a change that fixed one overflow
-    and uncovered the next (a float32 Dense whose output then overflows the float16 layer
+    another op does, at the same step or later: a change that fixed one overflow and
+    uncovered the next (a float32 Dense whose output then overflows the float16 layer
     after it)."""
     old, new = origin_op(before), origin_op(after)
     if old is None or new is None or new["name"] == old["name"]:
         return False
     if any(e["name"] == old["name"] and e["first_bad"] >= 0 for e in _merge(after.ops)):
         return False
-    # Downstream: before the change the new origin only passed on a NaN it was given (or
-    # was not float16 then). Op orders are not compared: they count float16 ops, which the
-    # change alters.
-    earlier = next((e for e in _merge(before.ops) if e["name"] == new["name"]), None)
-    return earlier is None or (earlier["first_bad"] >= 0 and not earlier["born"])
+    # Neither op orders (they count float16 ops, which the change alters) nor names (a
+    # float32 layer's float16 neighbour gets a new Cast under an old name) identify "later"
+    # across the two runs: the step does. Progress that leads nowhere is dropped at the end.
+    return new["first_bad"] >= old["first_bad"]
 
 
 def first_nonfinite(found: list[RuntimeFinding]) -> RuntimeFinding | None:

@@ -24,7 +24,7 @@ class LogProbs(keras.layers.Layer):
 
 
 def nll(labels, log_probs):
-    return -tf.reduce_sum(labels * tf.cast(log_probs, tf.float32), axis=-1)
+    return -tf.reduce_sum(tf.cast(labels, tf.float32) * tf.cast(log_probs, tf.float32), axis=-1)
 
 
 rng = np.random.default_rng(0)
