@@ -194,3 +194,42 @@ def test_a_nan_moved_downstream_is_progress_only_when_its_origin_is_fixed():
                                 run(("dense/MatMul", 1, 0, True), ("norm/Cast", 5, -1, False)))
     # No per-op evidence (an eager script): no claim.
     assert not moved_downstream(run(), after)
+
+
+def test_repair_reports_text_json_html(tmp_path, monkeypatch):
+    from mpfix.verify import report_repair
+    from mpfix.verify.records import RunResult, Step
+    from mpfix.verify.repair import Outcome, RepairResult, Trial
+    from mpfix.verify.verdict import Verdict
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["mpfix", "repair", "a.py"])
+    script = tmp_path / "a.py"
+
+    def run(losses):
+        return RunResult("mixed", steps=[Step(i, x, 1.0, False, False, 0.0, 0.0, 1.0) for i, x in enumerate(losses)])
+
+    island = Change(ChangeKind.ISLAND, script, "compute `Exp`'s expression in float32", "a.py:3:12: MP204 ...",
+                    verdict="healthy")
+    layer = Change(ChangeKind.LAYER, script, 'dtype="float32" on layer `dense` (Dense)', "a.py:9:5: MP902 ...")
+    result = RepairResult(script, Outcome(Verdict("non-finite", "nan at step 0"), run([float("nan")])),
+                          Outcome(Verdict("healthy", "all finite"), run([1.0, 0.5])), run([1.0, 0.49]),
+                          changes=[island], trials=[Trial(layer, "non-finite", False, "the verdict did not improve"),
+                                                    Trial(island, "healthy", True, "verdict improved")],
+                          texts={script: ("x = tf.exp(h)\n", "x = tf.cast(tf.exp(tf.cast(h, tf.float32)), h.dtype)\n")})
+    text = report_repair.render(result)
+    assert text.startswith("--- a/a.py\n+++ b/a.py\n")
+    assert "a.py: non-finite -> healthy (exit 0)" in text
+    assert "final loss: mixed n/a -> 0.5, float32 0.49" in text
+    assert "float32 island: compute `Exp`'s expression in float32 -> healthy" in text
+    assert "evidence: a.py:3:12: MP204 ..." in text
+    assert 'float32 layer: dtype="float32" on layer `dense` (Dense): non-finite (the verdict did not improve)' in text
+    report_repair.write_json(result, tmp_path / "r.json")
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["exit_code"] == 0 and data["verdict"]["after"]["name"] == "healthy"
+    assert [t["kept"] for t in data["trials"]] == [False, True] and data["command"] == "mpfix repair a.py"
+    assert data["runs"]["mixed_before"]["final_loss"] is None and data["runs"]["float32"]["final_loss"] == 0.49
+    report_repair.write_html(result, tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert "non-finite &rarr; healthy" in page and "tf.cast(tf.exp(tf.cast(h, tf.float32)), h.dtype)" in page
+    assert 'aria-label="loss"' in page and "mixed, after" in page
