@@ -48,6 +48,9 @@ def _both(new: str) -> dict[int, str | None]:
     return {KERAS2: new, KERAS3: new}
 
 
+# The stable ``tf.keras.mixed_precision`` API (set_global_policy, LossScaleOptimizer(dynamic=,
+# initial_scale=)) that MP301/MP302 write appeared in TF 2.4: a project pinned below it keeps its own.
+STABLE_SINCE = (2, 4)
 _EXPERIMENTAL_REMOVED = "mixed_precision.experimental was removed in TF 2.9 (deprecated since TF 2.4)"
 
 API_CHANGES: tuple[ApiChange, ...] = (

@@ -37,6 +37,7 @@ def _module_expr(dotted: str) -> cst.Attribute | cst.Name:
 
 class ExperimentalMixedPrecisionApi(ApiDriftRule):
     code = "MP301"
+    fix_needs_tf = table.STABLE_SINCE
     name = "experimental-mixed-precision-api"
     message = ("`mixed_precision.experimental` was removed in TF 2.9; use the stable "
                "`tf.keras.mixed_precision` names")

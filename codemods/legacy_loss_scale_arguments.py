@@ -20,6 +20,7 @@ _LSO_NAMES = (table.LSO, f"{table.EXPERIMENTAL}.LossScaleOptimizer")
 
 class LegacyLossScaleArguments(ApiDriftRule):
     code = "MP302"
+    fix_needs_tf = table.STABLE_SINCE
     name = "legacy-loss-scale-arguments"
     message = ("`LossScaleOptimizer` argument from another Keras generation; write the form the installed "
                "Keras accepts")

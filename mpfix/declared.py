@@ -59,6 +59,10 @@ _NGC_LAST_KERAS2 = (24, 99)
 # Only the releases where an API that appeared later matters are listed (``tf_max_for``); a later
 # tag falls into the next row, and anything after the table is open (None).
 _NGC_TF_MAX = (((21, 5), (2, 4)), ((21, 8), (2, 5)), ((22, 5), (2, 8)), ((24, 99), (2, 15)))
+# The TensorFlow an NGC ``YY.MM-tf2`` release pins, for the OLDEST TensorFlow a tag allows (a tag is one
+# version, both bounds; judge-classes C9, NVIDIA's release notes): 20.06-20.08 ship 2.2, 20.09-20.12 2.3,
+# 21.02-21.05 2.4, 21.06-21.08 2.5. An earlier tag counts as TF 2.0; a later one pins nothing below 2.5.
+_NGC_TF_OLDEST = (((20, 5), (2, 0)), ((20, 8), (2, 2)), ((20, 12), (2, 3)), ((21, 5), (2, 4)), ((21, 8), (2, 5)))
 # Merlin's TensorFlow images up to 22.05 are built on NGC TensorFlow containers with TF <= 2.8.
 _MERLIN_TF_MAX = (((22, 5), (2, 8)), ((23, 99), (2, 12)))
 
@@ -91,6 +95,7 @@ class Evidence:
     # (newest TensorFlow (major, minor) the image ships, where): NGC/merlin/tensorflow images with a known TF
     image_tf: list[tuple[tuple[int, int], str]] = field(default_factory=list)
     unreadable: list[Unreadable] = field(default_factory=list)  # requirements that cannot be read
+    image_tf_min: list[tuple[tuple[int, int], str]] = field(default_factory=list)  # oldest TF an image pins
 
     def empty(self) -> bool:
         return not (self.tf_specs or self.keras_specs or self.tf_keras or self.legacy_env or self.images
@@ -441,6 +446,9 @@ def _dockerfile(path: Path, evidence: Evidence, root: Path) -> None:
         newest = image_tf_max(image)
         if newest is not None:
             evidence.image_tf.append((newest, f"{where}: FROM {image}"))
+        oldest = image_tf_min(image)
+        if oldest is not None:
+            evidence.image_tf_min.append((oldest, f"{where}: FROM {image}"))
     if _LEGACY_ENV.search(text):
         evidence.legacy_env.append(where)
     for args in _PIP_INSTALL.findall(text):
@@ -504,6 +512,48 @@ def image_tf_max(image: str) -> tuple[int, int] | None:
     for last, newest in table:
         if release <= last:
             return newest
+    return None
+
+
+def image_tf_min(image: str) -> tuple[int, int] | None:
+    """The oldest TensorFlow (major, minor) a container image can hold, when its tag pins it; None otherwise."""
+    name, _, tag = image.partition(":")
+    name = name.lower()
+    if name in ("tensorflow/tensorflow", "docker.io/tensorflow/tensorflow"):
+        return image_tf_max(image)
+    if not name.endswith("nvcr.io/nvidia/tensorflow"):
+        return None
+    match = re.match(r"(\d+)\.(\d+)-tf(\d)", tag)
+    if match is None:
+        return None
+    if match.group(3) == "1":
+        return (1, 15)
+    release = (int(match.group(1)), int(match.group(2)))
+    return next((oldest for last, oldest in _NGC_TF_OLDEST if release <= last), None)
+
+
+def oldest_tf(evidence: Evidence) -> tuple[int, int] | None:
+    """The oldest TensorFlow (major, minor) ``evidence`` allows; None when open below or not declared.
+
+    A requirement without a lower bound (``tensorflow<2.16``) is open below; an image tag pins its version.
+    """
+    if evidence.tf_specs:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        from packaging.version import Version
+
+        specs = [s for s, _, _ in evidence.tf_specs]
+        combined = SpecifierSet()
+        try:
+            for spec in specs:
+                combined &= SpecifierSet(_poetry(spec))
+        except InvalidSpecifier:
+            return None
+        allowed = [v for v in _candidates(specs) if combined.contains(v, prereleases=False)]
+        if not allowed or allowed[0] <= Version("1.0.0"):
+            return None  # nothing, or open below (the candidates start at 1.0.0)
+        return allowed[0].major, allowed[0].minor
+    if evidence.image_tf_min:
+        return min(oldest for oldest, _ in evidence.image_tf_min)
     return None
 
 
@@ -655,6 +705,31 @@ def _tf_max_for_folder(folder: Path, cwd: str) -> tuple[tuple[int, int], str] | 
     return None
 
 
+@functools.lru_cache(maxsize=256)
+def _tf_min_for_folder(folder: Path, cwd: str) -> tuple[int, int] | None:
+    root, chain = _folders_up(folder, cwd)
+    for current in chain:
+        evidence = _evidence(current, root)
+        if evidence.tf_specs or evidence.image_tf or evidence.image_tf_min:
+            return oldest_tf(evidence)
+        if evidence.unreadable:
+            return None
+    return None
+
+
+def tf_min_for(path: Path) -> tuple[int, int] | None:
+    """The oldest TensorFlow (major, minor) the project around ``path`` declares it runs; None: open or unknown.
+
+    A fix whose replacement API appeared in a later TensorFlow than this breaks the project there
+    (MP301/MP302: the stable mixed_precision API is TF 2.4+; an NGC 20.07 image ships TF 2.2).
+    """
+    try:
+        folder = Path(os.path.abspath(path)).parent
+    except (OSError, ValueError):
+        return None
+    return _tf_min_for_folder(folder, os.getcwd())
+
+
 def tf_max_for(path: Path) -> tuple[int, int] | None:
     """The newest TensorFlow (major, minor) the project around ``path`` declares it runs; None: open or unknown.
 
@@ -705,6 +780,8 @@ def cache_key(path: Path) -> str:
     found = target_for(path)
     newest = tf_max_for(path)
     bound = "" if newest is None else f"|tf<={newest[0]}.{newest[1]}"
+    oldest = tf_min_for(path)
+    bound += "" if oldest is None else f"|tf>={oldest[0]}.{oldest[1]}"
     return ("" if found is None else f"{found.keras}:{found.reason}") + bound
 
 
@@ -713,4 +790,5 @@ def clear() -> None:
     _target_for_folder.cache_clear()
     _decided_in.cache_clear()
     _tf_max_for_folder.cache_clear()
+    _tf_min_for_folder.cache_clear()
     _evidence.cache_clear()

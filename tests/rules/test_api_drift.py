@@ -484,3 +484,31 @@ def test_graph_rewrite_under_a_condition_gets_no_module_level_policy():
     # Unconditional, the fix stays.
     plain = code.replace('    if FLAGS.fp16_implementation == "graph_rewrite":\n', "").replace("        model.opt", "    model.opt")
     assert lint(plain, 3, fix=False).findings[0].fix is not None
+
+
+@pytest.mark.parametrize(("files", "fixed_expected"), [
+    ({"Dockerfile": "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/tensorflow:20.07-tf2-py3\nFROM ${FROM_IMAGE_NAME}\n"}, False),
+    ({"requirements.txt": "tensorflow>=2.2,<2.9\n"}, False),
+    ({"requirements.txt": "tensorflow>=2.4,<2.9\n"}, True),
+    ({"requirements.txt": "tensorflow<2.9\n"}, True),  # open below: nothing pins a TF without the stable API
+    ({"Dockerfile": "FROM nvcr.io/nvidia/tensorflow:21.03-tf2-py3\n"}, True),  # TF 2.4
+])
+def test_mp301_keeps_the_experimental_api_where_the_project_pins_a_tf_before_2_4(tmp_path, files, fixed_expected):
+    # judge-classes C9 (DLE ELECTRA, NGC 20.07 = TF 2.2): 10 safe fixes wrote an API TF 2.2 does not have.
+    from mpfix import declared
+
+    (tmp_path / ".git").mkdir()
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    code = 'import tensorflow as tf\n\ntf.keras.mixed_precision.experimental.set_policy("mixed_float16")\n'
+    path = tmp_path / "train.py"
+    path.write_text(code)
+    declared.clear()
+    try:
+        findings = Engine(MP3, Options(keras="2", unsafe_fixes=True)).lint(code, path).findings
+    finally:
+        declared.clear()
+    assert [f.code for f in findings] == ["MP301"]
+    assert (findings[0].fix is not None) == fixed_expected, findings[0].message
+    if not fixed_expected:
+        assert "from TF 2.4 on" in findings[0].message
