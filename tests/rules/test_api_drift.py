@@ -512,3 +512,31 @@ def test_mp301_keeps_the_experimental_api_where_the_project_pins_a_tf_before_2_4
     assert (findings[0].fix is not None) == fixed_expected, findings[0].message
     if not fixed_expected:
         assert "from TF 2.4 on" in findings[0].message
+
+
+def test_mp303_never_writes_half_of_an_isinstance_guarded_pair():
+    # judge-classes C1 (tfexamples efficientdet train_lib.py:781/796): the rename of get_scaled_loss was
+    # written by a plain `apply` while its get_unscaled_gradients (a clip follows it) had no fix.
+    code = """
+        import tensorflow as tf
+
+        class Model(tf.keras.Model):
+            def train_step(self, data):
+                x, y = data
+                with tf.GradientTape() as tape:
+                    loss = self.compiled_loss(y, self(x, training=True))
+                    if isinstance(self.optimizer, tf.keras.mixed_precision.LossScaleOptimizer):
+                        scaled_loss = self.optimizer.get_scaled_loss(loss)
+                    else:
+                        scaled_loss = loss
+                g = tape.gradient(scaled_loss, self.trainable_variables)
+                if isinstance(self.optimizer, tf.keras.mixed_precision.LossScaleOptimizer):
+                    g = self.optimizer.get_unscaled_gradients(g)
+                g = [tf.clip_by_norm(x, 1.0) for x in g]
+                self.optimizer.apply_gradients(zip(g, self.trainable_variables))
+    """
+    for unsafe in (False, True):
+        after = fixed(code, 3, unsafe=unsafe)
+        # Either both calls change or neither does.
+        assert ("get_scaled_loss" in after) == ("get_unscaled_gradients" in after), after
+    assert fixed(code, 3, unsafe=False) == textwrap.dedent(code).lstrip("\n")
