@@ -233,3 +233,20 @@ def test_repair_reports_text_json_html(tmp_path, monkeypatch):
     page = (tmp_path / "r.html").read_text()
     assert "non-finite &rarr; healthy" in page and "tf.cast(tf.exp(tf.cast(h, tf.float32)), h.dtype)" in page
     assert 'aria-label="loss"' in page and "mixed, after" in page
+
+
+def test_a_change_is_kept_only_when_the_loss_agrees_and_float32_is_unchanged():
+    from mpfix.verify.records import RunResult, Step
+    from mpfix.verify.repair import _agrees, _same_float32
+
+    def run(losses, mode="mixed"):
+        return RunResult(mode, end={"event": "end", "status": "finished"}, returncode=0,
+                         steps=[Step(i, x, 1.0, False, False, 0.0, 0.0, 1.0) for i, x in enumerate(losses)])
+
+    float32 = run([1.0 - 0.02 * i for i in range(30)], "float32")
+    assert _agrees(run([1.0 - 0.02 * i + 1e-4 * (-1) ** i for i in range(30)]), float32)
+    assert not _agrees(run([1.0 - 0.01 * i for i in range(30)]), float32)  # ends far from float32 (diverged)
+    assert not _agrees(run([1.0] * 29 + [float("nan")]), float32)  # non-finite
+    assert _same_float32(run([1.0 - 0.02 * i for i in range(30)], "float32"), float32)
+    assert not _same_float32(run([1.0 - 0.02 * i for i in range(20)], "float32"), float32)  # fewer steps
+    assert not _same_float32(run([1.0 + 0.05 * i for i in range(30)], "float32"), float32)  # float32 changed
