@@ -6,7 +6,9 @@ import libcst as cst
 
 from mpfix.codemods._gradient_fixes import describe, move_clip_changes
 from mpfix.codemods.analysis.gradient_path import Flow, assigned_targets, training_steps
-from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, scaling_changes, step_flows, where, wrap_changes
+from mpfix.codemods._loss_scaling_support import (
+    STEP_TRIGGERS, foreign_api, scaling_changes, step_flows, where, wrap_changes,
+)
 from mpfix.codemods.names import dotted_name
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
@@ -378,6 +380,27 @@ class OptimizerNotWrapped(Rule):
                 description="Wrap the optimizer in LossScaleOptimizer and scale the loss",
                 imports=imports,
             )
+        self._report_cross_flows(analysis, flows)
+
+    def _report_cross_flows(self, analysis, flows: list[Flow]) -> None:
+        """Updates of gradients another function took and an object kept (an accumulator class's
+        ``apply`` of what ``add`` summed): reported without a fix, the scaling goes where they are taken."""
+        seen: set[int] = set()
+        local = {id(f.gradient.call) for f in flows}
+        for flow in analysis.cross_flows:
+            if flow.user_managed or foreign_api(self.context, flow) or flow.scale is not None \
+                    or flow.wrapped is not False or (flow.build is not None and flow.build.is_v1):
+                continue
+            if id(flow.apply.call) in seen or id(flow.gradient.call) in local:
+                continue  # one finding per update; a gradient updated in its own function is reported there
+            seen.add(id(flow.apply.call))
+            taken = next((s.name for s, g in analysis.gradients if g is flow.gradient), "another function")
+            self.report(
+                flow.apply.call,
+                f"`{flow.optimizer}` has no loss scaling under mixed_float16: most float16 gradients underflow to "
+                f"zero; the gradients taken in `{taken}` reach it through the object that keeps them: wrap it in "
+                f"LossScaleOptimizer where it is built and scale the loss in `{taken}` (no fix: the update and "
+                f"the gradient are in different functions)")
 
     def _unknown_message(self, flow: Flow) -> str:
         built = self._built_by(flow)

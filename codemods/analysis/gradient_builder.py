@@ -188,6 +188,20 @@ def _analyse(context: FileView) -> Analysis:
     # optimizers): followed too, as flows of their own (`cross_flows`), so that no fix drops an
     # unscale such an update needs.
     cross_flows: list[Flow] = []
+    # Same-file functions and methods that were handed gradients but neither take nor apply any
+    # (`self.accumulator.add(grads)`): what they keep in their object (`self.sums`) is shared too.
+    traced = {id(s.node) for s, _ in all_gradients} | {id(s.node) for s, _ in pending}
+    for scope in scopes:
+        bound = registry.calls_into.get(id(scope.node))
+        if not bound or id(scope.node) in traced:
+            continue
+        start: dict[str, dict] = {}
+        for values in bound:
+            for name, value in values.items():
+                start[name] = _merge(start.get(name, {}), value)
+        tracer = _PathTracer(context, scope, [], [], helpers, registry, start)
+        tracer.run()
+        tracer.export(shared)
     if shared or registry.calls_into:
         grad_of = {g.index: (s, g) for s, g in all_gradients}
         scales_of: dict[int, list[ScaleCall]] = {}

@@ -36,6 +36,9 @@ class _PathTracer:
         self._event_ids = registry.ids
         self._sequence = registry.sequence
         self._accumulated: set[str] = set()  # keys values were accumulated into
+        # Loop targets that stand for the elements of a container: `for total, g in zip(self.sums, grads)`
+        # makes `total.assign_add(g)` accumulate into `self.sums`.
+        self._aliases: dict[str, str] = {}
         self.apply_values: dict[int, dict] = {}
         self.by_call: dict[int, tuple[int, frozenset]] = {}
         for g in gradients:
@@ -108,6 +111,7 @@ class _PathTracer:
         node = st.node
         strong = True  # an assignment replaces the value on its branch (`_store`)
         if isinstance(node, cst.For):
+            self._alias(node.target, node.iter)
             self._bind(node.target, self.eval(node.iter, {}), False)
             return
         if isinstance(node, cst.With):
@@ -336,6 +340,24 @@ class _PathTracer:
         if key is not None:
             self._store(key, value, False)
             self._accumulated.add(key)
+            container = self._aliases.get(key)
+            if container is not None and container != key:
+                self._store(container, value, False)
+                self._accumulated.add(container)
+
+    def _alias(self, target: cst.BaseExpression, iterable: cst.BaseExpression) -> None:
+        """Remember which containers a loop's targets are elements of (``for x in c``, ``zip(c, d)``)."""
+        pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
+        if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value == "zip" \
+                and isinstance(target, (cst.Tuple, cst.List)):
+            pairs = [(el.value, arg.value) for el, arg in zip(target.elements, iterable.args) if not arg.star]
+        else:
+            pairs = [(target, iterable)]
+        for element, container in pairs:
+            name = dotted_name(element) if isinstance(element, cst.Name) else None
+            key = _root_key(container) if isinstance(container, (cst.Name, cst.Attribute, cst.Subscript)) else None
+            if name is not None and key is not None:
+                self._aliases[name] = key
 
     def _binary(self, node: cst.BinaryOperation, overlay: dict) -> dict:
         left = self.eval(node.left, overlay)

@@ -77,15 +77,21 @@ class _Helpers:
         for scope in scopes:
             if isinstance(scope.node, cst.FunctionDef) and scope.params:
                 self.functions.setdefault((scope.class_name, scope.name), scope)
+        self.instances = _instances(context.module, scopes, {c for c, _ in self.functions if c is not None})
         self._summaries: dict[int, tuple[bool, bool]] = {}
 
     def lookup(self, func: cst.BaseExpression, caller: Scope) -> Scope | None:
+        """The same-file function or method ``func`` calls: ``f(...)``, ``self.m(...)``, or ``obj.m(...)``
+        where ``obj`` is bound to an instance of a class of this file (``self.acc = Accumulator(...)``)."""
         if isinstance(func, cst.Name):
             return self.functions.get((None, func.value))
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self" \
-                and caller.class_name is not None:
+        if not isinstance(func, cst.Attribute):
+            return None
+        if isinstance(func.value, cst.Name) and func.value.value == "self" and caller.class_name is not None:
             return self.functions.get((caller.class_name, func.attr.value))
-        return None
+        owner = dotted_name(func.value)
+        cls = self.instances.get((caller.class_name if (owner or "").startswith("self.") else None, owner or ""))
+        return self.functions.get((cls, func.attr.value)) if cls is not None else None
 
     def summary(self, scope: Scope) -> tuple[EventKind | None, bool, bool]:
         """(what size-sensitive thing the helper does: "helper" (clips or adds noise), "callback"
@@ -119,6 +125,21 @@ class _Helpers:
                     sensitive = EventKind.HELPER
             found = self._summaries[id(scope.node)] = (sensitive, unscales, reduces)
         return found
+
+
+def _instances(module: cst.Module, scopes: list[Scope], classes: set[str]) -> dict[tuple[str | None, str], str]:
+    """(class of the binding method or None, bound name) -> class of this file it holds an instance of:
+    ``self.accumulator = GradientAccumulator(...)`` in ``Trainer``, ``acc = Accumulator()`` anywhere."""
+    found: dict[tuple[str | None, str], str] = {}
+    for scope in scopes:
+        for st in scope.statements:
+            for target, value in assigned_targets(st.node):
+                name = dotted_name(target)
+                if name is None or not isinstance(value, cst.Call) or not isinstance(value.func, cst.Name) \
+                        or value.func.value not in classes:
+                    continue
+                found[(scope.class_name if name.startswith("self.") else None, name)] = value.func.value
+    return found
 
 
 def _has_random(context: FileView, expr: cst.CSTNode) -> bool:

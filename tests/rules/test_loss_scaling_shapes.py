@@ -119,3 +119,82 @@ def test_one_loss_split_between_two_keras3_loss_scale_optimizers_gets_no_fix():
     found = lint(code, 3).findings
     assert [f.code for f in found] == ["MP102", "MP102"]
     assert all(f.fix is None and "own scale" in f.message for f in found)
+
+
+# -- issue 18: object state across methods (an accumulator class) ---------------------------------
+ACCUMULATOR = """
+    {import_keras}
+    import tensorflow as tf
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+    class GradientAccumulator:
+        def __init__(self, variables):
+            self.variables = variables
+            self.sums = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
+
+        def add(self, grads):
+            for total, g in zip(self.sums, grads):
+                total.assign_add(g)
+
+        def apply(self, optimizer):
+            optimizer.apply_gradients(zip(self.sums, self.variables))
+            for total in self.sums:
+                total.assign(tf.zeros_like(total))
+
+
+    class Trainer:
+        def __init__(self, model):
+            self.model = model
+            self.optimizer = {optimizer}
+            self.accumulator = GradientAccumulator(model.trainable_variables)
+
+        def step(self, x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(y - self.model(x)))
+                {scale}
+            grads = tape.gradient(loss, self.model.trainable_variables)
+            self.accumulator.add(grads)
+
+        def update(self):
+            self.accumulator.apply(self.optimizer)
+"""
+
+
+def _accumulator(keras: int, wrapped: bool) -> str:
+    optimizer = "keras.optimizers.Adam(1e-3)"
+    scale = "pass"
+    if wrapped:
+        optimizer = f"keras.mixed_precision.LossScaleOptimizer({optimizer})"
+        scale = "loss = self.optimizer.scale_loss(loss)" if keras == 3 else "loss = self.optimizer.get_scaled_loss(loss)"
+    return textwrap.dedent(ACCUMULATOR).format(import_keras=_IMPORT[keras], optimizer=optimizer, scale=scale)
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_gradients_kept_by_one_object_and_applied_by_another_method_are_followed(keras):
+    found = lint(_accumulator(keras, wrapped=False), keras).findings
+    assert [f.code for f in found] == ["MP101"]
+    assert found[0].fix is None and "`step`" in found[0].message
+    assert found[0].line == 17  # `optimizer.apply_gradients(...)` in GradientAccumulator.apply
+
+
+def test_the_accumulator_of_a_wrapped_optimizer_and_a_scaled_loss_is_left_alone():
+    assert lint(_accumulator(3, wrapped=True), 3).findings == []
+
+
+def test_the_model_follows_the_loop_alias_into_the_container():
+    """`for total, g in zip(self.sums, grads): total.assign_add(g)` accumulates into `self.sums`."""
+    from mpfix.codemods.analysis.gradient_path import ACCUMULATE, training_steps
+    from mpfix.codemods.base import RuleContext
+    from mpfix.codemods.names import ImportTable
+    from mpfix.policy import Policy
+
+    import libcst as cst
+
+    module = cst.parse_module(_accumulator(3, wrapped=False))
+    context = RuleContext(module=module, path=Path("train.py"), keras=3, policy=Policy.FLOAT16,
+                          module_policy=Policy.FLOAT16, imports=ImportTable(module))
+    (flow,) = training_steps(context).cross_flows
+    assert flow.optimizer == "optimizer" and flow.scope.name == "apply"
+    assert [e.kind for e in flow.path.events] == [ACCUMULATE]
