@@ -65,10 +65,10 @@ class Float16ExpOverflow(Rule):
     fix_safety = FixSafety.UNSAFE
     fix_availability = FixAvailability.SOMETIMES
     requires_float16 = True
-    # Literal-led (a leading \b makes re try every position): exp(, expm1(, pow(, power(, log(, log1p( as
+    # Literal-led (a leading \b makes re try every position): exp(, expm1(, pow(, power(, log(, log1p(, log2(, log10( as
     # whole words.
     triggers = (re.compile(r"exp(?<!\wexp)(?:m1)?\s*\("), re.compile(r"pow(?<!\wpow)(?:er)?\s*\("),
-                re.compile(r"log(?<!\wlog)(?:1p)?\s*\("))
+                re.compile(r"log(?<!\wlog)(?:1p|2|10)?\s*\("))
     explanation = """
         ## What it does
         Finds `tf.exp`, `tf.math.expm1` and `tf.pow` on tensors that are float16 under
@@ -185,7 +185,7 @@ class Float16ExpOverflow(Rule):
             if spec.has(Kind.LOG):
                 if not self._log_of_exp(facts, call, spec, x, handled) and not spec.has(Kind.LOG1P) and \
                         facts.dtype_of(x) is Dtype.FLOAT16 and facts.probability(x):
-                    self._log_of_probability(call, x)
+                    self._log_of_probability(call, x, natural=spec.short == "log")
             elif spec.has(Kind.EXP):
                 if self._bounded(facts, x):
                     continue
@@ -204,6 +204,8 @@ class Float16ExpOverflow(Rule):
     def _log_of_exp(self, facts: DtypeFacts, call: cst.Call, spec: op_table.OpSpec, x: cst.BaseExpression,
                     handled: set) -> bool:
         """``log1p(exp(v))`` or ``log(1 + exp(v))``: softplus spelled out, inf once exp(v) is (v > 11.1)."""
+        if spec.short not in ("log", "log1p"):
+            return False  # log2/log10: not softplus
         inner = x
         if not spec.has(Kind.LOG1P):
             if not (isinstance(x, cst.BinaryOperation) and isinstance(x.operator, cst.Add)):
@@ -229,12 +231,12 @@ class Float16ExpOverflow(Rule):
                     description="Use softplus")
         return True
 
-    def _log_of_probability(self, call: cst.Call, x: cst.BaseExpression) -> None:
+    def _log_of_probability(self, call: cst.Call, x: cst.BaseExpression, natural: bool) -> None:
         """``log(softmax(x))``: a float16 probability below 6e-8 is 0, and its log -inf (NaN in the loss)."""
         fix = None
         imports: tuple[str, ...] = ()
         spec = _spec(self.context, x)
-        if spec is not None and spec.has(Kind.PROBABILITY):
+        if natural and spec is not None and spec.has(Kind.PROBABILITY):
             stable = "log_softmax" if "softmax" in spec.short else "log_sigmoid"
             if backend_agnostic(self.context):
                 spelled, imports = ops_spelling(self.context)

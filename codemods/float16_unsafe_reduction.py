@@ -113,7 +113,7 @@ class Float16UnsafeReduction(Rule):
     # Substrings, and regexes that start with a literal (a leading \b makes re try every position).
     triggers = ("l2_loss", "reduce_variance", "reduce_std", ".var(", ".std(", re.compile(r"square(?<!\wsquare)\s*\("),
                 re.compile(r"norm(?<!\wnorm)\s*\("), re.compile(r"\*\*\s*2\b"), re.compile(r"sum(?<![a-z]sum)\s*\("),
-                "cumsum(", "einsum(", "matmul(")
+                "cumsum(", "einsum(", "matmul(", "euclidean_norm(", "tensordot(", re.compile(r"dot(?<!\wdot)\s*\("))
     explanation = """
         ## What it does
         Finds `tf.nn.l2_loss`, sums of squares in every spelling (`tf.reduce_sum(tf.square(x))`,

@@ -564,3 +564,18 @@ def test_c15_a_helper_given_a_float32_variable_computes_in_float32():
     """
     assert dtype_of(code, "tf.cast(value, variable.dtype)") is F32
     assert dtype_of(code, "(variable - tf.cast(value, variable.dtype)) * (1.0 - momentum)") is F32
+
+
+# -- the rules' prefilters cover every op of the table kinds they read ------------------------------
+@pytest.mark.parametrize(("code", "kinds"), [
+    ("MP203", ("SQUARE", "LONG_SUM", "NORM", "DEVIATION", "VARIANCE", "SQUARED_SUM", "MATMUL")),
+    ("MP204", ("EXP", "POW", "LOG")),
+])
+def test_triggers_cover_every_op_of_the_kinds_the_rule_reads(code, kinds):
+    from mpfix.codemods.facts import ops
+
+    rule = next(r for r in MP2 if r.code == code)
+    names = ops.named(*(ops.Kind[k] for k in kinds))
+    assert names
+    missed = [n for n in sorted(names) if not rule.may_match(f"y = tf.math.{n}(x)\n")]
+    assert missed == []
