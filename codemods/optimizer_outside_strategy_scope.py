@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods.analysis.gradient_path import assigned_targets, exclusive, training_steps
+from mpfix.codemods.analysis.gradient_path import STRATEGY_CONSTRUCTORS, assigned_targets, exclusive, training_steps
+from mpfix.codemods.names import dotted_name
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
@@ -90,6 +91,11 @@ class OptimizerOutsideStrategyScope(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         analysis = training_steps(self.context)
+        # Names bound to a distribution strategy anywhere in the file (`mwms = tf.distribute.MultiWorker...`).
+        self._strategies = {
+            dotted_name(target) for scope in analysis.scopes for st in scope.statements
+            for target, value in assigned_targets(st.node)
+            if isinstance(value, cst.Call) and self.context.resolve(value.func) in STRATEGY_CONSTRUCTORS}
         for scope in analysis.scopes:
             with_statements = [st for st in scope.statements if isinstance(st.node, cst.With) and self._is_scope(st.node)]
             if not with_statements:
@@ -117,7 +123,12 @@ class OptimizerOutsideStrategyScope(Rule):
             call = item.item
             if isinstance(call, cst.Call) and not call.args and isinstance(call.func, cst.Attribute) \
                     and call.func.attr.value == "scope":
-                owner = self.context.code(call.func.value)
+                receiver = call.func.value
+                if dotted_name(receiver) in self._strategies or (
+                        isinstance(receiver, cst.Call) and self.context.resolve(receiver.func) in STRATEGY_CONSTRUCTORS):
+                    return True
+                # A strategy handed in (a parameter, another module's): only its name can tell.
+                owner = self.context.code(receiver)
                 if "strategy" in owner.lower() or "distribute" in owner:
                     return True
         return False

@@ -168,6 +168,20 @@ _TRANSFORM_FUNCTIONS = {
     "tensorflow.math.clip_by_value": CLIP_VALUE,
     "keras.ops.clip": CLIP_VALUE,
 }
+# Distribution strategies (what `with x.scope():` needs `x` to be for variables to be mirrored), by
+# canonical name: the strategy a name is bound to decides, not the name.
+STRATEGY_CONSTRUCTORS = frozenset({
+    "tensorflow.distribute.MirroredStrategy",
+    "tensorflow.distribute.MultiWorkerMirroredStrategy",
+    "tensorflow.distribute.experimental.MultiWorkerMirroredStrategy",
+    "tensorflow.distribute.TPUStrategy",
+    "tensorflow.distribute.experimental.TPUStrategy",
+    "tensorflow.distribute.OneDeviceStrategy",
+    "tensorflow.distribute.experimental.CentralStorageStrategy",
+    "tensorflow.distribute.ParameterServerStrategy",
+    "tensorflow.distribute.experimental.ParameterServerStrategy",
+    "tensorflow.distribute.get_strategy",
+})
 _ALL_REDUCE_METHODS = {"all_reduce", "allreduce", "batch_reduce_to", "reduce_to", "grouped_allreduce"}
 _ACCUMULATE_METHODS = {"assign_add", "assign", "append", "extend"}
 _SCALE_ATTRIBUTES = {"dynamic_scale", "loss_scale"}

@@ -198,3 +198,124 @@ def test_the_model_follows_the_loop_alias_into_the_container():
     (flow,) = training_steps(context).cross_flows
     assert flow.optimizer == "optimizer" and flow.scope.name == "apply"
     assert [e.kind for e in flow.path.events] == [ACCUMULATE]
+
+
+# -- issue 22, static side: MultiWorkerMirroredStrategy and strategy.run/strategy.reduce loops ----
+MWMS = """
+    import keras
+    import tensorflow as tf
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    mwms = tf.distribute.MultiWorkerMirroredStrategy()
+    {outside}
+    with mwms.scope():
+        model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
+                                  keras.layers.Dense(1, dtype="float32")])
+        {inside}
+
+
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            per_example = tf.square(y - model(x, training=True))
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=64)
+            scaled = optimizer.scale_loss(loss)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+
+    @tf.function
+    def distributed_step(x, y):
+        losses = mwms.run(train_step, args=(x, y))
+        return mwms.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+"""
+_LSO = "optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.01))"
+
+
+def test_a_strategy_run_loop_with_the_lso_built_in_the_mwms_scope_is_silent():
+    assert lint(textwrap.dedent(MWMS).format(outside="", inside=_LSO), 3).findings == []
+
+
+def test_an_lso_built_outside_the_scope_of_a_strategy_named_anything_is_mp106():
+    """The strategy is what `mwms` is bound to (tf.distribute.MultiWorkerMirroredStrategy), not its name."""
+    found = lint(textwrap.dedent(MWMS).format(outside=_LSO, inside="pass"), 3).findings
+    assert [f.code for f in found] == ["MP106"]
+    assert found[0].line == 6
+
+
+MANUAL_ALL_REDUCE = {
+    2: """
+        import tensorflow as tf
+        import tf_keras as keras
+
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        with strategy.scope():
+            model = keras.Sequential([keras.layers.Dense(32), keras.layers.Dense(1, dtype="float32")])
+            optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.01))
+
+
+        def train_step(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.nn.compute_average_loss(tf.square(y - model(x)), global_batch_size=64)
+                scaled = optimizer.get_scaled_loss(loss)
+            grads = tape.gradient(scaled, model.trainable_variables)
+            grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
+            grads = optimizer.get_unscaled_gradients(grads)
+            grads, _ = tf.clip_by_global_norm(grads, 1.0)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables), experimental_aggregate_gradients=False)
+            return loss
+
+
+        @tf.function
+        def step(x, y):
+            return strategy.run(train_step, args=(x, y))
+    """,
+    3: """
+        import keras
+        import tensorflow as tf
+
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(1, dtype="float32")])
+            optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.01))
+
+
+        def train_step(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.nn.compute_average_loss(tf.square(y - model(x)), global_batch_size=64)
+                scaled = optimizer.scale_loss(loss)
+            grads = tape.gradient(scaled, model.trainable_variables)
+            grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+
+        @tf.function
+        def step(x, y):
+            return strategy.run(train_step, args=(x, y))
+    """,
+}
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_scaled_gradients_all_reduced_by_hand_are_right_for_an_lso(keras):
+    """Keras 3's LSO unscales after aggregation; Keras 2's are unscaled after the manual all-reduce
+    (experimental_aggregate_gradients=False): both silent, and the path records the all-reduce."""
+    from mpfix.codemods.analysis.gradient_path import ALL_REDUCE, SCALED, UNSCALE, training_steps
+    from mpfix.codemods.base import RuleContext
+    from mpfix.codemods.names import ImportTable
+    from mpfix.policy import Policy
+
+    import libcst as cst
+
+    code = textwrap.dedent(MANUAL_ALL_REDUCE[keras]).lstrip("\n")
+    assert lint(code, keras).findings == []
+    module = cst.parse_module(code)
+    context = RuleContext(module=module, path=Path("train.py"), keras=keras, policy=Policy.FLOAT16,
+                          module_policy=Policy.FLOAT16, imports=ImportTable(module))
+    (flow,) = training_steps(context).flows
+    kinds = [e.kind for e in flow.path.events]
+    assert kinds[0] is ALL_REDUCE and SCALED in flow.path.events[0].states
+    assert (UNSCALE in kinds) is (keras == 2)
