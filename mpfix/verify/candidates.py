@@ -70,8 +70,8 @@ def at_finding(finding: RuntimeFinding, original: Path, text: str, policy: str |
     return out
 
 
-def _layer_change(layer: dict, evidence: str) -> Change:
-    path = Path(layer["file"])
+def _layer_change(layer: dict, evidence: str, to_original=None) -> Change:
+    path = Path(layer["file"]) if to_original is None else to_original(Path(layer["file"]))
     return Change(ChangeKind.LAYER, path, f"dtype=\"float32\" on layer `{layer.get('name')}` ({layer.get('class')})",
                   evidence, anchor=(layer.get("code") or "").strip(), line=int(layer["line"]),
                   class_name=layer.get("class"))
@@ -96,6 +96,24 @@ def _dynamic_misbehaves(verdict, run) -> bool:
     if run is None or not any(s.dynamic for s in run.steps):
         return False
     return verdict.name == "stalled" or verdict.evidence.get("kind") == "scale-trend"
+
+
+# Layers offered float32 for a stalled run (each costs one verified run).
+STALLED_LAYERS = 2
+
+
+def largest_layers(run) -> list[dict]:
+    """The layers (not models) whose float16 ops reached the largest magnitudes, largest first."""
+    from mpfix.verify.evidence import merge_ops
+
+    out: list[dict] = []
+    for entry in sorted(merge_ops(run.ops if run is not None else []), key=lambda e: -(e["peak"] or 0.0)):
+        layer = run.layers.get(entry.get("layer") if entry.get("layer") is not None else entry.get("owner"))
+        if layer and layer.get("file") and layer not in out:
+            out.append(layer)
+        if len(out) == STALLED_LAYERS:
+            break
+    return out
 
 
 def output_layer(run) -> dict | None:
@@ -130,6 +148,13 @@ def for_verdict(verdict, run, found: list[RuntimeFinding], texts, files: list[Pa
             out.append(change)
     if verdict.name in ("underflow", "stalled") or verdict.evidence.get("kind") == "scale-trend":
         out += loss_scaling(verdict, run, files)
+    if verdict.name == "stalled":
+        # Gradients that overflow even as the scale falls come from the backward pass, which
+        # the per-op evidence does not measure: the layers with the largest float16 values
+        # of the forward pass are the likeliest to overflow there too.
+        out += [_layer_change(layer, f"verdict stalled: {verdict.summary}; layer `{layer.get('name')}` holds "
+                                     "the largest float16 values of the step", to_original)
+                for layer in largest_layers(run)]
     if verdict.name == "diverged":
         layer = output_layer(run)
         if layer is not None:

@@ -215,7 +215,7 @@ def findings(run, static: dict | None = None) -> list[RuntimeFinding]:
         return []
     out: list[RuntimeFinding] = []
     seen: set = set()
-    merged = _merge(run.ops)
+    merged = merge_ops(run.ops)
     for entry in sorted(merged, key=lambda e: (e["first_bad"] if e["first_bad"] >= 0 else math.inf, e["order"])):
         file, line, layer = _where(entry, run.layers)
         if not file or not line:
@@ -264,7 +264,7 @@ def _finding(kind, op, file, line, message, static, layer, step=None, peak=None,
                           step=step, peak=peak, layer=layer, owner=owner, end_column=end, source=source.rstrip("\n"))
 
 
-def _merge(ops: list[dict]) -> list[dict]:
+def merge_ops(ops: list[dict]) -> list[dict]:
     """One entry per op name across traces (a step traced twice): the largest peak, the
     earliest non-finite step."""
     merged: dict[tuple, dict] = {}
@@ -285,7 +285,7 @@ def _merge(ops: list[dict]) -> list[dict]:
 
 def origin_op(run) -> dict | None:
     """The op that created the run's first NaN/Inf (name, type, first_bad), if measured."""
-    born = [e for e in _merge(run.ops) if e["first_bad"] >= 0 and e["born"]] if run is not None else []
+    born = [e for e in merge_ops(run.ops) if e["first_bad"] >= 0 and e["born"]] if run is not None else []
     return min(born, key=lambda e: (e["first_bad"], e.get("trace", 0), e["order"])) if born else None
 
 
@@ -297,7 +297,7 @@ def moved_downstream(before, after) -> bool:
     old, new = origin_op(before), origin_op(after)
     if old is None or new is None or new["name"] == old["name"]:
         return False
-    if any(e["name"] == old["name"] and e["first_bad"] >= 0 for e in _merge(after.ops)):
+    if any(e["name"] == old["name"] and e["first_bad"] >= 0 for e in merge_ops(after.ops)):
         return False
     # Neither op orders (they count float16 ops, which the change alters) nor names (a
     # float32 layer's float16 neighbour gets a new Cast under an old name) identify "later"

@@ -250,3 +250,23 @@ def test_a_change_is_kept_only_when_the_loss_agrees_and_float32_is_unchanged():
     assert _same_float32(run([1.0 - 0.02 * i for i in range(30)], "float32"), float32)
     assert not _same_float32(run([1.0 - 0.02 * i for i in range(20)], "float32"), float32)  # fewer steps
     assert not _same_float32(run([1.0 + 0.05 * i for i in range(30)], "float32"), float32)  # float32 changed
+
+
+def test_a_stalled_run_offers_float32_for_the_layers_with_the_largest_float16_values(tmp_path):
+    from mpfix.verify.candidates import for_verdict
+    from mpfix.verify.verdict import Verdict
+
+    script = tmp_path / "t.py"
+    script.write_text("a = Dense(8)\nb = Dense(1)\nc = Pool()\n")
+    events = [{"event": "layer", "index": i, "name": n, "class": c, "file": str(script), "line": i + 1, "code": code}
+              for i, (n, c, code) in enumerate([("dense", "Dense", "a = Dense(8)"), ("dense_1", "Dense", "b = Dense(1)"),
+                                                 ("pool", "Pool", "c = Pool()")])]
+    events += [{"event": "op", "trace": 0, "order": k, "type": "MatMul", "name": f"op{k}", "file": str(script),
+                "line": 9, "layer": layer, "peak": peak, "peak_step": 0, "first_bad": -1, "born": False}
+               for k, (layer, peak) in enumerate([(1, 30.0), (0, 900.0), (2, 5.0), (0, 1000.0)])]
+    run = parse_run("mixed", events)
+    offered = for_verdict(Verdict("stalled", "all steps skipped"), run, findings(run), lambda p: None, [], lambda p: p)
+    layers = [c for c in offered if c.kind is ChangeKind.LAYER]
+    assert [c.class_name for c in layers] == ["Dense", "Dense"]
+    assert [c.anchor for c in layers] == ["a = Dense(8)", "b = Dense(1)"]  # largest values first, two at most
+    assert layers[0].apply(script.read_text()).splitlines()[0] == 'a = Dense(8, dtype="float32")'
