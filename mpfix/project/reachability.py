@@ -278,7 +278,9 @@ def _callers_of_setters(project: _Project, entries: dict[str, list[Entry]]) -> N
     A call counts as ``name(...)`` (not a method of something else: ``strategy.run(`` is no call
     of a module's ``run``) or ``module.name(...)``, in a file that imports the defining module.
     """
-    done: set[tuple[str, str]] = set()
+    # Per policy: a function that returns "mixed_bfloat16" on one branch and "mixed_float16" on another
+    # (a `get_precision(strategy)` helper) makes its callers entry points of both.
+    done: set[tuple[str, str, Policy]] = set()
     for _ in range(_MAX_SETTER_ROUNDS):
         # Test functions are called by the test runner, and dunder methods by Python: not by name.
         setters: list[tuple[str, str, Entry]] = []
@@ -286,9 +288,9 @@ def _callers_of_setters(project: _Project, entries: dict[str, list[Entry]]) -> N
             for entry in found:
                 name = entry.function
                 if (entry.scope != "global" or not name or name.startswith(("__", "test"))
-                        or (file, name) in done):
+                        or (file, name, entry.policy) in done):
                     continue
-                done.add((file, name))
+                done.add((file, name, entry.policy))
                 setters.append((file, name, entry))
         if not setters:
             return

@@ -412,3 +412,55 @@ def test_forget_projects_sees_files_created_since(tmp_path: Path):
     assert policies.project_reach(sub.resolve()).policy is Policy.FLOAT16
     after = declared.target_for(sub / "train.py")
     assert after is not None and after.keras == target.KERAS2, (before, after)
+
+
+# -- policies set in called functions (issue 18; judge-classes C8) ---------------------------------
+GET_PRECISION = """
+    def get_precision(strategy, mixed_precision):
+        if mixed_precision:
+            if strategy == "tpu":
+                return "mixed_bfloat16"
+            return "mixed_float16"
+        return "float32"
+"""
+
+TRAIN_WITH_PRECISION = """
+    import tensorflow as tf
+
+    import model_lib
+    import utils
+
+
+    def main(config):
+        precision = utils.get_precision(config.strategy, config.mixed_precision)
+        tf.keras.mixed_precision.set_global_policy(tf.keras.mixed_precision.Policy(precision))
+        model = model_lib.build(10)
+"""
+
+
+def test_a_policy_name_returned_by_a_project_function_reaches_its_callers_float16_first(tmp_path: Path):
+    """efficientdet's utils.get_precision returns "mixed_bfloat16" on TPU and "mixed_float16" else: the
+    caller and what it imports run under float16 somewhere, so float16 wins (it was bfloat16: the
+    first return found)."""
+    reach = _project(tmp_path, {"utils.py": GET_PRECISION, "train.py": TRAIN_WITH_PRECISION, "model_lib.py": LAYER})
+    for name in ("train.py", "model_lib.py"):
+        found = reach(name)
+        assert found.policy is Policy.FLOAT16, (name, found)
+        assert "get_precision()" in found.why
+
+
+def test_a_policy_set_inside_a_function_an_entry_point_imports_and_calls(tmp_path: Path):
+    setup = """
+        import keras
+
+
+        def configure(precision):
+            if precision == "mixed":
+                keras.mixed_precision.set_global_policy("mixed_float16")
+    """
+    train = "from setup_utils import configure\nimport layers\n\nconfigure('mixed')\n"
+    reach = _project(tmp_path, {"setup_utils.py": setup, "train.py": train, "layers.py": LAYER,
+                                "unused.py": LAYER})
+    assert reach("train.py").policy is Policy.FLOAT16
+    assert reach("layers.py").policy is Policy.FLOAT16
+    assert reach("unused.py").policy is Policy.NONE
