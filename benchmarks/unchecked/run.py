@@ -9,7 +9,8 @@ For each corpus of ``benchmarks/precision`` that is present, runs mpfix twice (`
 
 It prints, per corpus, the unchecked files, how many of them have a float16 finding in stress mode,
 and the judged precision of those findings split by where the file sits (test, package module,
-script/notebook): the evidence for what a library project's default should be (issue 23).
+script/notebook); and, of the hazards of ``hazards.tsv`` the default run misses, how many lie in the
+files the hint names: the evidence for what a library project's default should be (issue 23).
 
     python benchmarks/unchecked/run.py [--corpora DIR] [--only tfm,keras] [--reuse]
 """
@@ -67,6 +68,8 @@ def main(argv=None) -> int:
     judgements = precision.read_judgements(precision.JUDGEMENTS)
     totals = collections.Counter()
     by_kind: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    hazards = precision.read_hazards(precision.HAZARDS)
+    missed: list[str] = []
     print("corpus\tfiles\tunchecked\tlibrary\twith-float16-finding\tfindings\tT/F/D/?")
     for corpus in precision.CORPORA:
         if (wanted and corpus.name not in wanted) or not (args.corpora / corpus.folder).exists():
@@ -92,6 +95,18 @@ def main(argv=None) -> int:
                 folder = args.corpora / corpus.folder / os.path.dirname(f.path)
                 where = "package module" if (folder / "__init__.py").exists() else "script"
             by_kind[where][matched[i].verdict if i in matched else "?"] += 1
+        folder = (args.corpora / corpus.folder).resolve()
+        named = {Path(p).resolve().relative_to(folder).as_posix() for p in unchecked}
+        found = precision.to_findings(corpus, args.corpora, data["default"]["findings"], precision.Lines())
+        stressed = precision.to_findings(corpus, args.corpora, data["stress"], precision.Lines())
+        for h in hazards:
+            if h.corpus == corpus.name and not any(precision.covers(f, h) for f in found):
+                totals["missed"] += 1
+                totals["missed, named"] += h.path in named
+                totals["missed, named, found in stress"] += h.path in named and any(
+                    precision.covers(f, h) for f in stressed)
+                missed.append(f"  {h.ident} {corpus.name} {h.path} ({h.reach}): "
+                              f"{'named by the hint' if h.path in named else 'not named (reached, or no float16 rule triggers)'}")
         with_finding = len({f.path for f in findings})
         print(f"{corpus.name}\t{run['filesChecked']}\t{len(unchecked)}\t{meta['library']}\t{with_finding}\t"
               f"{len(findings)}\t{verdicts['true']}/{verdicts['false']}/{verdicts['debatable']}/{verdicts['?']}")
@@ -99,6 +114,9 @@ def main(argv=None) -> int:
                        "findings": len(findings), **verdicts})
     print(f"all\t{totals['files']}\t{totals['unchecked']}\t-\t{totals['with']}\t{totals['findings']}\t"
           f"{totals['true']}/{totals['false']}/{totals['debatable']}/{totals['?']}")
+    print(f"\nhazards the default run misses: {totals['missed']}; in files the hint names: {totals['missed, named']} "
+          f"(found by the --policy mixed_float16 run it suggests: {totals['missed, named, found in stress']})")
+    print("\n".join(missed))
     print("\nstress-mode float16 findings in unchecked files, by where the file sits (T/F/D/?):")
     for where, c in sorted(by_kind.items()):
         judged = c["true"] + c["false"]
