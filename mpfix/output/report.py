@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mpfix.display import display_path
 from mpfix.findings import FileError, Finding
-from mpfix.output.run_notes import Unchecked
+from mpfix.output.run_notes import Declaration, Unchecked
 
 
 @dataclass
