@@ -14,6 +14,11 @@ undefined, or a dtype mix that was already there, is not the fix's doing):
   tensorflow as tf`` next to ``import tensorflow.compat.v1 as tf``, a ``tf = ...`` or a ``def``):
   the file's own uses of the name would then reach the new module (``rebound_names``).
 
+* **no half migration of loss scaling**: a fixed function that scales with one Keras generation's
+  methods and unscales with the other's on the same optimizer (``opt.scale_loss`` beside
+  ``opt.get_unscaled_gradients``) runs on neither generation; paired edits go in one fix or none
+  (``mixed_scaling``).
+
 The engine calls this for each pass of fixes before keeping it; a fix that fails is reported
 without a fix and never written.
 """
@@ -106,6 +111,33 @@ def rebound_names(original: str, fixed: str) -> list[tuple[str, str]] | None:
     return clashes
 
 
+# Loss-scaling methods of each Keras generation (KERAS_API.md): Keras 2's LossScaleOptimizer has the
+# first two, Keras 3's the last; one optimizer in one training step uses one generation's.
+_KERAS2_SCALING = frozenset({"get_scaled_loss", "get_unscaled_gradients"})
+_KERAS3_SCALING = frozenset({"scale_loss"})
+
+
+def mixed_scaling(text: str) -> set[tuple[str, str]] | None:
+    """(function, receiver) pairs whose body calls both generations' loss-scaling methods on the same
+    receiver; None when ``text`` does not parse."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    found: set[tuple[str, str]] = set()
+    scopes = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for scope in [tree, *scopes]:
+        methods: dict[str, set[str]] = {}
+        for node in ast.walk(scope):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in _KERAS2_SCALING | _KERAS3_SCALING):
+                methods.setdefault(ast.unparse(node.func.value), set()).add(node.func.attr)
+        name = getattr(scope, "name", "<module>")
+        found |= {(name, receiver) for receiver, used in methods.items()
+                  if used & _KERAS2_SCALING and used & _KERAS3_SCALING}
+    return found
+
+
 def changes_dtypes(before: str, after: str) -> bool:
     """Whether a fix may change dtypes: its new text names a dtype, a cast or a policy dtype."""
     return any(after.count(word) != before.count(word) for word in _DTYPE_WORDS)
@@ -147,6 +179,13 @@ class Validator:
             if rebound:
                 name, was = rebound[0]
                 return f"an import it adds would rebind `{name}`, which the file binds to {was}"
+        if "scale_loss" in fixed and "get_" in fixed:
+            before, after = mixed_scaling(self.original), mixed_scaling(fixed)
+            new_mix = sorted(after - before) if before is not None and after is not None else []
+            if new_mix:
+                scope, receiver = new_mix[0]
+                return (f"it would leave `{scope}` scaling with Keras 2 and Keras 3 methods on `{receiver}` "
+                        "(half a migration runs on neither generation)")
         if fixed_module is not None and self.original_module is not None and changes_dtypes(self.original, fixed):
             from mpfix.codemods.facts.dtype_facts import new_mixes  # MP206's own mix detector
 

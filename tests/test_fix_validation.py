@@ -200,3 +200,25 @@ def test_mp305_on_a_compat_v1_file_uses_a_name_that_is_free():
     assert after.startswith("import tensorflow.compat.v1 as tf\n")
     assert "import tensorflow\n" in after and "tensorflow.keras.mixed_precision.LossScaleOptimizer(opt)" in after
     compile(after, "fixed.py", "exec")
+
+
+# -- paired edits: a fix never leaves half a migration of the loss-scaling calls --------------------
+K2_STEP = """\
+def train_step(opt, tape, loss, variables):
+    with tape:
+        scaled = opt.get_scaled_loss(loss)
+    grads = opt.get_unscaled_gradients(tape.gradient(scaled, variables))
+    opt.apply_gradients(zip(grads, variables))
+"""
+
+
+def test_a_fix_that_leaves_half_of_the_scaling_migration_is_rejected():
+    validator = Validator(K2_STEP, "m.py")
+    half = K2_STEP.replace("get_scaled_loss", "scale_loss")  # the rename without the unscale's drop
+    problem = validator.problem(half)
+    assert problem is not None and "`opt`" in problem and "Keras 2 and Keras 3" in problem
+    whole = half.replace("opt.get_unscaled_gradients(tape.gradient(scaled, variables))",
+                         "tape.gradient(scaled, variables)")
+    assert validator.problem(whole) is None
+    # A file that already mixed them (two optimizers of two generations) is not the fix's doing.
+    assert Validator(half, "m.py").problem(half + "\n") is None
