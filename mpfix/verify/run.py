@@ -20,6 +20,8 @@ process's stdin, given to every run, see ``mpfix.verify.stdin``).
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import signal
 import sys
 import tempfile
@@ -120,7 +122,29 @@ class Options:
             raise VerifyError("--locate does not work with --workers (it re-runs one process eagerly)")
         if options.steps < 1:
             raise VerifyError("--steps must be at least 1")
+        if options.workers == 1:
+            _refuse_one_worker_of_a_cluster(options)
         return options
+
+
+def _refuse_one_worker_of_a_cluster(options: Options) -> None:
+    """A TF_CONFIG naming several tasks: verify would run and stop one worker while its
+    peers (started by hand) crash or wait, and judge a run that is not the cluster's."""
+    text = options.env.get("TF_CONFIG", os.environ.get("TF_CONFIG"))
+    if not text:
+        return
+    try:
+        cluster = json.loads(text).get("cluster") or {}
+        tasks = sum(len(v) for v in cluster.values() if isinstance(v, list))
+    except (ValueError, AttributeError, TypeError):
+        return
+    if tasks > 1:
+        workers = len(cluster.get("worker") or []) or tasks
+        raise VerifyError(
+            f"TF_CONFIG names a cluster of {tasks} tasks: verify would run and stop only this one while the "
+            f"others wait or crash. Unset TF_CONFIG and run `mpfix verify --workers {workers} SCRIPT`: verify "
+            "starts every worker with its own TF_CONFIG on this machine"
+        )
 
 
 @dataclass

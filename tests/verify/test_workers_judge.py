@@ -101,3 +101,17 @@ def test_a_timeout_reports_each_workers_last_step():
     assert v.name == "timeout" and v.evidence["kind"] == "timeout"
     assert v.summary.startswith("the workers did not finish within the timeout: worker 0: 3 steps (last step 2), timeout")
     assert "worker 1: 4 steps (last step 3), timeout" in v.summary and "non-finite" not in v.summary
+
+
+def test_one_worker_of_a_cluster_is_refused_with_the_workers_command():
+    """TF_CONFIG naming two workers and no --workers: verify would stop this worker at the
+    step limit while its peer (started by hand) crashes; it refuses and says what to run."""
+    import pytest
+
+    from mpfix.verify.run import Options, VerifyError
+
+    two = tf_config([1111, 2222], 0)
+    with pytest.raises(VerifyError, match=r"cluster of 2 tasks.*mpfix verify --workers 2 SCRIPT"):
+        Options.from_kwargs(env={"TF_CONFIG": two})
+    assert Options.from_kwargs(env={"TF_CONFIG": two}, workers=2).workers == 2
+    assert Options.from_kwargs(env={"TF_CONFIG": tf_config([1111], 0)}).workers == 1
