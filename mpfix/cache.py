@@ -27,13 +27,14 @@ cannot be read or written is silently not used: it only ever saves time.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mpfix import __version__
+from mpfix import __version__, safe_read
 from mpfix.cache_folder import code_fingerprint as _code_fingerprint
 from mpfix.cache_folder import ensure_folder as _ensure_folder
 
@@ -44,6 +45,7 @@ _DIGEST = 16
 # Past this many entries a cache file keeps only what the current run used,
 # so edits that accumulate over months cannot grow it without bound.
 MAX_ENTRIES = 200_000
+_MAX_FINDINGS_BYTES = 256 << 20
 _PROJECT_MARKERS = ("pyproject.toml", ".git")
 
 
@@ -88,6 +90,7 @@ class Keyer:
 
     settings: str
     clean: frozenset[bytes] = frozenset()
+    secret: bytes = b""  # keys every hash (``_secret``)
     # Triggers of the rules that run only where float16 is reachable. The
     # project's policy can change their findings, and so the key, only when
     # one of them is a prefilter candidate (the engine's rule for consulting
@@ -105,7 +108,7 @@ class Keyer:
         """The key a result for ``data`` is stored under: the bytes, the ignored codes and the
         project's facts about the file (``mpfix.project.facts.ProjectFileFacts``: the record the
         engine hands the rules, so nothing another file decides is left out; review finding F1)."""
-        return self._key(data, ignored, self._facts(path, self._float16_triggered(data, ignored)))
+        return self._key(path, data, ignored, self._facts(path, self._float16_triggered(data, ignored)))
 
     def lookup_keys(self, path: Path, data: bytes, ignored: tuple[str, ...] = ()):
         """The keys ``data`` can have been stored under, cheapest first; one of them is ``key()``.
@@ -117,11 +120,11 @@ class Keyer:
         needed them, the triggers decide whether this one does, so a project is never scanned
         for nothing.
         """
-        yield self._key(data, ignored, self._facts(path, False))
+        yield self._key(path, data, ignored, self._facts(path, False))
         if not self.float16_triggers:
             return
         if self._root(path) in self._projects or self._float16_triggered(data, ignored):
-            yield self._key(data, ignored, self._facts(path, True))
+            yield self._key(path, data, ignored, self._facts(path, True))
 
     def _facts(self, path: Path, float16_rules: bool) -> str:
         from mpfix.project.facts import file_facts
@@ -130,9 +133,11 @@ class Keyer:
             self._projects[self._root(path)] = True
         return file_facts(path, consult_project=self.project_policy, float16_rules=float16_rules).key()
 
-    @staticmethod
-    def _key(data: bytes, ignored: tuple[str, ...], facts: str) -> bytes:
-        digest = hashlib.blake2b(data, digest_size=_DIGEST)
+    def _key(self, path: Path, data: bytes, ignored: tuple[str, ...], facts: str) -> bytes:
+        # Keyed with this machine's secret (``_secret``) and bound to the file's path: a key (so an
+        # entry) a checkout ships, or one made for another file, never matches.
+        digest = hashlib.blake2b(data, digest_size=_DIGEST, key=self.secret)
+        digest.update(b"\0" + os.path.abspath(path).encode("utf-8", "surrogateescape"))
         digest.update(b"\0" + ",".join(ignored).encode())
         digest.update(b"\0" + facts.encode())
         return digest.digest()
@@ -166,8 +171,10 @@ class Cache:
         self.file = directory / __version__ / self.keyer.settings
         from mpfix import policy as policies
 
-        policies.use_store(directory / __version__)  # project scans for float16 reachability
-        self.loaded = self._load()
+        # A cache folder a checkout shipped as (or with) symbolic links is neither read nor written.
+        self.usable = _usable(directory)
+        policies.use_store(directory / __version__ if self.usable else None)  # project scans
+        self.loaded = self._load() if self.usable else set()
         self.keyer.clean = frozenset(self.loaded)
         self.used: set[bytes] = set()
         self._loaded_findings: dict[str, list] | None = None
@@ -175,7 +182,7 @@ class Cache:
 
     def _load(self) -> set[bytes]:
         try:
-            data = self.file.read_bytes()
+            data = safe_read.read_bytes(self.file, (MAX_ENTRIES + 1) * _DIGEST + len(_MAGIC), self.directory)
         except OSError:
             return set()
         body = data[len(_MAGIC):]
@@ -190,11 +197,13 @@ class Cache:
 
     def _findings(self) -> dict[str, list]:
         if self._loaded_findings is None:
-            try:
-                data = json.loads(self._findings_file.read_text(encoding="utf-8"))
-                self._loaded_findings = data if isinstance(data, dict) else {}
-            except (OSError, ValueError):
-                self._loaded_findings = {}
+            self._loaded_findings = {}
+            if self.usable:
+                try:
+                    data = json.loads(safe_read.read_text(self._findings_file, _MAX_FINDINGS_BYTES, self.directory))
+                    self._loaded_findings = data if isinstance(data, dict) else {}
+                except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
+                    pass
         return self._loaded_findings
 
     @staticmethod
@@ -203,18 +212,23 @@ class Cache:
 
     def cached_findings(self, key: bytes, want_edits: bool, filename: str) -> list | None:
         """The findings stored for ``key``, attributed to ``filename``; None when unknown."""
-        raw = self._findings().get(self._findings_key(key, want_edits))
-        if raw is None:
+        name = self._findings_key(key, want_edits)
+        entry = self._findings().get(name)
+        if entry is None:
             return None
+        raw = _verified(entry, self.keyer.secret, name)
+        if raw is None:
+            return None  # forged, another format or damaged: recomputed, and rewritten when saved
         try:
             findings = [finding_from_dict(item, filename) for item in raw]
         except (KeyError, TypeError, ValueError):
-            return None  # another format or damaged: recompute
-        self._used_findings[self._findings_key(key, want_edits)] = raw
+            return None
+        self._used_findings[name] = entry
         return findings
 
     def add_findings(self, key: bytes, want_edits: bool, findings: list) -> None:
-        self._used_findings[self._findings_key(key, want_edits)] = [finding_to_dict(f) for f in findings]
+        name = self._findings_key(key, want_edits)
+        self._used_findings[name] = _sealed([finding_to_dict(f) for f in findings], self.keyer.secret, name)
 
     @property
     def empty(self) -> bool:
@@ -232,6 +246,8 @@ class Cache:
 
     def save(self) -> None:
         """Write the union of old and new entries atomically; failures are ignored (it is a cache)."""
+        if not self.usable:
+            return
         self._save_findings()
         entries = self.loaded | self.used
         if len(entries) > MAX_ENTRIES:
@@ -260,7 +276,9 @@ class Cache:
         if not self._used_findings:
             return
         old = self._findings()
-        entries = {**old, **self._used_findings}
+        # Entries that fail their check are dropped here, so a damaged or forged file is rewritten.
+        entries = {name: entry for name, entry in old.items() if _verified(entry, self.keyer.secret, name) is not None}
+        entries.update(self._used_findings)
         if len(entries) > MAX_ENTRIES // 10:
             entries = dict(self._used_findings)
         if entries == old:
@@ -285,6 +303,57 @@ def _write_atomic(target: Path, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def _seal(secret: bytes, name: str, body: str) -> str:
+    return hashlib.blake2b(f"{name}\0{body}".encode(), key=secret, digest_size=_DIGEST).hexdigest()
+
+
+def _sealed(raw: list, secret: bytes, name: str) -> dict:
+    """A findings entry with its seal: a keyed hash of the entry and its key (the file's content
+    hash, path and settings), which a forged or moved entry cannot reproduce without the secret."""
+    return {"findings": raw, "seal": _seal(secret, name, json.dumps(raw, sort_keys=True, separators=(",", ":")))}
+
+
+def _verified(entry, secret: bytes, name: str) -> list | None:
+    """The findings of a sealed entry that passes its schema and seal; None otherwise."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("seal"), str):
+        return None
+    raw = entry.get("findings")
+    if not isinstance(raw, list) or not all(_valid_finding(item) for item in raw):
+        return None
+    try:
+        body = json.dumps(raw, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if not hmac.compare_digest(_seal(secret, name, body), entry["seal"]):
+        return None
+    return raw
+
+
+def _is_position(value) -> bool:
+    return (isinstance(value, list) and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 31 for v in value))
+
+
+def _valid_finding(item) -> bool:
+    """The shape ``finding_to_dict`` writes, with the right types (a cache is data a checkout may ship)."""
+    if not isinstance(item, dict) or set(item) != {"code", "message", "cell", "start", "end", "fix", "edits"}:
+        return False
+    if not (isinstance(item["code"], str) and isinstance(item["message"], str)
+            and (item["cell"] is None or isinstance(item["cell"], int) and not isinstance(item["cell"], bool))
+            and _is_position(item["start"]) and _is_position(item["end"])):
+        return False
+    fix = item["fix"]
+    if fix is not None:
+        if not (isinstance(fix, dict) and set(fix) == {"safety", "description", "imports"}
+                and fix["safety"] in ("safe", "unsafe", "none") and isinstance(fix["description"], str)
+                and isinstance(fix["imports"], list) and all(isinstance(i, str) for i in fix["imports"])):
+            return False
+    edits = item["edits"]
+    return isinstance(edits, list) and all(
+        isinstance(e, list) and len(e) == 5 and _is_position(e[0:2]) and _is_position(e[2:4]) and isinstance(e[4], str)
+        for e in edits)
 
 
 def finding_to_dict(finding) -> dict:
@@ -319,7 +388,55 @@ def _keyer_for(job) -> Keyer:
     rules = [r for r in all_rules() if r.code in job.rule_codes]
     return Keyer(
         settings=settings_key(job),
+        secret=_secret(),
         float16_triggers=tuple((r.code, tuple(r.triggers)) for r in rules if r.requires_float16),
         project_policy=job.options.policy is None and job.options.project_policy,
         declared_target=True,
     )
+
+
+ENV_SECRET = "MPFIX_CACHE_SECRET"
+
+
+def _secret() -> bytes:
+    """The key of every cache hash: ``$MPFIX_CACHE_SECRET`` (a CI secret, which builds of pull requests
+    from forks do not get), else a random one kept in this user's cache folder (``~/.cache/mpfix``),
+    outside any project. Without it a cache shipped in a checkout, or shared between a pull
+    request's build and main's, could carry forged entries that hide findings."""
+    chosen = os.environ.get(ENV_SECRET)
+    if chosen:
+        return hashlib.blake2b(chosen.encode(), digest_size=32).digest()
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(home, "mpfix", "cache-secret")
+    try:
+        secret = safe_read.read_bytes(path, 64, follow_outside=True)
+        if len(secret) == 32:
+            return secret
+    except OSError:
+        pass
+    secret = os.urandom(32)
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(secret)
+    except FileExistsError:  # written meanwhile by another run: use that one
+        try:
+            found = safe_read.read_bytes(path, 64, follow_outside=True)
+            return found if len(found) == 32 else secret
+        except OSError:
+            return secret  # this run only: its cache entries will not be reused
+    except OSError:
+        pass  # read-only home: this run's entries are not reused
+    return secret
+
+
+def _usable(directory: Path) -> bool:
+    """False when the cache folder is a symbolic link or holds one (``cache_folder.check_folder``)."""
+    from mpfix.cache_folder import check_folder
+
+    try:
+        check_folder(directory)
+    except OSError:
+        return False
+    return True

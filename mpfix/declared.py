@@ -36,6 +36,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mpfix import safe_read
 from mpfix.container_images import image_generation, image_tf_max, image_tf_min
 from mpfix.project import root_of_folder
 from mpfix.project.kinds import KERAS2, KERAS3, Target
@@ -231,9 +232,7 @@ def decide(evidence: Evidence) -> Target | None:
 
 def _read(path: Path) -> str | None:
     try:
-        if path.stat().st_size > _MAX_BYTES:
-            return None
-        return path.read_text(encoding="utf-8", errors="replace")
+        return safe_read.read_text(path, _MAX_BYTES)
     except OSError:
         return None
 

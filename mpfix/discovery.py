@@ -8,6 +8,8 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from mpfix import safe_read
+
 SUFFIXES = (".py", ".ipynb")
 
 # Folders no user wants linted: environments, builds, caches, VCS metadata.
@@ -91,8 +93,7 @@ class _GitIgnores:
             gitignore = os.path.join(folder, ".gitignore")
             if os.path.isfile(gitignore):
                 try:
-                    with open(gitignore, encoding="utf-8", errors="replace") as handle:
-                        lines = handle.read().splitlines()
+                    lines = safe_read.read_text(gitignore, 1 << 20).splitlines()
                     # Imported here: pathspec pulls in asyncio (~25 ms), which
                     # one-file runs (pre-commit passes files, not folders) never need.
                     import pathspec

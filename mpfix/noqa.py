@@ -200,6 +200,7 @@ def add_noqa(results) -> Outcome:
     """Add directives for the findings of ``check`` results (``runner.FileResult``s); write the files."""
     from mpfix.output import display_path
     from mpfix.source import SourceError, decode
+    from mpfix import safe_read
     from mpfix.writer import ReadOnlyError, write_atomic
 
     outcome = Outcome()
@@ -209,7 +210,8 @@ def add_noqa(results) -> Outcome:
         path = Path(result.path)
         label = display_path(str(path))
         try:
-            source = decode(path.read_bytes())
+            data = safe_read.read_bytes(path)
+            source = decode(data)
         except (OSError, SourceError) as exc:
             outcome.errors.append(FileError(str(path), f"cannot read file: {exc}; no noqa directives added"))
             continue
@@ -221,7 +223,7 @@ def add_noqa(results) -> Outcome:
         if not added or new_text is None or new_text == source.text:
             continue
         try:
-            write_atomic(path, source.encode(new_text))
+            write_atomic(path, source.encode(new_text), expected=data)
         except UnicodeEncodeError as exc:
             outcome.errors.append(FileError(str(path), f"cannot encode as {source.encoding}: {exc.reason}; "
                                                        "nothing was written"))

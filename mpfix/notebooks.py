@@ -394,7 +394,7 @@ def process_notebook(path: Path, source, job, ignored: tuple[str, ...] = (), acc
     result.applied = lint.applied
     if job.mode is Mode.APPLY:
         try:
-            write_atomic(path, source.encode(new_text))
+            write_atomic(path, source.encode(new_text), expected=source.encode(source.text))
             result.written = True
         except OSError as exc:
             result.errors.append(FileError(str(path), f"cannot write file: {exc.strerror or exc}; nothing was written"))

@@ -13,17 +13,16 @@ import contextlib
 import gc
 import os
 import signal
-import stat
 import sys
 import threading
 from pathlib import Path
 
-from mpfix import unchecked
+from mpfix import safe_read, unchecked
 from mpfix.engine import Engine
 from mpfix.jobs import FileResult, Job, Mode  # re-exported: callers import them from here
 from mpfix.findings import FileError
 from mpfix.source import SourceError, decode
-from mpfix.writer import ReadOnlyError, write_atomic
+from mpfix.writer import ChangedError, ReadOnlyError, write_atomic
 
 
 _ENGINES: dict[tuple, Engine] = {}
@@ -46,19 +45,12 @@ def engine_for(job: Job) -> Engine:
 # -- reading -------------------------------------------------------------------------------
 
 def _read(path: Path, limit: int) -> bytes:
-    st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        # A FIFO or device named *.py would block or never end; a folder cannot be read.
-        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise SourceError(f"cannot read file: {kind}")
-    if st.st_size > limit:
-        raise SourceError(f"file is too large ({st.st_size / 1e6:.1f} MB > {limit / 1e6:.1f} MB); "
-                          "raise [tool.mpfix] max-file-size to check it")
-    with open(path, "rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:  # grew since stat
-        raise SourceError(f"file is too large (> {limit / 1e6:.1f} MB); raise [tool.mpfix] max-file-size to check it")
-    return data
+    """The file's bytes through the safe reader (regular files inside the project, bounded)."""
+    try:
+        return safe_read.read_bytes(path, limit)
+    except safe_read.Refused as exc:
+        # A FIFO or device named *.py would block or never end; a link out of the tree is not followed.
+        raise SourceError(exc.message) from exc
 
 
 def _os_error(path: Path, exc: OSError, verb: str = "read") -> FileError:
@@ -133,7 +125,7 @@ def process_file(path: Path, job: Job, ignored: tuple[str, ...] = (), accept=Non
         if job.mode is Mode.APPLY:
             try:
                 new_bytes = source.encode(lint.fixed_text)
-                write_atomic(path, new_bytes)
+                write_atomic(path, new_bytes, expected=data)
                 result.written = True
             except UnicodeEncodeError as exc:
                 result.errors.append(FileError(str(path), f"fixed text cannot be encoded as {source.encoding}: "
@@ -141,6 +133,9 @@ def process_file(path: Path, job: Job, ignored: tuple[str, ...] = (), accept=Non
             except ReadOnlyError:
                 result.errors.append(FileError(str(path), "file is read-only; nothing was written "
                                                           "(make it writable to apply fixes)"))
+            except (ChangedError, safe_read.Refused) as exc:
+                result.errors.append(FileError(str(path), f"{exc.message}; nothing was written"
+                                               if isinstance(exc, safe_read.Refused) else exc.message))
             except OSError as exc:
                 error = _os_error(path, exc, "write")
                 error.message += "; nothing was written"

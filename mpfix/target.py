@@ -27,6 +27,7 @@ import re
 from importlib import metadata
 from pathlib import Path
 
+from mpfix import safe_read
 from mpfix.project.kinds import KERAS2, KERAS3, Target
 
 __all__ = ["KERAS2", "KERAS3", "DEFAULT", "Target", "decide", "installed"]
@@ -159,8 +160,8 @@ def generation_for(configured: str | int | None, keras2_file: bool) -> int:
 def _file_text(path: Path) -> str:
     """The text the decision reads: the source, or a notebook's code cells (best effort, never raises)."""
     try:
-        data = path.read_bytes()
-    except OSError:
+        data = safe_read.read_bytes(path)
+    except OSError:  # safe_read.Refused too: a FIFO, a device, a link out of the project
         return ""
     text = data.decode("utf-8", errors="replace")
     if path.suffix == ".ipynb":
@@ -170,7 +171,7 @@ def _file_text(path: Path) -> str:
             cells = json.loads(text).get("cells", [])
             text = "\n".join("".join(c.get("source", "")) if isinstance(c.get("source"), list) else str(c.get("source", ""))
                              for c in cells if isinstance(c, dict) and c.get("cell_type") == "code")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, TypeError, RecursionError):  # a malformed notebook
             return ""
     return text
 

@@ -143,10 +143,12 @@ def from_cache(directory: Path) -> Table | None:
     if path is None:
         return None
     try:
-        rules = json.loads(path.read_text(encoding="utf-8"))
+        from mpfix import safe_read
+
+        rules = json.loads(safe_read.read_text(path, 16 << 20, follow_outside=True))
         return Table([(code, tuple(t if isinstance(t, str) else tuple(t) for t in triggers), tuple(also), bool(f16))
                       for code, triggers, also, f16 in rules])
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, RecursionError):  # RecursionError: JSON nested too deeply
         return None
 
 
@@ -201,7 +203,7 @@ def notebook_code(data: bytes) -> bytes | None:
             if cell.get("cell_type") == "code":
                 source = cell.get("source", "")
                 parts.append("".join(source) if isinstance(source, list) else str(source))
-    except (ValueError, AttributeError, TypeError, UnicodeDecodeError):
+    except (ValueError, AttributeError, TypeError, UnicodeDecodeError, RecursionError):
         return None
     return "\n".join(parts).encode("utf-8")
 
@@ -213,14 +215,10 @@ _FLOAT16_MARKERS = (b"mixed_float16", b"auto_mixed_precision", b"AUTO_MIXED_PREC
 
 def _read_regular(path, limit: int) -> bytes | None:
     """The bytes of a regular file of at most ``limit`` bytes; None otherwise (a FIFO would block)."""
-    import stat
+    from mpfix import safe_read
 
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            return None
-        with open(path, "rb") as handle:
-            return handle.read(limit + 1)
+        return safe_read.read_bytes(path, limit)
     except OSError:
         return None
 

@@ -10,6 +10,8 @@ import functools
 import os
 import re
 
+from mpfix import safe_read
+
 _SETUP_SCRIPT = re.compile(rb"\b(?:setuptools|distutils)\b")
 
 
@@ -25,8 +27,7 @@ def is_project_root(folder: str) -> bool:
         return True
     setup = os.path.join(folder, "setup.py")
     try:
-        with open(setup, "rb") as handle:
-            head = handle.read(256 * 1024)
+        head = safe_read.read_bytes(setup, 256 * 1024)
     except OSError:
         return False
     return _SETUP_SCRIPT.search(head) is not None

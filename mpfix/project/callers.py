@@ -19,6 +19,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from mpfix import safe_read
 from mpfix.project.files import is_test_code
 
 _CALL = re.compile(rb"\b([A-Za-z_]\w*)[ \t]*\(")
@@ -29,10 +30,7 @@ _BY_TEST, _BY_OTHER = 1, 2
 
 def _read(path: Path) -> bytes:
     try:
-        if os.path.getsize(path) > _MAX_BYTES:
-            return b""
-        with open(path, "rb") as handle:
-            return handle.read(_MAX_BYTES + 1)
+        return safe_read.read_bytes(path, _MAX_BYTES)
     except OSError:
         return b""
 
