@@ -163,9 +163,15 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
 def _declared_unreadable(files) -> tuple:
     """Dependency declarations that could not be read, for the run metadata (one lookup per folder)."""
     from mpfix import declared
+    from mpfix.output.run_notes import Declaration
+    from mpfix.policy import project_root
 
-    folders = {Path(f).parent: Path(f) for f in files}
-    return tuple(dict.fromkeys(item for path in folders.values() for item in declared.unreadable(path)))
+    found = {}
+    for path in {Path(f).parent: Path(f) for f in files}.values():
+        for item in declared.unreadable(path):
+            file = str(project_root(path) / item.where)
+            found[(file, item.text)] = Declaration(file, item.where, item.text)
+    return tuple(found.values())
 
 
 def _cache_dir(files):

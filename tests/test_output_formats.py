@@ -160,24 +160,19 @@ def test_sarif_run_properties_with_unchecked_float16_files_validate(project: Pat
 
 
 def test_unreadable_declarations_are_run_metadata_in_json_run_and_sarif():
-    from dataclasses import dataclass
-
     from mpfix.output import Report, render
+    from mpfix.output.run_notes import Declaration
 
-    @dataclass(frozen=True)
-    class Unreadable:  # the shape of mpfix.declared.Unreadable
-        where: str
-        text: str
-
+    declaration = Declaration(str(Path.cwd() / "setup.py"), "setup.py", 'f"tensorflow>={MIN_TF}"')
     report = Report(findings=[], errors=[], unsafe_fixes=False, texts={}, files_checked=3,
-                    declared_unreadable=(Unreadable("setup.py", 'f"tensorflow>={MIN_TF}"'),))
+                    declared_unreadable=(declaration,))
     assert json.loads(render("json-run", report))["run"]["declaredUnreadable"] == [
-        {"where": "setup.py", "text": 'f"tensorflow>={MIN_TF}"'}]
+        {"uri": str(Path.cwd() / "setup.py"), "where": "setup.py", "requirement": 'f"tensorflow>={MIN_TF}"'}]
     assert json.loads(render("json", report)) == []
     sarif = json.loads(render("sarif", report))
     schema = _sarif_schema()
     assert list(jsonschema.validators.validator_for(schema)(schema).iter_errors(sarif)) == []
-    assert sarif["runs"][0]["properties"]["declaredUnreadable"][0]["where"] == "setup.py"
+    assert sarif["runs"][0]["properties"]["declaredUnreadable"][0]["uri"] == "setup.py"
 
 
 def test_a_notebook_cells_error_names_its_cell_and_points_at_the_ipynb_line(project: Path):
@@ -206,9 +201,10 @@ def test_unreadable_declared_dependencies_reach_json_run_and_sarif(project: Path
     (project / "train.py").write_text(DEPRECATED)
     run = json.loads(mpfix("check", "--no-cache", "--format", "json-run", "train.py").output)["run"]
     (item,) = run["declaredUnreadable"]
-    assert item["where"] == "setup.py" and "TF" in item["text"]
+    assert item["where"] == "setup.py" and "TF" in item["requirement"]
+    assert item["uri"] == str(project / "setup.py")
     sarif = json.loads(mpfix("check", "--no-cache", "--format", "sarif", "train.py").output)
-    assert sarif["runs"][0]["properties"]["declaredUnreadable"] == run["declaredUnreadable"]
+    assert sarif["runs"][0]["properties"]["declaredUnreadable"] == [dict(item, uri="setup.py")]
 
 
 def _escape_at(text: str, offset: int) -> str:

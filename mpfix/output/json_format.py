@@ -65,7 +65,7 @@ def run_metadata(report: Report) -> dict:
 
     return {"tool": "mpfix", "version": __version__, "filesChecked": report.files_checked,
             "float16Unchecked": report.unchecked.metadata(absolute) if report.unchecked is not None else None,
-            "declaredUnreadable": declaration_metadata(report.declared_unreadable)}
+            "declaredUnreadable": declaration_metadata(report.declared_unreadable, absolute)}
 
 
 def render(report: Report, envelope: bool = False) -> str:

@@ -9,19 +9,20 @@ could not read (``mpfix.declared.Unreadable``), so the Keras generation was left
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 
-class Declaration(Protocol):
-    """A dependency declaration that could not be read (``mpfix.declared.Unreadable`` is one)."""
+@dataclass(frozen=True)
+class Declaration:
+    """A dependency declaration that could not be read (from ``mpfix.declared.Unreadable``)."""
 
-    where: str  # the file, relative to its project's root
-    text: str  # the expression as written
+    file: str  # the declaring file (absolute)
+    where: str  # the same, relative to its project's root, as ``-v`` names it
+    requirement: str  # the expression as written (``f"tensorflow>={MIN_TF}"``)
 
 
-def declaration_metadata(items) -> list[dict]:
-    """Run metadata for JSON and SARIF (``declaredUnreadable``)."""
-    return [{"where": item.where, "text": item.text} for item in items]
+def declaration_metadata(items, name=str) -> list[dict]:
+    """Run metadata for JSON and SARIF (``declaredUnreadable``); ``name`` writes the file."""
+    return [{"uri": name(item.file), "where": item.where, "requirement": item.requirement} for item in items]
 
 
 CHECK_HOW = '`policy = "mixed_float16"` in [tool.mpfix] or `--policy mixed_float16`'

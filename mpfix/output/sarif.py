@@ -109,7 +109,7 @@ def render(report: Report) -> str:
         properties["float16Unchecked"] = report.unchecked.metadata(_uri)
     if report.declared_unreadable:
         # Declared dependencies that could not be read: the Keras generation was left unknown (mpfix.declared).
-        properties["declaredUnreadable"] = declaration_metadata(report.declared_unreadable)
+        properties["declaredUnreadable"] = declaration_metadata(report.declared_unreadable, _uri)
     if properties:
         sarif["runs"][0]["properties"] = properties
     return json.dumps(sarif, indent=2)
