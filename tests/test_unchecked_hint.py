@@ -132,7 +132,7 @@ def test_only_the_files_no_entry_point_reaches_are_counted(project: Path):
     result = mpfix("check", "--no-cache", ".")
     assert result.exit_code == 1  # used.py is reached: its MP201 is a finding
     (hint,) = _hint(result.output)
-    assert hint.startswith("1 file was not checked for float16 (no mixed_float16 policy reaches them")
+    assert hint.startswith("1 file was not checked for float16 (no mixed_float16 policy reaches it;")
     meta = json.loads(mpfix("check", "--no-cache", "--format", "json-run", ".").output)["run"]["float16Unchecked"]
     assert [Path(p).name for p in meta["paths"]] == ["unused.py"] and meta["library"] is False
 

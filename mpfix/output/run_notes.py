@@ -34,19 +34,20 @@ class Unchecked:
 
     files: tuple[str, ...]
     # The float16 findings they would have had; None: not counted. A count needs the float16 analysis
-    # the run skipped (a parse per file): on tfm, 8 of the 133 such files have any in stress mode.
+    # the run skipped (a parse per file): on tfm, 8 of the 134 such files have any in stress mode.
     findings: int | None = None
     library: bool = False  # no file of their projects sets mixed_float16 (a library: its users may)
 
     def hint(self) -> str:
         """The one summary line."""
         n = len(self.files)
+        them = "them" if n != 1 else "it"
         whose = ("nothing in the project sets mixed_float16, but a library's users may" if self.library
-                 else "no mixed_float16 policy reaches them")
+                 else f"no mixed_float16 policy reaches {them}")
         found = ("their float16 findings, if any, were not counted" if self.findings is None
                  else f"{self.findings} float16 finding{'s' if self.findings != 1 else ''} there")
         return (f"{n} file{'s were' if n != 1 else ' was'} not checked for float16 ({whose}; {found}). "
-                f"Check {'them' if n != 1 else 'it'} with {CHECK_HOW}.")
+                f"Check {them} with {CHECK_HOW}.")
 
     def metadata(self, name=str) -> dict:
         """Run metadata for JSON and SARIF (``float16Unchecked``); ``name`` writes each path."""
