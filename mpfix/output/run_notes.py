@@ -44,7 +44,7 @@ class Unchecked:
         them = "them" if n != 1 else "it"
         whose = ("nothing in the project sets mixed_float16, but a library's users may" if self.library
                  else f"no mixed_float16 policy reaches {them}")
-        found = ("their float16 findings, if any, were not counted" if self.findings is None
+        found = (f"{'their' if n != 1 else 'its'} float16 findings, if any, were not counted" if self.findings is None
                  else f"{self.findings} float16 finding{'s' if self.findings != 1 else ''} there")
         return (f"{n} file{'s were' if n != 1 else ' was'} not checked for float16 ({whose}; {found}). "
                 f"Check {them} with {CHECK_HOW}.")
