@@ -244,7 +244,11 @@ class Repairer:
         start = time.monotonic()
         with _cleanup_on_signals(), tempfile.TemporaryDirectory(prefix="mpfix-verify-repair-") as name:
             tmp = Path(name)
-            workspace = Workspace(self.script.parent, tmp)
+            try:
+                workspace = Workspace(self.script.parent, tmp)
+            except OSError as exc:
+                raise RepairError(f"{self.script.parent}: cannot make the working copy of this folder "
+                                  f"({exc.strerror or exc}: {exc.filename})") from None
             result = self._repair(workspace, tmp)
         result.elapsed = time.monotonic() - start
         result.runs = self.runs
