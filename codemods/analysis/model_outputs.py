@@ -61,6 +61,11 @@ class _Models(Visitor):
         self.heads: list[tuple[str, cst.Call, cst.CSTNode | None, bool]] = []
         self.class_depth = 0
         self.functions: list[str] = []
+        # Names bound to a Keras model or layer anywhere in the file, and those of them whose output is
+        # fed straight into another (`head(encoder(x))`, `critic(generator(z))`): sub-models, whose last
+        # layer is a feature, not the output.
+        self.model_names: set[str] = set()
+        self.fed: set[str] = set()
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.stack.append(node)
@@ -98,10 +103,12 @@ class _Models(Visitor):
 
     def _close(self, frame) -> None:
         for name, last in frame["sequential"].items():
-            if last is not None and not _used_as_layer(name, frame):
+            if last is not None and not _used_as_layer(name, frame) and name not in self.fed:
                 self.heads.append(("add", *last, name in frame["returned"], name, frame["function"]))
         for form, layer, where, name, model, returned in frame["pending"]:
             if form == "list" and name is not None and _used_as_layer(name, frame):
+                continue
+            if model is not None and model in self.fed:
                 continue
             if form == "applied" and name is not None and name in frame["applied"]:
                 continue
@@ -127,6 +134,10 @@ class _Models(Visitor):
             if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
                 name = small.targets[0].target.value
                 frame["assigned"][name] = small.value
+                if isinstance(small.value, cst.Call):
+                    made = self.resolve(small.value.func) or ""
+                    if made in _MODEL_CONSTRUCTORS or made.startswith("keras.layers."):
+                        self.model_names.add(name)
                 if isinstance(small.value, cst.Call) and (self.resolve(small.value.func) or "") in (
                         "keras.Sequential", "keras.models.Sequential") and not small.value.args and not self.class_depth:
                     frame["sequential"][name] = None
@@ -139,6 +150,10 @@ class _Models(Visitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         frame = self.frames[-1]
+        if isinstance(node.func, cst.Name) and node.func.value in self.model_names:
+            # `head(encoder(x))`: what `encoder` outputs, `head` takes in.
+            self.fed.update(a.value.func.value for a in node.args
+                            if isinstance(a.value, cst.Call) and isinstance(a.value.func, cst.Name))
         if isinstance(node.func, cst.Call):
             frame["applied"].update(a.value.value for a in node.args if isinstance(a.value, cst.Name))
         elif isinstance(node.func, cst.Name):
