@@ -8,7 +8,6 @@ intermediate text must parse and compile, or nothing is returned as fixed.
 from __future__ import annotations
 
 import ast
-import difflib
 import re
 from dataclasses import dataclass, field
 from collections.abc import Callable
@@ -193,14 +192,15 @@ class Engine:
         findings = self._findings(text, path, context)
         validator = fix_validation.Validator(text, name, module, context.keras)
         if edits:
-            for finding in findings:
-                if finding.fix is not None and finding.fix.changes:
-                    after, _ = apply_fixes(module, [finding.fix])
-                    reason = _problem(validator, after)
-                    if reason is not None:
-                        _withhold(finding, reason)
-                        continue
-                    finding.edits = text_edits(text, after)
+            # All fixes applied and validated together, bisected only on failure (fix_edits).
+            fixable = [f for f in findings if f.fix is not None and f.fix.changes]
+            outcomes = fix_edits.per_fix([f.fix for f in fixable], _applier(text, module, validator,
+                                                                            [f.fix for f in fixable]))
+            for finding, outcome in zip(fixable, outcomes):
+                if isinstance(outcome, str):
+                    _withhold(finding, outcome)
+                else:
+                    finding.edits = outcome
         result = LintResult(findings=findings)
         if fix:
             try:
@@ -260,14 +260,12 @@ class Engine:
             parsed = _validate(new_text, str(path), original_compiles)
             reason = validator.problem(new_text, parsed)
             if reason is not None:
-                # Find the fixes to blame, one by one; if none fails alone, their combination does.
-                blamed = {}
-                for f, key in chosen:
-                    alone, _ = apply_fixes(module, [f.fix])
-                    alone_reason = _problem(validator, alone)
-                    if alone_reason is not None:
-                        blamed[key] = alone_reason
-                rejected.update(blamed or {key: reason for _, key in chosen})
+                # Find the fixes to blame by bisection (log n validations per culprit, not n).
+                def problem_of(group, module=module):
+                    return _problem(validator, apply_fixes(module, [chosen[i][0].fix for i in group])[0])
+
+                blamed = fix_edits.blame(list(range(len(chosen))), problem_of, reason)
+                rejected.update({chosen[i][1]: why for i, why in blamed.items()})
                 continue  # this pass again, without them
             applied += count
             current = new_text
@@ -361,52 +359,45 @@ def _validate(text: str, filename: str, must_compile: bool) -> cst.Module:
     return module
 
 
-class _Replace(cst.CSTTransformer):
-    def __init__(self, changes: dict) -> None:
-        super().__init__()
-        self.changes = changes
+def _applier(text: str, module: cst.Module, validator, fixes: list[Fix]) -> fix_edits.Applier:
+    known = positions_of(module, [node for fix in fixes for node in fix.changes])  # one codegen for all
 
-    def on_leave(self, original_node, updated_node):
-        replacement = self.changes.get(original_node, _MISSING)
-        if replacement is _MISSING:
-            return updated_node
-        return replacement
+    def body(fixes):
+        changes: dict = {}
+        for fix in fixes:
+            changes.update(fix.changes)
+        return module.visit(Replace(changes, module)).code
 
+    def spans(fixes):
+        out = []
+        for fix in fixes:
+            ranges = [known.get(node) for node in fix.changes]
+            out.append(None if not ranges or None in ranges else
+                       (min(r.start.line for r in ranges), max(r.end.line for r in ranges)))
+        return out
 
-_MISSING = object()
+    def overlapping(fixes):
+        return set(range(len(fixes))) - set(chosen(module, fixes, known))
 
-
-def _span(positions, node):
-    code_range = positions.get(node)
-    if code_range is None:
-        return None
-    return (code_range.start.line, code_range.start.column), (code_range.end.line, code_range.end.column)
-
-
-def _overlaps(a, b) -> bool:
-    if a is None or b is None:
-        return True
-    return a[0] < b[1] and b[0] < a[1]
+    return fix_edits.Applier(
+        text=text, body=body, full=lambda fixes: apply_fixes(module, list(fixes), known)[0],
+        imports_only=lambda imports: add_imports(module, list(imports)).code, spans=spans,
+        overlapping=overlapping, problem=lambda fixed: _problem(validator, fixed), diff=text_edits)
 
 
-def apply_fixes(module: cst.Module, fixes: list[Fix]) -> tuple[str, int]:
-    """Apply the fixes whose nodes do not overlap an earlier fix's; return (code, count)."""
-    # Overlaps are only possible between fixes: a single one (a JSON edit, an interactive
-    # preview) needs no positions at all.
-    positions = positions_of(module, [node for fix in fixes for node in fix.changes]) if len(fixes) > 1 else {}
-    taken: list = []
+def apply_fixes(module: cst.Module, fixes: list[Fix], positions: dict | None = None) -> tuple[str, int]:
+    """Apply the fixes whose nodes do not overlap an earlier fix's; return (code, count).
+
+    ``positions``: the fixes' node positions when the caller has them already."""
     changes: dict = {}
     imports: list[str] = []
     count = 0
-    for fix in fixes:
-        spans = [_span(positions, node) for node in fix.changes]
-        if any(_overlaps(s, t) for s in spans for t in taken):
-            continue  # applied in a later pass, on the re-parsed result
-        taken.extend(spans)
+    for index in chosen(module, fixes, positions):
+        fix = fixes[index]
         changes.update(fix.changes)
         imports.extend(i for i in fix.imports if i not in imports)
         count += 1
-    new_module = module.visit(_Replace(changes))
+    new_module = module.visit(Replace(changes, module))
     if imports:
         new_module = add_imports(new_module, imports)
     return new_module.code, count
@@ -468,48 +459,3 @@ def _is_import(stmt: cst.CSTNode) -> bool:
 def _is_docstring(stmt: cst.CSTNode) -> bool:
     return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
             and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
-
-
-def _offset_to_position(line_starts: list[int], offset: int) -> Position:
-    import bisect
-
-    line = bisect.bisect_right(line_starts, offset) - 1
-    return Position(line + 1, offset - line_starts[line] + 1)
-
-
-def _line_starts(text: str) -> list[int]:
-    starts = [0]
-    for line in text.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-    return starts
-
-
-def _edits_for(module: cst.Module, text: str, fix: Fix) -> list[Edit]:
-    """The fix as textual edits (Ruff's JSON ``fix.edits``): minimal changed regions."""
-    new_text, _ = apply_fixes(module, [fix])
-    return text_edits(text, new_text)
-
-
-def text_edits(old: str, new: str) -> list[Edit]:
-    """Minimal edits turning ``old`` into ``new``, one per changed region."""
-    starts = _line_starts(old)
-    old_lines = old.splitlines(keepends=True)
-    new_lines = new.splitlines(keepends=True)
-    edits: list[Edit] = []
-    matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            continue
-        a = "".join(old_lines[i1:i2])
-        b = "".join(new_lines[j1:j2])
-        prefix = 0
-        while prefix < min(len(a), len(b)) and a[prefix] == b[prefix]:
-            prefix += 1
-        suffix = 0
-        while suffix < min(len(a), len(b)) - prefix and a[len(a) - 1 - suffix] == b[len(b) - 1 - suffix]:
-            suffix += 1
-        begin = starts[i1] + prefix
-        end = starts[i1] + len(a) - suffix
-        edits.append(Edit(_offset_to_position(starts, begin), _offset_to_position(starts, end),
-                          b[prefix: len(b) - suffix]))
-    return edits
