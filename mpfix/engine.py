@@ -19,12 +19,14 @@ from libcst.metadata import MetadataWrapper
 from mpfix.codemods import Rule, RuleContext
 from mpfix.codemods._walk import visit_batched
 from mpfix.codemods.names import ImportTable
-from mpfix import fix_validation
+from mpfix import fix_edits, fix_validation
 from mpfix import policy as policies
 from mpfix import suppression
-from mpfix.findings import Edit, FileError, Finding, Fix, Position
-from mpfix.parsing import parse_module
+from mpfix.findings import FileError, Finding, Fix, Position
+from mpfix.parsing import TooComplex, parse_module
+from mpfix.cst_replace import Replace, chosen
 from mpfix.positions import positions_of
+from mpfix.text_diff import text_edits  # re-exported: the server and tests import it from here
 from mpfix.project.facts import file_facts
 from mpfix.project.fixture_regions import float16_regions
 from mpfix import target as targets
@@ -187,6 +189,8 @@ class Engine:
             module, context = self._run(text, path, rules)
         except cst.ParserSyntaxError as exc:
             return LintResult(errors=[_syntax_error(name, text, exc)])
+        except TooComplex as exc:  # refused before LibCST's native parser could crash on it
+            return LintResult(errors=[FileError(name, exc.message, exc.line, exc.column)])
         except RecursionError:
             return LintResult(errors=[FileError(name, "file is nested too deeply for the parser")])
         findings = self._findings(text, path, context)

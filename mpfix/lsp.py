@@ -32,6 +32,7 @@ SOURCE = "mpfix"
 FIX_ALL_KIND = f"{types.CodeActionKind.SourceFixAll.value}.mpfix"
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 DEBOUNCE_S = 0.15  # after a change, wait this long for the next one before linting
+MAX_BUFFER_CHARS = 256 * 1024  # larger buffers get one MP000 saying so instead of a lint taking minutes
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +154,12 @@ class MpfixServer(LanguageServer):
         return impls.get(self.workspace.position_encoding, Utf16())
 
     def lint(self, uri: str) -> Linted | None:
-        """Lint the document's current text (or reuse the last lint of that same text)."""
+        """Lint the document's current text (or reuse the last lint of that same text).
+
+        None for a document the client never opened: pygls would read it from disk (a FIFO
+        would block the server, a missing file raise)."""
+        if uri not in self.workspace.text_documents:
+            return None
         document = self.workspace.get_text_document(uri)
         if not _is_python(document):
             return None
@@ -165,6 +171,13 @@ class MpfixServer(LanguageServer):
         path = _path_of(uri)
         findings: list[Finding] = []
         diagnostics: list[types.Diagnostic] = []
+        if len(text) > MAX_BUFFER_CHARS:
+            # A bound on the answer time: LibCST parses ~0.1-0.2 MB/s, so a 2 MB buffer took minutes.
+            diagnostics.append(_error_diagnostic(
+                f"mpfix: this buffer is {len(text) / 1e6:.1f} MB; the server lints buffers up to "
+                f"{MAX_BUFFER_CHARS / 1e6:.2f} MB as you type (run `mpfix check` on the file)", lines))
+            linted = self.linted[uri] = Linted(text, lines, findings, diagnostics)
+            return linted
         try:
             result = api.lint_text(text, path)
         except ConfigError as exc:
