@@ -16,7 +16,8 @@ of the guard it is:
 * ``try: <probe> except (AttributeError, ImportError): <fallback>``: a short ``try`` whose
   handler offers an alternative rather than re-raising or exiting;
 
-and the ``else`` of each (the other side). ``guard_of(node)`` answers with the innermost guard.
+and the ``else`` of each (the other side), the statements after an ``if`` guard whose body returns
+or raises (the other side too), and both arms of ``a if <version test> else b``. ``guard_of(node)`` answers with the innermost guard.
 Rules that move APIs between versions (MP3) stay silent on the OLD side and write no fix elsewhere
 under a guard (``Side.NEW``/``Side.EITHER``): which way the branch should go is the guard's business.
 """
@@ -84,6 +85,7 @@ class VersionGuards:
         self._old_names, self._new_names = _api_names()
         self._module_names(module)
         self._walk(module.body)
+        self._conditional_expressions(module)
 
     # -- the public query --------------------------------------------------------------------
     def guard_of(self, node: cst.CSTNode) -> VersionGuard | None:
@@ -167,23 +169,45 @@ class VersionGuards:
 
     # -- walking branches -------------------------------------------------------------------------
     def _walk(self, body) -> None:
-        for stmt in body:
+        body = list(body)
+        for index, stmt in enumerate(body):
             if isinstance(stmt, cst.If):
-                self._if(stmt)
+                guard = self._if(stmt)
+                if guard is not None and stmt.orelse is None and _leaves(stmt.body):
+                    # ``if <new TF>: ...; return`` then the old API: what follows is the other branch.
+                    for later in body[index + 1:]:
+                        self._mark(later, VersionGuard(stmt, guard.kind, _FLIP[guard.side]))
             elif isinstance(stmt, cst.Try):
                 self._try(stmt)
             for child in _blocks(stmt):
                 self._walk(child)
 
-    def _if(self, stmt: cst.If) -> None:
+    def _if(self, stmt: cst.If) -> VersionGuard | None:
         found = self.side_of_test(stmt.test)
         if found is None:
-            return
+            return None
         kind, side = found
-        self._mark(stmt.body, VersionGuard(stmt, kind, side))
+        guard = VersionGuard(stmt, kind, side)
+        self._mark(stmt.body, guard)
         if stmt.orelse is not None:
             # ``elif``/``else``: the other side of the guard (a further elif test is marked on its own).
             self._mark(stmt.orelse, VersionGuard(stmt, kind, _FLIP[side]))
+        return guard
+
+    def _conditional_expressions(self, module: cst.Module) -> None:
+        """``a if <version test> else b``: ``a`` and ``b`` are the two branches."""
+        found_nodes: list[cst.IfExp] = []
+
+        class _IfExps(cst.CSTVisitor):
+            def visit_IfExp(self, node: cst.IfExp) -> None:
+                found_nodes.append(node)
+
+        module.visit(_IfExps())
+        for node in found_nodes:  # outer first (visit order), so an inner guard overwrites
+            found = self.side_of_test(node.test)
+            if found is not None:
+                self._mark(node.body, VersionGuard(node, found[0], found[1]))
+                self._mark(node.orelse, VersionGuard(node, found[0], _FLIP[found[1]]))
 
     def _try(self, stmt: cst.Try) -> None:
         body = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else ()
@@ -212,6 +236,15 @@ def of(context) -> VersionGuards:
 def guard_of(context, node: cst.CSTNode) -> VersionGuard | None:
     """The innermost TensorFlow version guard of ``node`` in ``context``'s module, or None."""
     return of(context).guard_of(node)
+
+
+def _leaves(block: cst.BaseSuite) -> bool:
+    """The block's last statement leaves it (``return``, ``raise``, ``continue``, ``break``)."""
+    body = block.body
+    last = body[-1] if isinstance(body, (list, tuple)) and body else None
+    if isinstance(last, cst.SimpleStatementLine) and last.body:
+        last = last.body[-1]
+    return isinstance(last, (cst.Return, cst.Raise, cst.Continue, cst.Break))
 
 
 def _catches_probe(handler: cst.ExceptHandler) -> bool:

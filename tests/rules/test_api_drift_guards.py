@@ -34,6 +34,10 @@ GUARDED_OLD = {
                            f'    {OLD_CALL}\n',
     "module_flag": f'OLD_TF = version.parse(tf.__version__) < version.parse("2.4")\n\nif OLD_TF:\n    {OLD_CALL}\n',
     "try_except": f'try:\n    {NEW_CALL}\nexcept (AttributeError, ImportError):\n    {OLD_CALL}\n',
+    "early_return": f'def setup():\n    if hasattr(mixed_precision, "set_global_policy"):\n        {NEW_CALL}\n'
+                    f'        return\n    {OLD_CALL}\n',
+    "conditional_expression": f'p = mixed_precision.experimental.Policy("mixed_float16") if '
+                              f'version.parse(tf.__version__) < version.parse("2.4") else None\n',
     "in_a_function": f'def setup():\n    if version.parse(tf.__version__) < version.parse("2.4"):\n        {OLD_CALL}\n',
 }
 
@@ -45,6 +49,8 @@ def _codes(code: str, keras: int = 3, **kwargs):
 def test_the_control_without_a_guard_is_a_finding_with_a_fix():
     result = _codes(HEADER + OLD_CALL + "\n")
     assert [f.code for f in result.findings] == ["MP301"] and result.findings[0].fix is not None
+    policy = _codes(HEADER + 'p = mixed_precision.experimental.Policy("mixed_float16")\n')
+    assert [f.code for f in policy.findings] == ["MP301"]
 
 
 @pytest.mark.parametrize("name", sorted(GUARDED_OLD))
