@@ -501,6 +501,42 @@ def markdown(root: Path, results: Path, labels: list[str], wanted) -> str:
     return "\n".join(out)
 
 
+def per_corpus_markdown(root: Path, results: Path, labels: list[str], wanted) -> str:
+    """One row per corpus and saved run: precision per family, hazard recall and fix verdicts."""
+    judgements = read_judgements(JUDGEMENTS)
+    hazards = read_hazards(HAZARDS)
+    verdicts = read_fix_verdicts(FIXES)
+    out = ["| corpus | run | findings (T/F/D/?) | MP1 | MP2 | MP3 | recall (entry) | fixes right/harmless/wrong (safe) |",
+           "|---|---|---|---|---|---|---|---|"]
+    for corpus in wanted:
+        for label in labels:
+            findings = saved_findings(root, results, label, [corpus])
+            if not findings and not (results / label / f"{corpus.name}.json").exists():
+                continue
+            matched, _ = join(findings, judgements)
+            fam: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+            for i, f in enumerate(findings):
+                verdict = matched[i].verdict if i in matched else "unjudged"
+                fam[f.code[:3]][verdict] += 1
+                fam["all"][verdict] += 1
+            cells = []
+            for family in ("MP1", "MP2", "MP3"):
+                c = fam.get(family)
+                cells.append(f"{c['true']}/{c['true'] + c['false']}" + (f" +{c['debatable']}d" if c["debatable"] else "")
+                             if c else "-")
+            mine = [h for h in hazards if h.corpus == corpus.name]
+            found = [h for h in mine if any(covers(f, h) for f in findings)]
+            entry = [h for h in mine if h.reach == "entry"]
+            recall = f"{len(found)}/{len(mine)} ({sum(h in found for h in entry)}/{len(entry)})" if mine else "-"
+            fx = fix_counts(findings, verdicts).get(corpus.name, collections.Counter())
+            a = fam["all"]
+            out.append(f"| {corpus.name} | {label} | {len(findings)} ({a['true']}/{a['false']}/{a['debatable']}/"
+                       f"{a['unjudged']}) | " + " | ".join(cells) + f" | {recall} | {fx['right']}/{fx['harmless']}/"
+                       f"{fx['wrong']} ({fx['wrong-safe']})" + (f", {fx['unjudged']} unjudged" if fx["unjudged"] else "")
+                       + " |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpora", type=Path, default=default_corpora(), help="corpora root (MPFIX_CORPORA)")
@@ -517,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list-unjudged", type=int, default=40, help="how many unjudged findings to print")
     parser.add_argument("--json", type=Path, help="write the counts as JSON")
     parser.add_argument("--markdown", metavar="LABEL,LABEL", help="print a markdown table comparing saved runs and exit")
+    parser.add_argument("--per-corpus", metavar="LABEL,LABEL", help="print a per-corpus markdown table of saved runs and exit")
     args = parser.parse_args(argv)
 
     root = args.corpora
@@ -529,6 +566,9 @@ def main(argv: list[str] | None = None) -> int:
     wanted = [c for c in CORPORA if not args.only or c.name in args.only.split(",")]
     if args.markdown:
         print(markdown(root, results, args.markdown.split(","), wanted))
+        return 0
+    if args.per_corpus:
+        print(per_corpus_markdown(root, results, args.per_corpus.split(","), wanted))
         return 0
     lines = Lines()
     findings: list[Finding] = []
