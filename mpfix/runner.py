@@ -169,6 +169,7 @@ class _StopRequest:
     """
 
     signum: int | None = None
+    deadline: threading.Timer | None = None  # forces the exit if the next boundary never comes
 
 
 _STOP = _StopRequest()
@@ -184,6 +185,21 @@ def _note_signal(signum, frame) -> None:
     if _STOP.signum is not None:
         _raise_for(signum)
     _STOP.signum = signum
+    # A file that never reaches the next boundary (a read that blocks in the kernel) must not
+    # keep the run alive: past this grace, the process ends anyway.
+    _STOP.deadline = threading.Timer(_STOP_GRACE_S, _force_exit, args=(signum,))
+    _STOP.deadline.daemon = True
+    _STOP.deadline.start()
+
+
+_STOP_GRACE_S = 10.0
+
+
+def _force_exit(signum: int) -> None:
+    sys.stderr.write(f"mpfix: {signal.Signals(signum).name}: the file in hand did not finish within "
+                     f"{_STOP_GRACE_S:.0f} s; stopping now\n")
+    sys.stderr.flush()
+    os._exit(128 + signum)
 
 
 def check_stop() -> None:
@@ -195,17 +211,24 @@ def check_stop() -> None:
 def _note_worker_stop(signum, frame):
     # The parent stops workers with SIGTERM; like the parent, a worker finishes the file in
     # hand (a write is never cut between creating its temp file and renaming it) and leaves.
+    # A worker waiting for work leaves at once: its blocked pipe read would only be retried.
+    if not _WORKER.get("busy"):
+        os._exit(128 + signum)
     _STOP.signum = signum
 
 
 _WORKER: dict = {}
 
 
-def _init_worker(job: Job, keyer) -> None:
+def _init_worker(job: Job, keyer, parent: int | None = None) -> None:
     # Ctrl-C reaches the whole process group; the parent alone handles it and
     # stops the workers with SIGTERM, so workers print no tracebacks.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _note_worker_stop)
+    if parent is not None:
+        from mpfix.lifeline import die_with_parent
+
+        die_with_parent(parent)  # SIGTERM when the parent dies, even by SIGKILL
     _WORKER["job"] = job
     _WORKER["keyer"] = keyer
     engine_for(job)  # once per process (already built in the parent when forked)
@@ -214,10 +237,14 @@ def _init_worker(job: Job, keyer) -> None:
 
 def _work(batch: list[tuple[Path, tuple[str, ...]]]) -> list[FileResult]:
     results = []
-    for path, ignored in batch:
-        if _STOP.signum is not None:
-            os._exit(128 + _STOP.signum)  # the executor would only start the next file
-        results.append(process_file(path, _WORKER["job"], ignored, None, _WORKER["keyer"]))
+    _WORKER["busy"] = True
+    try:
+        for path, ignored in batch:
+            if _STOP.signum is not None:
+                os._exit(128 + _STOP.signum)  # the executor would only start the next file
+            results.append(process_file(path, _WORKER["job"], ignored, None, _WORKER["keyer"]))
+    finally:
+        _WORKER["busy"] = False
     if _STOP.signum is not None:
         os._exit(128 + _STOP.signum)
     return results
@@ -425,7 +452,7 @@ def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> No
     tasks = [[(paths[i], ignored_for.get(paths[i], ())) for i in batch] for batch in batches]
     earlier = {child.pid for child in multiprocessing.active_children()}
     executor = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_init_worker,
-                                   initargs=(job, keyer))
+                                   initargs=(job, keyer, os.getpid()))
     executor._mpfix_earlier = earlier  # children that are not this pool's workers
     try:
         # In completion order, not submission order: the first batches hold the largest files, and
@@ -517,6 +544,9 @@ def _install_signal_handlers(defer_sigint: bool = True):
         pass
 
     def restore() -> None:
+        if _STOP.deadline is not None:
+            _STOP.deadline.cancel()
+            _STOP.deadline = None
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 

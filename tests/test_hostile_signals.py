@@ -1,0 +1,74 @@
+"""Pool workers die with their parent (issue 21 item 7): SIGKILL of the parent (a CI timeout that
+kills only the direct child) must not leave workers rewriting files or blocked on a pipe."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import DEPRECATED, DEPRECATED_FIXED
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited; only its parent's wait is missing
+
+
+def test_workers_exit_when_the_parent_is_killed(tmp_path: Path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    for i in range(400):
+        (tmp_path / f"m{i}.py").write_text(DEPRECATED * 40)
+    env = dict(os.environ, MPFIX_CACHE_DIR=str(tmp_path / ".cache"), NO_COLOR="1")
+    parent = subprocess.Popen([sys.executable, "-m", "mpfix", "apply", "--jobs", "2", "."], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        workers: list[int] = []
+        while time.monotonic() < deadline and parent.poll() is None:
+            workers = [p for p in _children(parent.pid) if _alive(p)]
+            if len(workers) >= 2:
+                break
+            time.sleep(0.05)
+        assert len(workers) >= 2, "the pool never started"
+        time.sleep(0.5)  # the workers are busy with files now
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_alive(p) for p in workers):
+            time.sleep(0.1)
+        assert not [p for p in workers if _alive(p)], "workers outlived their parent"
+    finally:
+        for pid in [parent.pid, *_children(parent.pid)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    # Each file is either untouched or fully fixed: nothing half-written, no temp file left.
+    for path in tmp_path.glob("*.py"):
+        assert path.read_text() in (DEPRECATED * 40, DEPRECATED_FIXED * 40)
+    assert not list(tmp_path.glob(".*mpfix-tmp"))
+
+
