@@ -91,13 +91,10 @@ class OptimizerOutsideStrategyScope(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         analysis = training_steps(self.context)
-        # Names bound to a distribution strategy anywhere in the file (`mwms = tf.distribute.MultiWorker...`).
-        self._strategies = {
-            dotted_name(target) for scope in analysis.scopes for st in scope.statements
-            for target, value in assigned_targets(st.node)
-            if isinstance(value, cst.Call) and self.context.resolve(value.func) in STRATEGY_CONSTRUCTORS}
+        self._analysis = analysis
         for scope in analysis.scopes:
-            with_statements = [st for st in scope.statements if isinstance(st.node, cst.With) and self._is_scope(st.node)]
+            with_statements = [st for st in scope.statements
+                               if isinstance(st.node, cst.With) and self._is_scope(st.node, scope)]
             if not with_statements:
                 continue
             scopes = [st.node for st in with_statements]
@@ -118,13 +115,20 @@ class OptimizerOutsideStrategyScope(Rule):
                     continue
                 self.report(build.call)
 
-    def _is_scope(self, node: cst.With) -> bool:
+    def _is_strategy(self, name: str | None, scope) -> bool:
+        """``name`` (read in ``scope``: its own, a closure's or the module's binding) is bound to a
+        ``tf.distribute`` strategy (``mwms = tf.distribute.MultiWorkerMirroredStrategy()``)."""
+        return name is not None and any(
+            isinstance(b.value, cst.Call) and self.context.resolve(b.value.func) in STRATEGY_CONSTRUCTORS
+            for b in self._analysis.bindings.bindings_of(scope, name))
+
+    def _is_scope(self, node: cst.With, scope) -> bool:
         for item in node.items:
             call = item.item
             if isinstance(call, cst.Call) and not call.args and isinstance(call.func, cst.Attribute) \
                     and call.func.attr.value == "scope":
                 receiver = call.func.value
-                if dotted_name(receiver) in self._strategies or (
+                if self._is_strategy(dotted_name(receiver), scope) or (
                         isinstance(receiver, cst.Call) and self.context.resolve(receiver.func) in STRATEGY_CONSTRUCTORS):
                     return True
                 # A strategy handed in (a parameter, another module's): only its name can tell.

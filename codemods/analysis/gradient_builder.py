@@ -228,7 +228,7 @@ def _analyse(context: FileView) -> Analysis:
                     flow.path = paths[(id(apply.call), index)]
                     cross_flows.append(flow)
     return Analysis(scopes, flows, builds, all_tapes, scale_calls, isinstance_guard, all_minimizes, all_gradients,
-                    cross_flows, context.keras)
+                    cross_flows, context.keras, helpers.bindings)
 
 
 def _flow(context, scope, scopes, grad, apply, builds, compiled_models, scales, guard) -> Flow:

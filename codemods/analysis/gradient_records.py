@@ -318,6 +318,7 @@ class Analysis:
         return found[-1] if found else None
 
     keras: int = 3  # the generation the file runs under (RuleContext.keras)
+    bindings: object = field(default=None, repr=False)  # the binding model (analysis.bindings.Bindings)
 
     def applied(self, flow: Flow) -> frozenset:
         """What the updating optimizer really applies, by Keras generation: Keras 3's LSO (and a

@@ -7,6 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mpfix.codemods._walk import walk
+from mpfix.codemods.analysis.bindings import Bindings
 from mpfix.codemods.analysis.gradient_records import (
     FileView, EventKind, SCALE_METHODS, CALLBACK, PathEvent, Scope, ScaleCall, Statement, UNSCALE_METHOD,
     _ALL_REDUCE_METHODS, _RANDOM_PREFIXES, _SCALE_ATTRIBUTES, _TRANSFORM_FUNCTIONS,
@@ -77,7 +78,8 @@ class _Helpers:
         for scope in scopes:
             if isinstance(scope.node, cst.FunctionDef) and scope.params:
                 self.functions.setdefault((scope.class_name, scope.name), scope)
-        self.instances = _instances(context.module, scopes, {c for c, _ in self.functions if c is not None})
+        self.bindings = Bindings(scopes)
+        self.instances = _instances(self.bindings, {c for c, _ in self.functions if c is not None})
         self._summaries: dict[int, tuple[bool, bool]] = {}
 
     def lookup(self, func: cst.BaseExpression, caller: Scope) -> Scope | None:
@@ -127,18 +129,18 @@ class _Helpers:
         return found
 
 
-def _instances(module: cst.Module, scopes: list[Scope], classes: set[str]) -> dict[tuple[str | None, str], str]:
+def _instances(bindings, classes: set[str]) -> dict[tuple[str | None, str], str]:
     """(class of the binding method or None, bound name) -> class of this file it holds an instance of:
-    ``self.accumulator = GradientAccumulator(...)`` in ``Trainer``, ``acc = Accumulator()`` anywhere."""
+    ``self.accumulator = GradientAccumulator(...)`` in ``Trainer``, ``acc = Accumulator()`` anywhere
+    (a constructor parameter's default too: ``def __init__(self, acc=Accumulator()): self.acc = acc``)."""
     found: dict[tuple[str | None, str], str] = {}
-    for scope in scopes:
-        for st in scope.statements:
-            for target, value in assigned_targets(st.node):
-                name = dotted_name(target)
-                if name is None or not isinstance(value, cst.Call) or not isinstance(value.func, cst.Name) \
-                        or value.func.value not in classes:
-                    continue
-                found[(scope.class_name if name.startswith("self.") else None, name)] = value.func.value
+    for scope in bindings.scopes:
+        for name, bound in bindings.of(scope).names.items():
+            candidates = bindings.attribute(scope.class_name, name) if name.startswith("self.") else bound
+            for binding in candidates:
+                value = binding.value
+                if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in classes:
+                    found[(scope.class_name if name.startswith("self.") else None, name)] = value.func.value
     return found
 
 

@@ -319,3 +319,27 @@ def test_scaled_gradients_all_reduced_by_hand_are_right_for_an_lso(keras):
     kinds = [e.kind for e in flow.path.events]
     assert kinds[0] is ALL_REDUCE and SCALED in flow.path.events[0].states
     assert (UNSCALE in kinds) is (keras == 2)
+
+
+def test_the_strategy_of_a_scope_is_found_through_a_closure():
+    """`dist` is bound in `main`; the nested `build` enters its scope (the binding model's closures)."""
+    code = """
+        import keras
+        import tensorflow as tf
+
+        keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+        def main():
+            dist = tf.distribute.MultiWorkerMirroredStrategy()
+
+            def build():
+                optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.01))
+                with dist.scope():
+                    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, dtype="float32")])
+                return model, optimizer
+
+            return build()
+    """
+    found = lint(code, 3).findings
+    assert [(f.code, f.line) for f in found] == [("MP106", 11)]
