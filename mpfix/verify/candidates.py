@@ -27,6 +27,8 @@ from mpfix.verify.frames import notebook_place
 # The fixed scale of the last resort (escalate.FIXED_SCALE: well below 65504 / typical
 # gradient magnitudes).
 FIXED_SCALE = 1024.0
+# verdict.py's evidence kind of an at-risk verdict from a falling loss scale.
+SCALE_TREND = "loss-scale"
 
 
 def policy_of(run) -> str | None:
@@ -95,7 +97,7 @@ def _dynamic_misbehaves(verdict, run) -> bool:
     only case for a fixed scale."""
     if run is None or not any(s.dynamic for s in run.steps):
         return False
-    return verdict.name == "stalled" or verdict.evidence.get("kind") == "scale-trend"
+    return verdict.name == "stalled" or verdict.evidence.get("kind") == SCALE_TREND
 
 
 # Layers offered float32 for a stalled run (each costs one verified run).
@@ -146,7 +148,7 @@ def for_verdict(verdict, run, found: list[RuntimeFinding], texts, files: list[Pa
             if change.kind is ChangeKind.LAYER:
                 change.path = to_original(change.path)
             out.append(change)
-    if verdict.name in ("underflow", "stalled") or verdict.evidence.get("kind") == "scale-trend":
+    if verdict.name in ("underflow", "stalled") or verdict.evidence.get("kind") == SCALE_TREND:
         out += loss_scaling(verdict, run, files)
     if verdict.name == "stalled":
         # Gradients that overflow even as the scale falls come from the backward pass, which

@@ -270,3 +270,26 @@ def test_a_stalled_run_offers_float32_for_the_layers_with_the_largest_float16_va
     assert [c.class_name for c in layers] == ["Dense", "Dense"]
     assert [c.anchor for c in layers] == ["a = Dense(8)", "b = Dense(1)"]  # largest values first, two at most
     assert layers[0].apply(script.read_text()).splitlines()[0] == 'a = Dense(8, dtype="float32")'
+
+
+def test_loss_scaling_candidates_and_the_fixed_scale_only_for_a_misbehaving_dynamic_scale(tmp_path):
+    from mpfix.verify.candidates import for_verdict
+    from mpfix.verify.records import RunResult, Step
+    from mpfix.verify.verdict import Verdict
+
+    script = tmp_path / "t.py"
+
+    def run(dynamic):
+        return RunResult("mixed", end={"policies": {"keras3": "mixed_float16"}, "keras": [3]},
+                         steps=[Step(i, 1.0, 2.0 ** (15 - i), dynamic, dynamic, 0.0, 0.0, 1.0) for i in range(10)])
+
+    def kinds(verdict, r):
+        return [(c.kind, c.policy, c.keras, c.loss_scale) for c in for_verdict(verdict, r, [], lambda p: None,
+                                                                               [script], lambda p: p)]
+
+    underflow = Verdict("underflow", "zeros")
+    assert kinds(underflow, run(False)) == [(ChangeKind.LOSS_SCALING, "mixed_float16", "3", None)]
+    trend = Verdict("at-risk", "the loss scale keeps falling", {"kind": "loss-scale"})
+    assert kinds(trend, run(True))[-1] == (ChangeKind.FIXED_SCALE, "mixed_float16", "3", 1024.0)
+    # No dynamic scale (nothing misbehaved): no fixed scale.
+    assert ChangeKind.FIXED_SCALE not in [k for k, *_ in kinds(Verdict("stalled", "s"), run(False))]
