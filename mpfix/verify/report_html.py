@@ -301,6 +301,10 @@ def section(report, heading: str | None = None) -> str:
         if loc.rule:
             extra += f" &mdash; <code>{html.escape(loc.rule)}</code>"
         extra += "</p>"
+    found = report_text.runtime_findings(report)
+    if found:
+        extra += ('<h3>Runtime findings (float16 ops of the traced step)</h3><pre class="findings">'
+                  + html.escape("\n".join(f.text(report.script.parent) for f in found)) + "</pre>")
     if v.notes:
         extra += "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in v.notes) + "</ul>"
     if report.escalation:

@@ -67,3 +67,13 @@ def test_html_and_json_reports_say_which_mpfix_when_and_how(tmp_path, monkeypatc
     assert data["mpfix_version"] == __version__ and data["command"] == "mpfix verify train.py --steps 20"
     assert re.match(r"\d{4}-\d\d-\d\dT", data["date"])
     assert data["findings"] == []
+
+
+def test_html_lists_the_runtime_findings(tmp_path):
+    mixed = _run("mixed", 0.0, None)
+    mixed.ops = [{"trace": 0, "order": 0, "type": "Exp", "name": "Exp", "file": str(tmp_path / "train.py"), "line": 1,
+                  "peak": 0.0, "peak_step": -1, "first_bad": 3, "born": True}]
+    report = _report(mixed, _run("float32", 0.0, None), tmp_path)
+    page = report_html.render(report)
+    assert '<pre class="findings">train.py:1:1: MP204 float16 `Exp` gave inf/NaN from finite inputs at step 3</pre>' \
+           in page
