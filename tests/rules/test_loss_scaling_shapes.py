@@ -343,3 +343,36 @@ def test_the_strategy_of_a_scope_is_found_through_a_closure():
     """
     found = lint(code, 3).findings
     assert [(f.code, f.line) for f in found] == [("MP106", 11)]
+
+
+# -- judge-classes C11: a Keras 2 project (declared TF < 2.16) gets Keras 2's scaling API -------------
+C11_LOOP = """
+    import tensorflow as tf
+
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, dtype="float32")])
+    optimizer = tf.keras.optimizers.SGD(0.01)
+
+
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(y - model(x)))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+
+def test_a_project_declaring_tensorflow_below_2_16_gets_get_scaled_loss_never_scale_loss(tmp_path):
+    from mpfix import policy
+
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "addonsish"\n'
+                                             'dependencies = ["tensorflow>=2.13,<2.16"]\n')
+    path = tmp_path / "train.py"
+    code = textwrap.dedent(C11_LOOP).lstrip("\n")
+    path.write_text(code)
+    policy.forget_projects()
+    engine = Engine(MP1, Options(keras="auto", unsafe_fixes=True, project_policy=False))
+    result = engine.lint(code, path, fix=True)
+    assert result.fixed_text is not None
+    assert "get_scaled_loss" in result.fixed_text and "get_unscaled_gradients" in result.fixed_text
+    assert "scale_loss(" not in result.fixed_text.replace("get_scaled_loss(", "")
