@@ -420,11 +420,11 @@ def _lookup(paths, job, ignored_for, store, results, bar) -> list[int]:
 def _scan_projects(paths, todo, job) -> None:
     """Scan the projects for float16 entry points once, before forking, so that workers inherit
     the result instead of each scanning them again (only for runs big enough to need it)."""
-    if (len(todo) < 32 or job.options.policy is not None or not job.options.project_policy
-            or _pool_context().get_start_method() != "fork"
+    if (len(todo) < 32 or _pool_context().get_start_method() != "fork"
             or not any(r.requires_float16 for r in rules_for(job))):
         return
     from mpfix import policy as policies
+    from mpfix.project.facts import prepare
 
     roots = {}
     for i in todo:
@@ -432,7 +432,8 @@ def _scan_projects(paths, todo, job) -> None:
         if folder not in roots:
             roots[folder] = policies.project_root(paths[i])
     for root in set(roots.values()):
-        policies.project_reach(root)
+        # The project facts each file's key and rules read (mpfix.project.facts): reach, callers index.
+        prepare(root, consult_project=job.options.policy is None and job.options.project_policy)
 
 
 def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> None:

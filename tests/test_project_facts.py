@@ -116,3 +116,19 @@ def test_one_project_walker_skips_what_discovery_skips(project: Path):
     _write(project, {"a.py": "", "venv/lib/b.py": "", "build/c.py": "", ".mpfix_cache/d.py": "", "sub/e.py": ""})
     names = sorted(Path(p).relative_to(project.resolve()).as_posix() for p in project_files(project.resolve()))
     assert names == ["a.py", "sub/e.py"]
+
+
+def test_the_runner_prepares_the_callers_index_before_forking_and_workers_agree(project: Path):
+    """Run in worker processes (--jobs 2, enough files for the pre-fork scan): the same answer as in-process."""
+    fillers = {f"pkg/mod{i}.py": f"import keras\nlayer{i} = keras.layers.Dense(4)\n" for i in range(36)}
+    _write(project, {"pkg/__init__.py": "", "pkg/lib.py": LIB, "tests/test_lib.py": TEST_LIB, **fillers})
+    job = Job(rule_codes=("MP205",), options=Options(keras="3"), mode=Mode.CHECK)
+    files = sorted(p for p in project.rglob("*.py") if ".mpfix_cache" not in p.parts)
+    assert [r for r in process_all(files, job, jobs=2, cache=True) if r.findings] == []
+    assert project_facts._helpers.cache_info().currsize == 1  # computed here, in the parent
+    _write(project, {"train.py": TRAIN})
+    policies.forget_projects()
+    files = sorted(p for p in project.rglob("*.py") if ".mpfix_cache" not in p.parts)
+    found = [f"{r.path.relative_to(project)}:{f.code}" for r in process_all(files, job, jobs=2, cache=True)
+             for f in r.findings]
+    assert found == ["pkg/lib.py:MP205"]

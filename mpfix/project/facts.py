@@ -116,6 +116,14 @@ def file_facts(path: Path, *, consult_project: bool = True, float16_rules: bool 
     return ProjectFileFacts(reach=reach, test_helpers=helpers, declared=base.declared, tf_max=bound)
 
 
+def prepare(root: Path, *, consult_project: bool) -> None:
+    """Compute a project's facts before the per-file run (the runner does, before forking its
+    workers, so that each inherits them): the reach, and the callers index where float16 can
+    reach the project (or no scan decides: a configured policy)."""
+    if not consult_project or project_reach(root).policy is Policy.FLOAT16:
+        _helpers(root)
+
+
 def forget() -> None:
     """Forget every project's callers index (files were created or saved)."""
     _helpers.cache_clear()
