@@ -257,6 +257,8 @@ def _read(text: str, path: Path):
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         return FileError(str(path), f"not a notebook: invalid JSON ({exc.msg})", exc.lineno, exc.colno)
+    except RecursionError:  # json's C scanner recurses once per level
+        return FileError(str(path), "not a notebook mpfix can read: its JSON is nested too deeply")
     if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
         return FileError(str(path), "not a notebook: no list of cells (only nbformat 4 notebooks are checked)")
     if not isinstance(raw.get("nbformat"), int) or raw["nbformat"] < 4:
@@ -264,6 +266,11 @@ def _read(text: str, path: Path):
     for index, cell in enumerate(raw["cells"]):
         if not isinstance(cell, dict) or not isinstance(cell.get("source", ""), (str, list)):
             return FileError(str(path), f"not a notebook mpfix can read: cell {index + 1} is malformed")
+        source = cell.get("source", "")
+        if isinstance(source, list) and not all(isinstance(line, str) for line in source):
+            kind = next(type(line).__name__ for line in source if not isinstance(line, str))
+            return FileError(str(path), f"not a notebook mpfix can read: cell {index + 1}'s source holds a value "
+                                        f"of type {kind} (nbformat 4 wants a string or a list of strings)")
     return raw
 
 

@@ -21,7 +21,7 @@ from mpfix import safe_read, unchecked
 from mpfix.engine import Engine
 from mpfix.jobs import FileResult, Job, Mode  # re-exported: callers import them from here
 from mpfix.findings import FileError
-from mpfix.source import SourceError, decode
+from mpfix.source import SourceError, decode, decode_notebook
 from mpfix.writer import ChangedError, ReadOnlyError, write_atomic
 
 
@@ -74,6 +74,14 @@ def process_file(path: Path, job: Job, ignored: tuple[str, ...] = (), accept=Non
     ``keyer`` (a ``cache.Keyer``): answer from its set of clean keys when the
     file is known clean, and record in ``clean_keys`` what this run proves clean.
     """
+    try:
+        return _process_file(path, job, ignored, accept, keyer)
+    except Exception as exc:  # a bug anywhere (a notebook, the cache, a rule) costs this file only
+        return FileResult(path=path, errors=[FileError(str(path), f"internal error in mpfix ({type(exc).__name__}: "
+                                                                  f"{exc}); nothing was written; please report it")])
+
+
+def _process_file(path: Path, job: Job, ignored: tuple[str, ...], accept, keyer) -> FileResult:
     result = FileResult(path=path)
     try:
         data = _read(path, job.max_file_bytes)
@@ -90,7 +98,7 @@ def process_file(path: Path, job: Job, ignored: tuple[str, ...] = (), accept=Non
             result.cached = True
             return result
     try:
-        source = decode(data)
+        source = decode_notebook(data) if path.suffix == ".ipynb" else decode(data)
     except SourceError as exc:
         result.errors.append(FileError(str(path), exc.message, exc.line, exc.column))
         return result

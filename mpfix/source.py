@@ -34,6 +34,19 @@ class Source:
         return codecs.BOM_UTF8 + data if self.bom else data
 
 
+def decode_notebook(data: bytes) -> Source:
+    """A notebook's bytes as text: nbformat is UTF-8 JSON, whatever a cell's first line says."""
+    bom = data.startswith(codecs.BOM_UTF8)
+    body = data[len(codecs.BOM_UTF8):] if bom else data
+    try:
+        return Source(text=body.decode("utf-8"), encoding="utf-8", bom=bom)
+    except UnicodeDecodeError as exc:
+        line = body[: exc.start].count(b"\n") + 1
+        column = exc.start - (body.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise SourceError(f"not a notebook mpfix can read: byte 0x{body[exc.start]:02x} is not valid UTF-8 "
+                          "(notebooks are UTF-8 JSON)", line, column) from exc
+
+
 def decode(data: bytes) -> Source:
     """Decode Python source bytes; raise SourceError with a clear message otherwise."""
     if b"\x00" in data:

@@ -1,0 +1,44 @@
+"""Malformed notebooks (issue 21 item 5): a clear error for that file, the run goes on, no traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import DEPRECATED
+
+CELL = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None}
+NOTEBOOKS = {
+    "non_string.ipynb": json.dumps({"cells": [dict(CELL, source=["import tensorflow as tf\n", 5])],
+                                    "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode(),
+    "deep.ipynb": b'{"cells": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    "bad_utf8.ipynb": b'{"cells": [{"cell_type": "code", "source": ["x = \'\xff\'\\n"]}], "nbformat": 4}',
+}
+EXPECTED = {
+    "non_string.ipynb": "non_string.ipynb:1:1: MP000 not a notebook mpfix can read: cell 1's source holds a value of type int",
+    "deep.ipynb": "deep.ipynb:1:1: MP000 not a notebook mpfix can read: its JSON is nested too deeply",
+    "bad_utf8.ipynb": "bad_utf8.ipynb:1:51: MP000 not a notebook mpfix can read: byte 0xff is not valid UTF-8",
+}
+
+
+@pytest.mark.parametrize("command", ["check", "apply"])
+def test_malformed_notebooks_are_reported_and_the_run_goes_on(tmp_path: Path, command: str):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    for name, data in NOTEBOOKS.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "ok.py").write_text(DEPRECATED)
+    env = dict(os.environ, MPFIX_CACHE_DIR=str(tmp_path / ".cache"), NO_COLOR="1")
+    for jobs in ("1", "2"):
+        result = subprocess.run([sys.executable, "-m", "mpfix", command, "--jobs", jobs, "."], cwd=tmp_path,
+                                env=env, capture_output=True, text=True, timeout=120)
+        output = result.stdout + result.stderr
+        assert result.returncode == 2 and "Traceback" not in output, output
+        for expected in EXPECTED.values():
+            assert expected in output
+        assert "3 files could not be checked" in output
+    for name, data in NOTEBOOKS.items():
+        assert (tmp_path / name).read_bytes() == data
