@@ -31,7 +31,17 @@ def _regular_package_first() -> None:
     importlib.import_module("mpfix")
 
 
+def _without_working_directory() -> None:
+    """Drop the folder ``python -m`` put first on ``sys.path``: the current folder, which in CI is
+    the checked-out repository. A ``click.py`` or ``libcst.py`` there would otherwise be imported
+    in place of the real library, running the repository's code (issue 21). ``mpfix`` itself is
+    imported already, and its submodules load from its own folder."""
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        del sys.path[0]
+
+
 _regular_package_first()
+_without_working_directory()
 
 from mpfix.cli import main  # noqa: E402
 

@@ -345,8 +345,14 @@ def _agreed_fixes(reports: list, other: list) -> list:
 
 
 def _compiles(text: str, filename: str) -> bool:
+    import warnings
+
     try:
-        compile(text, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        with warnings.catch_warnings():
+            # The user's own code (``x is 1``) warns when compiled: not mpfix's to show, and as an
+            # error (``-W error``) it would make a good fix look like one that does not compile.
+            warnings.simplefilter("ignore")
+            compile(text, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
     except (SyntaxError, ValueError):
         return False
     return True
