@@ -1,0 +1,191 @@
+"""Fuzz ``mpfix check``/``apply`` with generated programs and mutated real files (issue 21).
+
+Counts, for each input, a **crash** (the process died by a signal, e.g. LibCST's native parser
+segfaulting), a **traceback** (any ``Traceback`` on stderr or stdout, or an exit status other than
+0/1/2) and a **hang** (a batch that outlived its time limit). The targets are 0, 0 and 0.
+
+* ``generated``: programs from hypothesmith (``from_grammar()``; random but syntactically valid
+  Python), each behind a line that triggers a rule, so the engine parses it.
+* ``mutated``: real files (``samples/``, the tests' ``.py`` fixtures, the installed ``keras`` and
+  ``tf_keras`` packages, found without importing them) cut, duplicated, spliced, truncated, given
+  random bytes or deep nesting, with a seeded RNG (reproducible: ``--seed``).
+
+Inputs run in batches through the real command line (``python -m mpfix check --format json``,
+then ``apply`` on the same folder), as CI would; a batch that fails is retried file by file to
+name the culprit.
+
+    python benchmarks/fuzz_hostile.py --generated 1000 --mutated 1000       # the full run
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRIGGER = "import tensorflow as tf\n\n\n@tf.function(experimental_relax_shapes=True)\ndef _fuzz(x):\n    return x\n\n\n"
+
+
+@dataclass
+class Outcome:
+    inputs: int = 0
+    crashes: list[str] = field(default_factory=list)
+    tracebacks: list[str] = field(default_factory=list)
+    hangs: list[str] = field(default_factory=list)
+
+    def line(self, name: str) -> str:
+        return (f"{name}: {self.inputs} inputs, {len(self.crashes)} crashes, {len(self.tracebacks)} tracebacks, "
+                f"{len(self.hangs)} hangs")
+
+
+def corpus(limit_bytes: int = 200_000) -> list[Path]:
+    """Real Python files to mutate."""
+    files = sorted((ROOT / "samples").glob("*.py")) + sorted((ROOT / "tests").rglob("*.py"))
+    for package in ("keras", "tf_keras"):
+        spec = importlib.util.find_spec(package)
+        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+            files += sorted(Path(folder).rglob("*.py"))
+    return [f for f in files if f.is_file() and 0 < f.stat().st_size <= limit_bytes]
+
+
+def mutate(data: bytes, rng: random.Random) -> bytes:
+    """One random mutation of a file's bytes."""
+    n = len(data)
+    kind = rng.randrange(9)
+    i, j = sorted(rng.randrange(n + 1) for _ in range(2))
+    if kind == 0:
+        return data[:i] + data[j:]  # cut
+    if kind == 1:
+        return data[:j] + data[i:j] + data[j:]  # duplicate a span
+    if kind == 2:
+        return data[:i] + bytes(rng.randrange(256) for _ in range(rng.randrange(1, 16))) + data[i:]
+    if kind == 3:
+        return data[:i]  # truncated
+    if kind == 4:
+        depth = rng.choice((50, 199, 250, 1000, 3000))
+        return data[:i] + b"x = " + b"(" * depth + b"1" + b")" * depth + b"\n" + data[i:]
+    if kind == 5:
+        chain = rng.choice((b".b", b" + 1", b"()", b"[0]"))
+        return data[:i] + b"\ny = a" + chain * rng.choice((100, 1000, 3000, 8000)) + b"\n" + data[i:]
+    if kind == 6:
+        lines = data.splitlines(keepends=True)
+        rng.shuffle(lines)
+        return b"".join(lines)
+    if kind == 7:
+        lines = data.splitlines(keepends=True)
+        k = rng.randrange(len(lines) + 1)
+        return b"".join(lines[:k] + [b" " * rng.randrange(1, 9) + line for line in lines[k:k + 20]] + lines[k + 20:])
+    return data[:i] + rng.choice((b"\x00", b"\xff\xfe", b"\r", b"\t", b"\\", b'"""', b"'", b"#", b"\xef\xbb\xbf")) + data[i:]
+
+
+def generated(count: int, seed: int) -> list[bytes]:
+    """``count`` programs drawn from hypothesmith's grammar strategy."""
+    import hypothesmith
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    programs: list[str] = []
+
+    @settings(max_examples=count, database=None, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(st.one_of(hypothesmith.from_grammar(), hypothesmith.from_node()))
+    def collect(source: str) -> None:
+        programs.append(source)
+
+    collect()
+    random.Random(seed).shuffle(programs)
+    return [(TRIGGER + p).encode("utf-8", "surrogatepass") for p in programs[:count]]
+
+
+def mutated(count: int, seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    files = corpus()
+    out = []
+    while len(out) < count:
+        data = rng.choice(files).read_bytes()
+        for _ in range(rng.randrange(1, 4)):
+            data = mutate(data, rng) if data else data
+        out.append(TRIGGER.encode() + data)
+    return out
+
+
+def _run(folder: Path, command: list[str], timeout: float) -> tuple[str | None, str]:
+    """(problem or None, output) of one mpfix command over ``folder``."""
+    env = dict(os.environ, MPFIX_CACHE_DIR=str(folder / ".cache"), NO_COLOR="1")
+    try:
+        result = subprocess.run([sys.executable, "-m", "mpfix", *command, "--no-cache", "-j", "1", "."], cwd=folder,
+                                env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "hang", ""
+    output = result.stdout + result.stderr
+    if result.returncode < 0:
+        return "crash", output
+    if "Traceback" in output or result.returncode not in (0, 1, 2):
+        return "traceback", output
+    return None, output
+
+
+def run_batch(inputs: list[bytes], names: list[str], outcome: Outcome, timeout_per_file: float) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "pyproject.toml").write_text("[project]\nname = 'fuzz'\n")
+        for index, data in enumerate(inputs):
+            (folder / f"f{index:05d}.py").write_bytes(data)
+        for command in (["check", "--format", "json"], ["apply"]):
+            problem, _ = _run(folder, command, timeout_per_file * len(inputs) + 30)
+            if problem is None:
+                continue
+            if len(inputs) > 1:  # name the culprit(s): each file alone
+                for data, name in zip(inputs, names):
+                    run_batch([data], [name], outcome, timeout_per_file)
+                return
+            getattr(outcome, {"crash": "crashes", "traceback": "tracebacks", "hang": "hangs"}[problem]).append(
+                f"{names[0]} ({' '.join(command)})")
+            return
+
+
+def fuzz(name: str, inputs: list[bytes], batch: int, timeout_per_file: float, keep: Path | None) -> Outcome:
+    outcome = Outcome(inputs=len(inputs))
+    names = [f"{name}-{i}" for i in range(len(inputs))]
+    started = time.monotonic()
+    for start in range(0, len(inputs), batch):
+        run_batch(inputs[start:start + batch], names[start:start + batch], outcome, timeout_per_file)
+    if keep is not None:
+        for label in outcome.crashes + outcome.tracebacks + outcome.hangs:
+            index = int(label.split()[0].rsplit("-", 1)[1])
+            keep.mkdir(parents=True, exist_ok=True)
+            (keep / f"{name}-{index}.py").write_bytes(inputs[index])
+    print(outcome.line(name) + f" ({time.monotonic() - started:.0f} s)", flush=True)
+    for label in outcome.crashes + outcome.tracebacks + outcome.hangs:
+        print(f"  {label}")
+    return outcome
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--generated", type=int, default=1000)
+    parser.add_argument("--mutated", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=21)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--timeout-per-file", type=float, default=2.0)
+    parser.add_argument("--keep", type=Path, help="copy failing inputs into this folder")
+    options = parser.parse_args()
+    outcomes = []
+    if options.mutated:
+        outcomes.append(fuzz("mutated", mutated(options.mutated, options.seed), options.batch,
+                             options.timeout_per_file, options.keep))
+    if options.generated:
+        outcomes.append(fuzz("generated", generated(options.generated, options.seed), options.batch,
+                             options.timeout_per_file, options.keep))
+    return 1 if any(o.crashes or o.tracebacks or o.hangs for o in outcomes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
