@@ -44,3 +44,33 @@ def die_with_parent(parent: int, signum: int = signal.SIGTERM) -> None:
         threading.Thread(target=_watch, args=(parent, signum), name="mpfix-lifeline", daemon=True).start()
     if os.getppid() != parent:  # it died before the request took effect
         os.kill(os.getpid(), signum)
+
+
+def run_isolated(function, *args, label: str = "the file"):
+    """``function(*args)`` in a forked child; ``(result, None)``, or ``(None, why)`` when the child died
+    (a native crash: its death costs this one call, not the run). Linux/fork only: elsewhere the
+    call runs in this process."""
+    import multiprocessing
+
+    if not sys.platform.startswith("linux") or threading.active_count() > 1:
+        return function(*args), None
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+
+    def child() -> None:
+        send.send(function(*args))
+
+    process = context.Process(target=child, daemon=True)
+    process.start()
+    send.close()
+    try:
+        result = receive.recv()
+    except EOFError:
+        result = None
+    process.join()
+    if process.exitcode != 0 or result is None:
+        code = process.exitcode
+        why = (f"mpfix crashed on {label} (signal {signal.Signals(-code).name})" if code is not None and code < 0
+               else f"mpfix's worker for {label} exited with status {code}")
+        return None, why
+    return result, None

@@ -478,9 +478,16 @@ def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> No
         # The survivors may be blocked on a queue lock the dead worker left behind: a SIGTERM
         # handler cannot reach them there, and the executor would wait for them at exit forever.
         _stop_workers(executor, grace=0.0)
+        from mpfix.lifeline import run_isolated
+
         for i in todo:
             if results[i] is None:
-                results[i] = process_file(paths[i], job, ignored_for.get(paths[i], ()), None, keyer)
+                # Each in a forked child of its own: the file that killed a worker (a native crash
+                # the parse pre-check did not foresee) is reported alone, and the run goes on.
+                result, why = run_isolated(process_file, paths[i], job, ignored_for.get(paths[i], ()), None, keyer,
+                                           label="this file")
+                results[i] = result if result is not None else FileResult(
+                    path=paths[i], errors=[FileError(str(paths[i]), f"{why}; nothing was written; please report it")])
                 bar.update()
     except BaseException:
         # Ctrl-C or SIGTERM in the parent: stop the workers now. SIGTERM makes each
