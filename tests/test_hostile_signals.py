@@ -105,3 +105,36 @@ def test_a_worker_killed_by_a_native_crash_costs_only_its_file(tmp_path: Path, m
     assert [e.message for e in results[1].errors] == [
         "mpfix crashed on this file (signal SIGSEGV); nothing was written; please report it"]
     assert all([f.code for f in r.findings] == ["MP306", "MP307"] for r in results if r.path.name != "crash.py")
+
+
+def test_sigterm_ends_a_read_that_blocks_in_the_kernel(tmp_path: Path):
+    """A read no boundary follows (a plain open() of a FIFO, which mpfix's reader no longer does):
+    the first SIGTERM arms a deadline and the process ends with 143 instead of hanging."""
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "a.py").write_text(DEPRECATED)
+    script = f"""
+import sys
+from pathlib import Path
+from mpfix import runner
+from mpfix.engine import Options
+from mpfix.runner import Job, Mode, process_all
+
+def blocking(path, limit):
+    print("reading", flush=True)
+    return open({str(tmp_path / 'pipe')!r}, "rb").read()  # blocks: no writer
+
+runner._read = blocking
+runner._STOP_GRACE_S = 2.0
+process_all([Path({str(tmp_path / 'a.py')!r})], Job(rule_codes=("MP306",), options=Options(), mode=Mode.CHECK),
+            jobs=1, cache=False)
+"""
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "reading"
+        time.sleep(0.3)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 143, err
+    assert "did not finish within 2 s" in err and "Traceback" not in err
