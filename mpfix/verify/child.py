@@ -17,6 +17,11 @@ from pathlib import Path
 from mpfix.verify.kinds import VerifyError
 from mpfix.verify.records import RunResult, parse_run, read_events
 from mpfix.verify.stdin import Stdin
+from mpfix.verify.workers_judge import failed, merge
+
+
+def failed_any(runs: list[RunResult]) -> bool:
+    return any(failed(run) for run in runs)
 
 # The bootstrap's exit status when --device gpu finds no GPU.
 EXIT_NO_GPU = 3
@@ -65,6 +70,7 @@ class Child:
         self.options = options
         self.worker = worker
         name = f"{mode}{'-locate' if locate else ''}{'' if worker is None else f'-w{worker}'}"
+        self.name = name
         self.records = workdir / f"{name}.jsonl"
         # --workers: the parent stops this worker by creating this file (see _bootstrap).
         self.halt_path = workdir / f"{name}.halt"
@@ -97,7 +103,7 @@ class Child:
         self.proc = subprocess.Popen(
             [options.python, "-m", "mpfix.verify._bootstrap", "--config", str(config_path)],
             cwd=str(origin.parent),
-            env={**child_env(options), **(env or {})},
+            env={**child_env(options), **(env or {}), **self._follow_env(workdir, config, name, worker, locate)},
             stdin=stdin.for_child() if stdin is not None else subprocess.DEVNULL,
             stdout=self.stdout,
             stderr=self.stderr,
@@ -118,6 +124,31 @@ class Child:
             self.kill()
             return True
         return False
+
+    def _follow_env(self, workdir: Path, config: dict, name: str, worker, locate: bool) -> dict:
+        """The environment that makes the workers a launcher script starts run under the
+        bootstrap too (``_follow``); not for workers verify starts itself, nor --locate."""
+        if worker is not None or locate:
+            return {}
+        folder = workdir / "follow"
+        folder.mkdir(exist_ok=True)
+        (folder / "sitecustomize.py").write_text("from mpfix.verify._follow import main\n\nmain()\n", encoding="utf-8")
+        template = workdir / f"{name}.follow.json"
+        template.write_text(json.dumps(dict(config, name=name)), encoding="utf-8")
+        base = child_env(self.options).get("PYTHONPATH", "")
+        return {"PYTHONPATH": os.pathsep.join(p for p in (base, str(folder)) if p), "MPFIX_VERIFY_FOLLOW": str(template)}
+
+    def followed(self) -> list[RunResult]:
+        """The runs of the workers a launcher script started (``_follow``), by index."""
+        runs = []
+        for index in range(64):
+            records = self.records.with_name(f"{self.name}-w{index}.jsonl")
+            if not records.exists():
+                break
+            run = parse_run(self.mode, read_events(records))
+            run.timed_out = (run.end or {}).get("status") == "timeout"
+            runs.append(run)
+        return runs
 
     def halt(self, reason: str) -> None:
         """Ask the child to stop (its watchdog reads its last rows and writes where its
@@ -162,6 +193,16 @@ class Child:
             run.stderr_tail = self.stderr_path.read_bytes()[-4000:].decode("utf-8", "replace")
         except OSError:
             pass
+        workers = self.followed() if self.worker is None else []
+        if workers and not run.steps:
+            # A launcher: its workers' runs, judged as one; the launcher's own failure
+            # counts when no worker failed.
+            group = merge(self.mode, workers, list(range(len(workers))))
+            group.launches, group.elapsed = run.launches, run.elapsed
+            group.timed_out = group.timed_out or run.timed_out
+            if group.crash is None and (failed(run) and not failed_any(workers)):
+                group.crash, group.end, group.returncode, group.stderr_tail = run.crash, run.end, run.returncode, run.stderr_tail
+            return group
         return run
 
 

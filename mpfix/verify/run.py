@@ -279,7 +279,7 @@ def _verify_in(script: Path, args: list[str], options: Options, workdir: Path, b
     skipped_baseline = len(runs) > 1 and baseline is None
     verdict = judge(mixed, baseline, script, baseline_expected=options.baseline)
     verdict = _with_static_rule(verdict, mixed, baseline, script, options)
-    if options.workers > 1:
+    if options.workers > 1 or mixed.workers:  # --workers, or the workers of a launcher
         from mpfix.verify.workers_judge import explain
 
         verdict = explain(verdict, mixed, baseline, script)

@@ -181,10 +181,19 @@ def _bootstraps(folder: Path) -> list[str]:
     return out
 
 
-def test_a_launcher_script_is_told_how_to_use_workers():
-    """A script that starts its workers itself (Popen with TF_CONFIG) trains nothing in the
-    process verify runs: no-steps, with the `--workers` command for its worker script."""
-    report = verify(SCRIPTS / "workers" / "launcher.py", [], device="cpu", timeout=240, baseline=False)
+def test_a_launcher_scripts_workers_are_followed():
+    """A script that starts its workers itself (Popen with TF_CONFIG): each worker runs under
+    the bootstrap (sitecustomize + exec, same pid), all stop together at --steps, and the
+    group is judged as one; float32 too. Keras 2: the NaN on worker 1 at its step."""
+    report = verify(
+        SCRIPTS / "workers" / "launcher.py", ["--steps", "100", "--", "--fault", "nan", "--worker", "1"],
+        steps=5, device="cpu", timeout=240, env={"TF_USE_LEGACY_KERAS": "1"},
+    )
     v = report.verdict
-    assert v.name == "no-steps" and "the script is a launcher" in v.summary, v.summary
-    assert "mpfix verify --workers 2 " in v.summary and "mwms.py -- --steps 3" in v.summary
+    assert v.name == "non-finite" and v.evidence["step"] == 3 and "on worker 1 replica 0" in v.summary, v.summary
+    assert [w.step_count for w in report.mixed.workers] == [5, 5]
+    assert [w.step_count for w in report.baseline.workers] == [5, 5]
+    assert all(w.end["status"] == "stopped" for w in report.mixed.workers + report.baseline.workers)
+    assert report.mixed.launches and report.keras == 2
+    pids = [w.start["pid"] for run in (report.mixed, report.baseline) for w in run.workers]
+    assert len(pids) == 4 and not [p for p in pids if _alive(p)]

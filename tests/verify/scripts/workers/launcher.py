@@ -1,5 +1,5 @@
 """A launcher: starts --workers processes of mwms.py, each with its TF_CONFIG, and waits for
-them (it trains nothing itself)."""
+them (it trains nothing itself). Arguments after `--` go to every worker."""
 import argparse
 import json
 import os
@@ -10,7 +10,9 @@ import sys
 parser = argparse.ArgumentParser()
 parser.add_argument("--workers", type=int, default=2)
 parser.add_argument("--steps", type=int, default=3)
+parser.add_argument("rest", nargs=argparse.REMAINDER)
 args = parser.parse_args()
+extra = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
 
 sockets = [socket.socket() for _ in range(args.workers)]
 for s in sockets:
@@ -23,5 +25,5 @@ procs = []
 for index in range(args.workers):
     config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]}, "task": {"type": "worker", "index": index}}
     env = dict(os.environ, TF_CONFIG=json.dumps(config))
-    procs.append(subprocess.Popen([sys.executable, worker, "--steps", str(args.steps)], env=env))
+    procs.append(subprocess.Popen([sys.executable, worker, "--steps", str(args.steps), *extra], env=env))
 sys.exit(max(p.wait() for p in procs))
