@@ -2,9 +2,9 @@
 
 * ``underflow``: the share of exactly-zero gradient entries per step, mixed beside
   float32, with the verdict's threshold (50 %);
-* ``at-risk`` (headroom) and every run that measured float16 outputs: the largest float16
-  output ``|value|`` per step, with the at-risk threshold (1/8 of 65504) and 65504 itself,
-  on a log axis.
+* ``at-risk`` from float16 headroom: the largest float16 output ``|value|`` per step, with
+  the at-risk threshold (1/8 of 65504) and 65504 itself, on a log axis (an ``at-risk`` from a
+  falling loss scale rests on the loss-scale plot every report has).
 
 ``metadata()``: mpfix's version, the date and the command line, for the JSON and HTML
 reports (a report read later says what produced it).
@@ -73,7 +73,8 @@ def evidence_plots(report, colours: dict) -> list[tuple[str, list[dict], str, st
         out.append(("Exactly-zero gradient entries per step (%)", series, "% zero", "linear"))
     headroom = [(label, _points(run, "act_max")) for label, run in runs.items()]
     headroom = [(label, points) for label, points in headroom if points]
-    if headroom:
+    # at-risk from a falling loss scale rests on the loss-scale plot, shown for every verdict.
+    if headroom and report.verdict.name == "at-risk" and report.verdict.evidence.get("kind") == "headroom":
         from mpfix.verify.verdict import HEADROOM_FRACTION
 
         series = [{"label": label, "points": points, "colour": colours.get(label, "#333"), "css": f"series-{label}"}

@@ -281,7 +281,7 @@ def _all_series(runs: dict, attr: str) -> list[Series]:
 
 def evidence_plot(report) -> str:
     """The plots of what the verdict rests on (report_evidence.py): the zero-gradient share
-    for underflow, the float16 headroom whenever float16 outputs were measured."""
+    for underflow, the float16 headroom for an at-risk layer."""
     return "".join(svg_plot(title, [Series(**spec) for spec in series], label, scale=scale)
                    for title, series, label, scale in evidence_plots(report, COLOURS))
 

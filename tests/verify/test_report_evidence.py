@@ -53,6 +53,10 @@ def test_at_risk_report_plots_float16_headroom_against_its_threshold(tmp_path):
     assert "Largest float16 output |value| per step (headroom)" in _plot_titles(page)
     svg = page.split('aria-label="Largest float16 output |value| per step (headroom)"', 1)[1].split("</svg>", 1)[0]
     assert "at-risk 8188" in svg and "float16 max 65504" in svg
+    # A healthy run's report keeps its two plots (loss, loss scale).
+    calm = _run("mixed", 0.0, 10.0)
+    healthy = _report(calm, _run("float32", 0.0, None), tmp_path)
+    assert healthy.verdict.name == "healthy" and len(_plot_titles(report_html.render(healthy))) == 2
 
 
 def test_html_and_json_reports_say_which_mpfix_when_and_how(tmp_path, monkeypatch):
