@@ -135,8 +135,7 @@ class Bindings:
                         found.declared_global.update(n.name.value for n in small.names)
                     elif isinstance(small, cst.Nonlocal):
                         found.declared_nonlocal.update(n.name.value for n in small.names)
-            for comp in (n for part in _own_parts(node) for n in walk(part)
-                         if isinstance(n, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp))):
+            for comp in (n for part in _own_parts(node) for n in walk(part) if type(n) in _COMPREHENSIONS):
                 for_in = comp.for_in
                 while for_in is not None:
                     self._target(found, for_in.target, for_in.iter, comp, st.branch, BindingKind.COMPREHENSION)
@@ -168,6 +167,10 @@ class Bindings:
         name = dotted_name(target)
         if name is not None:
             found.add(Binding(name, value, statement, branch, kind, element))
+
+
+# Final node classes: a type lookup, not isinstance against LibCST's abstract bases (5x the cost).
+_COMPREHENSIONS = frozenset({cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp})
 
 
 def _own_parts(node: cst.CSTNode) -> list[cst.CSTNode]:
