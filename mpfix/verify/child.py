@@ -30,6 +30,8 @@ KILL_GRACE_S = 3.0
 # The child enforces --timeout itself (and reads its last rows); the parent kills it only
 # when it has not ended this long after that.
 PARENT_DEADLINE_MARGIN_S = KILL_GRACE_S + 2.0
+# A peer of a failed worker gets this long to end by itself before it is halted.
+PEER_GRACE_S = 3.0
 
 def _package_root() -> str:
     # mpfix may not be installed for the child's interpreter (--python): put the folder
@@ -71,6 +73,13 @@ class Child:
         self.worker = worker
         name = f"{mode}{'-locate' if locate else ''}{'' if worker is None else f'-w{worker}'}"
         self.name = name
+        # Followed workers of a launcher (watch_followed).
+        self.follow_halted: str | None = None
+        self._follow_sizes: list[int] = []
+        self._follow_progress = time.monotonic()
+        self._follow_stepped = False
+        self._follow_failed = 0.0
+        self._follow_ends: list = []
         self.records = workdir / f"{name}.jsonl"
         # --workers: the parent stops this worker by creating this file (see _bootstrap).
         self.halt_path = workdir / f"{name}.halt"
@@ -138,6 +147,36 @@ class Child:
         base = child_env(self.options).get("PYTHONPATH", "")
         return {"PYTHONPATH": os.pathsep.join(p for p in (base, str(folder)) if p), "MPFIX_VERIFY_FOLLOW": str(template)}
 
+    def watch_followed(self) -> None:
+        """A launcher's followed workers are a group too: when one fails or they hang, the
+        others are halted (as ``workers.run_group`` does), so the launcher ends."""
+        if self.worker is not None or self.follow_halted is not None:
+            return
+        paths = [self.records.with_name(f"{self.name}-w{i}.jsonl") for i in range(64)]
+        paths = paths[: next((i for i, p in enumerate(paths) if not p.exists()), len(paths))]
+        if not paths:
+            return
+        now = time.monotonic()
+        sizes = [p.stat().st_size for p in paths]
+        if sizes != self._follow_sizes:  # read the files only when they grew
+            self._follow_sizes, self._follow_progress = sizes, now
+            self._follow_stepped = self._follow_stepped or any('"event": "step"' in p.read_text(errors="replace") for p in paths)
+            self._follow_ends = [next((e for e in read_events(p) if e.get("event") == "end"), None) for p in paths]
+        ends = self._follow_ends
+        bad = [i for i, e in enumerate(ends) if e and (e.get("status") == "crashed" or (e.get("status") == "exit" and e.get("code")))]
+        if bad:
+            self._follow_failed = self._follow_failed or now
+        reason = None
+        if bad and now - self._follow_failed >= PEER_GRACE_S:
+            reason = f"peer failed: worker {bad[0]}"
+        elif self._follow_stepped and now - self._follow_progress >= self.options.hang_after:
+            reason = f"hang: no worker recorded a step for {self.options.hang_after:g} s"
+        if reason:
+            self.follow_halted = reason
+            for i, end in enumerate(ends):
+                if end is None:
+                    self.records.with_name(f"{self.name}-w{i}.halt").write_text(reason, encoding="utf-8")
+
     def followed(self) -> list[RunResult]:
         """The runs of the workers a launcher script started (``_follow``), by index."""
         runs = []
@@ -198,8 +237,8 @@ class Child:
             # A launcher: its workers' runs, judged as one; the launcher's own failure
             # counts when no worker failed.
             group = merge(self.mode, workers, list(range(len(workers))))
-            group.launches, group.elapsed = run.launches, run.elapsed
-            group.timed_out = group.timed_out or run.timed_out
+            group.launches, group.elapsed, group.halted = run.launches, run.elapsed, self.follow_halted
+            group.timed_out = group.timed_out or run.timed_out or (self.follow_halted or "").startswith("hang")
             if group.crash is None and (failed(run) and not failed_any(workers)):
                 group.crash, group.end, group.returncode, group.stderr_tail = run.crash, run.end, run.returncode, run.stderr_tail
             return group

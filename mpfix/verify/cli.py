@@ -84,7 +84,7 @@ def _unwritable(path) -> str | None:
     default=120.0,
     show_default=True,
     type=click.FloatRange(min=1.0),
-    help="With --workers: seconds without a new step on any worker that make a hang.",
+    help="With --workers (or a launcher's workers): seconds without a new step on any worker that make a hang.",
 )
 @click.option("--jobs", default=1, show_default=True, type=click.IntRange(1, 2), help="2: mixed and float32 runs at once.")
 def verify(

@@ -215,6 +215,7 @@ def run_children(
                     line = child.progress_line()
                     if line:
                         options.progress(line)
+                child.watch_followed()
                 if child.poll():
                     running.remove(item)
                     results[index] = child.result()

@@ -32,11 +32,9 @@ from pathlib import Path
 
 from mpfix.verify.outputs import Outputs
 from mpfix.verify.records import RunResult
-from mpfix.verify.child import KILL_GRACE_S, Child, raise_if_no_gpu
+from mpfix.verify.child import KILL_GRACE_S, PEER_GRACE_S, Child, raise_if_no_gpu
 from mpfix.verify.workers_judge import failed, merge
 
-# A peer of a failed worker gets this long to end by itself before it is halted.
-PEER_GRACE_S = 3.0
 # The parent polls the workers this often.
 POLL_S = 0.1
 

@@ -197,3 +197,14 @@ def test_a_launcher_scripts_workers_are_followed():
     assert report.mixed.launches and report.keras == 2
     pids = [w.start["pid"] for run in (report.mixed, report.baseline) for w in run.workers]
     assert len(pids) == 4 and not [p for p in pids if _alive(p)]
+
+
+def test_a_launcher_scripts_crashing_worker_halts_its_peers():
+    report = verify(
+        SCRIPTS / "workers" / "launcher.py", ["--steps", "100", "--", "--fault", "crash", "--worker", "1", "--at", "2"],
+        steps=5, device="cpu", timeout=240, baseline=False,
+    )
+    v = report.verdict
+    assert v.name == "crashed" and v.summary.startswith("worker 1: RuntimeError: worker 1 failed at step 2"), v.summary
+    pids = [w.start["pid"] for w in report.mixed.workers]
+    assert len(pids) == 2 and not [p for p in pids if _alive(p)]
