@@ -84,6 +84,15 @@ def checkout(commit: str) -> str:
     return folder
 
 
+def short(path: str) -> str:
+    """A path as the reader knows it: inside its package (keras/src/...), the corpus or the repository."""
+    p = path.replace("\\", "/")
+    for marker in ("/site-packages/", str(REPO) + "/", "/corpora/tfm/"):
+        if marker in p:
+            return p.split(marker, 1)[1]
+    return p
+
+
 def group_of(path: str) -> str:
     p = path.replace("\\", "/")
     if "/tf_keras/src/" in p:
@@ -179,10 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     wrong = [(g, p) for g, p in pairs if static.verdict(p) == "wrong"]
     print(f"\nwrong ({len(wrong)}):")
     for g, p in wrong[: args.list]:
-        print(f"  keras {g} {p.file}:{p.line} [{p.klass}] `{p.text}` static={p.static} runtime={sorted(p.runtime)}")
+        print(f"  keras {g} {short(p.file)}:{p.line} [{p.klass}] `{p.text}` static={p.static} runtime={sorted(p.runtime)}")
     if args.json:
         def rows(kind):
-            return [dict(generation=g, file=p.file, line=p.line, klass=p.klass, text=p.text, static=p.static,
+            return [dict(generation=g, file=short(p.file), line=p.line, klass=p.klass, text=p.text, static=p.static,
                          runtime=sorted(p.runtime)) for g, p in pairs if static.verdict(p) == kind]
         payload = {k: v for k, v in result.items()}
         payload["wrong"], payload["unknown"] = rows("wrong"), rows("unknown") + rows("python")
