@@ -44,9 +44,9 @@ def test_workers_exit_when_the_parent_is_killed(tmp_path: Path):
     env = dict(os.environ, MPFIX_CACHE_DIR=str(tmp_path / ".cache"), NO_COLOR="1")
     parent = subprocess.Popen([sys.executable, "-m", "mpfix", "apply", "--jobs", "2", "."], cwd=tmp_path, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
     try:
         deadline = time.monotonic() + 60
-        workers: list[int] = []
         while time.monotonic() < deadline and parent.poll() is None:
             workers = [p for p in _children(parent.pid) if _alive(p)]
             if len(workers) >= 2:
@@ -61,7 +61,7 @@ def test_workers_exit_when_the_parent_is_killed(tmp_path: Path):
             time.sleep(0.1)
         assert not [p for p in workers if _alive(p)], "workers outlived their parent"
     finally:
-        for pid in [parent.pid, *_children(parent.pid)]:
+        for pid in [parent.pid, *_children(parent.pid), *workers]:  # no orphan left if the test fails
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
