@@ -371,12 +371,28 @@ def _validate(text: str, filename: str, must_compile: bool) -> cst.Module:
 
 def _applier(text: str, module: cst.Module, validator, fixes: list[Fix]) -> fix_edits.Applier:
     known = positions_of(module, [node for fix in fixes for node in fix.changes])  # one codegen for all
+    last: dict = {}  # the last set of fixes applied, and its module before imports: body() reuses full()'s
+
+    def transformed(fixes) -> cst.Module:
+        key = tuple(id(fix) for fix in fixes)
+        if last.get("key") != key:
+            changes: dict = {}
+            for fix in fixes:
+                changes.update(fix.changes)
+            last.update(key=key, module=module.visit(Replace(changes, module)))
+        return last["module"]
 
     def body(fixes):
-        changes: dict = {}
+        return transformed(fixes).code
+
+    def full(fixes):
+        if len(fixes) != len(chosen(module, fixes, known)):
+            return apply_fixes(module, list(fixes), known)[0]
+        imports: list[str] = []
         for fix in fixes:
-            changes.update(fix.changes)
-        return module.visit(Replace(changes, module)).code
+            imports.extend(i for i in fix.imports if i not in imports)
+        new_module = transformed(fixes)
+        return (add_imports(new_module, imports) if imports else new_module).code
 
     def spans(fixes):
         out = []
@@ -390,7 +406,7 @@ def _applier(text: str, module: cst.Module, validator, fixes: list[Fix]) -> fix_
         return set(range(len(fixes))) - set(chosen(module, fixes, known))
 
     return fix_edits.Applier(
-        text=text, body=body, full=lambda fixes: apply_fixes(module, list(fixes), known)[0],
+        text=text, body=body, full=full,
         imports_only=lambda imports: add_imports(module, list(imports)).code, spans=spans,
         overlapping=overlapping, problem=lambda fixed: _problem(validator, fixed), diff=text_edits)
 
