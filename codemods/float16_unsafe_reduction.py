@@ -48,14 +48,9 @@ def _self_product(context, call: cst.Call, spec: op_table.OpSpec) -> cst.BaseExp
         contracted = set(inputs.replace(",", "").replace(".", "")) - set(output)
         a, b = operands[1], operands[2]
         return a if contracted and context.code(a) == context.code(b) else None
-    if len(operands) == 2 and context.code(operands[0]) == context.code(operands[1]) and _transposed(call):
-        return operands[0]
+    # matmul(x, x, transpose_b=True) is not one: with a last axis of 1 it is an outer product (a mask's
+    # pairwise mask in research/seq_flow_lite), and the shapes are not in the source.
     return None
-
-
-def _transposed(call: cst.Call) -> bool:
-    return any(a.keyword is not None and a.keyword.value in ("transpose_a", "transpose_b", "adjoint_a", "adjoint_b")
-               and isinstance(a.value, cst.Name) and a.value.value == "True" for a in call.args)
 
 
 def _attention_scores(context, call: cst.Call, spec: op_table.OpSpec) -> bool:
@@ -71,16 +66,6 @@ def _attention_scores(context, call: cst.Call, spec: op_table.OpSpec) -> bool:
     return len(operands) == 2 and context.code(operands[0]) != context.code(operands[1]) and any(
         a.keyword is not None and a.keyword.value in ("transpose_b", "adjoint_b") and isinstance(a.value, cst.Name)
         and a.value.value == "True" for a in call.args)
-
-
-def _whole_tensor(call: cst.Call) -> bool:
-    """A reduction without an axis: it sums every element."""
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    axis = next((a for a in call.args if a.keyword is not None and a.keyword.value in ("axis", "axes")), None)
-    if axis is None and len(positional) >= 2:
-        axis = positional[1]
-    return axis is None and not any(a.star for a in call.args) or (
-        axis is not None and isinstance(axis.value, cst.Name) and axis.value.value == "None")
 
 
 def _is_loss(facts: DtypeFacts, call: cst.Call, code) -> bool:
@@ -117,13 +102,12 @@ class Float16UnsafeReduction(Rule):
     explanation = """
         ## What it does
         Finds `tf.nn.l2_loss`, sums of squares in every spelling (`tf.reduce_sum(tf.square(x))`,
-        `tf.pow(x, 2)`, `x ** 2`, `x * x`, and self-products `tf.einsum("bd,bd->b", x, x)`,
-        `tf.matmul(x, x, transpose_b=True)`), `tf.norm` (the Euclidean or Frobenius norm: an L1
-        or inf norm does not square), `tf.math.reduce_variance` and `tf.math.reduce_std` over
-        tensors that are float16 under `mixed_float16` (activations inside `call`, model outputs
-        in a training step); running sums (`tf.cumsum`) and sums over every element of a layer's
-        activations (`tf.reduce_sum(x)` without an axis); and attention scores scaled only after
-        the product (`tf.matmul(q, k, transpose_b=True) / math.sqrt(d)`: scale `q` first).
+        `tf.pow(x, 2)`, `x ** 2`, `x * x`, and einsum self-products `tf.einsum("bd,bd->b", x, x)`),
+        `tf.norm` (the Euclidean or Frobenius norm: an L1 or inf norm does not square),
+        `tf.math.reduce_variance` and `tf.math.reduce_std` over tensors that are float16 under
+        `mixed_float16` (activations inside `call`, model outputs in a training step); running
+        sums (`tf.cumsum`); and attention scores scaled only after the product
+        (`tf.matmul(q, k, transpose_b=True) / math.sqrt(d)`: scale `q` first).
 
         ## Why is this bad?
         Squares grow fast and float16 stops at 65504: 3,000 activations of magnitude 5 sum to
@@ -253,9 +237,6 @@ class Float16UnsafeReduction(Rule):
                 if square is not None:
                     target, replaced = square
                     what = "sum of squares"
-                elif _whole_tensor(call) and facts.place(call).layer_method and not facts.at_most_one(x):
-                    # Every element of a layer's activations: batch × length × features values.
-                    what = "sum over every element"
             if what is None or facts.dtype_of(target) is not Dtype.FLOAT16:
                 continue
             self._report(facts, call, target, replaced, what, in_range=in_range)
