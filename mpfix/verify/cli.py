@@ -72,6 +72,8 @@ def _unwritable(path) -> str | None:
 )
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="Write every step as JSON.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True), help="Write a self-contained HTML report.")
+@click.option("--sarif", "sarif_path", type=click.Path(dir_okay=False, writable=True),
+              help="Write the runtime findings (per-op float16 evidence) as SARIF 2.1.0.")
 @click.option(
     "--workers",
     default=1,
@@ -88,7 +90,8 @@ def _unwritable(path) -> str | None:
 )
 @click.option("--jobs", default=1, show_default=True, type=click.IntRange(1, 2), help="2: mixed and float32 runs at once.")
 def verify(
-    script, script_args, steps, baseline, policy, seed, timeout, device, python, locate, patched, json_path, html_path, workers, hang_after, jobs
+    script, script_args, steps, baseline, policy, seed, timeout, device, python, locate, patched, json_path, html_path, workers, hang_after, jobs,
+    sarif_path=None,
 ):
     """Run SCRIPT under mixed precision, judge it: healthy, non-finite, stalled, underflow, diverged, crashed, timeout, no-steps, at-risk or unstable.
 
@@ -114,7 +117,7 @@ def verify(
         workers=workers,
         hang_after=hang_after,
     )
-    for option, path in (("--json", json_path), ("--html", html_path)):
+    for option, path in (("--json", json_path), ("--html", html_path), ("--sarif", sarif_path)):
         problem = _unwritable(path)
         if problem:
             # Said before the run, not after minutes of it.
@@ -147,6 +150,11 @@ def verify(
         from mpfix.verify import report_html
 
         report_html.write(result, html_path)
+    if sarif_path:
+        from mpfix.verify import report_sarif
+        from mpfix.verify.report_text import runtime_findings
+
+        report_sarif.write(runtime_findings(getattr(result, "after", result)), sarif_path)
     sys.exit(result.exit_code)
 
 

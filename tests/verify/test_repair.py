@@ -122,3 +122,16 @@ def test_repair_is_bounded_by_its_timeout_and_leaves_no_process(tmp_path):
     assert "nothing to repair" in result.stdout
     assert not _bootstraps_under(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hang.py"]
+
+
+def test_verify_writes_the_runtime_findings_as_sarif(tmp_path):
+    script = _copy(tmp_path, "dense_overflow.py")
+    out = tmp_path / "found.sarif"
+    result = _mpfix("verify", script.name, "--steps", "3", "--no-baseline", "--device", "cpu", "--sarif", str(out),
+                    cwd=tmp_path)
+    assert result.returncode == 10, result.stdout + result.stderr
+    log = json.loads(out.read_text())
+    first = log["runs"][0]["results"][0]
+    assert first["ruleId"] == "MP901" and first["properties"]["runtime"] is True and first["properties"]["op"] == "MatMul"
+    assert first["locations"][0]["physicalLocation"]["region"]["startLine"] == 19
+    assert first["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].endswith("dense_overflow.py")
