@@ -289,6 +289,8 @@ class Float16UnderflowEpsilon(Rule):
                 return  # a class of this file that is no layer
             if info is not None and info.computes_float32:
                 return  # the class computes in float32 itself
+            if defined is not None and facts.parameter_feeds_float32_layers(defined, arg.keyword.value):
+                return  # the epsilon only reaches Keras' float32 normalisation layers
             if defined is None:
                 if not heuristics.NORM_LAYER_NAME.search(simple):
                     return  # an imported class we cannot see: only normalisation layers use epsilon directly

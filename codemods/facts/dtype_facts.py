@@ -18,7 +18,10 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from mpfix.codemods.analysis.dtype_regions import Region, RegionKind
-from mpfix.codemods.analysis.dtypes import F16, UNK, Dtype, DtypeAnalysis, argument, dtype_analysis, first_arg
+from mpfix.codemods.analysis.dtype_syntax import walk_calls
+from mpfix.codemods.analysis.dtypes import (
+    F16, UNK, Dtype, DtypeAnalysis, argument, dtype_analysis, first_arg, spelled_dtype,
+)
 from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.facts import keras_layers
 
@@ -219,6 +222,32 @@ class DtypeFacts:
         computes_float32 = self._a.float32_layer(cls) or self._a.inherits_float32_compute(cls) or \
             _casts_to_float32(cls, self.module)
         return LayerInfo(self._a.autocasts(cls), computes_float32, _accepts_dtype(cls))
+
+    def parameter_feeds_float32_layers(self, cls: cst.ClassDef, param: str) -> bool:
+        """Every layer ``cls`` hands its constructor parameter ``param`` to computes in float32
+        (``epsilon=self._norm_epsilon`` into Keras' LayerNormalization, or a layer built with
+        ``dtype=tf.float32``): an epsilon there never meets float16 arithmetic."""
+        a = self._a
+        names = {param}
+        attrs = {attr for attr, values in a.attribute_values_table(cls).items()
+                 if any(isinstance(v, cst.Name) and v.value == param for _, v in values)}
+        uses = []
+        for func in a.methods.get(cls, {}).values():
+            for call in walk_calls(func):
+                for arg in call.args:
+                    value = arg.value
+                    if (isinstance(value, cst.Name) and value.value in names) or (
+                            isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name)
+                            and value.value.value == "self" and value.attr.value in attrs):
+                        uses.append(call)
+        if not uses:
+            return False
+        for call in uses:
+            dtype = argument(call, "dtype", None)
+            declared = spelled_dtype(dtype.value, a.resolve) if dtype is not None else None
+            if not keras_layers.computes_float32(a.resolve(call.func), self.keras) and not (declared and declared.wide):
+                return False
+        return True
 
     # -- provenance and mixes ----------------------------------------------------------
     def float32_source(self, node: cst.BaseExpression) -> Provenance | None:

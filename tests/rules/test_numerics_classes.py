@@ -581,3 +581,30 @@ def test_triggers_cover_every_op_of_the_kinds_the_rule_reads(code, kinds):
     assert names
     missed = [n for n in sorted(names) if not rule.may_match(f"y = tf.math.{n}(x)\n")]
     assert missed == []
+
+
+@BOTH
+def test_an_epsilon_handed_on_to_keras_layer_normalization_is_safe(keras):
+    # tfm official/nlp/modeling/layers/transformer_xl.py:425 (the block's norms are Keras
+    # LayerNormalization, one of them dtype=tf.float32): found by comparing with 3226bc5, whose
+    # "float32 anywhere in the class text" test hid it.
+    code = """
+        import tensorflow as tf
+
+        class Block(tf.keras.layers.Layer):
+            def __init__(self, norm_epsilon=1e-12, **kwargs):
+                super().__init__(**kwargs)
+                self._norm_epsilon = norm_epsilon
+                self._norm = tf.keras.layers.LayerNormalization(epsilon=self._norm_epsilon, dtype=tf.float32)
+                self._out_norm = tf.keras.layers.LayerNormalization(epsilon=self._norm_epsilon)
+
+            def call(self, x):
+                return self._out_norm(self._norm(x))
+
+        class Stack(tf.keras.layers.Layer):
+            def build(self, shape):
+                self.blocks = [Block(norm_epsilon=1e-12) for _ in range(2)]
+    """
+    assert found(code, keras) == []
+    assert found(code.replace("tf.keras.layers.LayerNormalization(epsilon=self._norm_epsilon)",
+                              "RMSNorm(epsilon=self._norm_epsilon)"), keras) == [("MP202", 15)]
