@@ -39,16 +39,17 @@ def _timed(args: list[str], cwd: Path, repeat: int) -> float:
     return statistics.median(times)
 
 
-def json_vs_text(copies: int, repeat: int) -> None:
+def json_vs_text(copies: int, repeat: int, jobs: str | None = None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         (root / "pyproject.toml").write_text("[project]\nname = 'bench'\n")
         for i in range(copies):
             shutil.copy(SAMPLE, root / f"copy_{i}.py")
-        text = _timed(["check", "--no-cache", "--format", "text", "."], root, repeat)
-        json = _timed(["check", "--no-cache", "--format", "json", "."], root, repeat)
-        full = _timed(["check", "--no-cache", "--format", "full", "."], root, repeat)
-    print(f"json-vs-text ({copies} copies of {SAMPLE.name}, median of {repeat}): text {text:.2f} s, "
+        extra = ["--jobs", jobs] if jobs else []
+        text = _timed(["check", "--no-cache", *extra, "--format", "text", "."], root, repeat)
+        json = _timed(["check", "--no-cache", *extra, "--format", "json", "."], root, repeat)
+        full = _timed(["check", "--no-cache", *extra, "--format", "full", "."], root, repeat)
+    print(f"json-vs-text ({copies} copies of {SAMPLE.name}, --jobs {jobs or 'default'}, median of {repeat}): text {text:.2f} s, "
           f"json {json:.2f} s ({json / text:.2f}x), full {full:.2f} s ({full / text:.2f}x); target json <= 1.5x")
 
 
@@ -96,6 +97,7 @@ def main() -> None:
     parser.add_argument("--skip-scaling", action="store_true")
     options = parser.parse_args()
     json_vs_text(options.copies, options.repeat)
+    json_vs_text(options.copies, options.repeat, "1")
     if not options.skip_scaling:
         fixes_scaling(options.repeat)
     if not options.skip_server:
