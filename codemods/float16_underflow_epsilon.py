@@ -219,7 +219,12 @@ class Float16UnderflowEpsilon(Rule):
                 if meets and spec.has(op_table.Kind.FLOOR, op_table.Kind.CLIP):
                     self._report_floor(call, node, literal, value)
                     return
-        if meets:
+        if meets and isinstance(node, cst.Call):
+            # keras.backend.epsilon() as a smoothing term (Dice, Tversky): 1e-4 for every dtype would
+            # change float32 results (C24), so no fix.
+            self.report(node, f"`{self.context.code(node)}` (1e-7) becomes {describe_float16(value)} in float16 "
+                              f"(smallest normal ≈ 6.1e-5); use {SAFE_EPSILON} for float16 or compute in float32")
+        elif meets:
             self._report_epsilon(node, literal, value)
 
     def _report_floor(self, call: cst.Call, node, literal, value: float) -> None:
@@ -231,8 +236,9 @@ class Float16UnderflowEpsilon(Rule):
         if clipped is not None and clipped is not node and is_simple(clipped):
             fix = {literal: cst.parse_expression(
                 f'({SAFE_EPSILON} if {self.context.code(clipped)}.dtype == "float16" else {self.context.code(literal)})')}
+        lost = "is gone" if describe_float16(value) == "0.0" else "is off"
         self.report(node, f"{self.context.code(node)} becomes {describe_float16(value)} in float16 (smallest normal "
-                          f"≈ 6.1e-5), so the floor is gone; use {SAFE_EPSILON} for float16 only (a floor is the "
+                          f"≈ 6.1e-5), so the floor {lost}; use {SAFE_EPSILON} for float16 only (a floor is the "
                           "value wherever the input is below it)", fix=fix,
                     description=f"Use {SAFE_EPSILON} as the floor in float16, the original value otherwise")
 

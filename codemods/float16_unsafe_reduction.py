@@ -231,6 +231,8 @@ class Float16UnsafeReduction(Rule):
             what = spec.label if in_range or spec.has(Kind.SQUARED_SUM) else None
             target, replaced = x, None
             if what is None and spec.has(Kind.CUMULATIVE):
+                if facts.at_most_one(x) or facts.nonpositive(x):
+                    continue  # a running sum of probabilities, or of logs ≤ 0 headed for exp (C25)
                 what = "running sum (cumsum)"
             elif what is None and spec.has(Kind.LONG_SUM):
                 square = self._square(facts, x)

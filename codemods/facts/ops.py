@@ -140,7 +140,7 @@ _TABLE: tuple[OpSpec, ...] = (
     _spec("full", R.FLOAT32, dtype_position=2),
     *(_spec(n, R.FLOAT32) for n in (
         "eye", "identity_matrix", "linspace", "logspace", "random.stateless_normal", "random.stateless_uniform",
-        "random.gamma", "random.beta", "random.dropout", "tri", "hanning", "hamming", "blackman", "bartlett",
+        "random.gamma", "random.beta", "tri", "hanning", "hamming", "blackman", "bartlett",
         "kaiser")),
     _spec("one_hot", R.FLOAT32, G.UNIT, dtype_position=5, index_args=(0,), **_NOT_ELEMENTWISE),
     _spec("fill", R.VALUE, **_NOT_ELEMENTWISE),
@@ -161,6 +161,8 @@ _TABLE: tuple[OpSpec, ...] = (
     *(_spec(n, R.LIKE, G.FOLLOWS, dtype_position=1, **_BOOLS) for n in ("zeros_like", "ones_like")),
     _spec("stop_gradient", R.LIKE, G.FOLLOWS, K.STOP_GRADIENT, **_BOOLS),
     *(_spec(n, R.LIKE) for n in ("full_like", "fill_like", "random.normal_like")),
+    # keras.random.dropout(x, rate), keras.random.shuffle(x): x's dtype (C26), not a float32 creator.
+    *(_spec(n, R.LIKE) for n in ("random.dropout", "random.shuffle", "nn.dropout")),
     *(_spec(n, R.CAST, G.FOLLOWS, **_NOT_ELEMENTWISE) for n in (
         "cast", "saturate_cast", "dtypes.cast", "image.convert_image_dtype")),
     *(_spec(n, R.COMPLEX) for n in (

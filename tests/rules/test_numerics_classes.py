@@ -608,3 +608,47 @@ def test_an_epsilon_handed_on_to_keras_layer_normalization_is_safe(keras):
     assert found(code, keras) == []
     assert found(code.replace("tf.keras.layers.LayerNormalization(epsilon=self._norm_epsilon)",
                               "RMSNorm(epsilon=self._norm_epsilon)"), keras) == [("MP202", 15)]
+
+
+def test_c25_running_sums_of_bounded_values_are_fine():
+    # addons seq2seq/attention_wrapper.py:947 (cumsum of an attention distribution) and :857
+    # (cumsum of logs of values <= 1, then exp: running to -inf gives the right limit 0).
+    code = """
+        import tensorflow as tf
+
+        class Monotonic(tf.keras.layers.Layer):
+            def call(self, scores, previous):
+                attention = tf.nn.softmax(scores)
+                total = tf.cumsum(attention, axis=1)
+                logs = tf.cumsum(tf.math.log(tf.clip_by_value(previous, 0.5, 1.0)), axis=1)
+                return total + tf.exp(logs)
+    """
+    assert [c for c, _ in found(code) if c == "MP203"] == []
+
+
+def test_c26_keras_random_dropout_keeps_its_input_dtype():
+    from tests.analysis.test_dtypes import F16, dtype_of
+
+    code = """
+        from keras import layers, random
+
+        class Drop(layers.Layer):
+            def call(self, x):
+                return random.dropout(x, 0.1)
+    """
+    assert dtype_of(code, "random.dropout(x, 0.1)") is F16
+
+
+def test_c24_keras_epsilon_as_a_smoothing_term_is_reported_without_a_fix():
+    code = """
+        import tensorflow as tf
+        from tensorflow.keras import backend as K
+
+        class Dice(tf.keras.layers.Layer):
+            def call(self, p, y):
+                inter = tf.reduce_sum(p * y)
+                return (2.0 * inter + K.epsilon()) / (tf.reduce_sum(p + y) + K.epsilon())
+    """
+    result = lint(code, fix=False)
+    mp202 = [f for f in result.findings if f.code == "MP202"]
+    assert mp202 and all(f.fix is None for f in mp202)
