@@ -74,7 +74,8 @@ def backend_agnostic(context) -> bool:
     """A Keras 3 module that uses ``keras.ops`` and never imports TensorFlow: fixes spell ``keras.ops``."""
     imports = context.imports
     return context.keras == 3 and not imports.imports_module("tensorflow") and (
-        imports.imports_module("keras") or context.imports.local_name_for("keras.ops") is not None)
+        imports.imports_module("keras") or any(imports.local_name_for(name) is not None
+                                               for name in ("keras.ops", "keras.src.ops")))
 
 
 def tf_spelling(context) -> tuple[str, tuple[str, ...]]:

@@ -652,3 +652,20 @@ def test_c24_keras_epsilon_as_a_smoothing_term_is_reported_without_a_fix():
     result = lint(code, fix=False)
     mp202 = [f for f in result.findings if f.code == "MP202"]
     assert mp202 and all(f.fix is None for f in mp202)
+
+
+def test_keras_internal_ops_code_gets_an_ops_cast():
+    # Near C30 (keras/src/trainers/trainer_test.py:2124, which also imports tensorflow): a fix in
+    # `from keras.src import ops` code that never imports tensorflow must not
+    # insert `import tensorflow as tf`.
+    code = """
+        from keras.src import layers
+        from keras.src import ops
+
+        class Reg(layers.Layer):
+            def call(self, x):
+                self.add_loss(1e-4 * ops.sum(ops.square(x)))
+                return x
+    """
+    text = fixed(code)
+    assert 'ops.cast(x, "float32")' in text and "import tensorflow" not in text
