@@ -8,7 +8,7 @@ from mpfix.codemods.analysis.dtype_lattice import (
     BOOL, CPLX, F16, F32, INT, PY, PYTHON_FUNCS, UNK, Dtype, all_integers, arith, argument, join_all,
 )
 from mpfix.codemods.analysis.dtype_regions import Region
-from mpfix.codemods.facts import heuristics
+from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.facts import ops as specs
 from mpfix.codemods.names import dotted_name
 
@@ -32,6 +32,17 @@ class CallDtypes:
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("gradient", "jacobian") and \
                 heuristics.TAPE_NAME.search(dotted_name(node.func.value) or ""):
             return F32  # gradients of the float32 variables (LossScaleOptimizer unscales in float32)
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in keras_layers.OPTIMIZER_RESULTS and \
+                heuristics.OPTIMIZER_NAME.search(dotted_name(node.func.value) or ""):
+            if keras_layers.OPTIMIZER_RESULTS[node.func.attr.value] == "int":
+                return INT
+            return self.dtype(node.args[0].value, region, depth) if node.args and node.args[0].keyword is None else UNK
+        loss_object = self._loss_object(node, region)
+        if loss_object:
+            if keras_layers.LOSS_OBJECT_COMPUTES_FLOAT32[self.keras]:
+                return F32
+            pred = argument(node, "y_pred", 1)
+            return self.dtype(pred.value, region, depth) if pred is not None else UNK
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("assign", "assign_add", "assign_sub"):
             return F32  # a variable's assign returns the variable: float32 (the policy's variable dtype)
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "astype" and node.args:
@@ -95,6 +106,15 @@ class CallDtypes:
                     return wide[0]
             return F16  # a layer, model or helper called on tensors
         return self._op_dtype(node, specs.spec_of(op), resolved, region, depth)
+
+    def _loss_object(self, node: cst.Call, region: Region) -> bool:
+        """``loss_fn(y, pred)`` with ``loss_fn = keras.losses.MeanSquaredError()`` (in the function or at top level)."""
+        if not isinstance(node.func, cst.Name):
+            return False
+        values = region.assigned.get(node.func.value) or self.module_values.get(node.func.value, [])
+        return len(values) == 1 and isinstance(values[0], cst.Call) and \
+            (self.resolve(values[0].func) or "").startswith("keras.losses.") and \
+            (self.resolve(values[0].func) or "").rsplit(".", 1)[-1][:1].isupper()
 
     def _op_dtype(self, node: cst.Call, spec: specs.OpSpec, resolved: str, region: Region, depth: int) -> Dtype:
         """The dtype of a TF/Keras op's result, by its ``OpSpec``."""

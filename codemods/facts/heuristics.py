@@ -63,3 +63,6 @@ SIZE_NAME = re.compile(r"^(n|d|dim|depth|size|length|len|width|height|channels|u
                        r"step|pos|position|index|idx|max_\w+|num_\w+|n_\w+|\w+_(dim|size|len|length|depth|units))$")
 # `tape.gradient(...)`: a receiver named like a tape gives the float32 gradients of float32 variables.
 TAPE_NAME = re.compile(r"tape", re.IGNORECASE)
+# `self.optimizer.scale_loss(loss)`, `opt.apply_gradients(...)`: a receiver named like an optimizer
+# (C27: only then are `scale_loss`/`apply_gradients` Keras optimizer methods).
+OPTIMIZER_NAME = re.compile(r"optim|opt$|^opt", re.IGNORECASE)

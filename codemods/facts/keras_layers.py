@@ -74,3 +74,12 @@ LAYER_HOOKS = frozenset({"_merge_function", "_pooling_function"})
 # Keras functions that return a fixed number by default: `keras.backend.epsilon()` is 1e-7 (a float16
 # subnormal, 1.19e-7 once converted: 19% off), the fuzz factor of Keras' own losses and metrics.
 KERAS_CONSTANTS = {"keras.backend.epsilon": 1e-7, "keras.config.epsilon": 1e-7}
+
+
+# What Keras optimizer and loss calls return (C27, C28; measured against TensorFlow's traced dtypes):
+# `apply_gradients`/`minimize` return the iteration count (int64); a loss scaler returns its argument's dtype.
+OPTIMIZER_RESULTS = {"apply_gradients": "int", "minimize": "int", "scale_loss": "argument",
+                     "get_scaled_loss": "argument", "get_unscaled_gradients": "argument"}
+# A Keras 3 `Loss` object converts y_true/y_pred to its dtype (floatx, float32) before computing;
+# a tf_keras one computes in y_pred's dtype.
+LOSS_OBJECT_COMPUTES_FLOAT32 = {2: False, 3: True}

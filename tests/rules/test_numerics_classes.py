@@ -669,3 +669,27 @@ def test_keras_internal_ops_code_gets_an_ops_cast():
     """
     text = fixed(code)
     assert 'ops.cast(x, "float32")' in text and "import tensorflow" not in text
+
+
+@BOTH
+def test_c27_c28_loss_objects_and_optimizer_calls(keras):
+    # tests/verify/scripts/healthy_loop.py:29 and friends (dtype agreement, both generations)
+    from tests.analysis.test_dtypes import F16, F32, INT, dtype_of
+
+    code = """
+        import tensorflow as tf
+        from tensorflow import keras
+        loss_fn = keras.losses.MeanSquaredError()
+        @tf.function
+        def train_step(model, optimizer, xb, yb):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(yb, model(xb, training=True))
+                scaled = optimizer.scale_loss(loss)
+            grads = tape.gradient(scaled, model.trainable_variables)
+            step = optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+    """
+    expected = F32 if keras == 3 else F16  # tf_keras computes in y_pred's dtype
+    assert dtype_of(code, "loss_fn(yb, model(xb, training=True))", keras) is expected
+    assert dtype_of(code, "optimizer.scale_loss(loss)", keras) is expected
+    assert dtype_of(code, "optimizer.apply_gradients(zip(grads, model.trainable_variables))", keras) is INT
