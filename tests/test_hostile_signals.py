@@ -74,37 +74,42 @@ def test_workers_exit_when_the_parent_is_killed(tmp_path: Path):
 
 
 
-def test_a_worker_killed_by_a_native_crash_costs_only_its_file(tmp_path: Path, monkeypatch):
-    """A parse that kills its process (a segfault the pre-check did not foresee) is one file's MP000."""
-    import threading
+def test_a_worker_killed_by_a_native_crash_costs_only_its_file(tmp_path: Path):
+    """A parse that kills its process (a segfault the pre-check did not foresee) is one file's MP000.
 
-    import pytest
+    Run in a fresh interpreter: workers are forked only from a single-threaded process, and the
+    test process may have threads left by earlier tests."""
+    import json
 
-    from mpfix import runner
-    from mpfix.engine import Options
-    from mpfix.runner import Job, Mode, process_all
-
-    if threading.active_count() > 1:
-        pytest.skip("workers are forked only from a single-threaded process")
-    me = os.getpid()
-    real = runner.process_file
-
-    def crashing(path, *args, **kwargs):
-        if path.name == "crash.py" and os.getpid() != me:
-            os.kill(os.getpid(), signal.SIGSEGV)  # what LibCST's native parser did
-        return real(path, *args, **kwargs)
-
-    monkeypatch.setattr(runner, "process_file", crashing)
-    files = []
     for name in ("a.py", "crash.py", "b.py", "c.py"):
         (tmp_path / name).write_text(DEPRECATED)
-        files.append(tmp_path / name)
-    job = Job(rule_codes=("MP306", "MP307"), options=Options(keras="3"), mode=Mode.CHECK)
-    results = process_all(files, job, jobs=2, cache=False)
-    assert [r.path.name for r in results] == ["a.py", "crash.py", "b.py", "c.py"]
-    assert [e.message for e in results[1].errors] == [
-        "mpfix crashed on this file (signal SIGSEGV); nothing was written; please report it"]
-    assert all([f.code for f in r.findings] == ["MP306", "MP307"] for r in results if r.path.name != "crash.py")
+    script = f"""
+import json, os, signal
+from pathlib import Path
+from mpfix import runner
+from mpfix.engine import Options
+from mpfix.runner import Job, Mode, process_all
+
+me = os.getpid()
+real = runner.process_file
+
+def crashing(path, *args, **kwargs):
+    if path.name == "crash.py" and os.getpid() != me:
+        os.kill(os.getpid(), signal.SIGSEGV)  # what LibCST's native parser did
+    return real(path, *args, **kwargs)
+
+runner.process_file = crashing
+files = [Path({str(tmp_path)!r}) / name for name in ("a.py", "crash.py", "b.py", "c.py")]
+job = Job(rule_codes=("MP306", "MP307"), options=Options(keras="3"), mode=Mode.CHECK)
+results = process_all(files, job, jobs=2, cache=False)
+print(json.dumps([[r.path.name, [e.message for e in r.errors], [f.code for f in r.findings]] for r in results]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [name for name, _, _ in results] == ["a.py", "crash.py", "b.py", "c.py"]
+    assert results[1][1] == ["mpfix crashed on this file (signal SIGSEGV); nothing was written; please report it"]
+    assert all(codes == ["MP306", "MP307"] for name, _, codes in results if name != "crash.py")
 
 
 def test_sigterm_ends_a_read_that_blocks_in_the_kernel(tmp_path: Path):
