@@ -264,7 +264,7 @@ class Repairer:
             raise RepairError("--timeout is too short for even one run") from None
         first = Outcome(judge(mixed, baseline, workspace.mirror(self.script), baseline_expected=True), mixed)
         result = RepairResult(self.script, first, first, baseline)
-        result.findings = [self._user_finding(f, workspace) for f in evidence.findings(mixed)]
+        result.findings = [self._user_finding(f, workspace) for f in _with_static_codes(mixed)]
         if first.verdict.name == "healthy":
             return result
         if first.verdict.name in ("crashed", "timeout", "no-steps"):
@@ -281,7 +281,7 @@ class Repairer:
             rounds = 0
             while current.verdict.name != "healthy" and rounds < self.max_rounds:
                 rounds += 1
-                found = evidence.findings(current.run)
+                found = _with_static_codes(current.run)
                 offered = candidates_mod.for_verdict(
                     current.verdict, current.run, found, _ran_text, self._files(workspace, current.run),
                     lambda p: self.to_original(workspace, p))
@@ -411,6 +411,17 @@ class Repairer:
             dropped = kept.pop()
             result.notes.append(f"dropped {dropped.kind} ({dropped.description}): the float32 run changed")
         return kept
+
+
+def _with_static_codes(run) -> list:
+    """The run's runtime findings, a static finding on the same line giving its code (MP201
+    on a -1e9 constant)."""
+    from mpfix.verify import evidence
+
+    found = evidence.findings(run)
+    if found:
+        found = evidence.findings(run, evidence.static_codes(sorted({f.file for f in found})))
+    return found
 
 
 def _ran_text(path: Path) -> str | None:
