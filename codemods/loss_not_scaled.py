@@ -7,7 +7,7 @@ import libcst as cst
 from mpfix.codemods._gradient_fixes import describe, move_clip_changes
 from mpfix.codemods.analysis.gradient_path import Flow
 from mpfix.codemods._loss_scaling_support import (
-    STEP_TRIGGERS, Shape, needs_lso_guard, scale_method, scaling_changes, step_flows, unfixable_shape, where,
+    STEP_TRIGGERS, Shape, foreign_api, needs_lso_guard, scale_method, scaling_changes, step_flows, unfixable_shape, where,
 )
 from mpfix.codemods.base import Invalid, Rule, Valid
 from mpfix.findings import FixSafety
@@ -249,3 +249,24 @@ class LossNotScaled(Rule):
                 fix=fix,
                 description="Scale the loss inside the tape",
             )
+        self._report_cross_flows(analysis, flows)
+
+    def _report_cross_flows(self, analysis, flows: list[Flow]) -> None:
+        """An optimizer that scales applies gradients another function took of an unscaled loss and an
+        object kept (an accumulator's ``apply``): reported without a fix, the loss is scaled there."""
+        seen: set[int] = set()
+        local = {id(f.gradient.call) for f in flows}
+        for flow in analysis.cross_flows:
+            if flow.user_managed or foreign_api(self.context, flow) or flow.scale is not None \
+                    or flow.wrapped is not True or (flow.compiled and not self.context.float16):
+                continue
+            if id(flow.apply.call) in seen or id(flow.gradient.call) in local:
+                continue
+            seen.add(id(flow.apply.call))
+            taken = next((s.name for s, g in analysis.gradients if g is flow.gradient), "another function")
+            self.report(
+                flow.apply.call,
+                f"`{flow.optimizer}` scales losses but the gradients it applies are taken in `{taken}` of the "
+                f"unscaled loss and reach it through the object that keeps them; compute "
+                f"`{flow.optimizer}.{scale_method(self.context.keras)}(loss)` inside that tape (no fix: the update "
+                f"and the gradient are in different functions)")

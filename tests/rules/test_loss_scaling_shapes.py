@@ -183,6 +183,13 @@ def test_the_accumulator_of_a_wrapped_optimizer_and_a_scaled_loss_is_left_alone(
     assert lint(_accumulator(3, wrapped=True), 3).findings == []
 
 
+def test_an_accumulator_applied_by_an_lso_of_an_unscaled_loss_is_mp102_without_a_fix():
+    code = _accumulator(3, wrapped=True).replace("loss = self.optimizer.scale_loss(loss)", "pass")
+    found = lint(code, 3).findings
+    assert [(f.code, f.line, f.fix) for f in found] == [("MP102", 17, None)]
+    assert "`step`" in found[0].message
+
+
 def test_the_model_follows_the_loop_alias_into_the_container():
     """`for total, g in zip(self.sums, grads): total.assign_add(g)` accumulates into `self.sums`."""
     from mpfix.codemods.analysis.gradient_path import ACCUMULATE, training_steps
