@@ -91,6 +91,9 @@ def generated(count: int, seed: int) -> list[bytes]:
     import hypothesmith
     from hypothesis import HealthCheck, given, settings, strategies as st
 
+    import warnings
+
+    warnings.simplefilter("ignore", SyntaxWarning)  # hypothesmith compiles what it draws: `1()` warns
     programs: list[str] = []
 
     @settings(max_examples=count, database=None, deadline=None, derandomize=True,
