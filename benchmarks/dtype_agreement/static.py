@@ -8,7 +8,9 @@ line (binary operations and calls), by op class, in evaluation order.
 
 from __future__ import annotations
 
+import builtins
 import collections
+import math
 from dataclasses import dataclass
 
 import libcst as cst
@@ -148,11 +150,22 @@ NOT_BINOPS = {"__getitem__", "__init__", "__iter__", "__next__", "__len__", "__b
               "__getattr__", "__getattribute__", "__enter__", "__exit__", "__new__"}
 
 
+# Callables implemented in C: calling one makes no Python-level return (outside autograph, which
+# calls everything through converted_call).
+C_CALLABLES = frozenset(n for n in dir(builtins) if not n.startswith("_")) | frozenset(dir(math))
+
+
 def compatible(expr: Expr, function: str) -> bool:
     """Could a return from ``function``, called directly by the line, be ``expr``'s value?"""
     if expr.callee is None:
         return function in BINOP_FUNCS or (function.startswith("__") and function.endswith("__")
                                            and function not in NOT_BINOPS)
+    if function == "converted_call":
+        return True
+    if expr.callee in C_CALLABLES:
+        return False
+    if expr.callee[:1].isupper():  # a class: the value is the instance (__init__ returns None)
+        return function in (expr.callee, "__init__", "__new__")
     return function == expr.callee or function in CALL_WRAPPERS
 
 

@@ -327,6 +327,7 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001
             status[name] = f"error {type(exc).__name__}: {str(exc)[:200]}"
         k.backend.clear_session()
+        k.mixed_precision.set_global_policy("mixed_float16")
     if "scripts" in wanted and scripts:
         fast_fit(args.generation)
         for path in scripts:
@@ -335,6 +336,8 @@ def main() -> int:
             start = time.perf_counter()
             status[rec.target] = run_script(rec, path, args.generation) + f" {time.perf_counter() - start:.1f}s"
             k.backend.clear_session()
+            # clear_session resets Keras 3's global policy: a script that sets none runs under the mixed policy.
+            k.mixed_precision.set_global_policy("mixed_float16")
     Path(args.out).write_text(json.dumps({"generation": args.generation, "status": status,
                                           "records": rec.records}))
     print(json.dumps(status, indent=1), file=sys.stderr)
