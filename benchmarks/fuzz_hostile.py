@@ -46,8 +46,12 @@ class Outcome:
                 f"{len(self.hangs)} hangs")
 
 
-def corpus(limit_bytes: int = 60_000) -> list[Path]:
+CORPUS_LIMIT = 60_000
+
+
+def corpus(limit_bytes: int | None = None) -> list[Path]:
     """Real Python files to mutate."""
+    limit_bytes = limit_bytes or CORPUS_LIMIT
     files = sorted((ROOT / "samples").glob("*.py")) + sorted((ROOT / "tests").rglob("*.py"))
     for package in ("keras", "tf_keras"):
         spec = importlib.util.find_spec(package)
@@ -119,11 +123,15 @@ def mutated(count: int, seed: int) -> list[bytes]:
     return out
 
 
+COMMANDS = [["check", "--format", "json"], ["apply"]]
+JOBS = "1"
+
+
 def _run(folder: Path, command: list[str], timeout: float) -> tuple[str | None, str]:
     """(problem or None, output) of one mpfix command over ``folder``."""
     env = dict(os.environ, MPFIX_CACHE_DIR=str(folder / ".cache"), NO_COLOR="1")
     try:
-        result = subprocess.run([sys.executable, "-m", "mpfix", *command, "--no-cache", "-j", "1", "."], cwd=folder,
+        result = subprocess.run([sys.executable, "-m", "mpfix", *command, "--no-cache", "-j", JOBS, "."], cwd=folder,
                                 env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return "hang", ""
@@ -141,7 +149,7 @@ def run_batch(inputs: list[bytes], names: list[str], outcome: Outcome, timeout_p
         (folder / "pyproject.toml").write_text("[project]\nname = 'fuzz'\n")
         for index, data in enumerate(inputs):
             (folder / f"f{index:05d}.py").write_bytes(data)
-        for command in (["check", "--format", "json"], ["apply"]):
+        for command in COMMANDS:
             problem, _ = _run(folder, command, timeout_per_file * len(inputs) + 30)
             if problem is None:
                 continue
@@ -181,7 +189,14 @@ def main() -> int:
     # loaded machine; a batch over its limit is retried file by file, where a real hang shows.
     parser.add_argument("--timeout-per-file", type=float, default=5.0)
     parser.add_argument("--keep", type=Path, help="copy failing inputs into this folder")
+    parser.add_argument("--check-only", action="store_true", help="run check --format json, not apply")
+    parser.add_argument("--jobs", default="1", help="mpfix --jobs for each batch")
+    parser.add_argument("--max-bytes", type=int, default=60_000, help="largest real file to mutate")
     options = parser.parse_args()
+    global JOBS, CORPUS_LIMIT
+    JOBS, CORPUS_LIMIT = options.jobs, options.max_bytes
+    if options.check_only:
+        COMMANDS[:] = COMMANDS[:1]
     outcomes = []
     if options.mutated:
         outcomes.append(fuzz("mutated", mutated(options.mutated, options.seed), options.batch,
