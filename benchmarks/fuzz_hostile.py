@@ -168,6 +168,9 @@ def fuzz(name: str, inputs: list[bytes], batch: int, timeout_per_file: float, ke
     started = time.monotonic()
     for start in range(0, len(inputs), batch):
         run_batch(inputs[start:start + batch], names[start:start + batch], outcome, timeout_per_file)
+        done = min(start + batch, len(inputs))
+        print(f"  {name}: {done} done, {len(outcome.crashes)} crashes, {len(outcome.tracebacks)} tracebacks, "
+              f"{len(outcome.hangs)} hangs ({time.monotonic() - started:.0f} s)", flush=True)
     if keep is not None:
         for label in outcome.crashes + outcome.tracebacks + outcome.hangs:
             index = int(label.split()[0].rsplit("-", 1)[1])
