@@ -8,7 +8,7 @@ from mpfix.codemods.analysis.dtype_lattice import (
     BITWISE, F16, F32, PY, UNK, Dtype, argument, join_all, spelled_dtype,
 )
 from mpfix.codemods.analysis.dtype_regions import ELEMENT, Region
-from mpfix.codemods.facts import heuristics
+from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.facts import ops as specs
 
 
@@ -57,12 +57,24 @@ class NameDtypes:
                       and region.env.get(name) is F16}
             # Every caller passes a Python number (`self._assign_moving_average(var, mean, 0.99)`).
             learnt.update({name: PY for name, ds in dtypes.items() if ds == {PY} and region.env.get(name) is F16})
+            if self._loss_inputs_float32(region):
+                # A Keras 3 loss called bare in this file on float16 tensors computes in float16 (C24).
+                learnt.update({name: F16 for name, ds in dtypes.items() if F16 in ds and region.param_dtypes.get(name) is F32})
             if region.callers_decide:
                 learnt.update({name: next(iter(ds)) for name, ds in dtypes.items() if len(ds) == 1
                                and next(iter(ds)).floating_tensor and region.env.get(name) is UNK})
             if learnt:
                 region.params.update(learnt)
                 self._compute_env(region)
+
+    def _loss_inputs_float32(self, region: Region) -> bool:
+        """``region`` is a Keras loss (``fn(y_true, y_pred)``, or ``call`` of a ``Loss`` subclass) whose
+        inputs Keras converts to float32 before it runs (``keras_layers.LOSS_INPUTS``: Keras 3 only)."""
+        if keras_layers.LOSS_INPUTS.get(self.keras) != "float32" or \
+                not isinstance(region.node, cst.FunctionDef) or not self._keras_loss_signature(region.node):
+            return False
+        return region.owner is None or any(
+            (self.resolve(base.value) or "").startswith(keras_layers.LOSS_BASES) for base in region.owner.bases)
 
     def _signature(self, func: cst.FunctionDef) -> list[Dtype] | None:
         """Dtypes of ``@tf.function(input_signature=[tf.TensorSpec(shape, tf.float32), ...])``."""
@@ -112,6 +124,10 @@ class NameDtypes:
                     dtype = UNK
                 elif region.callers_decide:
                     dtype = region.params.get(pname, UNK)
+                elif position < keras_layers.LOSS_INPUT_POSITIONS and self._loss_inputs_float32(region):
+                    # Keras 3 converts a loss's y_true/y_pred to float32 before it runs (C24); a bare call
+                    # of this file passing float16 is what it sees then (learnt below).
+                    dtype = region.params.get(pname, F32)
                 elif layer_call and not autocast:
                     dtype = UNK  # autocast=False / preprocessing layers keep their inputs' dtype
                 elif layer_call and self.float32_layer(region.owner):

@@ -83,3 +83,10 @@ OPTIMIZER_RESULTS = {"apply_gradients": "int", "minimize": "int", "scale_loss": 
 # A Keras 3 `Loss` object converts y_true/y_pred to its dtype (floatx, float32) before computing;
 # a tf_keras one computes in y_pred's dtype.
 LOSS_OBJECT_COMPUTES_FLOAT32 = {2: False, 3: True}
+# So the inputs a loss receives (C24): Keras 3's `Loss.__call__` converts y_true/y_pred to the loss dtype
+# (`dtype or backend.floatx()`, float32 under mixed policies: keras/src/losses/loss.py:49,56-64) before
+# `call`, and `compile(loss=fn)` wraps a plain `fn(y_true, y_pred)` in `LossFunctionWrapper`, a `Loss`
+# (trainers/compile_utils.py:126). tf_keras casts y_true to y_pred's dtype: float16 predictions stay.
+LOSS_INPUTS = {2: None, 3: "float32"}
+LOSS_INPUT_POSITIONS = 2  # y_true, y_pred: the other parameters are the function's own options
+LOSS_BASES = ("keras.losses.", "keras.src.losses.")  # a class deriving from these is a Keras loss

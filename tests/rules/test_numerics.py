@@ -607,10 +607,14 @@ HAZARDS = {
             def call(self, x):
                 return x * ops.rsqrt(ops.sum(ops.square(x), axis=-1, keepdims=True) + 1.0)
     """, ["MP203"], 'ops.square(ops.cast(x, "float32"))'),
+    # Called bare on the model's float16 predictions: compile(loss=...) would convert them to
+    # float32 first on Keras 3 (C24, tests/rules/test_numerics_classes.py).
     "clip-lower-bound": ("""
         from keras import ops
         def cross_entropy_loss(y_true, y_pred):
             return -ops.sum(y_true * ops.log(ops.clip(y_pred, 1e-10, 1.0)), axis=-1)
+        def train_step(model, x, y):
+            return cross_entropy_loss(y, model(x, training=True))
     """, ["MP202"], "1e-4"),
     "nested-closure": ("""
         import tensorflow as tf

@@ -693,3 +693,45 @@ def test_c27_c28_loss_objects_and_optimizer_calls(keras):
     assert dtype_of(code, "loss_fn(yb, model(xb, training=True))", keras) is expected
     assert dtype_of(code, "optimizer.scale_loss(loss)", keras) is expected
     assert dtype_of(code, "optimizer.apply_gradients(zip(grads, model.trainable_variables))", keras) is INT
+
+
+C24_LOSS_FUNCTIONS = """
+    import tensorflow as tf
+
+    def kl_divergence(y_true, y_pred):
+        y_true = tf.clip_by_value(y_true, tf.keras.backend.epsilon(), 1)
+        y_pred = tf.clip_by_value(y_pred, tf.keras.backend.epsilon(), 1)
+        return tf.reduce_sum(y_true * tf.math.log(y_true / y_pred), axis=-1)
+
+    def dice(y_true, y_pred, axis=None):
+        inter = tf.reduce_sum(y_true * y_pred, axis=axis)
+        return 1 - 2.0 * inter / (tf.reduce_sum(y_true, axis=axis) + tf.reduce_sum(y_pred, axis=axis)
+                                  + tf.keras.backend.epsilon())
+
+    class Tversky(tf.keras.losses.Loss):
+        def call(self, y_true, y_pred):
+            return 1 - tf.reduce_sum(y_true * y_pred) / (tf.reduce_sum(y_pred) + tf.keras.backend.epsilon())
+
+    model.compile(optimizer="adam", loss=dice)
+"""
+
+
+@BOTH
+def test_c24_keras3_loss_functions_compute_in_float32(keras):
+    # keras/src/losses/losses.py:2104,2105,2292,2609,2651: Keras 3's Loss.__call__ converts y_true and
+    # y_pred to the loss dtype (floatx) before `call`, and compile(loss=fn) wraps fn in
+    # LossFunctionWrapper (keras/src/losses/loss.py:56-64, trainers/compile_utils.py:126). tf_keras
+    # casts y_true to y_pred's dtype instead: float16 predictions stay float16 there.
+    mp202 = [line for code, line in found(C24_LOSS_FUNCTIONS, keras) if code == "MP202"]
+    assert mp202 == ([] if keras == 3 else [4, 5, 11, 15])
+
+
+def test_c24_a_keras3_loss_called_bare_on_float16_predictions_computes_in_float16():
+    # The conversion happens in Loss.__call__ only: a custom loop calling the function itself hands it
+    # the model's float16 predictions, so the epsilon is reported there (Keras 3, the generation of C24).
+    bare = C24_LOSS_FUNCTIONS + """
+    @tf.function
+    def train_step(model, x, y):
+        return kl_divergence(y, model(x, training=True))
+"""
+    assert [line for code, line in found(bare, 3) if code == "MP202"] == [4, 5]
