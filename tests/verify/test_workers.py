@@ -85,7 +85,9 @@ def test_nan_on_one_worker_keras3_hangs_and_is_reported_as_a_hang():
     assert v.name == "timeout" and v.evidence["kind"] == "hang", v.summary
     assert v.evidence["last_nonfinite"] == {"worker": 1, "step": 3, "in": "loss"}
     assert "worker 1 last saw a non-finite loss (step 3)" in v.summary
-    assert "worker 0: 4 steps (last step 3), halted, waiting inside TensorFlow" in v.summary
+    # Worker 0's last step is the evidence; whether it is still waiting when the group is halted
+    # or its collective already failed ("crashed") depends on load (seen in the full suite at load 7).
+    assert "worker 0: 4 steps (last step 3)," in v.summary
     assert report.baseline is None
     assert elapsed < HANG_AFTER + 120
 
