@@ -12,11 +12,16 @@ by CPython before it is written, so nothing relies on the skipped check.
 from __future__ import annotations
 
 import ast
+import os
+import signal
 import sys
 import threading
+import time
 import warnings
 
 import libcst as cst
+
+from mpfix.lifeline import die_with_parent
 
 # The hook is LibCST's internal detail: a version without it gets the plain parse.
 _VALIDATING_INIT = cst.CSTNode.__dict__.get("__post_init__")
@@ -35,6 +40,12 @@ def _skip_validation(self: object) -> None:
 # parentheses and about 3,000 levels of syntax tree; no hand-written code comes near 1,000.
 MAX_DEPTH = 1000
 
+# A file CPython rejects is parsed by LibCST only to report it, and LibCST's error recovery can
+# take minutes on a long call chain in the wrong place (``a()()...(`` 8,000 calls inside a ``def``'s
+# parameters: 30 s+; the time grows ~4.5x per doubling). Its parse of such a file is tried in a
+# forked child first and given this long; past it the file is an MP000 with CPython's message.
+PARSE_PROBE_SECONDS = 10.0
+
 
 class TooComplex(RecursionError):
     """Source nested too deeply to parse safely (a RecursionError: callers already report those)."""
@@ -52,7 +63,8 @@ def check_depth(text: str) -> None:
     CPython's own parser measures it, at C speed (about a tenth of a LibCST parse): with
     ``PyCF_ONLY_AST`` its tree construction stops at three times the recursion limit left, so
     the limit is lowered for this one call. Other syntax errors are left to the engine, which
-    reports them with CPython's message and place.
+    reports them with CPython's message and place, once LibCST's parse of the file is seen to end
+    (``PARSE_PROBE_SECONDS``).
     """
     frame, depth = sys._getframe(), 0
     while frame is not None:
@@ -70,11 +82,40 @@ def check_depth(text: str) -> None:
     except SyntaxError as exc:
         if exc.msg.startswith(("too many nested parentheses", "too many levels of indentation")):
             raise TooComplex(f"SyntaxError: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
+        if not _libcst_ends(text, PARSE_PROBE_SECONDS):
+            raise TooComplex(f"{type(exc).__name__}: {exc.msg} (mpfix's parser did not finish on this file "
+                             f"within {PARSE_PROBE_SECONDS:g} s)", exc.lineno or 1, max(1, exc.offset or 1)) from None
     except (RecursionError, MemoryError):
         raise TooComplex(f"an expression is nested or chained more than about {MAX_DEPTH} levels deep; "
                          "mpfix's parser would crash or take minutes on it, so the file is not checked") from None
     except ValueError:  # NUL bytes: LibCST reports the file as it always did
         pass
+
+
+def _libcst_ends(text: str, seconds: float) -> bool:
+    """Whether LibCST's parser ends on ``text`` within ``seconds``, tried in a forked child (True where
+    forking is unsafe: not Linux, or threads running, as in the editor server)."""
+    if not sys.platform.startswith("linux") or threading.active_count() > 1:
+        return True
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            die_with_parent(parent, signal.SIGKILL)
+            cst.parse_module(text)
+        except BaseException:
+            pass
+        os._exit(0)
+    deadline = time.monotonic() + seconds
+    delay = 0.001
+    while time.monotonic() < deadline:
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return True
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return False
 
 
 def parse_module(text: str) -> cst.Module:

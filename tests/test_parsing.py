@@ -44,3 +44,29 @@ def test_syntax_errors_are_libcst_errors_and_validation_comes_back():
     assert validation_active()
     with pytest.raises(cst.CSTValidationError):
         cst.Name("1x")
+
+
+def test_a_rejected_file_libcst_would_take_minutes_on_is_an_mp000_with_cpythons_message(tmp_path):
+    """A long call chain where CPython already says SyntaxError: LibCST's error recovery is
+    quadratic in it (a fuzzed file: 8,000 calls, over 30 s). Its parse is tried in a forked child
+    for ``PARSE_PROBE_SECONDS`` (lowered here); then the file is an MP000 and the run goes on."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    slow = tmp_path / "slow.py"
+    slow.write_text("import tensorflow as tf\n\n\n@tf.function(experimental_relax_shapes=True)\ndef f(root,\n"
+                    "y = a" + "()" * 6000 + "(\n*, cache: bool) -> None:\n    pass\n")
+    plain = tmp_path / "plain.py"
+    plain.write_text("import tensorflow as tf\n\n\n@tf.function(experimental_relax_shapes=True)\ndef g(:\n    pass\n")
+    script = ("import sys\nfrom mpfix import parsing\nparsing.PARSE_PROBE_SECONDS = 0.5\nfrom mpfix.cli import main\n"
+              f"sys.argv = ['mpfix', 'check', '--no-cache', '--jobs', '1', '--format', 'json', {str(slow)!r}, {str(plain)!r}]\n"
+              "main()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    errors = {Path(e["filename"]).name: e for e in json.loads(done.stdout) if e["code"] == "MP000"}
+    message = errors["slow.py"]["message"]
+    assert message.startswith("SyntaxError: ") and message.endswith("(mpfix's parser did not finish on this file "
+                                                                    "within 0.5 s)"), message
+    assert errors["plain.py"]["message"].startswith("SyntaxError:") and "did not finish" not in errors["plain.py"]["message"]
