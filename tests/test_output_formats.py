@@ -243,3 +243,34 @@ def test_every_character_of_every_cell_maps_to_where_the_ipynb_writes_it(indent,
                 assert _escape_at(text, starts[where.line - 1] + where.column - 1) == char
                 checked += 1
     assert checked == sum(len(line) for s in sources for line in s.splitlines())
+
+
+def test_runtime_sarif_of_verify_has_the_run_shape_of_checks_and_loads_no_rule(project: Path, monkeypatch):
+    # verify/repair --sarif and check --format sarif share one SARIF skeleton (mpfix.output.sarif_log):
+    # the %SRCROOT% base the runtime results' locations name is declared, as in check's log, and
+    # writing it imports no rule (verify must not load the rules package for it).
+    import subprocess
+    import sys
+
+    from mpfix.verify import report_sarif
+    from mpfix.verify.evidence import Kind, RuntimeFinding
+
+    monkeypatch.chdir(project)
+    (project / "train.py").write_text(DEPRECATED)
+    found = [RuntimeFinding("MP901", "float16 `Exp` gave inf/NaN", str(project / "train.py"), 4, 14, Kind.NONFINITE,
+                            "Exp", step=2, end_column=20)]
+    runtime = json.loads(report_sarif.render(found))
+    static = json.loads(CliRunner().invoke(cli, ["check", "--format", "sarif", "train.py"]).output)
+    assert runtime["runs"][0]["originalUriBaseIds"] == static["runs"][0]["originalUriBaseIds"]
+    assert runtime["$schema"] == static["$schema"]
+    assert runtime["runs"][0]["tool"]["driver"]["version"] == static["runs"][0]["tool"]["driver"]["version"]
+    runtime_uri = runtime["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]
+    static_uri = static["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert runtime_uri == static_uri == {"uri": "train.py", "uriBaseId": "%SRCROOT%"}
+    schema = _sarif_schema()
+    assert list(jsonschema.validators.validator_for(schema)(schema).iter_errors(runtime)) == []
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, mpfix.verify.report_sarif; "
+                               "print(sorted(m for m in sys.modules if m.startswith('mpfix.codemods')))"],
+        capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]"

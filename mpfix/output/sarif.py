@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from mpfix.codemods import all_rules
-from mpfix import __version__
 from mpfix.findings import Position
 from mpfix.output.report import Report
 from mpfix.output.notebook_lines import Placer
 from mpfix.output.run_notes import declaration_metadata
+from mpfix.output.sarif_log import location, log, region, uri
 from mpfix.rule_docs import rule_url
-
-SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-
-
-def _uri(filename: str) -> str:
-    path = Path(filename)
-    try:
-        return path.absolute().relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        return path.absolute().as_uri()
 
 
 def _rule_descriptor(rule) -> dict:
@@ -35,10 +24,6 @@ def _rule_descriptor(rule) -> dict:
         "defaultConfiguration": {"level": "error"},
         "properties": {"fix": str(rule.fix_safety)},
     }
-
-
-def _region(line: int, column: int, end_line: int, end_column: int) -> dict:
-    return {"startLine": line, "startColumn": column, "endLine": end_line, "endColumn": max(end_column, column)}
 
 
 def _cell_properties(cell: int, line: int, column: int) -> dict:
@@ -63,10 +48,7 @@ def render(report: Report) -> str:
         result = {
             "ruleId": e.code, "ruleIndex": index[e.code], "level": "error",
             "message": {"text": e.message},
-            "locations": [{"physicalLocation": {
-                "artifactLocation": {"uri": _uri(e.filename), "uriBaseId": "%SRCROOT%"},
-                "region": _region(start.line, start.column, start.line, start.column),
-            }}],
+            "locations": [location(e.filename, region(start.line, start.column, start.line, start.column))],
         }
         if e.cell is not None:
             result["properties"] = _cell_properties(e.cell, e.line, e.column)
@@ -78,38 +60,19 @@ def render(report: Report) -> str:
         result = {
             "ruleId": f.code, "ruleIndex": index[f.code], "level": "error",
             "message": {"text": f.message},
-            "locations": [{"physicalLocation": {
-                "artifactLocation": {"uri": _uri(f.filename), "uriBaseId": "%SRCROOT%"},
-                "region": _region(start.line, start.column, end.line, end.column),
-            }}],
+            "locations": [location(f.filename, region(start.line, start.column, end.line, end.column))],
         }
         if f.cell is not None:
             result["properties"] = _cell_properties(f.cell, f.start.line, f.start.column)
         results.append(result)
-    sarif = {
-        "$schema": SCHEMA,
-        "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {
-                "name": "mpfix",
-                "version": __version__,
-                "informationUri": "https://github.com/mpfix/mpfix",
-                "rules": descriptors,
-            }},
-            "originalUriBaseIds": {"%SRCROOT%": {"uri": Path.cwd().as_uri() + "/"}},
-            "results": results,
-        }],
-    }
     properties = {}
     if report.targets:
         # The Keras generation each file was checked for, and why (mpfix.target.decide).
-        properties["kerasTargets"] = [{"uri": _uri(name), "keras": keras, "reason": reason}
+        properties["kerasTargets"] = [{"uri": uri(name), "keras": keras, "reason": reason}
                                       for name, (keras, reason) in sorted(report.targets.items())]
     if report.unchecked is not None:
-        properties["float16Unchecked"] = report.unchecked.metadata(_uri)
+        properties["float16Unchecked"] = report.unchecked.metadata(uri)
     if report.declared_unreadable:
         # Declared dependencies that could not be read: the Keras generation was left unknown (mpfix.declared).
-        properties["declaredUnreadable"] = declaration_metadata(report.declared_unreadable, _uri)
-    if properties:
-        sarif["runs"][0]["properties"] = properties
-    return json.dumps(sarif, indent=2)
+        properties["declaredUnreadable"] = declaration_metadata(report.declared_unreadable, uri)
+    return json.dumps(log(descriptors, results, properties), indent=2)

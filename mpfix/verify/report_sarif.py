@@ -12,18 +12,8 @@ import json
 import math
 from pathlib import Path
 
-from mpfix import __version__
+from mpfix.output.sarif_log import location, log, region
 from mpfix.verify.evidence import RUNTIME_CODES
-
-SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-
-
-def _uri(filename: str) -> str:
-    path = Path(filename)
-    try:
-        return path.absolute().relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        return path.absolute().as_uri()
 
 
 def _rule(code: str) -> dict:
@@ -43,24 +33,14 @@ def render(findings) -> str:
     index = {code: i for i, code in enumerate(codes)}
     results = []
     for f in findings:
-        region = {"startLine": f.line, "startColumn": f.column, "endLine": f.line,
-                  "endColumn": max(f.end_column or f.column, f.column)}
         results.append({
             "ruleId": f.code, "ruleIndex": index[f.code], "level": "error", "message": {"text": f.message},
-            "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(f.file), "uriBaseId": "%SRCROOT%"},
-                                                "region": region}}],
+            "locations": [location(f.file, region(f.line, f.column, f.line, f.end_column or f.column))],
             "properties": {"runtime": True, "kind": str(f.kind), "op": f.op, "step": f.step,
                            "peak": f.peak if f.peak is not None and math.isfinite(f.peak) else None,
                            **({"cell": f.extra["cell"]} if f.extra.get("cell") else {})},
         })
-    log = {
-        "$schema": SCHEMA,
-        "version": "2.1.0",
-        "runs": [{"tool": {"driver": {"name": "mpfix", "version": __version__, "informationUri":
-                                      "https://github.com/mpfix/mpfix", "rules": [_rule(c) for c in codes]}},
-                  "results": results}],
-    }
-    return json.dumps(log, indent=2)
+    return json.dumps(log([_rule(c) for c in codes], results), indent=2)
 
 
 def write(findings, path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from mpfix.verify.records import RunResult
+from mpfix.verify.verdict import _fmt, _ranges
 
 MAX_TRAJECTORY = 8
 MAX_FINDINGS = 6
@@ -17,14 +18,6 @@ def runtime_findings(report) -> list:
         return for_report(report)
     except Exception:  # evidence must never hide the verdict
         return []
-
-
-def _fmt(x) -> str:
-    if x is None:
-        return "n/a"
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    return f"{x:.4g}"
 
 
 def scale_trajectory(run: RunResult, optimizer: int | None = None) -> str:
@@ -57,8 +50,6 @@ def run_lines(label: str, run: RunResult) -> list[str]:
         line += f"  loss {_losses(run, optimizers[0])}"
     line += f"  skipped {skipped}"
     if skipped:
-        from mpfix.verify.verdict import _ranges
-
         line += f" ({_ranges(run.skipped_steps, 4)})"
     if zeros:
         line += f"  zero-grad {sum(zeros) / len(zeros):.1%}"
