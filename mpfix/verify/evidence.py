@@ -163,6 +163,8 @@ def op_column(source_line: str, op_type: str) -> tuple[int, int] | None:
             break
         except SyntaxError:
             continue
+        except (ValueError, RecursionError, MemoryError):  # a NUL, or nested deeper than this stack allows
+            return None
     if tree is None:
         return None
     found = []

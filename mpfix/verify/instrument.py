@@ -33,13 +33,28 @@ def instrument(script: Path, mode: str, output: Path | None, keras: str) -> None
     original file is never modified."""
     import libcst
 
+    from mpfix import safe_read
+    from mpfix.parsing import TooComplex
     from mpfix.verify.instrument_transform import instrument_source
 
-    source = script.read_text(encoding="utf-8")
+    try:  # a FIFO or a device named as SCRIPT is refused, never read (it could block forever)
+        source = safe_read.read_text(script, follow_outside=True, errors="strict")
+    except (OSError, UnicodeDecodeError) as exc:
+        click.echo(f"mpfix instrument: error: {script}: cannot read: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
     try:
         new, changed = instrument_source(source, keras=int(keras))
-    except (libcst.ParserSyntaxError, SyntaxError) as exc:
-        click.echo(f"mpfix instrument: error: {script}: cannot parse: {exc}", err=True)
+    except TooComplex as exc:  # LibCST's native parser could crash on it (mpfix.parsing)
+        click.echo(f"{script}:{exc.line}:{exc.column}: error: cannot instrument: {exc.message}", err=True)
+        sys.exit(EXIT_ERROR)
+    except libcst.ParserSyntaxError as exc:
+        click.echo(f"{script}:{exc.editor_line}:{exc.editor_column}: error: cannot parse: {exc.message}", err=True)
+        sys.exit(EXIT_ERROR)
+    except SyntaxError as exc:
+        click.echo(f"{script}:{exc.lineno or 1}:{exc.offset or 1}: error: cannot parse: {exc.msg}", err=True)
+        sys.exit(EXIT_ERROR)
+    except (RecursionError, MemoryError):
+        click.echo(f"{script}:1:1: error: cannot instrument: an expression is nested too deeply", err=True)
         sys.exit(EXIT_ERROR)
     if not changed:
         click.echo(f"mpfix instrument: {script}: no GradientTape training step found (or already instrumented)", err=True)

@@ -27,6 +27,7 @@ from mpfix.codemods._walk import walk
 from mpfix.codemods.analysis.gradient_path import training_steps
 from mpfix.codemods.base import RuleContext
 from mpfix.codemods.names import ImportTable
+from mpfix.parsing import parse_module
 from mpfix.policy import policy_in_text
 
 SCALE_METHODS = {"scale_loss": 3, "get_scaled_loss": 2}
@@ -196,8 +197,9 @@ class InstrumentSteps(cst.CSTTransformer):
 
 def instrument_source(source: str, keras: int = 3) -> tuple[str, int]:
     """Return (new source, number of tape blocks instrumented). Keras 2 is used when the
-    file imports tf_keras, whatever ``keras`` says. Raises ``libcst.ParserSyntaxError``."""
-    module = cst.parse_module(source)
+    file imports tf_keras, whatever ``keras`` says. Raises ``libcst.ParserSyntaxError``, or
+    ``mpfix.parsing.TooComplex`` (a RecursionError) for source LibCST's parser could crash on."""
+    module = parse_module(source)
     if imports_tf_keras(module):
         keras = 2
     alias = _tf_alias(module)

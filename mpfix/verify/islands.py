@@ -24,6 +24,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
+from mpfix.parsing import parse_module
 from mpfix.verify.evidence import OP_NAMES
 
 # Ops whose result overflows (the island must reach past them).
@@ -176,10 +177,18 @@ class _Replace(cst.CSTTransformer):
         return self.new if original_node is self.old else updated_node
 
 
-def float32_island(text: str, line: int, column: int, op: str) -> str | None:
+def _parsed(text: str) -> cst.Module | None:
+    """The module, or None when it does not parse or is nested too deeply to parse safely
+    (``mpfix.parsing``: LibCST's native parser can crash on such input; a RecursionError)."""
     try:
-        module = cst.parse_module(text)
-    except cst.ParserSyntaxError:
+        return parse_module(text)
+    except (cst.ParserSyntaxError, RecursionError, MemoryError):
+        return None
+
+
+def float32_island(text: str, line: int, column: int, op: str) -> str | None:
+    module = _parsed(text)
+    if module is None:
         return None
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     node = _find(wrapper, line, column, op)
@@ -206,9 +215,8 @@ def float32_island(text: str, line: int, column: int, op: str) -> str | None:
 
 
 def layer_float32(text: str, line: int, class_name: str | None = None) -> str | None:
-    try:
-        module = cst.parse_module(text)
-    except cst.ParserSyntaxError:
+    module = _parsed(text)
+    if module is None:
         return None
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     positions = wrapper.resolve(PositionProvider)

@@ -15,11 +15,19 @@ def python_problem(path: Path, original: str, new: str) -> str | None:
     import libcst as cst
 
     from mpfix.fix_validation import Validator
+    from mpfix.parsing import TooComplex, parse_module
 
     try:
         compile(new, str(path), "exec")
-        fixed = cst.parse_module(new)
-        before = cst.parse_module(original)
+        fixed = parse_module(new)
+        before = parse_module(original)
+    except TooComplex as exc:  # LibCST's native parser could crash on it (mpfix.parsing)
+        return f"it cannot be checked safely (line {exc.line}: {exc.message})"
     except (SyntaxError, ValueError, cst.ParserSyntaxError) as exc:
         return f"it does not compile ({exc})"
-    return Validator(original, str(path), before).problem(new, fixed)
+    except (RecursionError, MemoryError):  # CPython's compiler on a deeply nested expression
+        return "it cannot be checked safely (an expression is nested too deeply to compile)"
+    try:
+        return Validator(original, str(path), before).problem(new, fixed)
+    except (RecursionError, MemoryError):
+        return "it cannot be checked safely (an expression is nested too deeply to validate)"

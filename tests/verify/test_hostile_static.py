@@ -1,0 +1,97 @@
+"""Hostile source given to the static half of ``verify``/``repair`` (and ``mpfix instrument``): no TensorFlow.
+
+Every LibCST parse of user text goes through ``mpfix.parsing.parse_module``, whose depth pre-check
+refuses what LibCST's native parser segfaults on (3,000 nested parentheses, an 8,000-long
+``a.b.b...`` chain). Each call runs in a child process, so a crash shows as a signal, not as a
+dead test session; the child is given a time limit, so a hang shows as a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Refused by the depth pre-check; LibCST alone segfaults (rc -11) on both.
+HOSTILE = {
+    "parentheses": "y = " + "(" * 3000 + "1" + ")" * 3000 + "\n",
+    "attribute chain": "import tensorflow as tf\ny = tf" + ".b" * 8000 + "\n",
+}
+
+PROBE = r"""
+import json, sys
+from pathlib import Path
+from mpfix.verify import islands
+from mpfix.verify.python_problem import python_problem
+
+text = sys.stdin.read()
+good = "import tensorflow as tf\nx = tf.exp(tf.ones([2], tf.float16))\n"
+print(json.dumps({
+    "island": islands.float32_island(text, 2, 5, "Exp"),
+    "layer": islands.layer_float32(text, 2, "Dense"),
+    "problem_new": python_problem(Path("train.py"), good, text),
+    "problem_original": python_problem(Path("train.py"), text, good),
+}))
+"""
+
+
+def _child(code: str, text: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], input=text, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_repair_edits_and_validation_refuse_hostile_source_without_crashing(name: str):
+    done = _child(PROBE, HOSTILE[name])
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    answer = json.loads(done.stdout)
+    # No edit is offered on a file that cannot be parsed safely, and nothing is written to it.
+    assert answer["island"] is None and answer["layer"] is None
+    assert answer["problem_new"].startswith(("it cannot be checked safely", "it does not compile"))
+    assert answer["problem_original"].startswith("it cannot be checked safely")
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_instrument_reports_hostile_source_as_path_line_error(tmp_path: Path, name: str):
+    script = tmp_path / "train.py"
+    script.write_text(HOSTILE[name])
+    done = subprocess.run([sys.executable, "-m", "mpfix", "instrument", str(script)], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"{script}:") and ": error: cannot instrument:" in line
+    # The line number is CPython's, inside the file.
+    assert 1 <= int(line[len(str(script)) + 1:].split(":")[0]) <= HOSTILE[name].count("\n")
+
+
+def test_instrument_refuses_a_fifo_instead_of_blocking(tmp_path: Path):
+    fifo = tmp_path / "pipe.py"
+    import os
+
+    os.mkfifo(fifo)
+    done = subprocess.run([sys.executable, "-m", "mpfix", "instrument", str(fifo)], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2 and "cannot read" in done.stderr and "FIFO" in done.stderr
+
+
+def test_instrument_names_the_line_of_a_syntax_error(tmp_path: Path):
+    script = tmp_path / "bad.py"
+    script.write_text("import tensorflow as tf\n\ndef (:\n")
+    done = subprocess.run([sys.executable, "-m", "mpfix", "instrument", str(script)], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"{script}:3:") and "error: cannot parse" in done.stderr
+
+
+def test_runtime_finding_columns_survive_a_line_nested_deeper_than_the_stack_allows():
+    # A line CPython compiled in the child (at the top of its stack) can still be too deep for
+    # ``ast.parse`` in the parent, which raises RecursionError: no column, not a traceback. (In a
+    # fresh interpreter: the depth ``ast.parse`` allows depends on the recursion limit.)
+    code = ("import sys; from mpfix.verify.evidence import op_column; sys.setrecursionlimit(1000); "
+            "print(op_column(sys.stdin.read(), 'AddV2'), op_column('y = a + b', 'AddV2'))")
+    done = _child(code, "y = " + " + ".join(["x"] * 8000))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["None", "(5,", "10)"]
