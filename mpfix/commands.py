@@ -84,6 +84,8 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
     except config_mod.ConfigError as exc:
         click.echo(f"mpfix: error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
+    kept = {f for _, group in groups for f in group}  # a nearer [tool.mpfix]'s exclude may drop some
+    files = [f for f in files if f in kept]
     if not files and not errors and not quiet:
         # Ruff's behaviour: a warning, exit 0 (a pre-commit run or a CI glob that matches nothing is not an error).
         click.echo("mpfix: warning: no Python files found (.py, .ipynb) under "

@@ -173,18 +173,32 @@ def by_closest_config(files: list[Path], settings: Settings, overrides: dict[str
     """``files`` grouped by the ``[tool.mpfix]`` closest to each (in order of first file), each group
     with that configuration's settings and the command line's ``overrides`` on top, as in Ruff:
     ``sub/pyproject.toml`` applies to ``sub/a.py`` in ``mpfix check .`` as in ``mpfix check sub/a.py``.
-    Files whose closest configuration is ``settings``' own stay with ``settings``."""
+    Files whose closest configuration is ``settings``' own stay with ``settings``.
+
+    That includes its ``exclude``: a file a nearer configuration excludes is dropped, its globs
+    matched against the path below that configuration's folder (``discovery`` already applied
+    ``settings``' own globs, which therefore still hold below: mpfix has no ``extend``)."""
+    from mpfix.discovery import is_excluded
+
     groups: dict[Path | None, tuple[Settings, list[Path]]] = {}
-    by_folder: dict[Path, Path | None] = {}
+    by_folder: dict[Path, tuple[Path | None, Path]] = {}
     for file in files:
         folder = Path(os.path.abspath(file)).parent  # the file itself may be a symlink loop (MP000 later)
         if folder not in by_folder:
-            by_folder[folder] = find_pyproject(folder)
-        pyproject = by_folder[folder]
+            by_folder[folder] = (find_pyproject(folder), folder.resolve())
+        pyproject, real_folder = by_folder[folder]
         if pyproject is not None and settings.config_file is not None and pyproject == settings.config_file.resolve():
             pyproject = settings.config_file
         if pyproject not in groups:
             own = settings if pyproject == settings.config_file else load(pyproject).with_overrides(**overrides)
             groups[pyproject] = (own, [])
+        own = groups[pyproject][0]
+        if own is not settings and own.exclude and pyproject is not None:
+            try:  # find_pyproject resolved the folder: the file's place below its configuration
+                below = real_folder.relative_to(pyproject.parent) / Path(file).name
+            except ValueError:
+                below = Path(file)
+            if is_excluded(below, own.exclude):
+                continue
         groups[pyproject][1].append(file)
-    return list(groups.values())
+    return [group for group in groups.values() if group[1]]

@@ -67,6 +67,11 @@ def _excluded(path: Path, patterns: tuple[str, ...]) -> bool:
     return any(_glob(pattern.strip("/")).fullmatch(tail) for pattern in patterns for tail in tails)
 
 
+def is_excluded(path: Path, patterns: tuple[str, ...]) -> bool:
+    """Whether an ``exclude`` glob matches ``path`` (a file), as discovery decides it."""
+    return _excluded(path, patterns)
+
+
 def _identity(path: Path) -> Path:
     """The real path, for de-duplication; the absolute path when it cannot be resolved.
 

@@ -200,3 +200,29 @@ def test_the_closest_configuration_decides_unsafe_fixes_per_file(project: Path):
     (project / "sub" / "pyproject.toml").write_text("[tool.mpfix]\nunsafe-fixes = true\nselect = [\"MP3\"]\n")
     assert config.settings_for_file(project / "sub" / "a.py").unsafe_fixes is True
     assert config.settings_for_file(project / "a.py").unsafe_fixes is False
+
+
+def test_a_nearer_configurations_exclude_applies_to_its_folder(project: Path):
+    # Ruff: the closest configuration's exclude decides, whether `.` or the folder is checked; its
+    # globs are matched below that configuration's folder.
+    import json
+
+    write_config(project, "")
+    (project / "sub" / "generated").mkdir(parents=True)
+    (project / "sub" / "pyproject.toml").write_text('[tool.mpfix]\nexclude = ["generated/*", "skip_me.py"]\n')
+    for name in ("top.py", "generated_top.py", "sub/a.py", "sub/skip_me.py", "sub/generated/model.py"):
+        (project / name).write_text(DEPRECATED)
+    everything = mpfix("check", ".").output
+    alone = mpfix("check", "sub").output
+    for output in (everything, alone):
+        assert "sub/a.py:4:14: MP306" in output
+        assert "generated/model.py" not in output and "skip_me.py" not in output
+    assert "top.py:4:14: MP306" in everything and "generated_top.py:4:14: MP306" in everything
+    # The excluded files are not counted as checked either.
+    run = json.loads(mpfix("check", "--format", "json-run", ".").output)["run"]
+    assert run["filesChecked"] == 3
+    # Named explicitly, a file the nearer exclude matches is skipped too (as with the root's exclude).
+    named = mpfix("check", "top.py", "sub/skip_me.py").output
+    assert "top.py:4:14: MP306" in named and "skip_me.py" not in named
+    # An explicit --config applies its own exclude (none) to every file.
+    assert "sub/skip_me.py:4:14: MP306" in mpfix("check", "--config", "pyproject.toml", ".").output
