@@ -50,11 +50,23 @@ class CallDtypes:
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("numpy", "item", "as_list", "get_shape", "tolist",
                                                                               "num_elements"):
             return PY
-        if resolved in ("tensorflow.nest.map_structure", "tensorflow.nest.map_structure_up_to") and node.args and \
-                isinstance(node.args[0].value, cst.Lambda):
+        position = specs.MAP_STRUCTURE.get(resolved)
+        if position is not None and len(node.args) > position and isinstance(node.args[position].value, cst.Lambda):
             # tf.nest.map_structure(lambda x: tf.cast(x, tf.float32), outputs)
-            body = node.args[0].value.body
+            body = node.args[position].value.body
             return self.dtype(body, region, depth) if isinstance(body, cst.Call) else UNK
+        branches = specs.BRANCHES.get(resolved)
+        if branches is not None:
+            found = {self._callable_result(arg.value, region, depth) if arg is not None else UNK
+                     for arg in (argument(node, keyword, position) for position, keyword in branches)}
+            return UNK if UNK in found else join_all(found)
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in keras_layers.GENERATOR_METHODS and \
+                not resolved:
+            dtype_arg = argument(node, "dtype", None)
+            return self.dtype_of_spelling(dtype_arg.value, region, depth) if dtype_arg is not None else F32
+        if keras_layers.is_input(resolved):
+            dtype_arg = argument(node, "dtype", None)
+            return self.dtype_of_spelling(dtype_arg.value, region, depth) if dtype_arg is not None else F32
         op = specs.op_name(resolved)
         head = func_name.split(".")[0]
         if op is None:
@@ -68,7 +80,7 @@ class CallDtypes:
                 else:
                     return UNK  # constructors
             if region.kind in ("module",):
-                return UNK
+                return self._top_level_call_dtype(node, region, depth)
             # A layer built with a dtype outputs that dtype (`self.norm = LayerNorm(dtype="float32")`).
             if isinstance(node.func, (cst.Call, cst.Attribute, cst.Name)):
                 declared = self.layer_output_dtype(node.func, region)
@@ -79,7 +91,8 @@ class CallDtypes:
                 returned = self.return_dtype(*callee, depth=depth)
                 if returned is not UNK and returned is not PY:
                     return returned
-                if callee[1] is not None and node.args:
+                closure = region.nested.get(callee[0].name.value) is callee[0]
+                if callee[1] is not None and node.args and not closure:
                     # A method of this class follows its tensor arguments (float32 gradients in, float32 out).
                     joined = join_all({self.dtype(a.value, region, depth) for a in node.args if a.keyword is None})
                     return UNK if joined is PY else joined
@@ -92,7 +105,7 @@ class CallDtypes:
                         folded = arith(folded, d, strict=not region.layer_method)
                     if folded.floating_tensor:
                         return folded
-                elif callee[1] is None:
+                elif callee[1] is None or closure:
                     return UNK  # a function of this file on values of unknown dtype: as unknown as they are
             if region.kind == "shadow":
                 return UNK
@@ -106,6 +119,75 @@ class CallDtypes:
                     return wide[0]
             return F16  # a layer, model or helper called on tensors
         return self._op_dtype(node, specs.spec_of(op), resolved, region, depth)
+
+    def _callable_result(self, node: cst.BaseExpression, region: Region, depth: int) -> Dtype:
+        """What calling ``node`` with no arguments returns: a lambda's body, a function or closure of this file,
+        a name bound to lambdas (``true_branch = lambda: self.moving_mean``)."""
+        if isinstance(node, cst.Lambda):
+            return self.dtype(node.body, region, depth)
+        if isinstance(node, cst.Name):
+            values = self._scoped_values(node, region)
+            if values and all(isinstance(v, cst.Lambda) for v in values):
+                found = {self.dtype(v.body, region, depth) for v in values}
+                return UNK if UNK in found else join_all(found)
+            if values:
+                return UNK
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            callee = self._same_file_function(cst.Call(func=node), region)
+            if callee is not None:
+                return self.return_dtype(*callee, depth=depth)
+        return UNK
+
+    def _scoped_values(self, name: cst.Name, region: Region) -> list[cst.BaseExpression]:
+        """The values ``name`` is assigned in the innermost function around it (a region's table also holds its
+        closures' assignments: ``true_branch`` of two sibling closures are two names)."""
+        values = region.assigned.get(name.value, [])
+        if len(values) < 2:
+            return values
+        scope = self._innermost_function(name)
+        own = [v for v in values if self._innermost_function(v) is scope]
+        return own or values
+
+    def _innermost_function(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return next((n for n in self.ancestors(node) if type(n) is cst.FunctionDef), None)
+
+    def _top_level_call_dtype(self, node: cst.Call, region: Region, depth: int) -> Dtype:
+        """A script's top-level call: a functional model's layer call (``Dense(4)(x)``), or a call of one of
+        its own functions whose result does not depend on the arguments (``loss = train_step(x, y)``)."""
+        if isinstance(node.func, cst.Call):
+            return self.built_layer_output(node.func, node, region, depth)
+        callee = self._same_file_function(node, region)
+        if callee is not None and callee[1] is None:
+            returned = self.return_dtype(*callee, depth=depth)
+            return UNK if returned is PY else returned
+        return UNK
+
+    def built_layer_output(self, built: cst.Call, call: cst.Call, region: Region, depth: int) -> Dtype:
+        """What calling the layer ``built`` constructs (``Dense(4)``, a layer class of this file) outputs under
+        the policy: its declared dtype, else the compute dtype it autocasts floating inputs to; unknown for
+        layers that do not autocast or whose output follows what they wrap."""
+        declared = self.layer_output_dtype(built, region)
+        if declared is not None:
+            return declared
+        resolved = self.resolve(built.func) or ""
+        if resolved.startswith(("keras.layers.", "keras.src.layers.")):
+            name = resolved.rsplit(".", 1)[-1]
+            spec = keras_layers.layer(resolved, self.keras)
+            if (spec is not None and not spec.autocasts) or ".preprocessing." in resolved or \
+                    name in keras_layers.OUTPUT_FOLLOWS_INPUT:
+                return UNK
+            reads_ids = name in keras_layers.READS_IDS
+        else:
+            cls = self.classes.get(built.func.value) if isinstance(built.func, cst.Name) else None
+            if cls is None or not self.is_layer_class(cls) or not self.autocasts(cls):
+                return UNK
+            if self.float32_layer(cls):
+                return F32
+            reads_ids = False
+        passed = {self.dtype(a.value, region, depth) for a in call.args if a.keyword is None and not a.star}
+        if not reads_ids and passed & {INT, BOOL}:
+            return UNK  # autocast leaves integer and bool inputs as they are
+        return F16
 
     def _loss_object(self, node: cst.Call, region: Region) -> bool:
         """``loss_fn(y, pred)`` with ``loss_fn = keras.losses.MeanSquaredError()`` (in the function or at top level)."""
@@ -157,6 +239,10 @@ class CallDtypes:
             return PY  # tf.dtypes.float32, tf.float16: a dtype name
         positional = [a.value for a in node.args if a.keyword is None and not a.star]
         dtypes = [self.dtype(positional[i], region, depth) for i in spec.dtype_args if i < len(positional)]
+        if spec.tensor_list and positional and isinstance(positional[0], (cst.List, cst.Tuple)):
+            # tf.concat([x, coords], -1): the elements' dtypes (C5), not the list's
+            dtypes = [self.dtype(e.value, region, depth) for e in positional[0].elements
+                      if not isinstance(e, cst.StarredElement)]
         if not dtypes:
             return UNK
         if F16 in dtypes and any(d.wide for d in dtypes) and \

@@ -15,7 +15,7 @@ from mpfix.codemods.facts import ops as specs
 class NameDtypes:
     """Mixed into ``DtypeAnalysis``: fills each region's name table (``Region.env``)."""
 
-    def _learn_parameters(self) -> None:
+    def _learn_parameters(self, again: bool = True) -> None:
         """Parameters every call site in the file passes the same known dtype: that dtype.
 
         tf-models tasks cast the model's outputs with ``tf.nest.map_structure(lambda x:
@@ -27,6 +27,7 @@ class NameDtypes:
         if not by_function:
             return
         seen: dict[cst.FunctionDef, dict[str, set[Dtype]]] = {}
+        spellings: dict[cst.FunctionDef, dict[str, set[Dtype]]] = {}
         for call in self.all_calls:
             target = None
             if isinstance(call.func, cst.Name):
@@ -51,21 +52,42 @@ class NameDtypes:
                     continue
                 dtype = self.dtype_at(arg.value, call, caller) if caller is not None and caller.kind != "module" else UNK
                 dtypes.setdefault(pname, set()).add(dtype)
+                if pname in _DTYPE_PARAMETERS:  # `reduce_weighted_values(..., dtype=self.dtype)`
+                    spelled = self.dtype_of_spelling(arg.value, caller) if caller is not None else UNK
+                    spellings.setdefault(target, {}).setdefault(pname, set()).add(spelled)
+        for target, names in spellings.items():
+            region = by_function[target]
+            learnt = {name: next(iter(ds)) for name, ds in names.items() if len(ds) == 1 and UNK not in ds}
+            if learnt:
+                region.spelled.update(learnt)
+                region.memo.clear()
+                self._compute_env(region)
+        passed_on = False
         for target, dtypes in seen.items():
             region = by_function[target]
-            learnt = {name: F32 for name, ds in dtypes.items() if ds and all(d.wide for d in ds)
-                      and region.env.get(name) is F16}
+            # Every caller passes float32 (Python numbers too: they become tensors of what they meet, and a
+            # caller passing a float32 tensor says what that is: `momentum` as `self.momentum` or a tensor).
+            learnt = {name: F32 for name, ds in dtypes.items() if ds and any(d.wide for d in ds)
+                      and all(d.wide or d is PY for d in ds) and (region.env.get(name) is F16 or
+                                                                 name in self._assigned_variables(region))}
             # Every caller passes a Python number (`self._assign_moving_average(var, mean, 0.99)`).
             learnt.update({name: PY for name, ds in dtypes.items() if ds == {PY} and region.env.get(name) is F16})
             if self._loss_inputs_float32(region):
                 # A Keras 3 loss called bare in this file on float16 tensors computes in float16 (C24).
                 learnt.update({name: F16 for name, ds in dtypes.items() if F16 in ds and region.param_dtypes.get(name) is F32})
             if region.callers_decide:
-                learnt.update({name: next(iter(ds)) for name, ds in dtypes.items() if len(ds) == 1
-                               and next(iter(ds)).floating_tensor and region.env.get(name) is UNK})
+                decided = {name: next(iter(ds)) for name, ds in dtypes.items() if len(ds) == 1
+                           and next(iter(ds)).floating_tensor and region.env.get(name) is UNK}
+                learnt.update(decided)
+                passed_on = passed_on or bool(decided)
             if learnt:
+                # A float32 parameter is passed on as well (a closure's `var` to `_assign_moving_average`).
+                passed_on = passed_on or any(d is F32 and region.params.get(n) is not F32 for n, d in learnt.items())
                 region.params.update(learnt)
                 self._compute_env(region)
+        if again and passed_on:
+            # What a region learnt it passes on to the helpers it calls (iou_loss -> _iou_per_anchor): once more.
+            self._learn_parameters(again=False)
 
     def _loss_inputs_float32(self, region: Region) -> bool:
         """``region`` is a Keras loss (``fn(y_true, y_pred)``, or ``call`` of a ``Loss`` subclass) whose
@@ -143,6 +165,11 @@ class NameDtypes:
             for pname in self._used_as_indices(region):
                 if region.env.get(pname) is F16:
                     region.env[pname] = UNK  # Keras autocasts floating inputs only: ids stay int
+            for pname in self._assigned_variables(region):
+                if region.env.get(pname) is F16:
+                    # A variable: float32 under a mixed policy, like `v.assign(x)`; inside a layer's call an
+                    # autocast one reads float16 (C39: tfm gaussian_process.py), so there its callers decide.
+                    region.env[pname] = UNK if region.layer_method else F32
         region.param_dtypes = dict(region.env)
         self._assign_dtypes(region)
         self._closure_params(region)
@@ -171,6 +198,18 @@ class NameDtypes:
                     found.add(node.value)
                     stack.extend(v for v in region.assigned.get(node.value, []) if not isinstance(v, cst.Name)
                                  or not v.value.startswith("__"))
+        return found
+
+    def _assigned_variables(self, region: Region) -> set[str]:
+        """Names the region assigns to as variables (``variable.assign_sub(delta)``, ``tf.compat.v1.assign(v, x)``)."""
+        found: set[str] = set()
+        for call in region.calls:
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value in _ASSIGNS and isinstance(func.value, cst.Name):
+                found.add(func.value.value)
+            elif call.args and isinstance(call.args[0].value, cst.Name) and \
+                    (specs.op_name(self.resolve(func)) or "").rsplit(".", 1)[-1] in _ASSIGNS:
+                found.add(call.args[0].value.value)
         return found
 
     def _closure_params(self, region: Region) -> None:
@@ -297,3 +336,7 @@ class NameDtypes:
             for arg in node.args:
                 if arg.keyword is None and not arg.star:
                     self._mark_float32(arg.value, region, marked, deeper)
+
+
+_ASSIGNS = frozenset({"assign", "assign_add", "assign_sub"})
+_DTYPE_PARAMETERS = frozenset({"dtype", "compute_dtype"})  # parameters that name a dtype

@@ -79,7 +79,8 @@ class ExpressionDtypes:
         self.attribute_values(cls, "")
         return self._attributes[cls]
 
-    def attribute_dtype(self, cls: cst.ClassDef, attr: str, depth: int = 0) -> Dtype:
+    def attribute_dtype(self, cls: cst.ClassDef, attr: str, depth: int = 0, in_call: bool = False) -> Dtype:
+        """The dtype of ``self.attr`` in a method of ``cls`` (``in_call``: a method the layer's ``call`` runs)."""
         if attr in ("dtype", "variable_dtype", "_dtype"):
             return PY
         if attr in ("compute_dtype", "_compute_dtype"):
@@ -92,8 +93,12 @@ class ExpressionDtypes:
         try:
             dtypes = set()
             for func, value in values:
-                if _float32_variable(value):
+                if self._float32_variable(value, func, cls):
                     dtypes.add(F32)
+                    continue
+                if in_call and self._autocast_weight(value, func, cls):
+                    # Keras (both generations) reads a floating weight in the compute dtype inside `__call__`.
+                    dtypes.add(F32 if self.float32_layer(cls) else F16)
                     continue
                 if self._builds_layer(value):
                     return UNK
@@ -101,6 +106,25 @@ class ExpressionDtypes:
             return join_all(dtypes)
         finally:
             self._attribute_stack.discard(key)
+
+    def _autocast_weight(self, value: cst.BaseExpression, func: cst.FunctionDef, cls: cst.ClassDef) -> bool:
+        """``self.add_weight(...)`` of a floating dtype, autocast (the default) in a layer that autocasts: an
+        AutoCastVariable (tf_keras) / a KerasVariable read under the autocast scope (Keras 3)."""
+        if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Attribute) or \
+                value.func.attr.value not in ("add_weight", "add_variable") or \
+                not isinstance(value.func.value, cst.Name) or value.func.value.value != "self":
+            return False
+        if any(a.keyword is not None and a.keyword.value in ("autocast", "experimental_autocast") for a in value.args):
+            return False
+        if not self.is_layer_class(cls) or not self.autocasts(cls):
+            return False
+        dtype = argument(value, "dtype", None)
+        if dtype is None:
+            return True
+        spelled = spelled_dtype(dtype.value, self.resolve)
+        if spelled is None:
+            spelled = self.dtype_of_spelling(dtype.value, self._shadow(func, cls))
+        return spelled.floating_tensor
 
     def _builds_layer(self, value: cst.BaseExpression) -> bool:
         if not isinstance(value, cst.Call):
@@ -241,7 +265,10 @@ class ExpressionDtypes:
 
     def _same_file_function(self, call: cst.Call, region: Region) -> tuple[cst.FunctionDef, cst.ClassDef | None] | None:
         if isinstance(call.func, cst.Name):
-            func = region.nested.get(call.func.value) or self.functions.get(call.func.value)
+            func = region.nested.get(call.func.value)
+            if func is not None:
+                return func, region.owner  # a closure sees the method's `self`
+            func = self.functions.get(call.func.value)
             if func is not None:
                 return func, None
         elif isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and \
@@ -295,6 +322,11 @@ class ExpressionDtypes:
                 return UNK
             if value in region.env:
                 return region.env[value]
+            outer = region.enclosing
+            while outer is not None:  # a closure reads the enclosing function's names
+                if value in outer.env:
+                    return outer.env[value]
+                outer = outer.enclosing
             if value in self.module_constants:
                 return PY
             return UNK
@@ -319,12 +351,12 @@ class ExpressionDtypes:
             return join(body, orelse)
         if node_type is cst.Attribute:
             attr = node.attr.value
-            if attr in ("shape", "ndim", "dtype", "compute_dtype", "variable_dtype", "name", "rank"):
+            if attr in ("shape", "ndim", "dtype", "base_dtype", "compute_dtype", "variable_dtype", "name", "rank"):
                 return PY
             if attr in ("real", "imag"):
                 return F32
             if isinstance(node.value, cst.Name) and node.value.value == "self" and region.owner is not None:
-                return self.attribute_dtype(region.owner, attr, depth)
+                return self.attribute_dtype(region.owner, attr, depth, in_call=region.layer_method)
             return UNK
         if node_type is cst.Subscript:
             return self.dtype(node.value, region, deeper)
@@ -360,6 +392,10 @@ class ExpressionDtypes:
         if isinstance(node, cst.Attribute):
             attr = node.attr.value
             is_self = isinstance(node.value, cst.Name) and node.value.value == "self"
+            if attr in ("compute_dtype", "_compute_dtype", "variable_dtype") and not is_self and depth < 8:
+                policy = self._policy_dtypes(node.value, region, depth + 1)
+                if policy is not None:  # `self._dtype_policy.compute_dtype`, the policy built from a spelling
+                    return policy[1] if attr == "variable_dtype" else policy[0]
             if attr in ("compute_dtype", "_compute_dtype"):
                 if is_self and region.owner is not None and self.is_layer_class(region.owner) and \
                         self.float32_layer(region.owner):
@@ -368,13 +404,19 @@ class ExpressionDtypes:
             if is_self and attr in ("dtype", "variable_dtype", "_dtype") and region.owner is not None \
                     and self.is_layer_class(region.owner):
                 return F32  # a layer's dtype is its variable dtype: float32 under mixed policies
+            if attr == "base_dtype" and depth < 8:
+                return self.dtype_of_spelling(node.value, region, depth + 1)  # `x.dtype.base_dtype`: x's dtype
+            if attr == "dtype" and is_self and region.owner is not None and depth < 4:
+                named = self._self_spelling(region.owner, attr, depth)
+                if named is not None:  # a non-layer class's `dtype` property or attribute (a Keras `Loss`)
+                    return named
             if attr == "dtype":
                 inner = self.dtype(node.value, region, depth + 1)
                 if inner is not PY:
                     return inner
                 return F16 if region.kind not in ("module", "shadow") else UNK
             if is_self and region.owner is not None and depth < 4:
-                named = self._property_dtype(region.owner, attr, depth)
+                named = self._self_spelling(region.owner, attr, depth)
                 if named is not None:
                     return named
         if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.Or) and depth < 8:
@@ -382,18 +424,57 @@ class ExpressionDtypes:
             left = self.dtype_of_spelling(node.left, region, depth + 1)
             return left if left is not UNK else self.dtype_of_spelling(node.right, region, depth + 1)
         if isinstance(node, cst.Name) and node.value in ("dtype", "compute_dtype"):
-            return region.env.get(node.value, F16) if region.env.get(node.value) not in (None, PY, UNK) else F16
+            if node.value in region.spelled:
+                return region.spelled[node.value]  # every caller in the file passes this spelling
+            if region.env.get(node.value) not in (None, PY, UNK):
+                return region.env[node.value]
         return F16 if region.kind not in ("module", "shadow") else UNK
 
+    def _self_spelling(self, owner: cst.ClassDef, attr: str, depth: int) -> Dtype | None:
+        """The dtype ``self.attr`` names: a property's returns, or the one value it is assigned."""
+        named = self._property_dtype(owner, attr, depth)
+        if named is not None or attr in self.methods.get(owner, {}):
+            return named
+        values = self.attribute_values(owner, attr)
+        if len(values) != 1:
+            return None
+        func, value = values[0]
+        found = self.dtype_of_spelling(value, self._shadow(func, owner), depth + 1)
+        return found if found is not UNK else None
 
-def _float32_variable(value: cst.BaseExpression) -> bool:
-    """``self.add_weight(..., autocast=False)`` (tf_keras: ``experimental_autocast=False``): a variable read in
-    its own dtype, float32 under a mixed policy (batch normalisation's moving statistics)."""
-    if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Attribute) or \
-            value.func.attr.value not in ("add_weight", "add_variable"):
-        return False
-    flag = next((a for a in value.args if a.keyword is not None and a.keyword.value in ("autocast", "experimental_autocast")),
-                None)
-    dtype = argument(value, "dtype", None)
-    return flag is not None and isinstance(flag.value, cst.Name) and flag.value.value == "False" and \
-        (dtype is None or (spelled_dtype(dtype.value, lambda n: None) or UNK).wide)
+    def _policy_dtypes(self, node: cst.BaseExpression, region: Region, depth: int) -> tuple[Dtype, Dtype] | None:
+        """(compute, variable) dtypes of a dtype policy ``node`` is built as (``dtype_policies.get(name)``,
+        ``DTypePolicy(name)``, ``mixed_precision.Policy(name)``), directly or as the one value of ``self.x``."""
+        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self" and \
+                region.owner is not None:
+            values = self.attribute_values(region.owner, node.attr.value)
+            if len(values) != 1:
+                return None
+            func, node = values[0]
+            region = self._shadow(func, region.owner)
+        if not isinstance(node, cst.Call) or not keras_layers.builds_policy(self.resolve(node.func)) or not node.args:
+            return None
+        named = self.dtype_of_spelling(node.args[0].value, region, depth)
+        if named is UNK:
+            return None
+        return named, (F32 if named in (F16, BF16) else named)  # mixed_float16: float16 compute, float32 variables
+
+
+    def _float32_variable(self, value: cst.BaseExpression, func: cst.FunctionDef, cls: cst.ClassDef) -> bool:
+        """``self.add_weight(..., autocast=False)`` (tf_keras: ``experimental_autocast=False``): a variable read
+        in its own dtype, float32 under a mixed policy (batch normalisation's moving statistics), also when its
+        dtype is a property naming float32 (tf_keras BatchNormalization's ``dtype=self._param_dtype``)."""
+        if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Attribute) or \
+                value.func.attr.value not in ("add_weight", "add_variable"):
+            return False
+        flag = next((a for a in value.args if a.keyword is not None and
+                     a.keyword.value in ("autocast", "experimental_autocast")), None)
+        if flag is None or not isinstance(flag.value, cst.Name) or flag.value.value != "False":
+            return False
+        dtype = argument(value, "dtype", None)
+        if dtype is None:
+            return True
+        spelled = spelled_dtype(dtype.value, lambda n: None)
+        if spelled is None and isinstance(dtype.value, cst.Attribute):
+            spelled = self.dtype_of_spelling(dtype.value, self._shadow(func, cls))
+        return (spelled or UNK).wide

@@ -61,6 +61,9 @@ class Region:
     # and tf.functions get whatever their callers elsewhere made of the model outputs (often float32).
     callers_decide: bool = False
     param_dtypes: dict[str, Dtype] = field(default_factory=dict)
+    spelled: dict[str, Dtype] = field(default_factory=dict)  # `dtype` parameters: what every caller spells
+    # The region of the function this one is a closure of: names it reads but does not bind are that one's.
+    enclosing: "Region | None" = None
 
     def __post_init__(self) -> None:
         self.kind = RegionKind(self.kind)
@@ -84,6 +87,7 @@ class _Collector(Visitor):
         self.region = region
         self.register = register
         self.guard_depth = 0
+        self.nested_depth = 0
         self.guard_nodes: list[cst.CSTNode] = []
         self.path: list[cst.CSTNode] = []  # the nodes being visited, root first: parents for free
 
@@ -100,6 +104,7 @@ class _Collector(Visitor):
             if node_type is cst.ClassDef:
                 return False
             if node_type is cst.FunctionDef:
+                self.nested_depth += 1  # its returns are its own (on_leave undoes it, also when skipped)
                 if region.kind == "module":
                     return False
                 region.nested[node.name.value] = node
@@ -113,7 +118,7 @@ class _Collector(Visitor):
         elif node_type is cst.BinaryOperation:
             region.binops.append(node)
         elif node_type is cst.Return:
-            if node.value is not None:
+            if node.value is not None and not self.nested_depth:
                 region.returns.append(node.value)
         elif node_type is cst.If or node_type is cst.IfExp or node_type is cst.While:
             test = node.test
@@ -135,6 +140,8 @@ class _Collector(Visitor):
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
         self.path.pop()
+        if type(original_node) is cst.FunctionDef and original_node is not self.region.node:
+            self.nested_depth -= 1
         if self.guard_nodes and self.guard_nodes[-1] is original_node:
             self.guard_nodes.pop()
             self.guard_depth -= 1
@@ -158,6 +165,24 @@ class _Collector(Visitor):
                         self.region.unpacked.setdefault(name, []).append((value, i))
 
 
+def _blocks(stmt: cst.CSTNode) -> list:
+    """The statement lists of a compound statement (if/elif/else, try/except/finally, with, for, while)."""
+    found = []
+    todo = [stmt]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (cst.If, cst.Try, cst.TryStar, cst.With, cst.For, cst.While, cst.Else, cst.Finally,
+                             cst.ExceptHandler, cst.ExceptStarHandler)):
+            if isinstance(node.body, cst.IndentedBlock):
+                found.append(node.body.body)
+            for attr in ("orelse", "finalbody"):
+                more = getattr(node, attr, None)
+                if more is not None:
+                    todo.append(more)
+            todo.extend(getattr(node, "handlers", ()))
+    return found
+
+
 class RegionFinder:
     """Finds the regions of a module and what its classes are (mixed into ``DtypeAnalysis``)."""
 
@@ -175,7 +200,11 @@ class RegionFinder:
                         self.module_values.setdefault(name, []).append(small.value)
         self.module_constants = {k: v for k, v in self.module_constants.items() if counts[k] == 1 and number(v) is not None}
 
-        def walk_functions(body, owner: cst.ClassDef | None) -> None:
+        closure_owner: dict[cst.FunctionDef, cst.ClassDef] = {}
+        closure_of = self._closure_of
+
+        def walk_functions(body, owner: cst.ClassDef | None, enclosing: cst.ClassDef | None = None,
+                           outer: cst.FunctionDef | None = None) -> None:
             for stmt in body:
                 if isinstance(stmt, cst.ClassDef):
                     self.classes[stmt.name.value] = stmt
@@ -183,7 +212,12 @@ class RegionFinder:
                     walk_functions(stmt.body.body, stmt)
                 elif isinstance(stmt, cst.FunctionDef):
                     if owner is None:
-                        functions[stmt.name.value] = stmt
+                        if outer is None or stmt.name.value not in functions:
+                            functions[stmt.name.value] = stmt  # a module function wins over a closure's name
+                        if enclosing is not None:
+                            closure_owner[stmt] = enclosing  # a closure of a method: its `self` is the method's
+                        if outer is not None:
+                            closure_of[stmt] = outer
                     else:
                         methods[owner][stmt.name.value] = stmt
                     kind = self._seed_kind(stmt, owner)
@@ -191,9 +225,10 @@ class RegionFinder:
                         seeds.append((stmt, kind, owner))
                     if isinstance(stmt.body, cst.IndentedBlock):
                         # @tf.function train steps are often defined inside main().
-                        walk_functions(stmt.body.body, None)
-                elif isinstance(stmt, (cst.If, cst.Try, cst.With)) and isinstance(stmt.body, cst.IndentedBlock):
-                    walk_functions(stmt.body.body, owner)
+                        walk_functions(stmt.body.body, None, owner or enclosing, stmt)
+                else:
+                    for block in _blocks(stmt):
+                        walk_functions(block, owner, enclosing, outer)
 
         self.wrapped_metrics = self._wrapped_metric_functions()
         walk_functions(self.module.body, None)
@@ -209,6 +244,9 @@ class RegionFinder:
                             seeds.append((functions[arg.value.value], "helper", None))
         seen: set[cst.FunctionDef] = set()
         queue = list(seeds)
+        # Helpers that only regions whose callers decide their parameters call (a library loss helper's own
+        # helpers: iou_loss -> _iou_per_anchor) get what those pass, not float16 (mp2, turn 5).
+        inherits: dict[cst.FunctionDef, bool] = {}
         while queue:
             func, kind, owner = queue.pop(0)
             if func in seen:
@@ -217,18 +255,24 @@ class RegionFinder:
             region = Region(node=func, kind=kind, in_class=owner is not None, owner=owner,
                             layer_method=owner is not None and kind in ("layer-call", "helper")
                             and self.is_layer_class(owner),
-                            callers_decide=self._callers_decide(func, kind, owner))
+                            callers_decide=self._callers_decide(func, kind, owner) or inherits.get(func, False))
+            outer = closure_of.get(func)
+            if outer is not None:
+                region.enclosing = self._region_by_func.get(outer) or self.region_for(outer, owner)
             self._add_region(region)
             # Helpers called from a region see the same tensors.
             for call in region.calls:
                 target = None
                 if isinstance(call.func, cst.Name):
-                    target = functions.get(call.func.value)
+                    # A closure of this function is analysed with it (its parameters are what the region
+                    # passes, `_closure_params`); a sibling method's closure of the same name is not it.
+                    target = functions.get(call.func.value) if call.func.value not in region.nested else None
                 elif (isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
                       and call.func.value.value == "self" and owner is not None):
                     target = methods[owner].get(call.func.attr.value)
                 if target is not None and target not in seen:
-                    helper_owner = owner if target in methods.get(owner, {}).values() else None
+                    inherits[target] = inherits.get(target, True) and region.callers_decide
+                    helper_owner = owner if target in methods.get(owner, {}).values() else closure_owner.get(target)
                     queue.append((target, "module-helper" if kind in ("module-call", "module-helper") else "helper",
                                   helper_owner))
             if region.layer_method or kind == "layer-call":
@@ -238,7 +282,7 @@ class RegionFinder:
                     for arg in call.args:
                         target = functions.get(arg.value.value) if isinstance(arg.value, cst.Name) else None
                         if target is not None and target not in seen:
-                            queue.append((target, "helper", None))
+                            queue.append((target, "helper", closure_owner.get(target)))
         self._add_region(Region(node=self.module, kind="module"))
         self._learn_parameters()
 
@@ -254,6 +298,9 @@ class RegionFinder:
         region = self._region_by_func.get(func)
         if region is None:
             region = Region(node=func, kind="shadow", in_class=owner is not None, owner=owner)
+            outer = self._closure_of.get(func)
+            if outer is not None:  # a closure's free names are the enclosing function's
+                region.enclosing = self._region_by_func.get(outer) or self.region_for(outer, owner)
             self._region_by_func[func] = region
             _Collector(self, region, register=False).walk(func)
             self._compute_env(region)
@@ -437,6 +484,9 @@ class RegionFinder:
         region = self._region_by_func.get(key)  # type: ignore[arg-type]
         if region is None:
             region = Region(node=func, kind="shadow", in_class=owner is not None, owner=owner)
+            outer = self._closure_of.get(func)
+            if outer is not None:  # a closure's free names are the enclosing function's
+                region.enclosing = self._region_by_func.get(outer) or self._shadow(outer, owner)
             self._region_by_func[key] = region  # type: ignore[index]
             _Collector(self, region, register=False).walk(func)
             self._compute_env(region)

@@ -62,6 +62,7 @@ class DtypeAnalysis(RegionFinder, NameDtypes, ExpressionDtypes, CallDtypes, Valu
         self._attribute_stack: set[tuple[cst.ClassDef, str]] = set()
         self._float32_layers: dict[cst.ClassDef, bool] = {}
         self._calls_by_name: dict[str, list[cst.Call]] | None = None
+        self._closure_of: dict[cst.FunctionDef, cst.FunctionDef] = {}  # a nested function -> the one around it
         self._final = False
         # Names bound by imports (relative ones too): helpers from other files whose result
         # dtype this file cannot see.

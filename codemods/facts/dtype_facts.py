@@ -329,7 +329,7 @@ class DtypeFacts:
         if spec is None or not spec.same_dtype or not resolved.startswith("tensorflow."):
             return []  # keras.ops promote to a common dtype
         positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
-        if spec.short in ("concat", "stack", "concatenate", "add_n"):
+        if spec.tensor_list:
             first = positional[0] if positional else None
             if isinstance(first, (cst.List, cst.Tuple)):
                 return [e.value for e in first.elements if not isinstance(e, cst.StarredElement)]
@@ -399,7 +399,9 @@ def dtypes_by_line(source: str, keras: int = 3) -> dict[int, list[tuple[str, Dty
     """
     from libcst.metadata import MetadataWrapper, PositionProvider
 
-    wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
+    from mpfix.parsing import parse_module  # depth pre-check: LibCST's parser can crash on hostile text
+
+    wrapper = MetadataWrapper(parse_module(source), unsafe_skip_copy=True)
     positions = wrapper.resolve(PositionProvider)
     facts = facts_for(wrapper.module, keras)
     found: dict[int, list[tuple[str, Dtype]]] = {}

@@ -61,6 +61,19 @@ def layer(qualified: str, keras: int) -> LayerSpec | None:
     return LAYERS.get(keras, LAYERS[3]).get(qualified.rsplit(".", 1)[-1])
 
 
+# Layers whose output is not their autocast input's compute dtype: it depends on what they wrap or read.
+OUTPUT_FOLLOWS_INPUT = frozenset({"Lambda", "InputLayer", "Masking", "Identity", "TFSMLayer", "TorchModuleWrapper",
+                                  "JaxLayer", "FlaxLayer"})
+# Layers that read integer ids and output the compute dtype (an int input to them is no sign of an int output).
+READS_IDS = frozenset({"Embedding"})
+
+
+def is_input(qualified: str | None) -> bool:
+    """``keras.Input``/``keras.layers.Input``: a symbolic input in its ``dtype``, ``floatx()`` (float32) by
+    default under every policy (keras/src/layers/core/input_layer.py; tf_keras engine/input_layer.py)."""
+    return bool(qualified) and qualified.startswith("keras.") and qualified.rsplit(".", 1)[-1] == "Input"
+
+
 def computes_float32(qualified: str | None, keras: int) -> bool:
     spec = layer(qualified or "", keras)
     return spec is not None and spec.computes_float32
@@ -90,3 +103,19 @@ LOSS_OBJECT_COMPUTES_FLOAT32 = {2: False, 3: True}
 LOSS_INPUTS = {2: None, 3: "float32"}
 LOSS_INPUT_POSITIONS = 2  # y_true, y_pred: the other parameters are the function's own options
 LOSS_BASES = ("keras.losses.", "keras.src.losses.")  # a class deriving from these is a Keras loss
+
+
+# Constructors of a dtype policy from its name (`dtype_policies.get("mixed_float16")`): compute dtype float16,
+# variable dtype float32 for the mixed ones; a plain dtype name is both (Keras 3 `Loss`: `dtype or floatx()`).
+POLICY_BUILDERS = ("dtype_policies.get", "DTypePolicy", "FloatDTypePolicy", "mixed_precision.Policy",
+                   "mixed_precision.DTypePolicy")
+
+
+def builds_policy(qualified: str | None) -> bool:
+    return bool(qualified) and qualified.startswith("keras.") and qualified.endswith(
+        tuple("." + name for name in POLICY_BUILDERS))
+
+
+# tf_keras `backend.RandomGenerator` methods (a layer's `self._random_generator`, set by the base layer): they
+# return their `dtype` argument's dtype, `floatx()` (float32) by default, never the compute dtype (C40).
+GENERATOR_METHODS = frozenset({"random_uniform", "random_normal", "truncated_normal"})

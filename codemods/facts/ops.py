@@ -108,6 +108,12 @@ class OpSpec:
     # next to a float32 one is a mix (MP206), like ``x16 * y32``. keras.ops promote instead.
     same_dtype: bool = False
     index_args: tuple[int, ...] = ()  # positional arguments read as integer indices (gather's ids)
+    # Its first argument is a list of tensors (``tf.concat([a, b], -1)``): the result's dtype is the
+    # elements' (joined), and with ``same_dtype`` every element must share one dtype.
+    tensor_list: bool = False
+    # The result holds its first argument's value (``tf.constant(2.0)``, ``tf.Variable(20.0)``,
+    # ``tf.cast(v, dtype)``): a number folded through it is still that number.
+    keeps_value: bool = False
 
     @property
     def short(self) -> str:
@@ -132,6 +138,8 @@ def _spec(name: str, result: Result = Result.PRESERVES, range: Range = Range.ANY
 R, G, K = Result, Range, Kind
 _NOT_ELEMENTWISE = {"elementwise": False}
 _BOOLS = {"keeps_bool": True}
+_UNARY = {"dtype_args": (0,)}  # the other arguments are shapes, axes or options, not tensors of the result
+_KEEPS = {"keeps_value": True}
 
 _TABLE: tuple[OpSpec, ...] = (
     # Creators: float32 unless given a dtype.
@@ -144,34 +152,41 @@ _TABLE: tuple[OpSpec, ...] = (
         "kaiser")),
     _spec("one_hot", R.FLOAT32, G.UNIT, dtype_position=5, index_args=(0,), **_NOT_ELEMENTWISE),
     _spec("fill", R.VALUE, **_NOT_ELEMENTWISE),
-    *(_spec(n, R.VALUE, dtype_position=1, **_NOT_ELEMENTWISE) for n in ("constant", "convert_to_tensor", "array",
-                                                                        "asarray")),
+    *(_spec(n, R.VALUE, dtype_position=1, **_NOT_ELEMENTWISE, **_KEEPS) for n in ("constant", "convert_to_tensor",
+                                                                                  "array", "asarray")),
+    # tf.Variable(initial_value, ..., dtype=...): the initial value's dtype and value (C6: srelu's beta).
+    _spec("Variable", R.VALUE, **_NOT_ELEMENTWISE, **_KEEPS),
     # ≥ 0 from a start ≥ 0 (dtype_ranges)
     *(_spec(n, R.RANGE, dtype_position=3, **_NOT_ELEMENTWISE) for n in ("range", "arange")),
     *(_spec(n, R.INT, G.NONNEGATIVE, **_NOT_ELEMENTWISE) for n in (
         "shape", "size", "rank", "argmax", "argmin", "argsort", "one_hot_indices", "count_nonzero", "searchsorted",
         "where_indices", "nonzero", "digitize", "bincount", "ndim", "top_k_indices")),
     _spec("unique", R.INT, **_NOT_ELEMENTWISE),
+    # tf.compat.v1.assign(variable, value) returns the variable: float32 under a mixed policy, like `v.assign(x)`.
+    *(_spec(n, R.FLOAT32, **_NOT_ELEMENTWISE) for n in ("assign", "assign_add", "assign_sub")),
     *(_spec(n, R.BOOL, **_NOT_ELEMENTWISE, **_BOOLS) for n in (
         "equal", "not_equal", "greater", "less", "greater_equal", "less_equal", "isnan", "isinf", "isfinite",
         "is_nan", "is_inf", "is_finite", "sequence_mask", "in_top_k", "isclose", "all", "any", "reduce_all",
         "reduce_any", "logical_xor")),
     *(_spec(n, R.BOOL, **_BOOLS) for n in ("logical_and", "logical_or", "logical_not")),
-    _spec("identity", R.LIKE, G.FOLLOWS, **_BOOLS),
+    _spec("identity", R.LIKE, G.FOLLOWS, **_BOOLS, **_KEEPS),
     *(_spec(n, R.LIKE, G.FOLLOWS, dtype_position=1, **_BOOLS) for n in ("zeros_like", "ones_like")),
     _spec("stop_gradient", R.LIKE, G.FOLLOWS, K.STOP_GRADIENT, **_BOOLS),
     *(_spec(n, R.LIKE) for n in ("full_like", "fill_like", "random.normal_like")),
     # keras.random.dropout(x, rate), keras.random.shuffle(x): x's dtype (C26), not a float32 creator.
     *(_spec(n, R.LIKE) for n in ("random.dropout", "random.shuffle", "nn.dropout")),
-    *(_spec(n, R.CAST, G.FOLLOWS, **_NOT_ELEMENTWISE) for n in (
-        "cast", "saturate_cast", "dtypes.cast", "image.convert_image_dtype")),
+    *(_spec(n, R.CAST, G.FOLLOWS, **_NOT_ELEMENTWISE, **_KEEPS) for n in ("cast", "dtypes.cast")),
+    # saturate_cast clips to the target's range; convert_image_dtype rescales: neither keeps the value.
+    *(_spec(n, R.CAST, G.FOLLOWS, **_NOT_ELEMENTWISE) for n in ("saturate_cast", "image.convert_image_dtype")),
     *(_spec(n, R.COMPLEX) for n in (
         "complex", "signal.fft", "signal.rfft", "signal.stft", "fft", "rfft", "stft", "signal.fft2d", "fft2", "rfft2")),
     *(_spec(n, R.REAL) for n in ("real", "imag", "abs_complex", "angle", "signal.irfft", "irfft", "istft",
                                  "signal.inverse_stft")),
     # Shape ops: the input's dtype and values.
-    *(_spec(n, R.PRESERVES, G.FOLLOWS, **_BOOLS) for n in ("reshape", "transpose", "expand_dims", "squeeze", "tile")),
-    *(_spec(n, R.PRESERVES, G.FOLLOWS, same_dtype=True, **_BOOLS) for n in ("concat", "stack", "concatenate")),
+    *(_spec(n, R.PRESERVES, G.FOLLOWS, **_BOOLS, **_UNARY) for n in ("reshape", "transpose", "expand_dims", "squeeze",
+                                                                      "tile", "broadcast_to")),
+    *(_spec(n, R.PRESERVES, G.FOLLOWS, same_dtype=True, tensor_list=True, **_BOOLS)
+      for n in ("concat", "stack", "concatenate", "parallel_stack")),
     _spec("gather", R.PRESERVES, G.FOLLOWS, dtype_args=(0,), elementwise=False, keeps_bool=True, index_args=(1,)),
     *(_spec(n, R.PRESERVES, G.FOLLOWS, dtype_args=(0,), elementwise=False, index_args=(1,))
       for n in ("nn.embedding_lookup", "take", "take_along_axis")),
@@ -185,11 +200,11 @@ _TABLE: tuple[OpSpec, ...] = (
     _spec("nn.top_k", elements=Elements.VALUES_THEN_INT),
     # Squares, sums and norms.
     _spec("square", R.PRESERVES, G.NONNEGATIVE, K.SQUARE),
-    *(_spec(n, R.PRESERVES, G.FOLLOWS, K.LONG_SUM) for n in ("reduce_sum", "sum")),
-    _spec("cumsum", R.PRESERVES, G.FOLLOWS, K.LONG_SUM, K.CUMULATIVE),
-    *(_spec(n, R.PRESERVES, G.FOLLOWS, K.MEAN) for n in ("reduce_mean", "mean")),
-    *(_spec(n, R.PRESERVES, G.FOLLOWS, K.MAX) for n in ("reduce_max", "max", "amax")),
-    *(_spec(n, R.PRESERVES, G.FOLLOWS) for n in ("reduce_min", "min", "amin")),
+    *(_spec(n, R.PRESERVES, G.FOLLOWS, K.LONG_SUM, **_UNARY) for n in ("reduce_sum", "sum")),
+    _spec("cumsum", R.PRESERVES, G.FOLLOWS, K.LONG_SUM, K.CUMULATIVE, **_UNARY),
+    *(_spec(n, R.PRESERVES, G.FOLLOWS, K.MEAN, **_UNARY) for n in ("reduce_mean", "mean")),
+    *(_spec(n, R.PRESERVES, G.FOLLOWS, K.MAX, **_UNARY) for n in ("reduce_max", "max", "amax")),
+    *(_spec(n, R.PRESERVES, G.FOLLOWS, **_UNARY) for n in ("reduce_min", "min", "amin")),
     *(_spec(n, R.PRESERVES, G.NONNEGATIVE, K.NORM, label="norm") for n in ("norm", "linalg.norm",
                                                                            "reduce_euclidean_norm")),
     *(_spec(n, R.PRESERVES, G.NONNEGATIVE, K.DEVIATION, label="standard deviation") for n in ("reduce_std", "std")),
@@ -215,7 +230,7 @@ _TABLE: tuple[OpSpec, ...] = (
     *(_spec(n, R.PRESERVES, G.ANY, K.DIVISION, K.ARITHMETIC, same_dtype=True) for n in (
         "divide", "truediv", "div_no_nan", "realdiv", "divide_no_nan")),
     *(_spec(n, R.PRESERVES, G.ANY, K.ADD, K.ARITHMETIC, same_dtype=True) for n in ("add", "subtract")),
-    _spec("add_n", R.PRESERVES, G.ANY, K.ADD, K.ARITHMETIC, same_dtype=True),
+    _spec("add_n", R.PRESERVES, G.ANY, K.ADD, K.ARITHMETIC, same_dtype=True, tensor_list=True),
     _spec("multiply", R.PRESERVES, G.ANY, K.ARITHMETIC, same_dtype=True),
     _spec("negative", R.PRESERVES, G.ANY, K.NEGATIVE),
     _spec("maximum", R.PRESERVES, G.ANY, K.FLOOR, same_dtype=True),
@@ -225,6 +240,22 @@ _TABLE: tuple[OpSpec, ...] = (
                                                                         "dot")),
     _spec("einsum", R.PRESERVES, G.ANY, K.MATMUL, dtype_args=(1, 2, 3), same_dtype=True),
 )
+
+# Calls that run one of two callables and return its result (the positions/keywords of the callables):
+# `tf.cond(pred, true_fn, false_fn)`, `keras.ops.cond`, tf_keras' `control_flow_util.smart_cond` (tf_keras
+# resolves as keras.src), TensorFlow's `__internal__.smart_cond.smart_cond`.
+BRANCHES: dict[str, tuple[tuple[int, str], ...]] = {
+    name: ((1, "true_fn"), (2, "false_fn")) for name in (
+        "tensorflow.cond", "tensorflow.__internal__.smart_cond.smart_cond", "keras.ops.cond", "keras.src.ops.cond",
+        "keras.src.utils.control_flow_util.smart_cond", "keras.src.utils.tf_utils.smart_cond")
+}
+
+# Calls that apply a function to every leaf of a structure, by the position of that function:
+# `tf.nest.map_structure(fn, x)`, `tf.nest.map_structure_up_to(shallow, fn, x)`, Keras 3's `tree.*` twins.
+MAP_STRUCTURE: dict[str, int] = {
+    **{f"{ns}.map_structure": 0 for ns in ("tensorflow.nest", "keras.tree", "keras.src.tree")},
+    **{f"{ns}.map_structure_up_to": 1 for ns in ("tensorflow.nest", "keras.tree", "keras.src.tree")},
+}
 
 TABLE: dict[str, OpSpec] = {}
 for _op in _TABLE:

@@ -1,0 +1,334 @@
+"""Dtype facts that disagreed with TensorFlow's traced dtypes (benchmarks/dtype_agreement), one class a test.
+
+Each test is a realistic script or library shape; the expected dtype is the one TensorFlow gave the
+expression under ``mixed_float16`` (the benchmark's traces, both Keras generations where they differ).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from mpfix.codemods._walk import walk
+from mpfix.codemods.analysis.dtypes import Dtype
+from mpfix.codemods.facts.dtype_facts import facts_for
+
+F16, F32, INT, PY, UNK = Dtype.FLOAT16, Dtype.FLOAT32, Dtype.INT, Dtype.PYTHON, Dtype.UNKNOWN
+
+
+def dtypes(code: str, keras: int = 3) -> dict[str, Dtype]:
+    """Source text -> dtype of every analysed call and binary operation of ``code`` (the last one wins)."""
+    module = cst.parse_module(textwrap.dedent(code).lstrip("\n"))
+    facts = facts_for(module, keras)
+    return {module.code_for_node(n): facts.dtype_of(n) for n in walk(module)
+            if isinstance(n, (cst.Call, cst.BinaryOperation)) and facts.place(n) is not None}
+
+
+FUNCTIONAL_SCRIPT = """
+import tensorflow as tf
+
+keras = tf.keras
+keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+class MaskedPool(keras.layers.Layer):
+    def call(self, inputs):
+        x, mask = inputs
+        return tf.reduce_sum(x * tf.cast(mask, x.dtype)[..., None], axis=1)
+
+
+tokens = keras.Input((6, 4))
+mask = keras.Input((6,), dtype="bool")
+ids = keras.layers.Input(shape=(6,), dtype="int32")
+hidden = keras.layers.Dense(4)(tokens)
+pooled = MaskedPool()([hidden, mask])
+scaled = keras.layers.Rescaling(0.5)(tokens)
+outputs = keras.layers.Dense(1, dtype="float32")(pooled)
+model = keras.Model([tokens, mask], outputs)
+loss_fn = keras.losses.MeanSquaredError()
+optimizer = keras.optimizers.SGD(0.01)
+
+
+@tf.function
+def train_step(x, m, y):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model([x, m], training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+
+def evaluate(x, m):
+    return model([x, m])
+
+
+for step in range(3):
+    loss = train_step(tf.ones((2, 6, 4)), tf.ones((2, 6), tf.bool), tf.ones((2, 1)))
+    print(evaluate(tf.ones((2, 6, 4)), tf.ones((2, 6), tf.bool)))
+"""
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_keras_inputs_are_float32_unless_given_a_dtype(keras):
+    """``keras.Input(shape)`` is a float32 placeholder (``floatx()``) under every mixed policy."""
+    found = dtypes(FUNCTIONAL_SCRIPT, keras)
+    assert found["keras.Input((6, 4))"] is F32
+    assert found['keras.Input((6,), dtype="bool")'] is Dtype.BOOL
+    assert found['keras.layers.Input(shape=(6,), dtype="int32")'] is INT
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_functional_layer_calls_at_module_level_are_in_the_compute_dtype(keras):
+    """``Dense(4)(tokens)`` builds a float16 output under mixed_float16 (a float32-dtype layer: float32)."""
+    found = dtypes(FUNCTIONAL_SCRIPT, keras)
+    assert found["keras.layers.Dense(4)(tokens)"] is F16
+    assert found["MaskedPool()([hidden, mask])"] is F16
+    assert found['keras.layers.Dense(1, dtype="float32")(pooled)'] is F32
+    # A preprocessing layer does not autocast: it keeps its input's dtype, which a bare name does not say.
+    assert found["keras.layers.Rescaling(0.5)(tokens)"] is not F16
+
+
+def test_a_module_level_call_of_a_train_step_has_its_return_dtype():
+    """``loss = train_step(...)`` at top level: the step returns a Keras 3 loss object's float32 result."""
+    found = dtypes(FUNCTIONAL_SCRIPT, 3)
+    assert found["train_step(tf.ones((2, 6, 4)), tf.ones((2, 6), tf.bool), tf.ones((2, 1)))"] is F32
+    # A function whose result follows its arguments says nothing at top level.
+    assert found["evaluate(tf.ones((2, 6, 4)), tf.ones((2, 6), tf.bool))"] is not F16
+
+
+MOVING_AVERAGE_LAYER = """
+import tensorflow as tf
+from tf_keras.src.utils import control_flow_util
+
+
+class Norm(tf.keras.layers.Layer):
+    def __init__(self, momentum=0.99, **kwargs):
+        super().__init__(**kwargs)
+        self.momentum = momentum
+
+    @property
+    def _param_dtype(self):
+        if self.dtype == tf.float16 or self.dtype == tf.bfloat16:
+            return tf.float32
+        return self.dtype or tf.float32
+
+    def build(self, input_shape):
+        self.gamma = self.add_weight(name="gamma", shape=input_shape[-1:], dtype=self._param_dtype,
+                                     experimental_autocast=False)
+        self.moving_mean = self.add_weight(name="moving_mean", shape=input_shape[-1:], dtype=self._param_dtype,
+                                           trainable=False, experimental_autocast=False)
+
+    def _assign_moving_average(self, variable, value, momentum):
+        def calculate_update_delta():
+            decay = tf.convert_to_tensor(1.0 - momentum, name="decay")
+            if decay.dtype != variable.dtype.base_dtype:
+                decay = tf.cast(decay, variable.dtype.base_dtype)
+            update_delta = (variable - tf.cast(value, variable.dtype)) * decay
+            return update_delta
+
+        return variable.assign_sub(calculate_update_delta())
+
+    def _assign_new_value(self, variable, value):
+        if tf.executing_eagerly():
+            return variable.assign(value)
+        return tf.compat.v1.assign(variable, value)
+
+    def call(self, inputs, training=None):
+        mean = tf.reduce_mean(tf.cast(inputs, self._param_dtype), axis=0)
+        scale = tf.reshape(self.gamma, [1, -1])
+
+        def _do_update(var, value):
+            return self._assign_moving_average(var, value, self.momentum)
+
+        def mean_update():
+            true_branch = lambda: _do_update(self.moving_mean, mean)
+            false_branch = lambda: self.moving_mean
+            return control_flow_util.smart_cond(training, true_branch, false_branch)
+
+        def reset():
+            true_branch = lambda: inputs
+            return true_branch()
+
+        self.add_update(mean_update)
+        self.add_update(lambda: self._assign_new_value(self.moving_mean, mean))
+        return inputs * tf.cast(scale, inputs.dtype)
+"""
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_variables_without_autocast_are_float32_whatever_spells_their_dtype(keras):
+    """``add_weight(dtype=self._param_dtype, experimental_autocast=False)``: the property names float32."""
+    found = dtypes(MOVING_AVERAGE_LAYER, keras)
+    assert found["tf.reshape(self.gamma, [1, -1])"] is F32
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_moving_average_helpers_compute_in_the_variables_float32(keras):
+    """A parameter the helper assigns to is a variable (float32); ``x.dtype.base_dtype`` is x's dtype; a
+    closure's return is its own, not the enclosing function's; Python-number-or-float32 callers mean float32."""
+    found = dtypes(MOVING_AVERAGE_LAYER, keras)
+    assert found['tf.convert_to_tensor(1.0 - momentum, name="decay")'] is F32
+    assert found["(variable - tf.cast(value, variable.dtype)) * decay"] is F32
+    assert found["calculate_update_delta()"] is F32
+    assert found["variable.assign_sub(calculate_update_delta())"] is F32
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_closures_see_self_and_conditionals_return_their_branches(keras):
+    """Closures of a method call its methods (``self._assign_moving_average``); ``smart_cond``/``tf.cond``
+    return what their branches return; ``tf.compat.v1.assign`` returns the (float32) variable."""
+    found = dtypes(MOVING_AVERAGE_LAYER, keras)
+    assert found["_do_update(self.moving_mean, mean)"] is F32
+    assert found["control_flow_util.smart_cond(training, true_branch, false_branch)"] is F32
+    assert found["self._assign_new_value(self.moving_mean, mean)"] is F32
+    # A sibling closure's `true_branch` is another name: its input is the layer's float16 input.
+    assert found["true_branch()"] is not F32
+
+
+AUTOCAST_WEIGHTS = """
+import tensorflow as tf
+
+
+class Conv(tf.keras.layers.Layer):
+    def build(self, input_shape):
+        self.kernel = self.add_weight(name="kernel", shape=(3, input_shape[-1], 4))
+        self.bias = self.add_weight(name="bias", shape=(4,), dtype="float32")
+        self.steps = self.add_weight(name="steps", shape=(), dtype="int64", trainable=False)
+        self.ema = self.add_weight(name="ema", shape=(4,), autocast=False)
+
+    def call(self, inputs):
+        bias = tf.reshape(self.bias, [1, 1, -1])
+        outputs = tf.nn.conv1d(inputs, self.kernel, 1, "SAME") + bias
+        return outputs + tf.reshape(self.ema, [1, 1, -1]) * 0.0
+
+
+class Head(tf.keras.layers.Layer):
+    def __init__(self, **kwargs):
+        super().__init__(dtype="float32", **kwargs)
+
+    def build(self, input_shape):
+        self.w = self.add_weight(name="w", shape=(input_shape[-1], 1))
+
+    def call(self, inputs):
+        return tf.matmul(inputs, tf.reshape(self.w, [-1, 1]))
+
+
+@tf.function
+def l2(layer):
+    return tf.reduce_sum(tf.square(layer.kernel))
+"""
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_a_layers_weights_read_in_its_call_are_in_the_compute_dtype(keras):
+    """tf_keras AutoCastVariables and Keras 3's autocast scope: a floating ``add_weight`` read in ``call`` is
+    float16 (float32 in a float32 layer; ``autocast=False`` keeps float32)."""
+    found = dtypes(AUTOCAST_WEIGHTS, keras)
+    assert found["tf.reshape(self.bias, [1, 1, -1])"] is F16
+    assert found["tf.reshape(self.ema, [1, 1, -1])"] is F32
+    assert found["tf.reshape(self.w, [-1, 1])"] is F32
+
+
+
+KERAS3_LOSS_BASE = """
+from keras.src import backend, dtype_policies, ops, tree
+
+
+class Loss:
+    def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None):
+        self.name = name
+        self.reduction = reduction
+        self._dtype_policy = dtype_policies.get(dtype or backend.floatx())
+        self._dtype = self._dtype_policy.compute_dtype
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        y_pred = tree.map_structure(lambda x: ops.convert_to_tensor(x, dtype=self.dtype), y_pred)
+        y_true = tree.map_structure(lambda x: ops.convert_to_tensor(x, dtype=self.dtype), y_true)
+        losses = self.call(y_true, y_pred)
+        return reduce_weighted_values(losses, sample_weight=sample_weight, reduction=self.reduction,
+                                      dtype=self.dtype)
+
+    def call(self, y_true, y_pred):
+        raise NotImplementedError
+
+
+def reduce_weighted_values(values, sample_weight=None, reduction="sum_over_batch_size", dtype=None):
+    values = ops.convert_to_tensor(values, dtype=dtype)
+    return ops.sum(values)
+"""
+
+
+def test_a_keras3_loss_dtype_is_its_policys_compute_dtype_floatx():
+    """``Loss.dtype`` is ``dtype_policies.get(dtype or floatx()).compute_dtype``: float32 under every mixed
+    policy, so ``Loss.__call__`` converts y_true/y_pred to float32 and its helpers get ``dtype=self.dtype``."""
+    found = dtypes(KERAS3_LOSS_BASE, 3)
+    assert found["ops.convert_to_tensor(x, dtype=self.dtype)"] is F32
+    assert found["tree.map_structure(lambda x: ops.convert_to_tensor(x, dtype=self.dtype), y_pred)"] is F32
+    assert found["self.call(y_true, y_pred)"] is F32
+    assert found["ops.convert_to_tensor(values, dtype=dtype)"] is F32
+
+
+def test_a_policy_built_from_a_mixed_name_computes_in_float16():
+    code = """
+        from keras.src import dtype_policies, ops
+
+        class ScaledLoss:
+            def __init__(self):
+                self._policy = dtype_policies.get("mixed_float16")
+
+            def __call__(self, x):
+                return ops.cast(x, self._policy.compute_dtype) * ops.cast(x, self._policy.variable_dtype)
+    """
+    found = dtypes(code, 3)
+    assert found["ops.cast(x, self._policy.compute_dtype)"] is F16
+    assert found["ops.cast(x, self._policy.variable_dtype)"] is F32
+
+
+def test_c39_an_autocast_variable_handed_to_a_helper_of_call_is_not_float32():
+    """tfm gaussian_process.py:369,374: a weight passed from ``call`` to a helper that assigns it reads in the
+    compute dtype there (AutoCastVariable); assigning to it does not make the read float32."""
+    code = """
+        import tensorflow as tf
+
+        class Cov(tf.keras.layers.Layer):
+            def build(self, s):
+                self.precision_matrix = self.add_weight(shape=(s[-1], s[-1]), dtype=self.dtype, trainable=False)
+
+            def update(self, gp_feature, precision_matrix):
+                new = 0.9 * precision_matrix + tf.matmul(gp_feature, gp_feature, transpose_a=True)
+                return precision_matrix.assign(new)
+
+            def call(self, inputs):
+                self.add_update(self.update(inputs, precision_matrix=self.precision_matrix))
+                return inputs
+    """
+    for keras in (2, 3):
+        found = dtypes(code, keras)
+        assert found["0.9 * precision_matrix"] is not F32
+        assert found["precision_matrix.assign(new)"] is F32
+
+
+def test_c40_a_random_generators_draws_follow_their_dtype_argument():
+    """tf_keras image_preprocessing.py:626: ``self._random_generator.random_uniform(..., dtype=tf.float32)``."""
+    code = """
+        import tensorflow as tf
+
+        class Translate(tf.keras.layers.Layer):
+            def call(self, inputs, training=True):
+                def translated(inputs):
+                    img_hd = tf.cast(tf.shape(inputs)[1], tf.float32)
+                    shift = self._random_generator.random_uniform(shape=[2, 1], minval=-1.0, maxval=1.0,
+                                                                 dtype=tf.float32)
+                    noise = self._random_generator.random_normal(shape=[2, 1])
+                    return shift * img_hd + noise
+                return translated(inputs)
+    """
+    found = dtypes(code, 2)
+    assert found["shift * img_hd"] is F32
+    assert found["self._random_generator.random_normal(shape=[2, 1])"] is F32
