@@ -291,7 +291,7 @@ def section(report, heading: str | None = None) -> str:
     runs = _runs(report)
     loss_plot = svg_plot("Loss per step", _all_series(runs, "loss"), "loss")
     scale_plot = svg_plot("Loss scale per step", _all_series(runs, "loss_scale"), "loss scale", scale="log2")
-    summary = html.escape("\n".join(line for name, run in runs.items() for line in report_text.run_lines(name, run)))
+    summary = html.escape("\n".join(line for name, run in runs.items() for line in report_text.run_lines(name, run, report.script)))
     extra = ""
     if report.location is not None:
         loc = report.location

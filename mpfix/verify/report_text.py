@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from mpfix.verify.records import RunResult
 from mpfix.verify.verdict import _fmt, _ranges
+from mpfix.verify.workers_judge import worker_lines
 
 MAX_TRAJECTORY = 8
 MAX_FINDINGS = 6
@@ -39,20 +41,30 @@ def _losses(run: RunResult, optimizer: int) -> str:
     return f"{_fmt(losses[0])} -> {_fmt(losses[-1])}" if losses else ""
 
 
-def run_lines(label: str, run: RunResult) -> list[str]:
+def _measures(run: RunResult) -> str:
+    """``  loss a -> b  skipped n (steps)  zero-grad x%`` of ``run`` (its first optimizer's loss)."""
     zeros = [s.zero_fraction for s in run.steps]
     skipped = sum(s.skipped for s in run.steps)
+    optimizers = run.optimizers
+    text = ""
+    if optimizers and _losses(run, optimizers[0]):
+        text += f"  loss {_losses(run, optimizers[0])}"
+    text += f"  skipped {skipped}"
+    if skipped:
+        text += f" ({_ranges(run.skipped_steps, 4)})"
+    if zeros:
+        text += f"  zero-grad {sum(zeros) / len(zeros):.1%}"
+    return text
+
+
+def run_lines(label: str, run: RunResult, script: Path) -> list[str]:
+    """The run's summary lines; with ``verify --workers`` one more line per worker (its steps, how it
+    ended, where a halted one was: ``workers_judge.worker_lines``; ``script`` places that)."""
     optimizers = run.optimizers
     line = f"  {label:<8} steps {run.step_count:>4}"
     if len(optimizers) > 1:
         line += f" ({len(run.steps)} updates by {len(optimizers)} optimizers)"
-    if optimizers and _losses(run, optimizers[0]):
-        line += f"  loss {_losses(run, optimizers[0])}"
-    line += f"  skipped {skipped}"
-    if skipped:
-        line += f" ({_ranges(run.skipped_steps, 4)})"
-    if zeros:
-        line += f"  zero-grad {sum(zeros) / len(zeros):.1%}"
+    line += _measures(run)
     lines = [line]
     lines.append(f"  {'':<8} loss scale {scale_trajectory(run)}")
     for optimizer in optimizers[1:]:
@@ -67,6 +79,8 @@ def run_lines(label: str, run: RunResult) -> list[str]:
         lines[0] += f"  [{run.device}]"
     if run.errors:
         lines.append(f"  {'':<8} hook errors: " + "; ".join(e.get("error", e.get("message", "")) for e in run.errors))
+    for status, worker in zip(worker_lines(run, script), run.workers):
+        lines.append(f"  {'':<8} {status}{_measures(worker)}")
     return lines
 
 
@@ -91,9 +105,9 @@ def render(report, title: str | None = None) -> str:
     if title:
         out.append(title)
     out.append(f"{report.script.name}: {v.name.upper()} (exit {v.exit_code}) - {v.summary}")
-    out.extend(run_lines("mixed", report.mixed))
+    out.extend(run_lines("mixed", report.mixed, report.script))
     if report.baseline is not None:
-        out.extend(run_lines("float32", report.baseline))
+        out.extend(run_lines("float32", report.baseline, report.script))
     device = report.mixed.device
     if device and report.options.device == "auto":
         out.append(f"  device: {device} (auto)")

@@ -66,6 +66,24 @@ def test_healthy_3_workers_with_their_float32_baseline():
     assert "3 workers: worker 0: 5 steps" in " ".join(v.notes)
 
 
+def test_text_and_html_reports_list_each_worker_of_each_run():
+    import html
+
+    from mpfix.verify import report_html, report_text
+
+    report, _ = scenario(3, baseline=True)
+    text = report_text.render(report)
+    shown = [line.strip() for line in text.splitlines() if line.strip().startswith("worker ")]
+    # Three workers under the mixed run, three under the float32 run, each with its own loss.
+    assert len(shown) == 6, text
+    for line in shown:
+        assert line.startswith(("worker 0: 5 steps (last step 4), stopped  loss ", "worker 1: 5 steps (last step 4), stopped  loss ",
+                                "worker 2: 5 steps (last step 4), stopped  loss ")), line
+        assert "  skipped " in line and "  zero-grad " in line
+    page = html.unescape(report_html.render(report))
+    assert all(line in page for line in shown)
+
+
 def test_nan_on_one_worker_keras2_is_non_finite_at_its_step_naming_the_worker():
     """tf_keras' LossScaleOptimizer all-reduces first, so every worker skips step 3 and
     training goes on; the NaN is worker 2's, at step 3."""

@@ -115,3 +115,40 @@ def test_one_worker_of_a_cluster_is_refused_with_the_workers_command():
         Options.from_kwargs(env={"TF_CONFIG": two})
     assert Options.from_kwargs(env={"TF_CONFIG": two}, workers=2).workers == 2
     assert Options.from_kwargs(env={"TF_CONFIG": tf_config([1111], 0)}).workers == 1
+
+
+def test_text_and_html_reports_show_one_line_per_worker_of_each_run():
+    # Before, only --json had the workers (runs.mixed.workers): the text and HTML reports showed
+    # the merged run and, at most, a note. Now each run (mixed and float32) lists its workers with
+    # their own steps, end, loss, skipped steps and zero-gradient share.
+    import html as html_module
+
+    from mpfix.verify import report_html, report_text
+    from mpfix.verify.run import Options, Report
+
+    nan_steps = {3: 1.0}
+    mixed_runs = [worker([1.0, 0.9, 0.8, 0.7, 0.6]), worker([1.2, 1.1, 1.0, 0.9, 0.8], nonfinite=nan_steps)]
+    for step in mixed_runs[1].steps:
+        step.skipped = step.step == 3
+    mixed = merge("mixed", mixed_runs, [0, 1])
+    halted = {"status": "halted", "in_tensorflow": False,
+              "user_frame": {"file": str(SCRIPT), "line": 77, "code": "time.sleep(3600)"}}
+    baseline = merge("float32", [worker([1.0, 0.9, 0.8]), worker([1.0, 0.9], end=halted)], [0, 1])
+    report = Report(SCRIPT, [], Options(), mixed, baseline, explain(judge(mixed, baseline, SCRIPT), mixed, baseline, SCRIPT))
+    text = report_text.render(report)
+    lines = [line.strip() for line in text.splitlines()]
+    assert "worker 0: 5 steps (last step 4), stopped  loss 1 -> 0.6  skipped 0  zero-grad 0.0%" in lines
+    assert "worker 1: 5 steps (last step 4), stopped  loss 1.2 -> 0.8  skipped 1 (step 3)  zero-grad 0.0%" in lines
+    # The float32 group's workers too, with where a halted one was.
+    assert "worker 0: 3 steps (last step 2), stopped  loss 1 -> 0.8  skipped 0  zero-grad 0.0%" in lines
+    assert ("worker 1: 2 steps (last step 1), halted, in your code at mwms.py:77: time.sleep(3600)"
+            "  loss 1 -> 0.9  skipped 0  zero-grad 0.0%") in lines
+    # Under their run: mixed's workers before the float32 line.
+    assert text.index("worker 1: 5 steps") < text.index("  float32 ") < text.index("worker 1: 2 steps")
+    page = html_module.unescape(report_html.render(report))
+    for line in lines:
+        if line.startswith("worker "):
+            assert line in page
+    # One process (no --workers): no worker line.
+    single = Report(SCRIPT, [], Options(), mixed_runs[0], None, judge(mixed_runs[0], None, SCRIPT))
+    assert "worker " not in report_text.render(single)
