@@ -45,7 +45,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import gen_resource_variable_ops, resource_variable_ops
 
-# Row layout (float32). Keep in step with ``Recorder._record`` in _hooks.py.
+# Row layout (float32). Keep in step with ``Recorder._write`` (fills a row after ``optimizer`` and
+# ``step``, which ``Channel.write`` adds) and ``Recorder._record`` (reads one) in _recorder.py;
+# tests/verify/test_channel_layout.py checks both against this tuple.
 FIELDS = (
     "optimizer",
     "step",
