@@ -11,8 +11,9 @@ segfaulting), a **traceback** (any ``Traceback`` on stderr or stdout, or an exit
   random bytes or deep nesting, with a seeded RNG (reproducible: ``--seed``).
 
 Inputs run in batches through the real command line (``python -m mpfix check --format json``,
-then ``apply`` on the same folder), as CI would; a batch that fails is retried file by file to
-name the culprit.
+then ``apply`` on the same folder), as CI would; with ``--verify-side`` also through ``mpfix
+instrument`` and repair's edit and write validation (no TensorFlow). A batch that fails is retried
+file by file to name the culprit.
 
     python benchmarks/fuzz_hostile.py --generated 1000 --mutated 1000       # the full run
 """
@@ -126,13 +127,35 @@ def mutated(count: int, seed: int) -> list[bytes]:
 COMMANDS = [["check", "--format", "json"], ["apply"]]
 JOBS = "1"
 
+# ``--verify-side``: what verify/repair/instrument do with a user's file, without TensorFlow: ``mpfix
+# instrument`` (its command, in-process), repair's edits at a line (``islands``) and its write
+# validation (``python_problem``). Exceptions propagate (a traceback); exit statuses other than 0/2 fail.
+VERIFY_SIDE = ["verify-side"]
+VERIFY_SIDE_PROBE = r"""
+from pathlib import Path
+from click.testing import CliRunner
+from mpfix.verify import islands
+from mpfix.verify.instrument import instrument
+from mpfix.verify.python_problem import python_problem
+for path in sorted(Path(".").glob("*.py")):
+    result = CliRunner().invoke(instrument, [str(path)], catch_exceptions=False)
+    if result.exit_code not in (0, 2):
+        raise SystemExit(f"{path}: mpfix instrument exited {result.exit_code}")
+    text = path.read_bytes().decode("utf-8", "replace")
+    middle = max(1, text.count("\n") // 2)
+    islands.float32_island(text, middle, 5, "Exp")
+    islands.layer_float32(text, middle)
+    python_problem(path, text, text + "\n")
+"""
+
 
 def _run(folder: Path, command: list[str], timeout: float) -> tuple[str | None, str]:
     """(problem or None, output) of one mpfix command over ``folder``."""
     env = dict(os.environ, MPFIX_CACHE_DIR=str(folder / ".cache"), NO_COLOR="1")
+    argv = ([sys.executable, "-c", VERIFY_SIDE_PROBE] if command == VERIFY_SIDE
+            else [sys.executable, "-m", "mpfix", *command, "--no-cache", "-j", JOBS, "."])
     try:
-        result = subprocess.run([sys.executable, "-m", "mpfix", *command, "--no-cache", "-j", JOBS, "."], cwd=folder,
-                                env=env, capture_output=True, text=True, timeout=timeout)
+        result = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return "hang", ""
     output = result.stdout + result.stderr
@@ -195,11 +218,15 @@ def main() -> int:
     parser.add_argument("--check-only", action="store_true", help="run check --format json, not apply")
     parser.add_argument("--jobs", default="1", help="mpfix --jobs for each batch")
     parser.add_argument("--max-bytes", type=int, default=60_000, help="largest real file to mutate")
+    parser.add_argument("--verify-side", action="store_true",
+                        help="also run mpfix instrument and repair's edits/validation on each input (no TensorFlow)")
     options = parser.parse_args()
     global JOBS, CORPUS_LIMIT
     JOBS, CORPUS_LIMIT = options.jobs, options.max_bytes
     if options.check_only:
         COMMANDS[:] = COMMANDS[:1]
+    if options.verify_side:
+        COMMANDS.append(VERIFY_SIDE)
     outcomes = []
     if options.mutated:
         outcomes.append(fuzz("mutated", mutated(options.mutated, options.seed), options.batch,

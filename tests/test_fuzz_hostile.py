@@ -37,3 +37,10 @@ def test_the_mutations_include_what_crashed_libcst():
 @pytest.mark.skipif(importlib.util.find_spec("hypothesmith") is None, reason="hypothesmith not installed")
 def test_generated_programs():
     _check("generated", fuzz_hostile.generated(12, seed=4))
+
+
+def test_the_verify_side_probe_passes_mutated_and_deeply_nested_files(monkeypatch):
+    # The verify/repair/instrument side (no TensorFlow) on the same inputs: no crash, traceback or hang.
+    monkeypatch.setattr(fuzz_hostile, "COMMANDS", [fuzz_hostile.VERIFY_SIDE])
+    inputs = fuzz_hostile.mutated(6, seed=5) + [b"y = " + b"(" * 3000 + b"1" + b")" * 3000 + b"\n"]
+    _check("mutated", inputs)

@@ -25,6 +25,7 @@ PROBE = r"""
 import json, sys
 from pathlib import Path
 from mpfix.verify import islands
+from mpfix.verify.changes import static_findings, static_fixed
 from mpfix.verify.python_problem import python_problem
 
 text = sys.stdin.read()
@@ -34,6 +35,8 @@ print(json.dumps({
     "layer": islands.layer_float32(text, 2, "Dense"),
     "problem_new": python_problem(Path("train.py"), good, text),
     "problem_original": python_problem(Path("train.py"), text, good),
+    "static_findings": len(static_findings(text, Path("train.py"), "mixed_float16")),
+    "static_fixed": static_fixed(text, Path("train.py"), ("MP",), None, "mixed_float16"),
 }))
 """
 
@@ -51,6 +54,8 @@ def test_repair_edits_and_validation_refuse_hostile_source_without_crashing(name
     assert answer["island"] is None and answer["layer"] is None
     assert answer["problem_new"].startswith(("it cannot be checked safely", "it does not compile"))
     assert answer["problem_original"].startswith("it cannot be checked safely")
+    # repair's static stage (the engine, as in `mpfix apply`): no finding, no fix.
+    assert answer["static_findings"] == 0 and answer["static_fixed"] is None
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
