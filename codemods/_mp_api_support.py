@@ -31,14 +31,19 @@ class ApiDriftRule(Rule):
     # The oldest TensorFlow where this rule's fixes run (their replacement API appeared then); a
     # project that declares an older one gets the finding without a fix (judge-classes C9).
     fix_needs_tf: tuple[int, int] | None = None
+    # Why a report of these rules has no fix, when the base below withholds it.
+    notes = {
+        "tf_too_old": "no fix: the project declares TensorFlow {declared_tf}, and the replacement exists from TF "
+                      "{needed_tf} on",
+        "guarded": "no fix: {guard}",
+    }
 
-    def report(self, node, message=None, *, fix=None, safety=None, description=None, imports=()) -> None:
+    def report(self, node, template=None, *, fix=None, safety=None, description=None, imports=(), note=None,
+               **fields) -> None:
         oldest = declared_tf_min(self.context) if fix is not None and self.fix_needs_tf is not None else None
         if oldest is not None and oldest < self.fix_needs_tf:
-            need = ".".join(map(str, self.fix_needs_tf))
-            message = (message or self.message) + (
-                f" (no fix: the project declares TensorFlow {oldest[0]}.{oldest[1]}, and the replacement exists "
-                f"from TF {need} on)")
+            note = _and(note, "tf_too_old")
+            fields.update(declared_tf=f"{oldest[0]}.{oldest[1]}", needed_tf=".".join(map(str, self.fix_needs_tf)))
             fix = None
         guards = version_guards.of(self.context)
         if guards:
@@ -48,9 +53,16 @@ class ApiDriftRule(Rule):
             changed = fix.changes if fix is not None and not isinstance(fix, dict) else fix or {}
             touched = guard or next((g for g in map(guards.guard_of, changed) if g is not None), None)
             if touched is not None and fix is not None:
-                message = (message or self.message) + f" (no fix: {touched.describe()})"
+                note = _and(note, "guarded")
+                fields["guard"] = touched.describe()
                 fix = None
-        super().report(node, message, fix=fix, safety=safety, description=description, imports=imports)
+        super().report(node, template, fix=fix, safety=safety, description=description, imports=imports, note=note,
+                       **fields)
+
+
+def _and(notes: str | tuple[str, ...] | None, note: str) -> tuple[str, ...]:
+    """The report's own notes, then ``note``."""
+    return (*((notes,) if isinstance(notes, str) else notes or ()), note)
 
 
 def declared_tf_min(context: RuleContext) -> tuple[int, int] | None:

@@ -2,7 +2,13 @@
 
 A rule is a LibCST ``BatchableCSTVisitor``: every selected rule runs in one
 traversal of the file (TorchFix's model). It reports with ``self.report(node,
-fix=...)``; the engine turns reports into findings, positions and fixes.
+fix=..., **fields)``; the engine turns reports into findings, positions and fixes.
+
+A rule's messages are templates with named fields (Ruff's violation structs): ``message``
+for its main finding, ``messages`` for the others by name, ``notes`` for parentheticals a
+report may add. A report names its template and gives the fields; the text is rendered
+here, once, and the fields travel with the finding. ``render`` refuses a template whose
+fields differ from those given, so a misspelt field fails the rule's examples.
 
 Each rule carries ``VALID`` and ``INVALID`` examples (Fixit's model); the test
 suite runs every one of them, so a rule's documentation cannot drift from its
@@ -12,7 +18,9 @@ behaviour.
 from __future__ import annotations
 
 import re
+import string
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, Union
@@ -90,13 +98,65 @@ class Invalid:
             object.__setattr__(self, "expected", textwrap.dedent(self.expected).lstrip("\n"))
 
 
+class TemplateError(ValueError):
+    """A message template that cannot be rendered from the fields a report gave."""
+
+
+FieldValue = Union[str, int, float]
+# Keyword names of ``Rule.report`` itself, which a template's fields cannot take.
+_RESERVED = frozenset({"node", "template", "note", "fix", "safety", "description", "imports", "self"})
+
+
+# Rules whose reports still pass free text instead of a template name (their files were being
+# changed by another engineer when templates landed); each is converted by replacing its calls.
+_FREE_TEXT_RULES = frozenset({"MP201", "MP202", "MP203", "MP204", "MP205", "MP206", "MP207"})
+
+
+def template_fields(template: str) -> frozenset[str]:
+    """The named fields of ``template`` (``"`{op}` of ..."`` -> ``{"op"}``); ``{{``/``}}`` are literal braces.
+
+    Only plain ``{name}`` fields: no positional ``{}``, attribute, index, conversion or format
+    spec, so every value a report gives is shown as it is.
+    """
+    names = set()
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise TemplateError(f"{template!r}: {exc}") from None
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if not name.isidentifier() or spec or conversion:
+            raise TemplateError(f"{template!r}: field {{{name}{'!' + conversion if conversion else ''}"
+                                f"{':' + spec if spec else ''}}} is not a plain {{name}}")
+        if name in _RESERVED:
+            raise TemplateError(f"{template!r}: field {{{name}}} is a keyword of Rule.report")
+        names.add(name)
+    return frozenset(names)
+
+
+def render(template: str, fields: Mapping[str, FieldValue]) -> str:
+    """``template`` filled with ``fields``, which must name exactly its fields (a typo raises)."""
+    expected = template_fields(template)
+    if expected != set(fields):
+        missing, extra = sorted(expected - set(fields)), sorted(set(fields) - expected)
+        raise TemplateError(f"{template!r}: missing fields {missing}, unknown fields {extra}")
+    return template.format_map(fields)
+
+
 @dataclass
 class Report:
-    """What a rule said about one node, before the engine resolves positions."""
+    """What a rule said about one node, before the engine resolves positions.
+
+    ``message`` is ``template`` rendered with ``fields`` (``Rule.report`` renders it); the
+    fields go on to the finding.
+    """
 
     node: cst.CSTNode
     message: str
     fix: Fix | None
+    fields: dict[str, str] = field(default_factory=dict)
+    template: str = ""
 
 
 @dataclass
@@ -140,7 +200,13 @@ class Rule(cst.BatchableCSTVisitor):
 
     code: ClassVar[str]
     name: ClassVar[str]  # kebab-case
-    message: ClassVar[str]  # one sentence: what is wrong and what to do
+    # The template of the rule's main finding: one sentence, what is wrong and what to do, with
+    # ``{field}``s each report fills (``{{``/``}}`` for a literal brace). The README shows it.
+    message: ClassVar[str]
+    # Templates of the rule's other findings, by name: ``self.report(node, "name", **fields)``.
+    messages: ClassVar[Mapping[str, str]] = {}
+    # Parentheticals a report may add after its sentence, by name: ``report(..., note="name")``.
+    notes: ClassVar[Mapping[str, str]] = {}
     fix_safety: ClassVar[FixSafety] = FixSafety.NONE  # the applicability of the rule's fixes unless a report says
     # Declared apart from safety (Ruff: availability vs applicability). None: derived from fix_safety
     # (NONE -> none, else sometimes). The applicabilities its fixes can have; () -> (fix_safety,).
@@ -181,14 +247,17 @@ class Rule(cst.BatchableCSTVisitor):
     def report(
         self,
         node: cst.CSTNode,
-        message: str | None = None,
+        template: str | None = None,
         *,
         fix: dict[cst.CSTNode, Any] | Fix | None = None,
         safety: FixSafety | None = None,
         description: str | None = None,
         imports: tuple[str, ...] = (),
+        note: str | tuple[str, ...] | None = None,
+        **fields: FieldValue,
     ) -> None:
-        """Report ``node``; ``fix`` maps original nodes to their replacements."""
+        """Report ``node`` with the template named ``template`` (None: ``message``) filled with ``fields``,
+        and the notes named ``note`` after it; ``fix`` maps original nodes to their replacements."""
         if isinstance(fix, dict):
             fix = Fix(
                 changes=fix,
@@ -196,7 +265,45 @@ class Rule(cst.BatchableCSTVisitor):
                 description=description or f"Fix {self.code}",
                 imports=imports,
             )
-        self.context.reports.append((self, Report(node, message or self.message, fix)))
+        if template is not None and type(self).code in _FREE_TEXT_RULES and template not in self.messages:
+            # Transitional: these rules still pass their text; it is the message as it stands.
+            self.context.reports.append((self, Report(node, template, fix, {}, "")))
+            return
+        text = self.message_template(template)
+        for name in (note,) if isinstance(note, str) else note or ():
+            text = f"{text} ({self.note_template(name)})"
+        values = {name: str(value) for name, value in fields.items()}
+        self.context.reports.append((self, Report(node, render(text, values), fix, values, text)))
+
+    @classmethod
+    def message_template(cls, name: str | None = None) -> str:
+        """The message template called ``name`` (None: the main one, ``message``)."""
+        if name is None:
+            return cls.message
+        try:
+            return cls.messages[name]
+        except KeyError:
+            raise TemplateError(f"{cls.code} has no message template {name!r}") from None
+
+    @classmethod
+    def note_template(cls, name: str) -> str:
+        try:
+            return cls.all_notes()[name]
+        except KeyError:
+            raise TemplateError(f"{cls.code} has no note template {name!r}") from None
+
+    @classmethod
+    def all_notes(cls) -> dict[str, str]:
+        """``notes`` of the rule and of its bases (a base's shared notes, e.g. why API-drift fixes are withheld)."""
+        merged: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(klass.__dict__.get("notes", {}))
+        return merged
+
+    @classmethod
+    def templates(cls) -> dict[str, str]:
+        """Every template the rule declares: ``message``, ``messages`` by name, ``notes`` as ``note:name``."""
+        return {"message": cls.message, **cls.messages, **{f"note:{k}": v for k, v in cls.all_notes().items()}}
 
     @classmethod
     def may_match(cls, source: str | bytes) -> bool:

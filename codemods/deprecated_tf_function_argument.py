@@ -23,6 +23,7 @@ class DeprecatedTfFunctionArgument(ApiDriftRule):
     code = "MP306"
     name = "relax-shapes"
     message = "Deprecated `tf.function` argument; use `reduce_retracing=`/`jit_compile=`"
+    messages = {"renamed": "`tf.function({old}=...)` is deprecated; use `{new}=...`"}
     fix_safety = FixSafety.SAFE
     triggers = tuple(_TF_FUNCTION_RENAMES)
     explanation = """
@@ -123,7 +124,9 @@ class DeprecatedTfFunctionArgument(ApiDriftRule):
                     continue  # the declared TensorFlow predates the new name: the old one is current there
                 self.report(
                     arg,
-                    f"`tf.function({old}=...)` is deprecated; use `{new}=...`",
+                    "renamed",
+                    old=old,
+                    new=new,
                     fix={arg.keyword: arg.keyword.with_changes(value=new)},
                     description=f"Rename `{old}` to `{new}`",
                 )

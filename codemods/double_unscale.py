@@ -16,6 +16,12 @@ class DoubleUnscale(Rule):
     code = "MP110"
     name = "double-unscale"
     message = "Gradients are unscaled twice (by hand and by the optimizer); every update is divided by the loss scale"
+    messages = {
+        "unscaled_twice": ("`{optimizer}` unscales gradients that were already divided by the loss scale: every update "
+                           "is divided by it twice"),
+        "keras3_by_hand": ("Gradients divided by the loss scale by hand reach `{optimizer}.apply_gradients`, which "
+                           "unscales them again (Keras 3's LossScaleOptimizer always does)"),
+    }
     fix_safety = FixSafety.UNSAFE
     triggers = ("dynamic_scale", "loss_scale", "get_unscaled_gradients")
     also_requires = ("/",)
@@ -156,8 +162,7 @@ class DoubleUnscale(Rule):
             if SCALED not in flow.path.states | frozenset().union(*(e.states for e in flow.path.events)):
                 continue  # nothing was ever scaled: not this rule's business
             seen.add(id(event.node))
-            self.report(event.node, f"`{event.optimizer or 'the optimizer'}` unscales gradients that were already "
-                                    f"divided by the loss scale: every update is divided by it twice",
+            self.report(event.node, "unscaled_twice", optimizer=event.optimizer or "the optimizer",
                         fix=self._drop_unscale(event), description="Drop the second unscale")
 
     def _drop_unscale(self, event) -> dict | None:
@@ -187,8 +192,7 @@ class DoubleUnscale(Rule):
         fix = None
         if not any(e.sensitive for e in events[index + 1:]):
             fix = self._drop_division(event)
-        self.report(event.node, f"Gradients divided by the loss scale by hand reach `{flow.optimizer}.apply_gradients`, "
-                                f"which unscales them again (Keras 3's LossScaleOptimizer always does)",
+        self.report(event.node, "keras3_by_hand", optimizer=flow.optimizer,
                     fix=fix, description="Drop the manual unscale")
 
     def _drop_division(self, event) -> dict | None:

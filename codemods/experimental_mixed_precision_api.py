@@ -41,6 +41,19 @@ class ExperimentalMixedPrecisionApi(ApiDriftRule):
     name = "experimental-mixed-precision-api"
     message = ("`mixed_precision.experimental` was removed in TF 2.9; use the stable "
                "`tf.keras.mixed_precision` names")
+    messages = {
+        "import_module": "`mixed_precision.experimental` was removed in TF 2.9; import `mixed_precision`",
+        "import_from_module": ("`mixed_precision.experimental` was removed in TF 2.9; "
+                               "`from tensorflow.keras import mixed_precision` instead"),
+        "import_names": "`mixed_precision.experimental` was removed in TF 2.9; import the stable names",
+        "no_equivalent": "`mixed_precision.experimental.{name}` was removed in TF 2.9 and has no stable equivalent",
+        "renamed": "`mixed_precision.experimental.{name}` was removed in TF 2.9; use `mixed_precision.{new_name}`",
+        "policy_dynamic_scale": ("`Policy(loss_scale=)` was removed; `compile` wraps the optimizer in a dynamic "
+                                 "LossScaleOptimizer by itself"),
+        "policy_fixed_scale": ("`Policy(loss_scale=)` was removed; a fixed loss scale now belongs on the optimizer: "
+                               "`LossScaleOptimizer(opt, ...)`"),
+    }
+    notes = {"not_split": "mpfix does not split this import"}
     fix_safety = FixSafety.SAFE
     triggers = ("mixed_precision.experimental", "mixed_precision import experimental", "loss_scale")
     explanation = """
@@ -171,6 +184,14 @@ class ExperimentalMixedPrecisionApi(ApiDriftRule):
             """,
             count=3,
         ),
+        # An experimental name with no stable equivalent: no fix.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            scale = tf.keras.mixed_precision.experimental.get_layer_policy(layer)
+            """,
+        ),
     ]
 
     def _renamed_member(self, member: str) -> str | None:
@@ -209,8 +230,7 @@ class ExperimentalMixedPrecisionApi(ApiDriftRule):
             else:
                 names.append(alias)
         if changed:
-            self.report(node, "`mixed_precision.experimental` was removed in TF 2.9; import `mixed_precision`",
-                        fix={node: node.with_changes(names=names)},
+            self.report(node, "import_module", fix={node: node.with_changes(names=names)},
                         description="Import the stable `mixed_precision` module")
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
@@ -230,10 +250,8 @@ class ExperimentalMixedPrecisionApi(ApiDriftRule):
         aliases = [a for a in node.names if dotted_name(a.name) == "experimental"]
         if not aliases:
             return
-        message = ("`mixed_precision.experimental` was removed in TF 2.9; "
-                   "`from tensorflow.keras import mixed_precision` instead")
         if len(node.names) != 1:
-            self.report(node, message + " (mpfix does not split this import)")
+            self.report(node, "import_from_module", note="not_split")
             return
         alias = aliases[0]
         parent, _, module_name = base.rpartition(".")
@@ -255,13 +273,12 @@ class ExperimentalMixedPrecisionApi(ApiDriftRule):
             asname = alias.asname
         new_alias = cst.ImportAlias(name=cst.Name(module_name), asname=asname, comma=alias.comma)
         changes[node] = node.with_changes(module=_module_expr(parent), names=[new_alias])
-        self.report(node, message, fix=changes, description="Import the stable `mixed_precision` module")
+        self.report(node, "import_from_module", fix=changes, description="Import the stable `mixed_precision` module")
 
     def _import_from_experimental(self, node: cst.ImportFrom, base: str) -> None:
         """``from tensorflow.keras.mixed_precision.experimental import set_policy, ...``."""
-        message = "`mixed_precision.experimental` was removed in TF 2.9; import the stable names"
         if isinstance(node.names, cst.ImportStar):
-            self.report(node, message)
+            self.report(node, "import_names")
             return
         changes: dict[cst.CSTNode, cst.CSTNode] = {}
         new_names = []
@@ -269,8 +286,7 @@ class ExperimentalMixedPrecisionApi(ApiDriftRule):
             name = dotted_name(alias.name) or ""
             change = table.BY_OLD.get(f"{table.EXPERIMENTAL}.{name}")
             if change is None:
-                self.report(node, f"`mixed_precision.experimental.{name}` was removed in TF 2.9 and has no "
-                                  "stable equivalent")
+                self.report(node, "no_equivalent", name=name)
                 return
             new_name = (change.target(self.context.keras) or change.old).rpartition(".")[2]
             asname = alias.asname
@@ -282,7 +298,7 @@ class ExperimentalMixedPrecisionApi(ApiDriftRule):
                     changes.update({use: use.with_changes(value=new_name) for use in uses})
             new_names.append(alias.with_changes(name=cst.Name(new_name), asname=asname))
         changes[node] = node.with_changes(module=_module_expr(base.rpartition(".")[0]), names=new_names)
-        self.report(node, message, fix=changes, description="Import from `mixed_precision`")
+        self.report(node, "import_names", fix=changes, description="Import from `mixed_precision`")
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value == "experimental":
@@ -295,8 +311,7 @@ class ExperimentalMixedPrecisionApi(ApiDriftRule):
         change = table.BY_OLD.get(resolved)
         if change is None:
             if node.attr.value not in _LOSS_SCALE_CLASSES:
-                self.report(node, f"`mixed_precision.experimental.{node.attr.value}` was removed in TF 2.9 and "
-                                  "has no stable equivalent")
+                self.report(node, "no_equivalent", name=node.attr.value)
             return
         new_last = (change.target(self.context.keras) or change.old).rpartition(".")[2]
         new_attr = node.attr.with_changes(value=new_last)
@@ -309,8 +324,7 @@ class ExperimentalMixedPrecisionApi(ApiDriftRule):
                 replacement = replacement.with_changes(value=node.value.with_changes(value=renamed_module))
         else:
             return
-        old = f"mixed_precision.experimental.{node.attr.value}"
-        self.report(node, f"`{old}` was removed in TF 2.9; use `mixed_precision.{new_last}`",
+        self.report(node, "renamed", name=node.attr.value, new_name=new_last,
                     fix={node: replacement}, description=f"Use `mixed_precision.{new_last}`")
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -323,12 +337,8 @@ class ExperimentalMixedPrecisionApi(ApiDriftRule):
         dynamic = string_value(arg.value) == "dynamic" or (
             isinstance(arg.value, cst.Name) and arg.value.value == "None")
         if dynamic:
-            message = "`Policy(loss_scale=)` was removed; `compile` wraps the optimizer in a dynamic " \
-                      "LossScaleOptimizer by itself"
-            safety = FixSafety.SAFE
+            variant, safety = "policy_dynamic_scale", FixSafety.SAFE
         else:
-            message = ("`Policy(loss_scale=)` was removed; a fixed loss scale now belongs on the optimizer: "
-                       "`LossScaleOptimizer(opt, ...)`")
-            safety = FixSafety.UNSAFE
-        self.report(arg, message, fix={node: rewrite_args(node, {index: []})}, safety=safety,
+            variant, safety = "policy_fixed_scale", FixSafety.UNSAFE
+        self.report(arg, variant, fix={node: rewrite_args(node, {index: []})}, safety=safety,
                     description="Drop `loss_scale` from `Policy`")

@@ -22,6 +22,7 @@ class ExperimentalRunFunctionsEagerly(ApiDriftRule):
     code = "MP307"
     name = "run-functions-eagerly"
     message = "Deprecated `tf.config.experimental_*` eager switch; use `tf.config.run_functions_eagerly`"
+    messages = {"renamed": "`tf.config.{old}` is deprecated; use `tf.config.{new}`"}
     fix_safety = FixSafety.SAFE
     triggers = tuple(_EAGER_RENAMES)
     explanation = """
@@ -95,7 +96,9 @@ class ExperimentalRunFunctionsEagerly(ApiDriftRule):
         new = _EAGER_RENAMES[old]
         self.report(
             node,
-            f"`tf.config.{old}` is deprecated; use `tf.config.{new}`",
+            "renamed",
+            old=old,
+            new=new,
             fix={node.attr: node.attr.with_changes(value=new)},
             description=f"Rename to `tf.config.{new}`",
         )

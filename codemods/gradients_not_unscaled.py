@@ -15,6 +15,9 @@ class GradientsNotUnscaled(Rule):
     name = "gradients-not-unscaled"
     message = ("Keras 2: gradients of `get_scaled_loss` reach `apply_gradients` without "
                "`get_unscaled_gradients`; every update is multiplied by the loss scale")
+    messages = {"not_unscaled": "Gradients of `{optimizer}.get_scaled_loss(...)` reach `apply_gradients` without "
+                                "`{optimizer}.get_unscaled_gradients(...)`: Keras 2 applies them multiplied by the "
+                                "loss scale"}
     fix_safety = FixSafety.SAFE
     triggers = ("get_scaled_loss",)
     keras_generations = (2,)
@@ -131,8 +134,8 @@ class GradientsNotUnscaled(Rule):
             call = flow.gradient.call
             self.report(
                 flow.apply.call,
-                f"Gradients of `{flow.optimizer}.get_scaled_loss(...)` reach `apply_gradients` without "
-                f"`{flow.optimizer}.get_unscaled_gradients(...)`: Keras 2 applies them multiplied by the loss scale",
+                "not_unscaled",
+                optimizer=flow.optimizer,
                 fix={call: unscale_call(flow.optimizer, call)},
                 description="Unscale the gradients with get_unscaled_gradients",
             )

@@ -76,6 +76,19 @@ class GraphRewrite(ApiDriftRule):
     name = "graph-rewrite"
     message = ("The mixed-precision graph rewrite is TF1 API; set a `mixed_float16` policy and use a "
                "`LossScaleOptimizer`")
+    messages = {
+        "graph_rewrite": ("`enable_mixed_precision_graph_rewrite` is TF1 API (gone from `tf.train` in TF 2); use a "
+                          "`mixed_float16` policy and a `LossScaleOptimizer`"),
+        "grappler": ("grappler's `auto_mixed_precision` casts ops to float16 without loss scaling and behind Keras' "
+                     "back; set a `mixed_float16` policy instead"),
+        "environment": ("`{variable}` turns on the grappler float16 rewrite behind Keras' back; remove it and set a "
+                        "`mixed_float16` policy"),
+    }
+    notes = {
+        "result_unused": "its return value, the loss-scaled optimizer, is unused",
+        "conditional": "no fix: the rewrite is conditional; set the policy under the same condition, before the "
+                       "model is built",
+    }
     fix_safety = FixSafety.UNSAFE
     triggers = (table.GRAPH_REWRITE_FUNCTION, table.GRAPPLER_OPTION, _ENV_VARIABLE)
     explanation = """
@@ -248,8 +261,7 @@ class GraphRewrite(ApiDriftRule):
     # -- the environment switch: a finding only where it is (or may be) set to a true value -------
     def _env(self, name: cst.CSTNode, value: cst.BaseExpression | None) -> None:
         if value is not None and _may_switch_on(value):
-            self.report(name, f"`{_ENV_VARIABLE}` turns on the grappler float16 rewrite behind Keras' back; "
-                              "remove it and set a `mixed_float16` policy")
+            self.report(name, "environment", variable=_ENV_VARIABLE)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         # os.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = value
@@ -282,8 +294,6 @@ class GraphRewrite(ApiDriftRule):
 
     # -- the two forms ----------------------------------------------------------------------
     def _graph_rewrite(self, node: cst.Call) -> None:
-        message = ("`enable_mixed_precision_graph_rewrite` is TF1 API (gone from `tf.train` in TF 2); use a "
-                   "`mixed_float16` policy and a `LossScaleOptimizer`")
         statement = self._statement
         optimizer = find_arg(node, keyword="opt", position=0)
         loss_scale = find_arg(node, keyword="loss_scale", position=1)
@@ -294,7 +304,7 @@ class GraphRewrite(ApiDriftRule):
         else:
             intent = Intent()
         if statement is None or optimizer is None or intent is None:
-            self.report(node, message)
+            self.report(node, "graph_rewrite")
             return
         spelling, imports = mixed_precision_spelling(self.context)
         extra = intent.arguments(self.context.keras)
@@ -305,8 +315,9 @@ class GraphRewrite(ApiDriftRule):
         lso = rewrite_args(node, plan).with_changes(func=cst.parse_expression(f"{spelling}.LossScaleOptimizer"))
         unused = (len(statement.body) == 1 and isinstance(statement.body[0], cst.Expr)
                   and statement.body[0].value is node)
+        notes: tuple[str, ...] = ()
         if unused:
-            message += " (its return value, the loss-scaled optimizer, is unused)"
+            notes = ("result_unused",)
             target = optimizer[1].value
             wrapped = optimizer_names(self.context.module, self.context, lso_only=True)
             if dotted_name(target) is not None and dotted_name(target) not in wrapped:
@@ -315,7 +326,7 @@ class GraphRewrite(ApiDriftRule):
                 new = []
         else:
             new = [statement.deep_replace(node, lso)]
-        self._report_with_policy(node, statement, new, message, spelling, imports,
+        self._report_with_policy(node, statement, new, ("graph_rewrite", notes), spelling, imports,
                                  "Replace the graph rewrite with a policy and a LossScaleOptimizer")
 
     def _grappler(self, node: cst.Call) -> None:
@@ -327,12 +338,10 @@ class GraphRewrite(ApiDriftRule):
                    and string_value(e.key) == table.GRAPPLER_OPTION]
         if not entries or reachability.grappler_value_off(self.context.code(entries[0].value)):
             return
-        message = ("grappler's `auto_mixed_precision` casts ops to float16 without loss scaling and behind "
-                   "Keras' back; set a `mixed_float16` policy instead")
         statement = self._statement
         if statement is None or len(statement.body) != 1 or not isinstance(statement.body[0], cst.Expr) or (
                 statement.body[0].value is not node):
-            self.report(entries[0], message)
+            self.report(entries[0], "grappler")
             return
         rest = [e for e in options.elements if e not in entries]
         if rest:
@@ -342,19 +351,19 @@ class GraphRewrite(ApiDriftRule):
         else:
             new = []
         spelling, imports = mixed_precision_spelling(self.context)
-        self._report_with_policy(entries[0], statement, new, message, spelling, imports,
+        self._report_with_policy(entries[0], statement, new, ("grappler", ()), spelling, imports,
                                  "Replace grappler's rewrite with a mixed_float16 policy")
 
     # -- where the policy goes -------------------------------------------------------------------
     def _report_with_policy(self, node: cst.CSTNode, statement: cst.SimpleStatementLine,
-                            new: list[cst.BaseStatement], message: str, spelling: str,
+                            new: list[cst.BaseStatement], message: tuple[str, tuple[str, ...]], spelling: str,
                             imports: tuple[str, ...], description: str) -> None:
+        template, notes = message  # a template name, and the names of the notes after it
         changes: dict[cst.CSTNode, object] = {}
         if self.context.module_policy is not Policy.FLOAT16 and self._conditional(statement):
             # The policy would go after the imports, for every run (float32 ones too), and after the
             # model the condition's branch already built (judge-classes C10): no fix.
-            self.report(node, message + " (no fix: the rewrite is conditional; set the policy under the same "
-                                        "condition, before the model is built)")
+            self.report(node, template, note=(*notes, "conditional"))
             return
         if self.context.module_policy is not Policy.FLOAT16:
             policy = cst.parse_statement(f'{spelling}.set_global_policy("mixed_float16")',
@@ -371,7 +380,7 @@ class GraphRewrite(ApiDriftRule):
             changes[statement] = new[0]
         else:
             changes[statement] = cst.FlattenSentinel(new)
-        self.report(node, message, fix=changes, description=description, imports=imports)
+        self.report(node, template, note=notes, fix=changes, description=description, imports=imports)
 
     def _conditional(self, statement: cst.SimpleStatementLine) -> bool:
         """``statement`` runs only under a condition: in an ``if``/``elif``/``else``, a ``while``, a

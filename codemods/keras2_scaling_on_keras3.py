@@ -45,6 +45,29 @@ class Keras2ScalingOnKeras3(ApiDriftRule):
     code = "MP303"
     name = "keras2-scaling-on-keras3"
     message = "Loss-scaling method of the other Keras generation; use the target generation's method"
+    _UNSCALE = ("`get_unscaled_gradients` does not exist in Keras 3: `apply_gradients` of a LossScaleOptimizer "
+                "unscales by itself")
+    messages = {
+        "scaled_loss": "`get_scaled_loss` does not exist in Keras 3; use `{new}`",
+        "unscale": _UNSCALE,
+        "unscale_unseen": _UNSCALE + " (mpfix cannot see the update these gradients reach)",
+        "unscale_other_optimizer": _UNSCALE + (
+            "; the unscaled gradients also reach `{optimizer}`, which does not unscale them: keep the division by "
+            "`{owner}`'s scale for it (by hand) before dropping this call"),
+        "unscale_clip_stays": _UNSCALE + (
+            "; dropping it alone would leave {transform} acting on scaled gradients (Keras 3 unscales inside "
+            "`apply_gradients`): clip with the inner optimizer's `global_clipnorm`/`clipnorm`/`clipvalue` instead"),
+        "unscale_clip_moves": _UNSCALE + (
+            "; {transform} moves into the inner optimizer, which clips after the LossScaleOptimizer unscaled"),
+        "keras3_scaling": ("`scale_loss` is Keras 3; Keras 2 scales with `get_scaled_loss` and unscales with "
+                           "`get_unscaled_gradients`"),
+    }
+    notes = {
+        "unscale_by_hand": "together with its `get_unscaled_gradients`, which needs a hand edit: see that finding",
+        "unscale_fixed_too": "fixed together with its `get_unscaled_gradients`: one fix, see that finding",
+        "other_unscale_by_hand": "no fix: another unscale of the same scaled loss needs a hand edit",
+        "no_gradient": "mpfix cannot find the `tape.gradient` of this scaled loss",
+    }
     fix_safety = FixSafety.SAFE
     triggers = ("get_scaled_loss", "get_unscaled_gradients", "scale_loss(")
     explanation = """
@@ -275,6 +298,48 @@ class Keras2ScalingOnKeras3(ApiDriftRule):
             """,
             keras=2,
         ),
+        # The unscaled gradients are returned: mpfix cannot see the update, so dropping the unscale is unsafe.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1))
+
+
+            def gradients(model, x, y):
+                with tf.GradientTape() as tape:
+                    scaled_loss = opt.get_scaled_loss(loss_fn(y, model(x)))
+                return opt.get_unscaled_gradients(tape.gradient(scaled_loss, model.trainable_variables))
+            """,
+            """
+            import tensorflow as tf
+
+            opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1))
+
+
+            def gradients(model, x, y):
+                with tf.GradientTape() as tape:
+                    scaled_loss = opt.scale_loss(loss_fn(y, model(x)))
+                return tape.gradient(scaled_loss, model.trainable_variables)
+            """,
+            keras=3,
+            count=2,
+        ),
+        # A clip after the unscale would act on scaled gradients: no fix for either call.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            def step(model, opt, x, y, clip_norm):
+                with tf.GradientTape() as tape:
+                    scaled_loss = opt.get_scaled_loss(loss_fn(y, model(x)))
+                grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, model.trainable_variables))
+                grads, _ = tf.clip_by_global_norm(grads, clip_norm)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            keras=3,
+            count=2,
+        ),
     ]
 
     def __init__(self, context) -> None:
@@ -310,33 +375,29 @@ class Keras2ScalingOnKeras3(ApiDriftRule):
         if _method_call(node, "get_scaled_loss") and not self._custom("get_scaled_loss"):
             new = table.member_target("get_scaled_loss", table.KERAS3)
             fix: dict | None = self._rename(node)
-            message = f"`get_scaled_loss` does not exist in Keras 3; use `{new}`"
+            note = None
             unscales = self._unscales_of(node)
             if any(self._unscale_fix(u, {})[0] is None for u in unscales):
                 # Half a migration helps nobody: the rename waits for the unscale, which needs a hand edit.
-                fix = None
-                message += " (together with its `get_unscaled_gradients`, which needs a hand edit: see that finding)"
+                fix, note = None, "unscale_by_hand"
             elif unscales:
-                fix = None
-                message += " (fixed together with its `get_unscaled_gradients`: one fix, see that finding)"
-            self.report(node, message, fix=fix, description=f"Use `{new}`")
+                fix, note = None, "unscale_fixed_too"
+            self.report(node, "scaled_loss", note=note, new=new, fix=fix, description=f"Use `{new}`")
         elif _method_call(node, "get_unscaled_gradients") and not self._custom("get_unscaled_gradients"):
             assert table.member_target("get_unscaled_gradients", table.KERAS3) == table.REMOVE_CALL
-            message = ("`get_unscaled_gradients` does not exist in Keras 3: `apply_gradients` of a "
-                       "LossScaleOptimizer unscales by itself")
-            fix, safety, why = self._unscale_fix(node, self._drop(node))
+            note = None
+            fix, safety, variant, fields = self._unscale_fix(node, self._drop(node))
             description = "Drop the unscale call"
             scale = self._scale_of(node)
             if scale is not None and fix is not None:
                 # Paired edits are one fix with one safety (issue 20): the rename of the scale and the
                 # drop of the unscale only run together, so neither half is ever written alone.
                 if any(self._unscale_fix(u, {})[0] is None for u in self._unscales_of(scale)):
-                    fix, safety = None, FixSafety.NONE
-                    why += " (no fix: another unscale of the same scaled loss needs a hand edit)"
+                    fix, safety, note = None, FixSafety.NONE, "other_unscale_by_hand"
                 else:
                     fix = {**fix, **self._rename(scale)}
                     description = "Use `scale_loss` and drop the unscale call"
-            self.report(node, message + why, fix=fix, safety=safety, description=description)
+            self.report(node, variant, note=note, **fields, fix=fix, safety=safety, description=description)
 
     @staticmethod
     def _rename(scale: cst.Call) -> dict:
@@ -380,36 +441,32 @@ class Keras2ScalingOnKeras3(ApiDriftRule):
                 return call.call
         return None
 
-    def _unscale_fix(self, node: cst.Call, drop: dict) -> tuple[dict | None, FixSafety, str]:
+    def _unscale_fix(self, node: cst.Call, drop: dict) -> tuple[dict | None, FixSafety, str, dict[str, str]]:
         """Dropping the unscale keeps the loop right only where the LossScaleOptimizer that unscaled is
-        what applies the gradients and nothing size-dependent happens to them in between."""
+        what applies the gradients and nothing size-dependent happens to them in between: the fix, its
+        safety, and the message (template name and fields) that says so."""
         analysis = training_steps(self.context)
         through = [(flow, i) for flow in analysis.flows + analysis.cross_flows for i, e in enumerate(flow.path.events)
                    if e.kind == UNSCALE and e.node is node]
         if not through:
-            return drop, FixSafety.UNSAFE, " (mpfix cannot see the update these gradients reach)"
+            return drop, FixSafety.UNSAFE, "unscale_unseen", {}
         owner = dotted_name(node.func.value)
         blockers = []
         for flow, index in through:
             if flow.optimizer != owner:
-                return None, FixSafety.NONE, (
-                    f"; the unscaled gradients also reach `{flow.optimizer}`, which does not unscale them: "
-                    f"keep the division by `{owner}`'s scale for it (by hand) before dropping this call")
+                return None, FixSafety.NONE, "unscale_other_optimizer", {"optimizer": flow.optimizer, "owner": owner}
             blockers += [e for e in flow.path.events[index + 1:] if e.sensitive and e not in blockers]
         if not blockers:
-            return drop, FixSafety.SAFE, ""
+            return drop, FixSafety.SAFE, "unscale", {}
         flow = through[0][0]
         build = flow.build
         inner = analysis.inner_build(build) if build is not None and build.is_lso else None
         moved = move_clip_changes(self.context, analysis, [f for f, _ in through], blockers, inner)
         what = describe(blockers[0])
         if moved is None:
-            return None, FixSafety.NONE, (
-                f"; dropping it alone would leave {what} acting on scaled gradients (Keras 3 unscales inside "
-                f"`apply_gradients`): clip with the inner optimizer's `global_clipnorm`/`clipnorm`/`clipvalue` instead")
+            return None, FixSafety.NONE, "unscale_clip_stays", {"transform": what}
         changes, new_inner = moved
-        return {**drop, **changes, inner: new_inner}, FixSafety.UNSAFE, (
-            f"; {what} moves into the inner optimizer, which clips after the LossScaleOptimizer unscaled")
+        return {**drop, **changes, inner: new_inner}, FixSafety.UNSAFE, "unscale_clip_moves", {"transform": what}
 
     # -- Keras 2: Keras 3 calls ---------------------------------------------------------
     # The scaling calls, the gradients taken of them and the unscales come from the gradient-path model.
@@ -434,8 +491,6 @@ class Keras2ScalingOnKeras3(ApiDriftRule):
         assert isinstance(call.func, cst.Attribute)
         receiver = call.func.value
         renamed_func = call.func.with_changes(attr=call.func.attr.with_changes(value="get_scaled_loss"))
-        message = "`scale_loss` is Keras 3; Keras 2 scales with `get_scaled_loss` and unscales with " \
-                  "`get_unscaled_gradients`"
         safety = FixSafety.SAFE if lso else FixSafety.UNSAFE
         changes: dict[cst.CSTNode, cst.CSTNode] = {}
         for gradient in gradients:
@@ -454,9 +509,9 @@ class Keras2ScalingOnKeras3(ApiDriftRule):
         if unscales:
             changes = {}  # the loop already unscales somewhere: rename only
         elif not changes:
-            self.report(call, message + " (mpfix cannot find the `tape.gradient` of this scaled loss)")
+            self.report(call, "keras3_scaling", note="no_gradient")
             return
         if not any(call is g.args[0].value for g in gradients if g in changes):
             changes[call.func] = renamed_func
-        self.report(call, message, fix=changes, safety=safety,
+        self.report(call, "keras3_scaling", fix=changes, safety=safety,
                     description="Use `get_scaled_loss` and `get_unscaled_gradients`")

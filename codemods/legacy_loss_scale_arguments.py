@@ -24,6 +24,18 @@ class LegacyLossScaleArguments(ApiDriftRule):
     name = "legacy-loss-scale-arguments"
     message = ("`LossScaleOptimizer` argument from another Keras generation; write the form the installed "
                "Keras accepts")
+    messages = {
+        "dynamic_flag": ("Keras 3's `LossScaleOptimizer` has no `dynamic` argument: the second positional argument is "
+                         "`initial_scale`"),
+        "dynamic_false": ("Keras 3's `LossScaleOptimizer` refuses `dynamic=False`; it always scales dynamically (for a "
+                          "fixed scale set `loss_scale_factor=` on the inner optimizer)"),
+        "unreadable": ("`LossScaleOptimizer` no longer takes {argument}; mpfix cannot read this loss scale: use "
+                       "`LossScaleOptimizer(opt)` for a dynamic scale or set `initial_scale=`"),
+        "legacy": "`LossScaleOptimizer` no longer takes {argument}",
+        "legacy_fixed_on_keras3": ("`LossScaleOptimizer` no longer takes {argument}; Keras 3 has no fixed scale here: "
+                                   "it starts a dynamic scale at `initial_scale`"),
+    }
+    notes = {"lost": "{lost}"}  # what the rewrite cannot keep (_loss_scale_intent.Intent.lost)
     fix_safety = FixSafety.SAFE
     triggers = ("LossScaleOptimizer",)
     explanation = """
@@ -196,6 +208,20 @@ class LegacyLossScaleArguments(ApiDriftRule):
             opt = tf.keras.mixed_precision.LossScaleOptimizer(opt, loss_scale=config.loss_scale)
             """,
         ),
+        # Keras 2's positional `dynamic` flag, which Keras 3 reads as `initial_scale`.
+        Invalid(
+            """
+            import keras
+
+            opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam(), False)
+            """,
+            """
+            import keras
+
+            opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())
+            """,
+            keras=3,
+        ),
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -217,31 +243,24 @@ class LegacyLossScaleArguments(ApiDriftRule):
         elif keras == table.KERAS3 and positional is not None and bool_value(positional[1].value) is not None:
             index, arg = positional
             # Dropping the Keras 2 ``dynamic`` flag moves the scale into Keras 3's ``initial_scale`` slot.
-            self.report(arg, "Keras 3's `LossScaleOptimizer` has no `dynamic` argument: the second positional "
-                             "argument is `initial_scale`",
+            self.report(arg, "dynamic_flag",
                         fix={node: rewrite_args(node, {index: []})}, description="Drop the `dynamic` flag")
         elif keras == table.KERAS3:
             dynamic = find_arg(node, keyword="dynamic")
             if dynamic is not None and bool_value(dynamic[1].value) is False:
                 index, arg = dynamic
                 has_initial = find_arg(node, keyword="initial_scale", position=1) is not None
-                message = ("Keras 3's `LossScaleOptimizer` refuses `dynamic=False`; it always scales dynamically "
-                           "(for a fixed scale set `loss_scale_factor=` on the inner optimizer)")
                 fix = {node: rewrite_args(node, {index: []})} if has_initial else None
-                self.report(arg, message, fix=fix, description="Drop `dynamic=False`")
+                self.report(arg, "dynamic_false", fix=fix, description="Drop `dynamic=False`")
 
     def _legacy_loss_scale(self, node: cst.Call, index: int, arg: cst.Arg) -> None:
         intent = loss_scale_intent(arg.value)
         spelled = "positional `\"dynamic\"`" if arg.keyword is None else "`loss_scale=`"
         if intent is None:
-            self.report(arg, f"`LossScaleOptimizer` no longer takes {spelled}; mpfix cannot read this loss scale: "
-                             "use `LossScaleOptimizer(opt)` for a dynamic scale or set `initial_scale=`")
+            self.report(arg, "unreadable", argument=spelled)
             return
         keras = self.context.keras
-        message = f"`LossScaleOptimizer` no longer takes {spelled}"
-        if intent.fixed is not None and keras == table.KERAS3:
-            message += "; Keras 3 has no fixed scale here: it starts a dynamic scale at `initial_scale`"
-        if intent.lost:
-            message += f" ({intent.lost})"
-        self.report(arg, message, fix={node: rewrite_args(node, {index: intent.arguments(keras)})},
+        variant = "legacy_fixed_on_keras3" if intent.fixed is not None and keras == table.KERAS3 else "legacy"
+        lost = {"note": "lost", "lost": intent.lost} if intent.lost else {}
+        self.report(arg, variant, argument=spelled, **lost, fix={node: rewrite_args(node, {index: intent.arguments(keras)})},
                     description=f"Rewrite for Keras {keras}")

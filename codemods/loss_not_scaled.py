@@ -18,6 +18,25 @@ class LossNotScaled(Rule):
     code = "MP102"
     name = "loss-not-scaled"
     message = "The optimizer scales losses but the gradient is taken of an unscaled loss; scale it inside the tape"
+    _UNSCALED = ("`{optimizer}` scales losses but the gradient in {where} is taken of the unscaled loss; compute "
+                 "`{optimizer}.{scale}(loss)` inside the tape")
+    messages = {
+        "unscaled": _UNSCALED,
+        "clip_stays": _UNSCALED + (
+            ", and move {transform} after unscaling (the inner optimizer's `global_clipnorm`/`clipnorm`/"
+            "`clipvalue`): scaling alone would clip scaled gradients"),
+        "maybe_plain": _UNSCALED + (
+            ", only when it is a `LossScaleOptimizer` (a plain Keras 2 optimizer has no `{keras2_scale}`: guard "
+            "the scaling and the unscaling with `isinstance(..., LossScaleOptimizer)`)"),
+        "guarded": _UNSCALED + (
+            ", guarded by `isinstance(..., LossScaleOptimizer)`: on Keras 2 it is one only if `compile` ran "
+            "under `mixed_float16`"),
+        "kept_by_object": (
+            "`{optimizer}` scales losses but the gradients it applies are taken in `{taken}` of the unscaled loss "
+            "and reach it through the object that keeps them; compute `{optimizer}.{scale}(loss)` inside that tape "
+            "(no fix: the update and the gradient are in different functions)"),
+    }
+    notes = {"no_fix": "no fix: {why}"}
     fix_safety = FixSafety.UNSAFE
     triggers = STEP_TRIGGERS
     explanation = """
@@ -188,6 +207,80 @@ class LossNotScaled(Rule):
             """,
             keras=2,
         ),
+        # The loss of gradients an object keeps for another method is not scaled: no fix.
+        Invalid(
+            """
+            import keras
+            import tensorflow as tf
+            keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+            class GradientAccumulator:
+                def __init__(self, variables):
+                    self.variables = variables
+                    self.sums = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
+
+                def add(self, grads):
+                    for total, g in zip(self.sums, grads):
+                        total.assign_add(g)
+
+                def apply(self, optimizer):
+                    optimizer.apply_gradients(zip(self.sums, self.variables))
+
+
+            class Trainer:
+                def __init__(self, model):
+                    self.model = model
+                    self.optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam(1e-3))
+                    self.accumulator = GradientAccumulator(model.trainable_variables)
+
+                def step(self, x, y):
+                    with tf.GradientTape() as tape:
+                        loss = tf.reduce_mean(tf.square(y - self.model(x)))
+                    grads = tape.gradient(loss, self.model.trainable_variables)
+                    self.accumulator.add(grads)
+
+                def update(self):
+                    self.accumulator.apply(self.optimizer)
+            """,
+        ),
+        # Keras 2: a library's compiled optimizer may be plain (no `get_scaled_loss`), and the gradient has no name to guard the unscale on: no fix.
+        Invalid(
+            """
+            import tensorflow as tf
+
+
+            def use_mixed_precision():
+                tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+            class ContrastiveModel(tf.keras.Model):
+                def train_step(self, data):
+                    x, y = data
+                    with tf.GradientTape() as tape:
+                        loss = self.compiled_loss(y, self(x, training=True))
+                    self.optimizer.apply_gradients(zip(tape.gradient(loss, self.trainable_variables), self.trainable_variables))
+                    return {"loss": loss}
+            """,
+            keras=2,
+        ),
+        # Keras 3: scaling the loss would make this clip act on scaled gradients, and the compiled optimizer is not built here: no fix.
+        Invalid(
+            """
+            import keras
+            import tensorflow as tf
+            keras.mixed_precision.set_global_policy("mixed_float16")
+
+            class Net(keras.Model):
+                def train_step(self, data):
+                    with tf.GradientTape() as tape:
+                        loss = self.compute_loss(data)
+                    grads = tape.gradient(loss, self.trainable_variables)
+                    grads, _ = tf.clip_by_global_norm(grads, 1.0)
+                    self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+            """,
+            keras=3,
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -205,12 +298,12 @@ class LossNotScaled(Rule):
         for group in by_apply.values():
             flow = group[0]
             fix: dict | None = {}
-            extra = ""
+            variant, note, more = "unscaled", None, {}
             why_not = unfixable_shape(self.context, analysis, flow)
             legacy = why_not is not None and why_not.shape is Shape.LEGACY_OPTIMIZER
             keras = 2 if legacy else self.context.keras
             if why_not is not None:
-                fix, extra = None, f" (no fix: {why_not.why})"
+                fix, note, more = None, "no_fix", {"why": why_not.why}
             # Keras 3: once the loss is scaled, a clip between the gradient and the LSO's apply sees
             # scaled gradients; it moves into the inner optimizer where that is built in the file.
             transforms = [e for f in group for e in f.path.events if e.sensitive] \
@@ -221,8 +314,7 @@ class LossNotScaled(Rule):
                 moved = move_clip_changes(self.context, analysis, group, transforms, inner)
                 if moved is None:
                     fix = None
-                    extra = (f", and move {describe(transforms[0])} after unscaling (the inner optimizer's "
-                             f"`global_clipnorm`/`clipnorm`/`clipvalue`): scaling alone would clip scaled gradients")
+                    variant, more = "clip_stays", {"transform": describe(transforms[0])}
                 else:
                     changes, new_inner = moved
                     fix = {**changes, inner: new_inner}
@@ -232,20 +324,21 @@ class LossNotScaled(Rule):
             for member in group if fix is not None else ():
                 step = scaling_changes(self.context, analysis, member, guard=guard)
                 if step is None or any(k in fix for k in step):
-                    if guard and not extra:
-                        extra = (f", only when it is a `LossScaleOptimizer` (a plain Keras 2 optimizer has no "
-                                 f"`{scale_method(2)}`: guard the scaling and the unscaling with "
-                                 f"`isinstance(..., LossScaleOptimizer)`)")
+                    if guard and variant == "unscaled" and note is None:
+                        variant, more = "maybe_plain", {"keras2_scale": scale_method(2)}
                     fix = None
                     break
                 fix.update(step)
-            if guard and fix and not extra:
-                extra = (", guarded by `isinstance(..., LossScaleOptimizer)`: on Keras 2 it is one only if `compile` "
-                         "ran under `mixed_float16`")
+            if guard and fix and variant == "unscaled" and note is None:
+                variant = "guarded"
             self.report(
                 flow.apply.call,
-                f"`{flow.optimizer}` scales losses but the gradient in {where(flow)} is taken of the unscaled "
-                f"loss; compute `{flow.optimizer}.{scale_method(keras)}(loss)` inside the tape{extra}",
+                variant,
+                note=note,
+                optimizer=flow.optimizer,
+                where=where(flow),
+                scale=scale_method(keras),
+                **more,
                 fix=fix,
                 description="Scale the loss inside the tape",
             )
@@ -264,9 +357,5 @@ class LossNotScaled(Rule):
                 continue
             seen.add(id(flow.apply.call))
             taken = next((s.name for s, g in analysis.gradients if g is flow.gradient), "another function")
-            self.report(
-                flow.apply.call,
-                f"`{flow.optimizer}` scales losses but the gradients it applies are taken in `{taken}` of the "
-                f"unscaled loss and reach it through the object that keeps them; compute "
-                f"`{flow.optimizer}.{scale_method(self.context.keras)}(loss)` inside that tape (no fix: the update "
-                f"and the gradient are in different functions)")
+            self.report(flow.apply.call, "kept_by_object", optimizer=flow.optimizer, taken=taken,
+                        scale=scale_method(self.context.keras))

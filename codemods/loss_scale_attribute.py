@@ -14,6 +14,10 @@ class LossScaleAttribute(ApiDriftRule):
     code = "MP304"
     name = "loss-scale-attribute"
     message = "The current loss scale has another name in this Keras generation"
+    messages = {
+        "loss_scale_call": "`optimizer.loss_scale()` is TF ≤ 2.3; read `optimizer.{new}`",
+        "renamed": "`optimizer.{old}` does not exist in Keras {keras}; use `optimizer.{new}`",
+    }
     fix_safety = FixSafety.SAFE
     triggers = (".loss_scale", ".dynamic_scale")
     explanation = """
@@ -133,7 +137,7 @@ class LossScaleAttribute(ApiDriftRule):
         self._skip.add(func)
         new = table.member_target("loss_scale", self.context.keras) or "loss_scale"
         replacement = func.with_changes(attr=func.attr.with_changes(value=new))
-        self.report(node, f"`optimizer.loss_scale()` is TF ≤ 2.3; read `optimizer.{new}`",
+        self.report(node, "loss_scale_call", new=new,
                     fix={node: replacement}, description=f"Read `{new}`")
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -143,5 +147,5 @@ class LossScaleAttribute(ApiDriftRule):
         if new is None:
             return
         old = node.attr.value
-        self.report(node, f"`optimizer.{old}` does not exist in Keras {self.context.keras}; use `optimizer.{new}`",
+        self.report(node, "renamed", old=old, new=new, keras=self.context.keras,
                     fix={node.attr: node.attr.with_changes(value=new)}, description=f"Use `{new}`")

@@ -20,6 +20,27 @@ class OptimizerNotWrapped(Rule):
     name = "optimizer-not-wrapped"
     message = ("Custom training loop under mixed_float16 with a bare optimizer: wrap it in "
                "LossScaleOptimizer and scale the loss, or most float16 gradients underflow to zero")
+    _UNSCALED = ("`{optimizer}` has no loss scaling under mixed_float16: most float16 gradients underflow to zero; "
+                 "wrap it in LossScaleOptimizer and scale the loss in {where}")
+    messages = {
+        "unscaled": _UNSCALED,
+        "clip_stays": _UNSCALED + (
+            ", and move {transform} after unscaling (Keras 3: the inner optimizer's "
+            "`global_clipnorm`/`clipnorm`/`clipvalue`): scaling alone would clip scaled gradients"),
+        "kept_by_object": (
+            "`{optimizer}` has no loss scaling under mixed_float16: most float16 gradients underflow to zero; the "
+            "gradients taken in `{taken}` reach it through the object that keeps them: wrap it in LossScaleOptimizer "
+            "where it is built and scale the loss in `{taken}` (no fix: the update and the gradient are in "
+            "different functions)"),
+        "built_by_call": (
+            "Loss is not scaled under mixed_float16 and `{optimizer}` comes from `{built}`, which mpfix cannot see "
+            "into: make sure it returns a LossScaleOptimizer (or wrap its result in one) and scale the loss in "
+            "{where}"),
+        "built_unseen": (
+            "Loss is not scaled under mixed_float16 and mpfix cannot see where `{optimizer}` is built (another "
+            "module, a container, or passed through several calls): wrap it in LossScaleOptimizer where it is built "
+            "and scale the loss in {where}"),
+    }
     fix_safety = FixSafety.UNSAFE
     triggers = STEP_TRIGGERS
     requires_float16 = True
@@ -326,6 +347,74 @@ class OptimizerNotWrapped(Rule):
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             """,
         ),
+        # Gradients one method takes and an object keeps, applied by another method: no fix.
+        Invalid(
+            """
+            import keras
+            import tensorflow as tf
+            keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+            class GradientAccumulator:
+                def __init__(self, variables):
+                    self.variables = variables
+                    self.sums = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
+
+                def add(self, grads):
+                    for total, g in zip(self.sums, grads):
+                        total.assign_add(g)
+
+                def apply(self, optimizer):
+                    optimizer.apply_gradients(zip(self.sums, self.variables))
+
+
+            class Trainer:
+                def __init__(self, model):
+                    self.model = model
+                    self.optimizer = keras.optimizers.Adam(1e-3)
+                    self.accumulator = GradientAccumulator(model.trainable_variables)
+
+                def step(self, x, y):
+                    with tf.GradientTape() as tape:
+                        loss = tf.reduce_mean(tf.square(y - self.model(x)))
+                    grads = tape.gradient(loss, self.model.trainable_variables)
+                    self.accumulator.add(grads)
+
+                def update(self):
+                    self.accumulator.apply(self.optimizer)
+            """,
+        ),
+        # An optimizer from a factory mpfix cannot see into: it may already scale; no fix.
+        Invalid(
+            """
+            import tensorflow as tf
+            from official.nlp import optimization
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+            def main():
+                optimizer = optimization.create_optimizer(3e-5, 1000, 100)
+                for x, y in data:
+                    with tf.GradientTape() as tape:
+                        loss = loss_fn(y, model(x))
+                    grads = tape.gradient(loss, model.trainable_variables)
+                    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+        ),
+        # Keras 3: a clip mpfix cannot move into the inner optimizer (the norm is a variable): no fix.
+        Invalid(
+            """
+            import keras
+            import tensorflow as tf
+            keras.mixed_precision.set_global_policy("mixed_float16")
+            opt = keras.optimizers.SGD(0.1)
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x))
+            grads = tape.gradient(loss, model.trainable_variables)
+            grads, _ = tf.clip_by_global_norm(grads, max_norm)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            keras=3,
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -343,7 +432,7 @@ class OptimizerNotWrapped(Rule):
                 if id(flow.apply.call) in unknown_seen:
                     continue
                 unknown_seen.add(id(flow.apply.call))
-                self.report(flow.apply.call, self._unknown_message(flow))
+                self._report_unknown(flow)
                 continue
             groups.setdefault(id(flow.build.call), []).append(flow)
         for group in groups.values():
@@ -356,12 +445,8 @@ class OptimizerNotWrapped(Rule):
             if transforms:
                 moved = move_clip_changes(self.context, analysis, group, transforms, first.build.call)
                 if moved is None:
-                    self.report(
-                        first.apply.call,
-                        f"`{first.optimizer}` has no loss scaling under mixed_float16: most float16 gradients "
-                        f"underflow to zero; wrap it in LossScaleOptimizer and scale the loss in {where(first)}, "
-                        f"and move {describe(transforms[0])} after unscaling (Keras 3: the inner optimizer's "
-                        f"`global_clipnorm`/`clipnorm`/`clipvalue`): scaling alone would clip scaled gradients")
+                    self.report(first.apply.call, "clip_stays", optimizer=first.optimizer, where=where(first),
+                                transform=describe(transforms[0]))
                     continue
                 moved_changes, inner = moved
             changes, imports = wrap_changes(self.context, first.build, inner)
@@ -374,8 +459,9 @@ class OptimizerNotWrapped(Rule):
                 fix.update(step)
             self.report(
                 first.apply.call,
-                f"`{first.optimizer}` has no loss scaling under mixed_float16: most float16 gradients "
-                f"underflow to zero; wrap it in LossScaleOptimizer and scale the loss in {where(first)}",
+                "unscaled",
+                optimizer=first.optimizer,
+                where=where(first),
                 fix=fix,
                 description="Wrap the optimizer in LossScaleOptimizer and scale the loss",
                 imports=imports,
@@ -395,22 +481,14 @@ class OptimizerNotWrapped(Rule):
                 continue  # one finding per update; a gradient updated in its own function is reported there
             seen.add(id(flow.apply.call))
             taken = next((s.name for s, g in analysis.gradients if g is flow.gradient), "another function")
-            self.report(
-                flow.apply.call,
-                f"`{flow.optimizer}` has no loss scaling under mixed_float16: most float16 gradients underflow to "
-                f"zero; the gradients taken in `{taken}` reach it through the object that keeps them: wrap it in "
-                f"LossScaleOptimizer where it is built and scale the loss in `{taken}` (no fix: the update and "
-                f"the gradient are in different functions)")
+            self.report(flow.apply.call, "kept_by_object", optimizer=flow.optimizer, taken=taken)
 
-    def _unknown_message(self, flow: Flow) -> str:
+    def _report_unknown(self, flow: Flow) -> None:
         built = self._built_by(flow)
         if built is not None:
-            return (f"Loss is not scaled under mixed_float16 and `{flow.optimizer}` comes from `{built}`, "
-                    f"which mpfix cannot see into: make sure it returns a LossScaleOptimizer (or wrap its "
-                    f"result in one) and scale the loss in {where(flow)}")
-        return (f"Loss is not scaled under mixed_float16 and mpfix cannot see where `{flow.optimizer}` is "
-                f"built (another module, a container, or passed through several calls): wrap it in "
-                f"LossScaleOptimizer where it is built and scale the loss in {where(flow)}")
+            self.report(flow.apply.call, "built_by_call", optimizer=flow.optimizer, built=built, where=where(flow))
+        else:
+            self.report(flow.apply.call, "built_unseen", optimizer=flow.optimizer, where=where(flow))
 
     def _built_by(self, flow: Flow) -> str | None:
         """The call that binds the optimizer in the step's own function or the module, if any."""

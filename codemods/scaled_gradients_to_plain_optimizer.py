@@ -15,6 +15,8 @@ class ScaledGradientsToPlainOptimizer(Rule):
     name = "scaled-gradients-to-plain-optimizer"
     message = ("Gradients of a loss scaled by one optimizer are applied, still scaled, by another that does "
                "not unscale them; every such update is multiplied by the loss scale")
+    messages = {"plain": "Gradients of `{scaler}.{method}(...)` reach `{optimizer}`, which does not unscale them: its "
+                         "updates are multiplied by `{scaler}`'s loss scale"}
     fix_safety = FixSafety.NONE
     triggers = STEP_TRIGGERS
     also_requires = ("scale",)
@@ -129,6 +131,5 @@ class ScaledGradientsToPlainOptimizer(Rule):
             elif flow.build is not None and flow.build.is_lso:
                 continue  # Keras 2: another LSO (a separate mistake, rarely deliberate); MP103 for the same one
             seen.add(id(flow.apply.call))
-            self.report(flow.apply.call,
-                        f"Gradients of `{scale.optimizer}.{scale.method}(...)` reach `{flow.optimizer}`, which does "
-                        f"not unscale them: its updates are multiplied by `{scale.optimizer}`'s loss scale")
+            self.report(flow.apply.call, "plain", scaler=scale.optimizer, method=scale.method,
+                        optimizer=flow.optimizer)

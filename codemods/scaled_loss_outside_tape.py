@@ -14,6 +14,8 @@ class ScaledLossOutsideTape(Rule):
     code = "MP104"
     name = "scaled-loss-outside-tape"
     message = "The scaled loss is computed where the tape does not record it; compute it inside the `with` block"
+    messages = {"outside": "`{optimizer}.{method}(...)` runs outside the `with` block of `{tape}`: the tape does not "
+                           "record it and every gradient is None; compute it inside the block"}
     fix_safety = FixSafety.UNSAFE
     triggers = ("scale_loss", "get_scaled_loss")
     explanation = """
@@ -132,9 +134,7 @@ class ScaledLossOutsideTape(Rule):
                 continue
             if flow.scale_statement is not None and in_tape(analysis, flow, flow.scale_statement):
                 continue
-            self.report(scale.call,
-                        f"`{flow.optimizer}.{method}(...)` runs outside the `with` block of `{flow.gradient.tape}`: "
-                        f"the tape does not record it and every gradient is None; compute it inside the block",
+            self.report(scale.call, "outside", optimizer=flow.optimizer, method=method, tape=flow.gradient.tape,
                         fix=self._fix(analysis, flow), description="Compute the scaled loss inside the tape")
 
     def _fix(self, analysis: Analysis, flow: Flow) -> dict | None:

@@ -16,6 +16,13 @@ class TransformOfScaledGradients(Rule):
     name = "transform-of-scaled-gradients"
     message = ("Gradients are clipped (or get noise) while they still carry the loss scale; "
                "transform them after unscaling")
+    messages = {
+        "before_unscale": ("{transform} acts on gradients that still carry the loss scale: "
+                           "`{optimizer}.get_unscaled_gradients` comes after it; unscale first"),
+        "keras3_scaled": ("{transform} acts on scaled gradients: Keras 3's LossScaleOptimizer unscales only inside "
+                          "`apply_gradients`; clip with the inner optimizer's `global_clipnorm`/`clipnorm`/`clipvalue`"),
+    }
+    notes = {"by_hand": "mpfix moves only a constant clip into an optimizer built in this file: move it by hand"}
     fix_safety = FixSafety.UNSAFE
     triggers = STEP_TRIGGERS
     also_requires = ("scale",)
@@ -212,8 +219,9 @@ class TransformOfScaledGradients(Rule):
             seen.update(id(e.node) for e in before)
             self.report(
                 before[0].node,
-                f"{describe(before[0])} acts on gradients that still carry the loss scale: "
-                f"`{unscale.optimizer}.get_unscaled_gradients` comes after it; unscale first",
+                "before_unscale",
+                transform=describe(before[0]),
+                optimizer=unscale.optimizer,
                 fix=move_unscale_changes(self.context, analysis, flow, unscale),
                 description="Unscale the gradients before transforming them")
             return
@@ -237,10 +245,9 @@ class TransformOfScaledGradients(Rule):
             if moved is not None:
                 changes, new_inner = moved
                 fix = {**changes, inner: new_inner}
-        where = "" if fix is not None else (
-            " (mpfix moves only a constant clip into an optimizer built in this file: move it by hand)")
         self.report(
             events[0].node,
-            f"{describe(events[0])} acts on scaled gradients: Keras 3's LossScaleOptimizer unscales only inside "
-            f"`apply_gradients`; clip with the inner optimizer's `global_clipnorm`/`clipnorm`/`clipvalue`{where}",
+            "keras3_scaled",
+            note=None if fix is not None else "by_hand",
+            transform=describe(events[0]),
             fix=fix, description="Clip in the inner optimizer, after unscaling")

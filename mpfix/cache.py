@@ -338,7 +338,10 @@ def _is_position(value) -> bool:
 
 def _valid_finding(item) -> bool:
     """The shape ``finding_to_dict`` writes, with the right types (a cache is data a checkout may ship)."""
-    if not isinstance(item, dict) or set(item) != {"code", "message", "cell", "start", "end", "fix", "edits"}:
+    if not isinstance(item, dict) or set(item) != {"code", "message", "fields", "cell", "start", "end", "fix", "edits"}:
+        return False
+    fields = item["fields"]
+    if not (isinstance(fields, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items())):
         return False
     if not (isinstance(item["code"], str) and isinstance(item["message"], str)
             and (item["cell"] is None or isinstance(item["cell"], int) and not isinstance(item["cell"], bool))
@@ -362,7 +365,7 @@ def finding_to_dict(finding) -> dict:
         fix = {"safety": str(finding.fix.safety), "description": finding.fix.description,
                "imports": list(finding.fix.imports)}
     return {
-        "code": finding.code, "message": finding.message, "cell": finding.cell,
+        "code": finding.code, "message": finding.message, "fields": dict(finding.fields), "cell": finding.cell,
         "start": [finding.start.line, finding.start.column], "end": [finding.end.line, finding.end.column],
         "fix": fix,
         "edits": [[e.start.line, e.start.column, e.end.line, e.end.column, e.content] for e in finding.edits],
@@ -374,7 +377,7 @@ def finding_from_dict(item: dict, filename: str):
 
     fix = item["fix"]
     return Finding(
-        code=item["code"], message=item["message"], filename=filename, cell=item["cell"],
+        code=item["code"], message=item["message"], fields=dict(item["fields"]), filename=filename, cell=item["cell"],
         start=Position(*item["start"]), end=Position(*item["end"]),
         fix=None if fix is None else Fix(changes={}, safety=FixSafety(fix["safety"]),
                                          description=fix["description"], imports=tuple(fix["imports"])),

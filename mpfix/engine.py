@@ -169,7 +169,7 @@ class Engine:
             if rule.requires_float16 and not _in_regions(context.cache.get(_REGIONS), start.line):
                 continue
             findings.append(Finding(code=rule.code, message=report.message, filename=str(path),
-                                    start=start, end=end, fix=report.fix, node=report.node))
+                                    start=start, end=end, fix=report.fix, node=report.node, fields=report.fields))
         findings.sort(key=lambda f: (f.start.line, f.start.column, f.code))
         return findings
 
@@ -339,7 +339,7 @@ def _agreed_fixes(reports: list, other: list) -> list:
     for rule, report in reports:
         if report.fix is not None and not any(_same_fix(report.fix, fix)
                                               for fix in theirs.get((rule.code, id(report.node)), ())):
-            report = Report(report.node, report.message + targets.UNKNOWN_HINT, None)
+            report = Report(report.node, report.message + targets.UNKNOWN_HINT, None, report.fields, report.template)
         kept.append((rule, report))
     return kept
 

@@ -66,6 +66,9 @@ class Finding:
     edits: list[Edit] = field(default_factory=list)
     cell: int | None = None  # notebook cell (1-based), when the file is a notebook
     node: Any = field(default=None, repr=False, compare=False)
+    # The fields of the rule's message template, as its report gave them (``message`` is the
+    # template rendered with them): what a tool reads instead of parsing the text.
+    fields: dict[str, str] = field(default_factory=dict)
 
     @property
     def line(self) -> int:
