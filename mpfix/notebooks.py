@@ -251,8 +251,10 @@ def _map_finding(combined: _Combined, markers, finding: Finding, dedented=None) 
 
 
 # -- reading and writing --------------------------------------------------------------------
-def _read(text: str, path: Path):
-    """The notebook's JSON as a dict, or a FileError."""
+def read_notebook(text: str, path: Path):
+    """The notebook's JSON as a dict, or a FileError saying why it cannot be read (never raises:
+    invalid or too deeply nested JSON, no list of cells, nbformat < 4, a malformed cell or source).
+    ``check``/``apply`` and ``verify``/``repair`` read notebooks with it."""
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -304,9 +306,13 @@ def _writer(text: str, raw: dict):
     return None
 
 
-def _source(cell: dict) -> str:
+def cell_source(cell: dict) -> str:
+    """A cell's source as one text (nbformat 4 writes a string or a list of lines)."""
     source = cell.get("source", "")
     return "".join(source) if isinstance(source, list) else str(source)
+
+
+_read, _source = read_notebook, cell_source  # the names noqa.py uses
 
 
 # -- the runner's entry point ---------------------------------------------------------------
@@ -316,7 +322,7 @@ def process_notebook(path: Path, source, job, ignored: tuple[str, ...] = (), acc
     from mpfix.writer import write_atomic
 
     result = FileResult(path=path)
-    read = _read(source.text, path)
+    read = read_notebook(source.text, path)
     if isinstance(read, FileError):
         result.errors.append(read)
         return result
@@ -327,7 +333,7 @@ def process_notebook(path: Path, source, job, ignored: tuple[str, ...] = (), acc
     for index, cell in enumerate(raw["cells"]):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        text = _source(cell)
+        text = cell_source(cell)
         masked = mask(text, counter)
         if masked is None or not masked[0].strip():
             continue
@@ -385,7 +391,7 @@ def process_notebook(path: Path, source, job, ignored: tuple[str, ...] = (), acc
         new, indented[cell.number] = back
         if not cell.trailing_newline and new.endswith("\n"):
             new = new[:-1]
-        if new != _source(raw["cells"][cell.index]):
+        if new != cell_source(raw["cells"][cell.index]):
             sources[cell.index] = new
     result.findings = [_map_finding(combined, fixed_markers, f, indented) for f in lint.findings]
     if not sources:

@@ -11,7 +11,6 @@ layer origins are reported as ``x.ipynb cell N, line M``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from mpfix.verify import frames
@@ -21,24 +20,22 @@ class NotebookError(Exception):
     """The file is not a notebook verify can run."""
 
 
-def _source(cell: dict) -> str:
-    source = cell.get("source", "")
-    return "".join(source) if isinstance(source, list) else str(source)
-
-
 def notebook_script(path: Path, workdir: Path) -> Path:
     """Write the code cells of ``path`` as one script in ``workdir``; register the line map
     (script line -> cell, line) for reports. Raises ``VerifyError`` for an unreadable
     notebook."""
-    from mpfix.notebooks import mask
+    from mpfix import safe_read
+    from mpfix.notebooks import cell_source as _source, mask, read_notebook
     from mpfix.verify.kinds import VerifyError
 
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    try:  # a FIFO or a device is refused, never read
+        text = safe_read.read_text(path, follow_outside=True, errors="strict")
+    except (OSError, UnicodeDecodeError) as exc:
         raise VerifyError(f"{path.name}: not a notebook verify can run ({exc})") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
-        raise VerifyError(f"{path.name}: not a notebook verify can run (no list of cells; nbformat 4 is expected)")
+    raw = read_notebook(text, path)  # as `mpfix check` reads it: malformed JSON or cells are a FileError
+    if not isinstance(raw, dict):
+        reason = raw.message.split(": ", 1)[-1]  # after check's "not a notebook[ mpfix can read]: "
+        raise VerifyError(f"{path}:{raw.line}:{raw.column}: not a notebook verify can run: {reason}")
     lines: list[str] = [f"# {path.name}: its code cells, as run by mpfix verify\n"]
     where: list[tuple[int, int] | None] = [None]
     counter = [0]

@@ -14,9 +14,14 @@ import json
 import re
 
 
-def _source(cell: dict) -> str:
-    source = cell.get("source", "")
-    return "".join(source) if isinstance(source, list) else str(source)
+def _read(text: str) -> dict | None:
+    """The notebook, or None when ``mpfix check`` could not read it either (``notebooks.read_notebook``)."""
+    from pathlib import Path
+
+    from mpfix.notebooks import read_notebook
+
+    raw = read_notebook(text, Path("notebook.ipynb"))
+    return raw if isinstance(raw, dict) else None
 
 
 def _indent(text: str) -> int:
@@ -27,11 +32,12 @@ def _indent(text: str) -> int:
 def apply(text: str, edit) -> str | None:
     """``text`` (a notebook's JSON) with ``edit(cell_source) -> new source or None`` applied
     to the first code cell that takes it; None when no cell does."""
-    try:
-        notebook = json.loads(text)
-    except json.JSONDecodeError:
+    from mpfix.notebooks import cell_source as _source
+
+    notebook = _read(text)
+    if notebook is None:
         return None
-    for cell in notebook.get("cells", []):
+    for cell in notebook["cells"]:
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         source = _source(cell)
@@ -45,11 +51,12 @@ def apply(text: str, edit) -> str | None:
 
 
 def cells(text: str) -> list[str]:
-    try:
-        notebook = json.loads(text)
-    except json.JSONDecodeError:
+    from mpfix.notebooks import cell_source
+
+    notebook = _read(text)
+    if notebook is None:
         return []
-    return [_source(c) for c in notebook.get("cells", []) if isinstance(c, dict) and c.get("cell_type") == "code"]
+    return [cell_source(c) for c in notebook["cells"] if c.get("cell_type") == "code"]
 
 
 def problem(path, original: str, new: str) -> str | None:

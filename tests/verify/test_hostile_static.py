@@ -100,3 +100,33 @@ def test_runtime_finding_columns_survive_a_line_nested_deeper_than_the_stack_all
     done = _child(code, "y = " + " + ".join(["x"] * 8000))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["None", "(5,", "10)"]
+
+
+MALFORMED_NOTEBOOKS = {
+    "deep": '{"cells": ' + "[" * 100000 + "]" * 100000 + "}",
+    "types": '{"cells": [{"cell_type": "code", "source": [1, 2]}], "nbformat": 4}',
+    "source a dict": '{"cells": [{"cell_type": "code", "source": {"a": 1}}], "nbformat": 4}',
+    "a list": "[1, 2]",
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED_NOTEBOOKS))
+def test_verify_refuses_a_malformed_notebook_with_a_path_line_error(tmp_path: Path, name: str):
+    # Read as `mpfix check` reads notebooks (mpfix.notebooks.read_notebook), before any TensorFlow
+    # starts: before, deeply nested JSON was a RecursionError traceback, a non-string source a
+    # TypeError traceback, and a dict source ran as the script `{'a': 1}`.
+    notebook = tmp_path / "nb.ipynb"
+    notebook.write_text(MALFORMED_NOTEBOOKS[name])
+    done = subprocess.run([sys.executable, "-m", "mpfix", "verify", str(notebook), "--steps", "1"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2, (done.returncode, done.stdout[-1000:], done.stderr[-2000:])
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"mpfix verify: error: {notebook}:") and "not a notebook" in done.stderr
+
+
+def test_repair_leaves_a_malformed_notebook_alone():
+    from mpfix.verify import repair_notebooks
+
+    for text in MALFORMED_NOTEBOOKS.values():
+        assert repair_notebooks.apply(text, lambda source: source + "x = 1\n") is None
+        assert repair_notebooks.cells(text) == []
