@@ -93,9 +93,14 @@ class CallDtypes:
                     return returned
                 closure = region.nested.get(callee[0].name.value) is callee[0]
                 if callee[1] is not None and node.args and not closure:
-                    # A method of this class follows its tensor arguments (float32 gradients in, float32 out).
+                    # A method of this class follows its tensor arguments (float32 gradients in, float32 out),
+                    # when what it returns is a tensor computed from them (not a shape: `_get_noise_shape`), or
+                    # it is a hook subclasses implement (`_merge_function`, `Loss.call`: no return here).
                     joined = join_all({self.dtype(a.value, region, depth) for a in node.args if a.keyword is None})
-                    return UNK if joined is PY else joined
+                    own = self.region_for(*callee)
+                    follows = own is not region and (not own.returns or any(
+                        self.dtype(v, own, depth + 1).floating_tensor for v in own.returns))
+                    return UNK if joined is PY or not follows else joined
                 passed = [self.dtype(a.value, region, depth) for a in node.args if a.keyword is None]
                 if any(d.floating_tensor for d in passed):
                     # A function of this file whose result follows its arguments: `_masked_maximum(d, mask32)`
@@ -235,7 +240,8 @@ class CallDtypes:
             return _FIXED[result]
         if result is R.LIKE:
             return self.dtype(node.args[0].value, region, depth) if node.args else UNK
-        if spec.name.startswith(("dtypes.", "float", "int")) or spec.short in ("float32", "float16"):
+        if spec.name.startswith(("dtypes.", "float", "int")) or spec.short in ("float32", "float16") or \
+                spec.short in specs.SPELLING_OPS:
             return PY  # tf.dtypes.float32, tf.float16: a dtype name
         positional = [a.value for a in node.args if a.keyword is None and not a.star]
         dtypes = [self.dtype(positional[i], region, depth) for i in spec.dtype_args if i < len(positional)]

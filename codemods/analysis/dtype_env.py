@@ -15,7 +15,7 @@ from mpfix.codemods.facts import ops as specs
 class NameDtypes:
     """Mixed into ``DtypeAnalysis``: fills each region's name table (``Region.env``)."""
 
-    def _learn_parameters(self, again: bool = True) -> None:
+    def _learn_parameters(self, rounds: int = 3) -> None:
         """Parameters every call site in the file passes the same known dtype: that dtype.
 
         tf-models tasks cast the model's outputs with ``tf.nest.map_structure(lambda x:
@@ -55,14 +55,16 @@ class NameDtypes:
                 if pname in _DTYPE_PARAMETERS:  # `reduce_weighted_values(..., dtype=self.dtype)`
                     spelled = self.dtype_of_spelling(arg.value, caller) if caller is not None else UNK
                     spellings.setdefault(target, {}).setdefault(pname, set()).add(spelled)
+        passed_on = False
         for target, names in spellings.items():
             region = by_function[target]
-            learnt = {name: next(iter(ds)) for name, ds in names.items() if len(ds) == 1 and UNK not in ds}
+            learnt = {name: next(iter(ds)) for name, ds in names.items() if len(ds) == 1 and UNK not in ds
+                      and region.spelled.get(name) is not next(iter(ds))}
             if learnt:
                 region.spelled.update(learnt)
                 region.memo.clear()
                 self._compute_env(region)
-        passed_on = False
+                passed_on = True  # what the region computes with it, it passes on (once more)
         for target, dtypes in seen.items():
             region = by_function[target]
             # Every caller passes float32 (Python numbers too: they become tensors of what they meet, and a
@@ -72,6 +74,11 @@ class NameDtypes:
                                                                  name in self._assigned_variables(region))}
             # Every caller passes a Python number (`self._assign_moving_average(var, mean, 0.99)`).
             learnt.update({name: PY for name, ds in dtypes.items() if ds == {PY} and region.env.get(name) is F16})
+            if region.kind == "helper":
+                # A helper's parameter is float16 because float16 code calls it; when no caller in the file
+                # passes float16 (only unknown values, float32 or numbers), it is as unknown as they are.
+                learnt.update({name: UNK for name, ds in dtypes.items() if UNK in ds and F16 not in ds
+                               and region.env.get(name) is F16 and name not in learnt})
             if self._loss_inputs_float32(region):
                 # A Keras 3 loss called bare in this file on float16 tensors computes in float16 (C24).
                 learnt.update({name: F16 for name, ds in dtypes.items() if F16 in ds and region.param_dtypes.get(name) is F32})
@@ -85,9 +92,9 @@ class NameDtypes:
                 passed_on = passed_on or any(d is F32 and region.params.get(n) is not F32 for n, d in learnt.items())
                 region.params.update(learnt)
                 self._compute_env(region)
-        if again and passed_on:
+        if rounds > 1 and passed_on:
             # What a region learnt it passes on to the helpers it calls (iou_loss -> _iou_per_anchor): once more.
-            self._learn_parameters(again=False)
+            self._learn_parameters(rounds - 1)
 
     def _loss_inputs_float32(self, region: Region) -> bool:
         """``region`` is a Keras loss (``fn(y_true, y_pred)``, or ``call`` of a ``Loss`` subclass) whose

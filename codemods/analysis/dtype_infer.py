@@ -423,6 +423,16 @@ class ExpressionDtypes:
             # `self.dtype or tf.float32`: the left one unless it is unknown (None at run time)
             left = self.dtype_of_spelling(node.left, region, depth + 1)
             return left if left is not UNK else self.dtype_of_spelling(node.right, region, depth + 1)
+        if isinstance(node, cst.Call) and specs.op_name(self.resolve(node.func)) in ("result_type", "dtypes.result_type") \
+                and node.args and depth < 8:
+            # backend.result_type(inputs.dtype, "float32"): the promoted dtype (float16 with float32 is float32).
+            found = {self.dtype_of_spelling(a.value, region, depth + 1) for a in node.args if a.keyword is None}
+            wide = [d for d in (F64, F32) if d in found]
+            return wide[0] if wide else (found.pop() if len(found) == 1 else UNK)
+        if isinstance(node, cst.Name) and depth < 8:
+            values = region.assigned.get(node.value, [])
+            if len(values) == 1 and values[0] is not ELEMENT and not isinstance(values[0], cst.Name):
+                return self.dtype_of_spelling(values[0], region, depth + 1)  # `compute_dtype = result_type(...)`
         if isinstance(node, cst.Name) and node.value in ("dtype", "compute_dtype"):
             if node.value in region.spelled:
                 return region.spelled[node.value]  # every caller in the file passes this spelling

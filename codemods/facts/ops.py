@@ -278,7 +278,17 @@ def op_name(resolved: str | None) -> str | None:
     for prefix in NAMESPACES:
         if resolved.startswith(prefix):
             return resolved[len(prefix):]
+    if resolved.startswith(_BACKEND):
+        # tf_keras' backend functions (`backend.relu`, `backend.mean`; tf_keras resolves as keras.src) and
+        # Keras 3's backend module: only the ops this table lists (the module also holds dtype utilities).
+        op = resolved[len(_BACKEND):]
+        return op if op in TABLE or op in SPELLING_OPS else None
     return None
+
+
+_BACKEND = "keras.src.backend."
+# Functions of dtype *names*, not tensors: `result_type(inputs.dtype, "float32")` is the promoted dtype.
+SPELLING_OPS = frozenset({"result_type"})
 
 
 _DEFAULTS: dict[str, OpSpec] = {}

@@ -332,3 +332,85 @@ def test_c40_a_random_generators_draws_follow_their_dtype_argument():
     found = dtypes(code, 2)
     assert found["shift * img_hd"] is F32
     assert found["self._random_generator.random_normal(shape=[2, 1])"] is F32
+
+
+def test_keras3_batch_norm_upcasts_through_result_type():
+    """(A guard: this already held before the dtype-spelling rule for ``result_type``.)
+    keras/src/layers/normalization/batch_normalization.py: ``compute_dtype = backend.result_type(inputs.dtype,
+    "float32")`` is float32, so ``inputs = ops.cast(inputs, compute_dtype)`` and its statistics are float32."""
+    code = """
+        from keras.src import backend, ops
+        from keras.src.layers.layer import Layer
+
+        class BatchNorm(Layer):
+            def call(self, inputs):
+                compute_dtype = backend.result_type(inputs.dtype, "float32")
+                inputs = ops.cast(inputs, compute_dtype)
+                return ops.mean(inputs, axis=0)
+    """
+    found = dtypes(code, 3)
+    assert found["ops.cast(inputs, compute_dtype)"] is F32
+    assert found["ops.mean(inputs, axis=0)"] is F32
+
+
+def test_tf_keras_backend_functions_are_ops_of_the_table():
+    """tf_keras layers call ``backend.relu``/``backend.softmax``/``backend.mean`` (tf_keras.backend resolves as
+    keras.src.backend): they follow their input; the backend's dtype utilities are not ops."""
+    code = """
+        import tensorflow as tf
+        from tf_keras.src import backend
+
+        class Pool(tf.keras.layers.Layer):
+            def call(self, inputs):
+                pooled = backend.mean(backend.relu(inputs), axis=[1, 2])
+                return backend.softmax(pooled) + backend.epsilon()
+    """
+    found = dtypes(code, 2)
+    assert found["backend.relu(inputs)"] is F16
+    assert found["backend.mean(backend.relu(inputs), axis=[1, 2])"] is F16
+    assert found["backend.softmax(pooled)"] is F16
+
+
+def test_a_method_returning_a_shape_does_not_follow_its_tensor_argument():
+    """tf_keras dropout.py:117: ``self._get_noise_shape(inputs)`` returns an int shape (or None), not ``inputs``'
+    dtype; a hook without a body here (``_merge_function``) still follows its inputs."""
+    code = """
+        import tensorflow as tf
+
+        class Drop(tf.keras.layers.Layer):
+            def _get_noise_shape(self, inputs):
+                if self.noise_shape is None:
+                    return None
+                concrete_inputs_shape = tf.shape(inputs)
+                noise_shape = []
+                for i, value in enumerate(self.noise_shape):
+                    noise_shape.append(concrete_inputs_shape[i] if value is None else value)
+                return tf.convert_to_tensor(noise_shape)
+
+            def _merge_function(self, inputs):
+                raise NotImplementedError
+
+            def call(self, inputs):
+                noise_shape = self._get_noise_shape(inputs)
+                return self._merge_function(inputs)
+    """
+    found = dtypes(code, 2)
+    assert found["self._get_noise_shape(inputs)"] is not F16
+    assert found["self._merge_function(inputs)"] is F16
+
+
+def test_a_helper_no_caller_hands_float16_is_not_float16():
+    """keras/src/losses/loss.py: ``reduce_values(values, ...)`` is called only with values of unknown dtype: its
+    parameter is unknown, not float16 (float16 code calling a helper is what makes its parameters float16)."""
+    code = """
+        import tensorflow as tf
+
+        def reduce_values(values):
+            return tf.reduce_sum(values) / tf.cast(tf.size(values), values.dtype)
+
+        class Head(tf.keras.layers.Layer):
+            def call(self, inputs):
+                return reduce_values(self.helper_output) + reduce_values(tf.cast(inputs, tf.float32))
+    """
+    found = dtypes(code, 3)
+    assert found["tf.reduce_sum(values)"] is not F16
