@@ -9,11 +9,13 @@ backend-agnostic Keras 3 module that never imports it).
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 import libcst as cst
 
 from mpfix.codemods.analysis.dtype_lattice import argument, first_arg, is_float_literal, number  # noqa: F401
 from mpfix.codemods.analysis.dtypes import dtype_analysis  # noqa: F401  (model_outputs' view of the regions)
+from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.names import dotted_name
 
 FLOAT16_MAX = 65504.0
@@ -123,3 +125,135 @@ def expr(code: str) -> cst.BaseExpression:
 def is_simple(node: cst.BaseExpression) -> bool:
     """A name or attribute chain: repeating it (``x.dtype``) evaluates nothing twice."""
     return dotted_name(node) is not None
+
+
+# -- numbers an expression always computes (C6: `tf.cast(tf.Variable(20.0) ** 2 ** 2, x.dtype)`) ----------
+
+_FOLD_DEPTH = 12
+_LOOPS = (cst.For, cst.While)
+
+
+@dataclass(frozen=True)
+class Folded:
+    """The number an expression always computes, and whether a float (not index arithmetic) is in it."""
+
+    value: float
+    floating: bool
+
+
+def folded(facts, node: cst.BaseExpression, resolve, depth: int = 0) -> Folded | None:
+    """The number ``node`` always computes, or None: literals, ``+ - * / ** //`` of such numbers, ops
+    that keep their argument's value (``tf.constant``, ``tf.Variable``, ``tf.cast``: the op table's
+    ``keeps_value``), and names bound to such a number by the last assignment that always runs before
+    the use (``beta = tf.Variable(20.0) ** 2`` then ``beta = tf.cast(beta ** 2, x.dtype)``).
+    ``facts``: ``DtypeFacts``; ``resolve``: the context's name resolver."""
+    if depth > _FOLD_DEPTH:
+        return None
+    value = number(node)
+    if value is not None:
+        return Folded(value, is_float_literal(node))
+    if isinstance(node, cst.BinaryOperation):
+        left = folded(facts, node.left, resolve, depth + 1)
+        right = folded(facts, node.right, resolve, depth + 1) if left is not None else None
+        if right is None:
+            return None
+        result = _apply(node.operator, left.value, right.value)
+        return Folded(result, left.floating or right.floating) if result is not None else None
+    if isinstance(node, cst.Call):
+        spec = op_table.lookup(resolve(node.func))
+        first = first_arg(node)
+        if spec is None or not spec.keeps_value or first is None:
+            return None
+        inner = folded(facts, first, resolve, depth + 1)
+        # A tensor made from a Python float is a float tensor (tf.constant(3) is int32: keeps its kind).
+        return inner
+    if isinstance(node, cst.Name):
+        value_node = reaching_value(facts, node)
+        if value_node is not None:
+            return folded(facts, value_node, resolve, depth + 1)
+        constant = facts.constant(node)
+        if constant is not None and constant.literal is not node:
+            return Folded(constant.value, is_float_literal(constant.literal))
+    return None
+
+
+def _apply(operator: cst.BaseBinaryOp, a: float, b: float) -> float | None:
+    try:
+        if isinstance(operator, cst.Add):
+            return a + b
+        if isinstance(operator, cst.Subtract):
+            return a - b
+        if isinstance(operator, cst.Multiply):
+            return a * b
+        if isinstance(operator, cst.Divide) and b != 0:
+            return a / b
+        if isinstance(operator, cst.FloorDivide) and b != 0:
+            return float(a // b)
+        if isinstance(operator, cst.Power) and abs(b) <= 64:
+            result = a ** b
+            return float(result) if not isinstance(result, complex) else None
+    except (OverflowError, ZeroDivisionError, ValueError):
+        return None
+    return None
+
+
+def reaching_value(facts, name: cst.Name) -> cst.BaseExpression | None:
+    """The value of the assignment to ``name`` that always runs last before this use, or None.
+
+    Each binding is placed by its path of (block, index) from the function down; one that sits
+    directly in a block enclosing the use, before it, always runs; one in a branch before the use
+    may run. The last binding before the use must be one that always runs, and a loop around the
+    use must not carry a later binding back to it. Every binding is a plain ``name = value``.
+    """
+    values = facts.values_of(name)
+    if not values or len(values) != len(facts.values_of(name, augmented=False)):
+        return None  # never bound here (a parameter, a global), or `x += v` somewhere
+    use_path = _path(facts, name)
+    in_loop = any(isinstance(a, _LOOPS) for a in facts.ancestors(name))
+    latest: tuple[list[int], cst.BaseExpression | None] | None = None
+    for value in values:
+        statement = facts.parent(value)
+        if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1):
+            return None  # unpacking, `for`, `with`, `a = b = v`: not one plain number
+        if name in _descendants_chain(facts, name, value):
+            continue  # `beta = tf.cast(beta ** 2, ...)`: binds after this use is evaluated
+        path = _path(facts, statement)
+        k = next((i for i, (a, b) in enumerate(zip(path, use_path)) if a != b), None)
+        if k is None:
+            return None  # the same statement holds both (`a = 1; f(a)` on one line) or the use is the target
+        (block, index), (use_block, use_index) = path[k], use_path[k]
+        if block != use_block or index > use_index:
+            if in_loop:
+                return None  # an exclusive branch or a later statement, carried back by the loop
+            continue
+        key = [i for _, i in path[:k + 1]]
+        # The assignment's own line sits in a block that encloses the use (not in an `if c: x = 1` suite).
+        always = k == len(path) - 1 or (k == len(path) - 2 and isinstance(facts.parent(statement), cst.SimpleStatementLine))
+        if latest is None or key > latest[0]:
+            latest = (key, value if always else None)
+    return latest[1] if latest is not None else None
+
+
+def _descendants_chain(facts, name: cst.Name, value: cst.BaseExpression) -> list[cst.CSTNode]:
+    """``name`` and its ancestors up to ``value`` (``[]`` when ``value`` does not contain ``name``)."""
+    chain = [name]
+    for ancestor in facts.ancestors(name):
+        if ancestor is value:
+            return chain
+        chain.append(ancestor)
+    return []
+
+
+_STATEMENT_LISTS = (cst.IndentedBlock, cst.Module, cst.SimpleStatementLine, cst.SimpleStatementSuite)
+
+
+def _path(facts, node: cst.CSTNode) -> list[tuple[int, int]]:
+    """(block id, index in it) for each statement list enclosing ``node``, outermost first."""
+    path = []
+    child = node
+    for parent in facts.ancestors(node):
+        if isinstance(parent, _STATEMENT_LISTS):
+            path.append((id(parent), next(i for i, s in enumerate(parent.body) if s is child)))
+        child = parent
+    path.reverse()
+    return path

@@ -6,7 +6,10 @@ import re
 
 import libcst as cst
 
-from mpfix.codemods._float16_scope import FLOAT16_MAX, SAFE_MASK, argument, arithmetic_root, is_float_literal, number
+from mpfix.codemods._float16_scope import (
+    FLOAT16_MAX, SAFE_MASK, argument, arithmetic_root, folded, is_float_literal, number, reaching_value,
+)
+from mpfix.codemods._walk import walk
 from mpfix.codemods.analysis.dtypes import Dtype
 from mpfix.codemods.base import FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts import ops as op_table
@@ -20,6 +23,11 @@ def _is_self_attribute(node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self"
 
 
+def _makes_tensor(value: cst.BaseExpression) -> bool:
+    """A call in the value: ``tf.Variable(20.0) ** 2`` is a tensor, ``2.0 ** 20`` a Python number."""
+    return any(isinstance(n, cst.Call) for n in walk(value))
+
+
 def _signed(value: float, magnitude: str) -> cst.BaseExpression:
     literal = cst.Float(magnitude)
     return cst.UnaryOperation(cst.Minus(), literal) if value < 0 else literal
@@ -29,6 +37,11 @@ class Float16OverflowConstant(Rule):
     code = "MP201"
     name = "float16-overflow-constant"
     message = "Constant beyond float16's range (65504) meets a float16 tensor and becomes inf; use -3e4 or compute in float32"
+    messages = {
+        # A number computed from small literals (`tf.Variable(20.0) ** 2 ** 2`): no one safe value to write.
+        "computed": "`{expression}` is {value} and becomes {inf} in float16 (max 65504); `0 * inf` and `inf - inf` "
+                    "give NaN; compute it in float32 or keep it below 65504",
+    }
     fix_safety = FixSafety.UNSAFE
     fix_availability = FixAvailability.ALWAYS
     requires_float16 = True
@@ -45,6 +58,8 @@ class Float16OverflowConstant(Rule):
                    r"|(?<=6550[5-9]\.)|(?<=\d_\d{3}\.))"),
         re.compile(r"-\s*(?:\d{6,}|[7-9]\d{4}|6[6-9]\d{3}|65[6-9]\d\d|655[1-9]\d|6550[5-9]|\d{1,3}(?:_\d{3})+)\b"),
         re.compile(r"float(?:32|64)\.m(?:in|ax)\b"),
+        # A power of a literal exponent can compute a number past 65504 from small literals (C6).
+        re.compile(r"\*\*\s*\(?\s*\d"),
     )
     explanation = """
         ## What it does
@@ -157,8 +172,13 @@ class Float16OverflowConstant(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         facts = dtype_facts(self.context)
-        for candidate in facts.nodes((cst.Name, cst.Attribute, cst.Float, cst.Call, cst.UnaryOperation), module_level=True):
+        for candidate in facts.nodes((cst.Name, cst.Attribute, cst.Float, cst.Call, cst.UnaryOperation,
+                                      cst.BinaryOperation), module_level=True):
             parent = facts.parent(candidate)
+            if isinstance(candidate, cst.BinaryOperation) or (isinstance(candidate, cst.Name) and parent is not None
+                                                              and facts.constant(candidate) is None):
+                self._computed(facts, candidate, parent)
+                continue
             if (isinstance(candidate, cst.Name) or _is_self_attribute(candidate)) and parent is not None:
                 if isinstance(parent, cst.Attribute) and parent.value is candidate:
                     continue  # `self` of `self.mask_value`
@@ -190,6 +210,27 @@ class Float16OverflowConstant(Rule):
                 fix={literal: _signed(value, SAFE_MASK)},
                 description=f"Use the float16-safe constant {'-' if value < 0 else ''}{SAFE_MASK}",
             )
+
+    def _computed(self, facts: DtypeFacts, node: cst.BaseExpression, parent: cst.CSTNode | None) -> None:
+        """A number past 65504 computed from small literals (``beta = tf.Variable(20.0) ** 2`` then
+        ``tf.cast(beta ** 2, x.dtype)``: 160000) that meets float16: reported without a fix."""
+        if (isinstance(parent, cst.Attribute) and parent.value is node) or isinstance(parent, cst.AssignTarget):
+            return  # `x.dtype`; an assignment's target
+        if isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation)) and \
+                folded(facts, parent, self.context.resolve) is not None:
+            return  # judged as the whole expression (`beta ** 2`, not `beta`)
+        if isinstance(node, cst.Name):
+            value = reaching_value(facts, node)
+            if value is None or facts.dtype_of(node) is Dtype.FLOAT16 or _makes_tensor(value):
+                return  # a tensor: converted (and reported) where it was made, or a float32 mix (MP206)
+        found = folded(facts, node, self.context.resolve)
+        if found is None or not found.floating or abs(found.value) <= FLOAT16_MAX or \
+                found.value in (_INF, -_INF) or facts.is_guarded(node):
+            return
+        if not self._meets_float16(facts, node):
+            return
+        self.report(node, "computed", expression=self.context.code(node), value=f"{found.value:g}",
+                    inf="-inf" if found.value < 0 else "inf")
 
     @staticmethod
     def _meets_augmented_target(facts: DtypeFacts, root: cst.CSTNode) -> bool:

@@ -115,6 +115,18 @@ class _Project:
             if parts:
                 self.modules.setdefault(".".join(parts), file)
                 self._module_of[file] = ".".join(parts)
+        # The project root on sys.path (an editable install, a run from the root): a module is also its path
+        # from the root, through namespace packages (a folder without __init__.py: `third_party/`) and above
+        # a root that is itself a package folder (tensorflow/examples: `from tensorflow_examples.lite.model_maker
+        # .third_party.efficientdet import utils`).
+        root_text = os.path.abspath(root)
+        for file in self.files:
+            relative = os.path.relpath(file, root_text) if file.endswith(".py") else ""
+            parts = relative[:-3].split(os.sep) if relative and not relative.startswith("..") else []
+            if parts and parts[-1] == "__init__":
+                parts.pop()
+            if parts and all(p.isidentifier() for p in parts):
+                self.modules.setdefault(".".join(parts), file)
 
     def _package(self, folder: str, present: set[str], memo: dict[str, str | None]) -> str | None:
         """The dotted package a folder is (None: not a package, e.g. the project root or scripts/)."""

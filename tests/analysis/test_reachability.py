@@ -464,3 +464,34 @@ def test_a_policy_set_inside_a_function_an_entry_point_imports_and_calls(tmp_pat
     assert reach("train.py").policy is Policy.FLOAT16
     assert reach("layers.py").policy is Policy.FLOAT16
     assert reach("unused.py").policy is Policy.NONE
+
+
+def test_absolute_imports_through_a_namespace_package_from_the_project_root(tmp_path: Path):
+    """tensorflow/examples: the root and `tensorflow_examples/` are packages, `third_party/` is a namespace
+    package (no __init__.py), and the driver imports `tensorflow_examples.lite.third_party.efficientdet.utils`
+    by its path from the root. The driver calls get_precision() of that module, so it and the layers it
+    imports run under float16 (they were unreached: the dotted names started at `efficientdet`)."""
+    base = "tensorflow_examples/lite/third_party/efficientdet"
+    package = base.replace("/", ".")
+    reach = _project(tmp_path, {
+        "__init__.py": "",
+        "tensorflow_examples/__init__.py": "",
+        "tensorflow_examples/lite/__init__.py": "",
+        f"{base}/__init__.py": "",
+        f"{base}/utils.py": GET_PRECISION,
+        f"{base}/keras/__init__.py": "",
+        f"{base}/keras/efficientdet_keras.py": LAYER,
+        f"{base}/keras/train.py": f"""
+            import tensorflow as tf
+            from {package} import utils
+            from {package}.keras import efficientdet_keras
+
+            precision = utils.get_precision("gpu", True)
+            tf.keras.mixed_precision.set_global_policy(tf.keras.mixed_precision.Policy(precision))
+        """,
+        f"{base}/keras/unused.py": LAYER,
+    })
+    assert reach(f"{base}/keras/train.py").policy is Policy.FLOAT16
+    assert "get_precision()" in reach(f"{base}/keras/train.py").why
+    assert reach(f"{base}/keras/efficientdet_keras.py").policy is Policy.FLOAT16
+    assert reach(f"{base}/keras/unused.py").policy is Policy.NONE

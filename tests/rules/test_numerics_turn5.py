@@ -1,0 +1,207 @@
+"""Issue 18's missed hazards on the new corpora (turn 5), each class reproduced first as a failing test.
+
+C5: ``tf.concat``/``tf.stack`` of float16 and float32 tensors is a dtype mix (the elements of the list
+argument are the operands; the result's dtype is theirs), research's ``nonlocal_block.py`` coord-conv.
+C6: a number computed from small literals (``tf.Variable(20.0) ** 2``, then ``** 2`` again) cast to a
+float16 tensor's dtype overflows: tfexamples' EfficientDet ``srelu_fn``.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from mpfix.codemods import all_rules
+from mpfix.codemods._float16_scope import folded
+from mpfix.codemods.analysis.dtypes import Dtype
+from mpfix.codemods.facts.dtype_facts import facts_for
+from mpfix.engine import Engine, Options
+
+MP2 = tuple(r for r in all_rules() if r.code.startswith("MP2"))
+BOTH = pytest.mark.parametrize("keras", [2, 3])
+
+
+def lint(code: str, keras: int = 3, *, fix: bool = True):
+    engine = Engine(MP2, Options(keras=str(keras), policy="mixed_float16", unsafe_fixes=True, project_policy=False))
+    return engine.lint(textwrap.dedent(code).lstrip("\n"), Path("model.py"), fix=fix)
+
+
+def found(code: str, keras: int = 3) -> list[tuple[str, int]]:
+    return sorted((f.code, f.line) for f in lint(code, keras, fix=False).findings)
+
+
+def findings(code: str, keras: int = 3):
+    return lint(code, keras, fix=False).findings
+
+
+# -- C5: a concat/stack of float16 and float32 tensors raises like `x16 * y32` ---------------------------
+COORD_CONV = """
+    import tensorflow as tf
+
+    class NonLocalBlock(tf.keras.layers.Layer):
+        def __init__(self, channels, add_coord_conv=True, **kwargs):
+            super().__init__(**kwargs)
+            self.add_coord_conv = add_coord_conv
+            self.queries = tf.keras.layers.Conv2D(channels, 1)
+
+        def call(self, inputs):
+            batch, height, width = tf.shape(inputs)[0], tf.shape(inputs)[1], tf.shape(inputs)[2]
+            x = inputs
+            if self.add_coord_conv:
+                coords_x, coords_y = tf.meshgrid(tf.linspace(-1., 1., height), tf.linspace(-1., 1., width))
+                coords = tf.stack([coords_y, coords_x], axis=-1)
+                coords = tf.tile(coords[tf.newaxis, :, :, :], multiples=[batch, 1, 1, 1])
+                x = tf.concat([x, coords], axis=-1)
+            return self.queries(x)
+"""
+
+
+@BOTH
+def test_c5_concat_of_float16_activations_and_float32_coordinates_is_a_mix(keras):
+    result = findings(COORD_CONV, keras)
+    assert [(f.code, f.line) for f in result] == [("MP206", 16)]
+    assert "`coords` is float32" in result[0].message
+    # linspace/meshgrid take no dtype: no fix spells one (the rule cannot decide a cast here).
+    assert result[0].fix is None
+
+
+@BOTH
+def test_c5_stack_of_float32_elements_is_float32(keras):
+    module = cst.parse_module(textwrap.dedent(COORD_CONV))
+    facts = facts_for(module, keras)
+    stacks = [n for n in facts.nodes(cst.Call) if module.code_for_node(n).startswith(("tf.stack", "tf.tile"))]
+    assert [facts.dtype_of(n) for n in stacks] == [Dtype.FLOAT32, Dtype.FLOAT32]
+
+
+@BOTH
+def test_c5_concat_of_float16_tensors_alone_is_no_mix(keras):
+    code = """
+        import tensorflow as tf
+
+        class Merge(tf.keras.layers.Layer):
+            def call(self, x):
+                y = tf.nn.relu(x)
+                both = tf.stack([x, y], axis=-1)
+                return tf.concat([x, tf.cast(both[..., 0], x.dtype)], axis=-1)
+    """
+    assert found(code, keras) == []
+
+
+# -- C6: a number past 65504 computed from small literals, cast to float16 ------------------------------
+SRELU = """
+    import tensorflow as tf
+
+    def srelu_fn(x):
+        \"\"\"Smooth relu: a smooth version of relu.\"\"\"
+        with tf.name_scope("srelu"):
+            beta = tf.Variable(20.0, name="srelu_beta", dtype=tf.float32) ** 2
+            beta = tf.cast(beta**2, x.dtype)
+            safe_log = tf.math.log(tf.where(x > 0., beta * x + 1., tf.ones_like(x)))
+            return tf.where((x > 0.), x - (1. / beta) * safe_log, tf.zeros_like(x))
+
+    class Head(tf.keras.layers.Layer):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.conv = tf.keras.layers.Conv2D(8, 3, padding="same")
+
+        def call(self, x):
+            return srelu_fn(self.conv(x))
+"""
+
+
+@BOTH
+def test_c6_a_computed_constant_cast_to_float16_is_reported_once_without_a_fix(keras):
+    result = findings(SRELU, keras)
+    assert [(f.code, f.line) for f in result] == [("MP201", 7)]  # the cast, not each use of the inf after it
+    assert "`beta**2` is 160000" in result[0].message
+    assert result[0].fix is None
+
+
+def test_c6_folding_follows_the_assignment_that_reaches_each_use():
+    module = cst.parse_module(textwrap.dedent(SRELU))
+    facts = facts_for(module, 3)
+    values = {}
+    for node in facts.nodes((cst.Name, cst.BinaryOperation)):
+        result = folded(facts, node, facts._a.resolve)
+        if result is not None:
+            values.setdefault(module.code_for_node(node), []).append(result.value)
+    assert values["beta**2"] == [160000.0]
+    assert values["beta"] == [400.0, 160000.0, 160000.0]  # the cast's argument, then the cast's result
+
+
+@BOTH
+@pytest.mark.parametrize("body", [
+    # below 65504 after folding
+    "beta = tf.Variable(20.0) ** 2\n        return x * tf.cast(beta, x.dtype)",
+    # a branch may rebind it: the last assignment before the use is not one that always runs
+    "beta = 400.0 ** 2\n        if x.shape[0]:\n            beta = 2.0\n        return x * tf.cast(beta, x.dtype)",
+    # cast to float32: fine
+    "beta = tf.Variable(20.0) ** 4\n        return tf.cast(x, tf.float32) * tf.cast(beta, tf.float32)",
+    # a dtype test guards it
+    "beta = 400.0 ** 2 if x.dtype == tf.float32 else 1e4\n        return x * tf.cast(beta, x.dtype)",
+])
+def test_c6_what_is_not_a_computed_overflow(body, keras):
+    code = f"""
+        import tensorflow as tf
+
+        class Scale(tf.keras.layers.Layer):
+            def call(self, x):
+                {body}
+    """
+    assert [c for c in found(code, keras) if c[0] == "MP201"] == []
+
+
+@BOTH
+def test_c6_a_python_number_computed_past_65504_meets_float16(keras):
+    code = """
+        import tensorflow as tf
+
+        class Energy(tf.keras.layers.Layer):
+            def call(self, x):
+                scale = 2.0 ** 20
+                return x * scale
+    """
+    result = findings(code, keras)
+    assert [(f.code, f.line) for f in result] == [("MP201", 6)]
+    assert result[0].fix is None
+
+
+# -- A library loss helper's own helpers get what it passes them (tfexamples efficientdet iou_utils) ----
+IOU = """
+    import tensorflow as tf
+
+    def _iou_per_anchor(pred_boxes, target_boxes):
+        p_ymin, p_xmin, p_ymax, p_xmax = pred_boxes
+        t_ymin, t_xmin, t_ymax, t_xmax = target_boxes
+        enclose_ymax = tf.maximum(p_ymax, t_ymax)
+        enclose_ymin = tf.minimum(p_ymin, t_ymin)
+        enclose_xmax = tf.maximum(p_xmax, t_xmax)
+        enclose_xmin = tf.minimum(p_xmin, t_xmin)
+        return tf.math.reduce_sum(
+            tf.math.square(tf.stack([enclose_ymax - enclose_ymin, enclose_xmax - enclose_xmin], axis=-1)), axis=-1)
+
+    def iou_loss(pred_boxes, target_boxes):
+        pred_boxes = tf.convert_to_tensor(pred_boxes)
+        target_boxes = tf.cast(target_boxes, pred_boxes.dtype)
+        return 1 - _iou_per_anchor(tf.unstack(pred_boxes, axis=-1), tf.unstack(target_boxes, axis=-1))
+"""
+
+
+@BOTH
+def test_helpers_of_a_library_loss_helper_get_what_it_passes_not_float16(keras):
+    # iou_loss's callers are elsewhere (they cast the boxes to float32 first): nothing is known here.
+    assert found(IOU, keras) == []
+
+
+@BOTH
+def test_a_library_loss_helper_called_on_float16_in_the_file_still_reports_its_helpers(keras):
+    code = IOU + """
+    class BoxIouLoss(tf.keras.layers.Layer):
+        def call(self, boxes, targets):
+            return iou_loss(boxes * 1000.0, targets)
+    """
+    assert ("MP203", 10) in found(code, keras)
+
