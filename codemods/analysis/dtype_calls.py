@@ -244,6 +244,13 @@ class CallDtypes:
                 spec.short in specs.SPELLING_OPS:
             return PY  # tf.dtypes.float32, tf.float16: a dtype name
         positional = [a.value for a in node.args if a.keyword is None and not a.star]
+        if len(positional) < len(node.args):
+            # tf.matmul(a=inputs, b=self.kernel), ops.multiply(x1=..., x2=...): TensorFlow's and Keras' names of
+            # the tensor operands, in their positions.
+            for arg in node.args:
+                index = specs.TENSOR_KEYWORDS.get(arg.keyword.value) if arg.keyword is not None else None
+                if index is not None and index == len(positional):
+                    positional.append(arg.value)
         dtypes = [self.dtype(positional[i], region, depth) for i in spec.dtype_args if i < len(positional)]
         if spec.tensor_list and positional and isinstance(positional[0], (cst.List, cst.Tuple)):
             # tf.concat([x, coords], -1): the elements' dtypes (C5), not the list's

@@ -239,6 +239,11 @@ _TABLE: tuple[OpSpec, ...] = (
     *(_spec(n, R.PRESERVES, G.ANY, K.MATMUL, same_dtype=True) for n in ("matmul", "linalg.matmul", "tensordot",
                                                                         "dot")),
     _spec("einsum", R.PRESERVES, G.ANY, K.MATMUL, dtype_args=(1, 2, 3), same_dtype=True),
+    # Convolutions (input, kernel) and paddings (input, sizes): the input's dtype.
+    *(_spec(n, R.PRESERVES, dtype_args=(0, 1)) for n in ("conv1d", "conv2d", "conv3d", "depthwise_conv2d",
+                                                       "separable_conv2d", "conv2d_transpose")),
+    *(_spec(n, R.PRESERVES, G.FOLLOWS, **_UNARY) for n in ("spatial_2d_padding", "spatial_3d_padding",
+                                                           "temporal_padding", "pad")),
 )
 
 # Calls that run one of two callables and return its result (the positions/keywords of the callables):
@@ -287,6 +292,8 @@ def op_name(resolved: str | None) -> str | None:
 
 
 _BACKEND = "keras.src.backend."
+# Keyword names of ops' tensor operands -> their position (tf.matmul(a=, b=), tf.math.add(x=, y=), ops.add(x1=, x2=)).
+TENSOR_KEYWORDS = {"a": 0, "b": 1, "x": 0, "y": 1, "x1": 0, "x2": 1, "input": 0, "tensor": 0, "inputs": 0}
 # Functions of dtype *names*, not tensors: `result_type(inputs.dtype, "float32")` is the promoted dtype.
 SPELLING_OPS = frozenset({"result_type"})
 

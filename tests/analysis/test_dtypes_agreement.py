@@ -414,3 +414,25 @@ def test_a_helper_no_caller_hands_float16_is_not_float16():
     """
     found = dtypes(code, 3)
     assert found["tf.reduce_sum(values)"] is not F16
+
+
+def test_ops_given_their_tensors_by_keyword_and_convolutions_follow_the_input():
+    """tf_keras dense.py:241 ``tf.matmul(a=inputs, b=self.kernel)``; depthwise_conv2d.py:162 and
+    zero_padding2d.py:149 (``backend.depthwise_conv2d``/``backend.spatial_2d_padding`` of the input)."""
+    code = """
+        import tensorflow as tf
+        from tf_keras.src import backend
+
+        class Dense(tf.keras.layers.Layer):
+            def build(self, input_shape):
+                self.kernel = self.add_weight(name="kernel", shape=(input_shape[-1], 4))
+
+            def call(self, inputs):
+                padded = backend.spatial_2d_padding(inputs, padding=((1, 1), (1, 1)))
+                conv = backend.depthwise_conv2d(padded, self.kernel, strides=(1, 1))
+                return tf.matmul(a=conv, b=self.kernel)
+    """
+    found = dtypes(code, 2)
+    assert found["tf.matmul(a=conv, b=self.kernel)"] is F16
+    assert found["backend.depthwise_conv2d(padded, self.kernel, strides=(1, 1))"] is F16
+    assert found["backend.spatial_2d_padding(inputs, padding=((1, 1), (1, 1)))"] is F16
