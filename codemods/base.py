@@ -39,6 +39,23 @@ if TYPE_CHECKING:
 Trigger = Union[str, "re.Pattern[str]"]
 
 
+class Fact(Enum):
+    """A per-file fact a rule queries: built on first use, once per file, and shared by every rule
+    (LibCST's declared metadata dependencies). A rule names the ones it uses in ``Rule.uses``; a test
+    runs each rule alone and checks that it builds (reads) no other. The value is the key the fact is
+    shared under in ``RuleContext.cache`` (``PROJECT`` is ``RuleContext.project``, built before the run).
+    The context's basics (``imports``/``resolve``, ``policy``, ``keras``, ``tf_max``) are no facts: every
+    rule may read them.
+    """
+
+    DTYPES = "dtype_facts"  # facts.dtype_facts.dtype_facts: dtype_of, float32_source, mixes, layers, is_guarded
+    GRADIENT_PATH = "training_steps"  # analysis.gradient_path.training_steps: steps, flows, scale calls
+    MODEL_OUTPUTS = "float16_models"  # analysis.model_outputs.model_facts: models and their output layers
+    VERSION_GUARDS = "mpfix.codemods.analysis.version_guards"  # analysis.version_guards.of: guarded branches
+    DECLARED_TF = "mpfix.codemods._mp_api_support.tf_min"  # _mp_api_support.declared_tf_min
+    PROJECT = "project"  # RuleContext.project: callers index, reach, declarations (mpfix.project.facts)
+
+
 class FixAvailability(Enum):
     """Whether a rule's findings come with a fix (Ruff's ``FixAvailability``), apart from how safe each fix is."""
 
@@ -217,6 +234,8 @@ class Rule(cst.BatchableCSTVisitor):
     triggers: ClassVar[tuple[Trigger, ...]]
     # Substrings that must ALL appear as well (e.g. "def call" for rules about Layer.call).
     also_requires: ClassVar[tuple[str, ...]] = ()
+    # The facts the rule queries (``Fact``); None: not declared yet.
+    uses: ClassVar[frozenset[Fact] | None] = None
     # Only run where float16 compute is reachable (a mixed_float16 policy in play).
     requires_float16: ClassVar[bool] = False
     # Only run for these Keras generations.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mpfix.codemods._mp_api_support import ApiDriftRule
-from mpfix.codemods.base import Invalid, Valid
+from mpfix.codemods.base import Fact, Invalid, Valid
 from mpfix.findings import FixSafety
 
 # Deprecated keyword of tf.function → its replacement (same meaning) and the TensorFlow that added it.
@@ -22,6 +22,7 @@ _TF_FUNCTION_RENAMES = {
 class DeprecatedTfFunctionArgument(ApiDriftRule):
     code = "MP306"
     name = "relax-shapes"
+    uses = frozenset({Fact.VERSION_GUARDS})
     message = "Deprecated `tf.function` argument; use `reduce_retracing=`/`jit_compile=`"
     messages = {"renamed": "`tf.function({old}=...)` is deprecated; use `{new}=...`"}
     fix_safety = FixSafety.SAFE

@@ -8,7 +8,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mpfix.codemods._mp_api_support import ApiDriftRule
-from mpfix.codemods.base import Invalid, Valid
+from mpfix.codemods.base import Fact, Invalid, Valid
 from mpfix.findings import FixSafety
 
 # Deprecated tf.config function → its stable name.
@@ -21,6 +21,7 @@ _EAGER_RENAMES = {
 class ExperimentalRunFunctionsEagerly(ApiDriftRule):
     code = "MP307"
     name = "run-functions-eagerly"
+    uses = frozenset({Fact.VERSION_GUARDS})
     message = "Deprecated `tf.config.experimental_*` eager switch; use `tf.config.run_functions_eagerly`"
     messages = {"renamed": "`tf.config.{old}` is deprecated; use `tf.config.{new}`"}
     fix_safety = FixSafety.SAFE

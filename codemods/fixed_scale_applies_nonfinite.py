@@ -5,13 +5,14 @@ from __future__ import annotations
 import libcst as cst
 
 from mpfix.codemods.analysis.gradient_path import LSO
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
 
 class FixedScaleAppliesNonFinite(Rule):
     code = "MP107"
     name = "fixed-scale-applies-nonfinite"
+    uses = frozenset()
     message = ("Keras 2 `LossScaleOptimizer(dynamic=False)` applies steps with inf/NaN gradients "
                "instead of skipping them; prefer the dynamic loss scale")
     fix_safety = FixSafety.NONE

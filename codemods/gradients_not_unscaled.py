@@ -6,13 +6,14 @@ import libcst as cst
 
 from mpfix.codemods.analysis.gradient_path import SCALED, training_steps
 from mpfix.codemods._loss_scaling_support import K2_SCALE, unscale_call
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
 
 class GradientsNotUnscaled(Rule):
     code = "MP103"
     name = "gradients-not-unscaled"
+    uses = frozenset({Fact.GRADIENT_PATH})
     message = ("Keras 2: gradients of `get_scaled_loss` reach `apply_gradients` without "
                "`get_unscaled_gradients`; every update is multiplied by the loss scale")
     messages = {"not_unscaled": "Gradients of `{optimizer}.get_scaled_loss(...)` reach `apply_gradients` without "

@@ -16,7 +16,7 @@ from mpfix.codemods._walk import find_all
 
 from mpfix.codemods import _api_table as table
 from mpfix.project import entries as reachability
-from mpfix.codemods.base import Invalid, Valid
+from mpfix.codemods.base import Fact, Invalid, Valid
 from mpfix.codemods._loss_scale_intent import Intent, loss_scale_intent
 from mpfix.codemods._mp_api_support import (
     ApiDriftRule,
@@ -74,6 +74,7 @@ def _is_import(stmt: cst.BaseStatement) -> bool:
 class GraphRewrite(ApiDriftRule):
     code = "MP305"
     name = "graph-rewrite"
+    uses = frozenset({Fact.VERSION_GUARDS})
     message = ("The mixed-precision graph rewrite is TF1 API; set a `mixed_float16` policy and use a "
                "`LossScaleOptimizer`")
     messages = {

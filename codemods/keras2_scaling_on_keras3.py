@@ -17,7 +17,7 @@ from mpfix.codemods.analysis.gradient_path import UNSCALE, UNSCALE_METHOD, assig
 
 from mpfix.codemods import _api_table as table
 from mpfix.codemods._mp_api_support import ApiDriftRule
-from mpfix.codemods.base import Invalid, Valid
+from mpfix.codemods.base import Fact, Invalid, Valid
 from mpfix.codemods.names import dotted_name
 from mpfix.findings import FixSafety
 
@@ -44,6 +44,7 @@ def _unwrapped(value: cst.BaseExpression) -> cst.BaseExpression:
 class Keras2ScalingOnKeras3(ApiDriftRule):
     code = "MP303"
     name = "keras2-scaling-on-keras3"
+    uses = frozenset({Fact.VERSION_GUARDS, Fact.GRADIENT_PATH})
     message = "Loss-scaling method of the other Keras generation; use the target generation's method"
     _UNSCALE = ("`get_unscaled_gradients` does not exist in Keras 3: `apply_gradients` of a LossScaleOptimizer "
                 "unscales by itself")

@@ -11,7 +11,7 @@ import libcst as cst
 
 from mpfix.codemods import _api_table as table
 from mpfix.codemods._loss_scale_intent import loss_scale_intent
-from mpfix.codemods.base import Invalid, Valid
+from mpfix.codemods.base import Fact, Invalid, Valid
 from mpfix.codemods._mp_api_support import ApiDriftRule, bool_value, find_arg, number_value, rewrite_args, string_value
 from mpfix.findings import FixSafety
 
@@ -22,6 +22,7 @@ class LegacyLossScaleArguments(ApiDriftRule):
     code = "MP302"
     fix_needs_tf = table.STABLE_SINCE
     name = "legacy-loss-scale-arguments"
+    uses = frozenset({Fact.VERSION_GUARDS, Fact.DECLARED_TF})
     message = ("`LossScaleOptimizer` argument from another Keras generation; write the form the installed "
                "Keras accepts")
     messages = {

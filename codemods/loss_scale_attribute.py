@@ -6,13 +6,14 @@ import libcst as cst
 
 from mpfix.codemods import _api_table as table
 from mpfix.codemods._mp_api_support import ApiDriftRule, is_optimizer_like, optimizer_names
-from mpfix.codemods.base import Invalid, Valid
+from mpfix.codemods.base import Fact, Invalid, Valid
 from mpfix.findings import FixSafety
 
 
 class LossScaleAttribute(ApiDriftRule):
     code = "MP304"
     name = "loss-scale-attribute"
+    uses = frozenset({Fact.VERSION_GUARDS})
     message = "The current loss scale has another name in this Keras generation"
     messages = {
         "loss_scale_call": "`optimizer.loss_scale()` is TF ≤ 2.3; read `optimizer.{new}`",

@@ -6,7 +6,7 @@ import libcst as cst
 
 from mpfix.codemods.analysis.gradient_path import UNSCALE_METHOD, training_steps
 from mpfix.codemods._loss_scaling_support import K2_SCALE
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 from mpfix.policy import Policy
 
@@ -14,6 +14,7 @@ from mpfix.policy import Policy
 class LossScalingWithBfloat16(Rule):
     code = "MP108"
     name = "loss-scaling-with-bfloat16"
+    uses = frozenset({Fact.GRADIENT_PATH})
     message = "LossScaleOptimizer under a mixed_bfloat16 policy: bfloat16 needs no loss scaling; remove it"
     fix_safety = FixSafety.UNSAFE
     triggers = ("LossScaleOptimizer",)

@@ -6,13 +6,14 @@ import libcst as cst
 
 from mpfix.codemods.analysis.gradient_path import Statement, assigns_name, names_in, training_steps
 from mpfix.codemods._loss_scaling_support import scale_method
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
 
 class LossTermAfterScaling(Rule):
     code = "MP105"
     name = "loss-term-after-scaling"
+    uses = frozenset({Fact.GRADIENT_PATH})
     message = "A loss term is added after scaling, so it is not scaled; add it to the loss before scaling"
     fix_safety = FixSafety.UNSAFE
     triggers = ("scale_loss", "get_scaled_loss")

@@ -10,7 +10,7 @@ from mpfix.codemods._loss_scaling_support import (
     STEP_TRIGGERS, foreign_api, scaling_changes, step_flows, where, wrap_changes,
 )
 from mpfix.codemods.names import dotted_name
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 from mpfix.policy import Policy
 
@@ -18,6 +18,7 @@ from mpfix.policy import Policy
 class OptimizerNotWrapped(Rule):
     code = "MP101"
     name = "optimizer-not-wrapped"
+    uses = frozenset({Fact.GRADIENT_PATH})
     message = ("Custom training loop under mixed_float16 with a bare optimizer: wrap it in "
                "LossScaleOptimizer and scale the loss, or most float16 gradients underflow to zero")
     _UNSCALED = ("`{optimizer}` has no loss scaling under mixed_float16: most float16 gradients underflow to zero; "

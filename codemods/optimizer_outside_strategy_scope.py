@@ -6,13 +6,14 @@ import libcst as cst
 
 from mpfix.codemods.analysis.gradient_path import STRATEGY_CONSTRUCTORS, assigned_targets, exclusive, training_steps
 from mpfix.codemods.names import dotted_name
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
 
 class OptimizerOutsideStrategyScope(Rule):
     code = "MP106"
     name = "optimizer-outside-strategy-scope"
+    uses = frozenset({Fact.GRADIENT_PATH})
     message = ("Optimizer built outside `strategy.scope()` while the model is built inside; "
                "build the optimizer (and its LossScaleOptimizer) inside the scope")
     fix_safety = FixSafety.NONE

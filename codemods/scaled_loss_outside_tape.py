@@ -6,13 +6,14 @@ import libcst as cst
 
 from mpfix.codemods.analysis.gradient_path import Analysis, Flow, assigns_name, in_tape, names_in, training_steps
 from mpfix.codemods._loss_scaling_support import fresh_name, loss_anchor, new_statement, scale_method, statement_index, statement_of
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
 
 class ScaledLossOutsideTape(Rule):
     code = "MP104"
     name = "scaled-loss-outside-tape"
+    uses = frozenset({Fact.GRADIENT_PATH})
     message = "The scaled loss is computed where the tape does not record it; compute it inside the `with` block"
     messages = {"outside": "`{optimizer}.{method}(...)` runs outside the `with` block of `{tape}`: the tape does not "
                            "record it and every gradient is None; compute it inside the block"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mpfix.codemods.analysis.gradient_path import GradientKind, training_steps
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 from mpfix.policy import Policy
 
@@ -15,6 +15,7 @@ _WRAPPER = "compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer"
 class Tf1LoopWithoutLossScaling(Rule):
     code = "MP112"
     name = "tf1-loop-without-loss-scaling"
+    uses = frozenset({Fact.GRADIENT_PATH})
     message = ("TF1 optimizer (`compute_gradients`/`apply_gradients`/`minimize`) under mixed_float16 without "
                "loss scaling: wrap it in `tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer`")
     fix_safety = FixSafety.UNSAFE

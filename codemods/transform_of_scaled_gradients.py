@@ -7,13 +7,14 @@ import libcst as cst
 from mpfix.codemods._gradient_fixes import describe, move_clip_changes, move_unscale_changes
 from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, K3_SCALE, foreign_api
 from mpfix.codemods.analysis.gradient_path import SCALED, UNSCALE, Flow, OptimizerKind, training_steps
-from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
 
 class TransformOfScaledGradients(Rule):
     code = "MP109"
     name = "transform-of-scaled-gradients"
+    uses = frozenset({Fact.GRADIENT_PATH})
     message = ("Gradients are clipped (or get noise) while they still carry the loss scale; "
                "transform them after unscaling")
     messages = {
