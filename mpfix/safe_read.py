@@ -155,6 +155,18 @@ def read_text(path: str | os.PathLike, limit: int = DEFAULT_LIMIT, root: str | o
     return read_bytes(path, limit, root, follow_outside=follow_outside).decode("utf-8", errors=errors)
 
 
+def special_kind(path: str | os.PathLike) -> str | None:
+    """What ``path`` (followed) is when it exists but is not a regular file: "a folder", "a FIFO",
+    "a device", "a socket"; None for a regular file or nothing at all. Never blocks, never raises."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return "a folder" if stat.S_ISDIR(mode) else _kind(mode)
+
+
 def is_regular(path: str | os.PathLike) -> bool:
     """True when ``path`` (followed) is a regular file; never blocks, never raises."""
     try:

@@ -255,8 +255,6 @@ class Repairer:
         return result
 
     def _repair(self, workspace: Workspace, tmp: Path) -> RepairResult:
-        from mpfix.verify import evidence
-
         self.progress("verifying the script as it is (mixed and float32)")
         try:
             mixed, baseline = self._run(workspace, tmp, [("mixed", False), ("float32", False)])
@@ -456,7 +454,10 @@ def repair(script, args=(), *, max_rounds: int = 4, timeout: float = 1800.0, pro
     ``options`` are verify's (steps, seed, device, python, jobs, env)."""
     script = Path(script)
     if not script.is_file():
-        raise RepairError(f"no such script: {script}")
+        from mpfix.safe_read import special_kind
+
+        kind = special_kind(script)
+        raise RepairError(f"{script}: not a script repair can run ({kind})" if kind else f"no such script: {script}")
     return Repairer(script, list(args), dict(options), max_rounds, timeout, progress, run_timeout).run()
 
 

@@ -243,7 +243,10 @@ def _stdin_of(workdir: Path, options: Options) -> Stdin | None:
 
 def _check_script(script: Path) -> None:
     if not script.is_file():
-        raise VerifyError(f"no such script: {script}")
+        from mpfix.safe_read import special_kind
+
+        kind = special_kind(script)  # a FIFO, a device: never run (reading it could block forever)
+        raise VerifyError(f"{script}: not a script verify can run ({kind})" if kind else f"no such script: {script}")
 
 
 def _runnable(script: Path, workdir: Path) -> Path:

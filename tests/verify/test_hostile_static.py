@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
-# Refused by the depth pre-check; LibCST alone segfaults (rc -11) on both.
+# Refused by the depth pre-check. LibCST alone segfaults (rc -11) on the first two and parses the
+# sum chain for over two minutes (measured on the previous verify code: the test timed out).
 HOSTILE = {
     "parentheses": "y = " + "(" * 3000 + "1" + ")" * 3000 + "\n",
     "attribute chain": "import tensorflow as tf\ny = tf" + ".b" * 8000 + "\n",
+    "sum chain": "import tensorflow as tf\ny = " + " + ".join(["1"] * 8000) + "\n",
 }
 
 PROBE = r"""
@@ -130,3 +132,19 @@ def test_repair_leaves_a_malformed_notebook_alone():
     for text in MALFORMED_NOTEBOOKS.values():
         assert repair_notebooks.apply(text, lambda source: source + "x = 1\n") is None
         assert repair_notebooks.cells(text) == []
+
+
+@pytest.mark.parametrize("command", ["verify", "repair"])
+def test_a_fifo_or_device_given_as_the_script_is_named_as_such(tmp_path: Path, command: str):
+    import os
+
+    os.mkfifo(tmp_path / "pipe.py")
+    (tmp_path / "zero.py").symlink_to("/dev/zero")
+    for name, kind in (("pipe.py", "a FIFO"), ("zero.py", "a device")):
+        done = subprocess.run([sys.executable, "-m", "mpfix", command, name], capture_output=True, text=True,
+                              timeout=60, cwd=tmp_path)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert f"not a script {command} can run ({kind})" in done.stderr, done.stderr
+    done = subprocess.run([sys.executable, "-m", "mpfix", command, "missing.py"], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert done.returncode == 2 and ("no such script" in done.stderr or "does not exist" in done.stderr)
