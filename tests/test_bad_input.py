@@ -291,3 +291,26 @@ def test_fix_only_writes_fixes_and_ignores_what_is_left(folder: Path):
     changed.write_text(DEPRECATED)
     flagged = mpfix("apply", "--fix-only", "--exit-non-zero-on-fix", "other.py", cwd=folder)
     assert flagged.returncode == 1
+
+
+def test_user_text_reaches_libcst_only_through_the_guarded_parse():
+    # LibCST's native parser segfaults or takes minutes on deeply nested text; mpfix.parsing.parse_module
+    # measures the depth with CPython's parser first. A direct libcst.parse_module anywhere else (the
+    # verify side had four) would let hostile input crash that path again.
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    direct = []
+    for folder in (root / "mpfix", root / "codemods"):
+        for path in folder.rglob("*.py"):
+            if path == root / "mpfix" / "parsing.py" or "__pycache__" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                called = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr == "parse_module" and isinstance(node.func.value, ast.Name) \
+                    and node.func.value.id in ("cst", "libcst")
+                imported = isinstance(node, ast.ImportFrom) and node.module == "libcst" \
+                    and any(alias.name == "parse_module" for alias in node.names)
+                if called or imported:
+                    direct.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert direct == []
