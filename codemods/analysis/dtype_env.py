@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mpfix.codemods.analysis.dtype_lattice import (
-    BITWISE, F16, F32, PY, UNK, Dtype, argument, join_all, spelled_dtype,
+    BITWISE, F16, F32, INT, PY, UNK, Dtype, argument, join_all, spelled_dtype,
 )
 from mpfix.codemods.analysis.dtype_regions import ELEMENT, Region
 from mpfix.codemods.facts import heuristics, keras_layers
@@ -171,7 +171,8 @@ class NameDtypes:
                 position += 1
             for pname in self._used_as_indices(region):
                 if region.env.get(pname) is F16:
-                    region.env[pname] = UNK  # Keras autocasts floating inputs only: ids stay int
+                    # Keras autocasts floating inputs only: ids stay int (gather/one_hot take integer indices).
+                    region.env[pname] = INT
             for pname in self._assigned_variables(region):
                 if region.env.get(pname) is F16:
                     # A variable: float32 under a mixed policy, like `v.assign(x)`; inside a layer's call an
@@ -280,6 +281,12 @@ class NameDtypes:
             guess = join_all(independent)
             if all(d is guess for d in evaluated(guess)):
                 result = guess
+        elif not independent and region.param_dtypes.get(name, UNK).floating_tensor:
+            # `y_pred = ops.convert_to_tensor(y_pred)` … `y_true, y_pred = squeeze_or_expand_to_same_rank(y_true,
+            # y_pred)`: every value follows the parameter, which keeps the dtype it came in with.
+            guess = region.param_dtypes[name]
+            if all(d is guess for d in evaluated(guess)):
+                result = guess
         region.env[name] = result
         region.memo.clear()
 
@@ -288,7 +295,10 @@ class NameDtypes:
         if value is ELEMENT:
             for source, index in region.unpacked.get(name, ()):
                 return self.element_dtype(source, index, region)
-            return UNK
+            # `for x in inputs[1:]`: an element of a floating tensor, or of a structure of them (a merge layer's
+            # autocast inputs), has its dtype.
+            found = {self.dtype(source, region) for source in region.iterated.get(name, ())}
+            return found.pop() if len(found) == 1 and next(iter(found)) in (F16, F32) else UNK
         return self.dtype(value, region)
 
     def _float32_by_use(self, region: Region) -> None:

@@ -220,6 +220,9 @@ class ExpressionDtypes:
             return structure if structure in (F16, F32, F64, BF16) else UNK
         if not isinstance(source, cst.Call):
             return UNK
+        if self.resolve(source.func) in keras_layers.RESHAPES_ARGUMENTS:
+            positional = [a.value for a in source.args if a.keyword is None and not a.star]
+            return self.dtype(positional[index], region, depth + 1) if index < len(positional) else UNK
         spec = specs.lookup(self.resolve(source.func))
         if spec is not None:
             if spec.elements is specs.Elements.UNKNOWN or not source.args:
@@ -233,10 +236,9 @@ class ExpressionDtypes:
             returns = self.region_for(func, owner).returns
             found = set()
             for value in returns:
-                if isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements):
-                    found.add(self.dtype(value.elements[index].value, self.region_for(func, owner), depth + 1))
-                else:
-                    found.add(UNK)
+                # `return ops.moments(x, axes)` as well as `return mean, variance`
+                found.add(self.element_dtype(value, index, self.region_for(func, owner), depth + 1)
+                          if depth < 8 else UNK)
             dtype = join_all(found)
             if dtype is not UNK:
                 return dtype

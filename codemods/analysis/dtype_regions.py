@@ -54,6 +54,7 @@ class Region:
     params: dict[str, Dtype] = field(default_factory=dict)  # dtypes learnt from the file's call sites
     nested: dict[str, cst.FunctionDef] = field(default_factory=dict)  # closures defined inside
     unpacked: dict[str, list[tuple[cst.BaseExpression, int]]] = field(default_factory=dict)
+    iterated: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)  # `for x in value`: x's values
     returns: list[cst.BaseExpression] = field(default_factory=list)
     memo: dict[int, Dtype] = field(default_factory=dict)
     augmented: set[int] = field(default_factory=set)  # values of `x += value`: x keeps its dtype too
@@ -152,8 +153,10 @@ class _Collector(Visitor):
             if iterating:
                 # for v in model.trainable_variables: float32 variables, safe to reduce.
                 code = self.analysis.module.code_for_node(value)
-                assigned.setdefault(target.value, []).append(
-                    FLOAT32_VARIABLE if heuristics.VARIABLES_ITERABLE.search(code) else ELEMENT)
+                variables = heuristics.VARIABLES_ITERABLE.search(code)
+                assigned.setdefault(target.value, []).append(FLOAT32_VARIABLE if variables else ELEMENT)
+                if not variables:
+                    self.region.iterated.setdefault(target.value, []).append(value)
             else:
                 assigned.setdefault(target.value, []).append(value)
         elif isinstance(target, (cst.Tuple, cst.List)):

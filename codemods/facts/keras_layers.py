@@ -119,3 +119,17 @@ def builds_policy(qualified: str | None) -> bool:
 # tf_keras `backend.RandomGenerator` methods (a layer's `self._random_generator`, set by the base layer): they
 # return their `dtype` argument's dtype, `floatx()` (float32) by default, never the compute dtype (C40).
 GENERATOR_METHODS = frozenset({"random_uniform", "random_normal", "truncated_normal"})
+
+
+# A layer's own weights: `self.w = self.add_weight(...)` (tf_keras `add_variable` too) or a bare `tf.Variable(...)`.
+# A product with one is a projection, not attention scores between two activations (C41).
+WEIGHT_BUILDERS = frozenset({"add_weight", "add_variable"})
+
+
+# Keras helpers that return their tensor arguments reshaped, in order: element i of the result has argument i's
+# dtype (`y_true, y_pred = squeeze_or_expand_to_same_rank(y_true, y_pred)` in every Keras 3 loss function; tf_keras'
+# `losses_utils.squeeze_or_expand_dimensions(y_pred, y_true)`; tf_keras resolves as keras.src).
+RESHAPES_ARGUMENTS = frozenset({"keras.src.losses.loss.squeeze_or_expand_to_same_rank",
+                                "keras.losses.loss.squeeze_or_expand_to_same_rank",
+                                "keras.src.utils.losses_utils.squeeze_or_expand_dimensions",
+                                "keras.utils.losses_utils.squeeze_or_expand_dimensions"})

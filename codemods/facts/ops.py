@@ -283,17 +283,20 @@ def op_name(resolved: str | None) -> str | None:
     for prefix in NAMESPACES:
         if resolved.startswith(prefix):
             return resolved[len(prefix):]
-    if resolved.startswith(_BACKEND):
-        # tf_keras' backend functions (`backend.relu`, `backend.mean`; tf_keras resolves as keras.src) and
-        # Keras 3's backend module: only the ops this table lists (the module also holds dtype utilities).
-        op = resolved[len(_BACKEND):]
-        return op if op in TABLE or op in SPELLING_OPS else None
+    for prefix in _KNOWN_ONLY:
+        if resolved.startswith(prefix):
+            # tf_keras' backend functions (`backend.relu`, `backend.mean`; tf_keras resolves as keras.src), Keras 3's
+            # backend module and `keras.activations`: only the ops this table lists (the backend module also
+            # holds dtype utilities).
+            op = resolved[len(prefix):]
+            return op if op in TABLE or op in SPELLING_OPS else None
     return None
 
 
-_BACKEND = "keras.src.backend."
+_KNOWN_ONLY = ("keras.src.backend.", "keras.src.activations.", "keras.activations.")
 # Keyword names of ops' tensor operands -> their position (tf.matmul(a=, b=), tf.math.add(x=, y=), ops.add(x1=, x2=)).
-TENSOR_KEYWORDS = {"a": 0, "b": 1, "x": 0, "y": 1, "x1": 0, "x2": 1, "input": 0, "tensor": 0, "inputs": 0}
+TENSOR_KEYWORDS = {"a": 0, "b": 1, "x": 0, "y": 1, "x1": 0, "x2": 1, "input": 0, "tensor": 0, "inputs": 0,
+                   "query": 0, "key": 1, "value": 2}  # ops.dot_product_attention(query=, key=, value=)
 # Functions of dtype *names*, not tensors: `result_type(inputs.dtype, "float32")` is the promoted dtype.
 SPELLING_OPS = frozenset({"result_type"})
 

@@ -436,3 +436,54 @@ def test_ops_given_their_tensors_by_keyword_and_convolutions_follow_the_input():
     assert found["tf.matmul(a=conv, b=self.kernel)"] is F16
     assert found["backend.depthwise_conv2d(padded, self.kernel, strides=(1, 1))"] is F16
     assert found["backend.spatial_2d_padding(inputs, padding=((1, 1), (1, 1)))"] is F16
+
+
+def test_keras3_loss_functions_keep_their_float32_inputs_through_rank_matching():
+    """keras/src/losses/losses.py:1785-1788: ``y_pred = ops.convert_to_tensor(y_pred)`` …
+    ``y_true, y_pred = squeeze_or_expand_to_same_rank(y_true, y_pred)``: every value follows the (float32 on
+    Keras 3) parameter, and the helper returns its arguments reshaped in order."""
+    code = """
+        from keras.src import ops
+        from keras.src.losses.loss import squeeze_or_expand_to_same_rank
+
+        def mean_squared_error(y_true, y_pred):
+            y_pred = ops.convert_to_tensor(y_pred)
+            y_true = ops.convert_to_tensor(y_true, dtype=y_pred.dtype)
+            y_true, y_pred = squeeze_or_expand_to_same_rank(y_true, y_pred)
+            return ops.mean(ops.square(y_true - y_pred), axis=-1)
+    """
+    found = dtypes(code, 3)
+    assert found["ops.convert_to_tensor(y_pred)"] is F32
+    assert found["ops.mean(ops.square(y_true - y_pred), axis=-1)"] is F32
+
+
+def test_merge_attention_and_embedding_layers():
+    """Keras 3 multiply.py:51 (``for x in inputs[1:]``: elements of the autocast inputs),
+    multi_head_attention.py:556 (``ops.dot_product_attention(query=, key=, value=)``), relu.py:68
+    (``keras.activations.relu``), tfm on_device_embedding.py:95 (ids used as gather indices are int)."""
+    code = """
+        import tensorflow as tf
+        from keras.src import activations, ops
+        from keras.src.layers.layer import Layer
+
+        class Multiply(Layer):
+            def call(self, inputs):
+                output = inputs[0]
+                for x in inputs[1:]:
+                    output = ops.multiply(output, x)
+                return activations.relu(output)
+
+        class Attention(Layer):
+            def call(self, query, key, value):
+                return ops.dot_product_attention(query=query, key=key, value=value, bias=None)
+
+        class Embedding(Layer):
+            def call(self, inputs):
+                flat_inputs = tf.reshape(inputs, [-1])
+                return tf.gather(self.embeddings, flat_inputs)
+    """
+    found = dtypes(code, 3)
+    assert found["ops.multiply(output, x)"] is F16
+    assert found["activations.relu(output)"] is F16
+    assert found["ops.dot_product_attention(query=query, key=key, value=value, bias=None)"] is F16
+    assert found["tf.reshape(inputs, [-1])"] is INT

@@ -533,7 +533,7 @@ def test_c21_a_sublayer_built_float32_in_one_branch_only_is_unknown():
 @BOTH
 def test_c22_inputs_used_as_indices_are_not_float16(keras):
     # tfm official/nlp/modeling/layers/on_device_embedding.py:95
-    from tests.analysis.test_dtypes import F16, UNK, dtype_of
+    from tests.analysis.test_dtypes import F16, INT, dtype_of
 
     code = """
         import tensorflow as tf
@@ -543,7 +543,8 @@ def test_c22_inputs_used_as_indices_are_not_float16(keras):
                 embeddings = tf.gather(self.embeddings, flat_inputs)
                 return embeddings * 2.0
     """
-    assert dtype_of(code, "tf.reshape(inputs, [-1])", keras) is UNK
+    # gather's indices are integers: TensorFlow traced int32 here (dtype agreement, turn 5)
+    assert dtype_of(code, "tf.reshape(inputs, [-1])", keras) is INT
     dense = code.replace("tf.gather(self.embeddings, flat_inputs)", "tf.matmul(flat_inputs, self.embeddings)")
     assert dtype_of(dense, "tf.reshape(inputs, [-1])", keras) is F16
 
