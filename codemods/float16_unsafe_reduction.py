@@ -7,9 +7,10 @@ import re
 import libcst as cst
 
 from mpfix.codemods._float16_scope import cast, first_arg, is_simple, number
+from mpfix.codemods._walk import walk
 from mpfix.codemods.analysis.dtypes import Dtype
 from mpfix.codemods.base import FixAvailability, Invalid, Rule, Valid
-from mpfix.codemods.facts import ops as op_table
+from mpfix.codemods.facts import keras_layers, ops as op_table
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, RegionKind, dtype_facts
 from mpfix.codemods.facts.heuristics import LOSS_NAME
 from mpfix.findings import FixSafety
@@ -66,6 +67,50 @@ def _attention_scores(context, call: cst.Call, spec: op_table.OpSpec) -> bool:
     return len(operands) == 2 and context.code(operands[0]) != context.code(operands[1]) and any(
         a.keyword is not None and a.keyword.value in ("transpose_b", "adjoint_b") and isinstance(a.value, cst.Name)
         and a.value.value == "True" for a in call.args)
+
+
+def _from_weight(facts: DtypeFacts, context, node: cst.BaseExpression, depth: int = 0) -> bool:
+    """``node`` is computed from one layer weight alone (``tf.linalg.inv(self.precision_matrix)`` with
+    ``self.precision_matrix = self.add_weight(...)``), through names bound once and one-tensor ops."""
+    if depth > 8:
+        return False
+    if isinstance(node, cst.Name):
+        value = facts.value_of(node)
+        return value is not None and _from_weight(facts, context, value, depth + 1)
+    if isinstance(node, cst.Call):
+        first = first_arg(node)
+        resolved = context.resolve(node.func)
+        if op_table.lookup(resolved) is None or first is None or \
+                len([a for a in node.args if a.keyword is None and not a.star]) > 1:
+            return False  # not a one-tensor TF op (inv, transpose, cast, reshape's shape is a keyword or a list)
+        return _from_weight(facts, context, first, depth + 1)
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+        place = facts.place(node)
+        method = place.function if place is not None and place.in_class else None
+        cls = next((c for c in walk(facts.module) if isinstance(c, cst.ClassDef) and method is not None
+                    and any(s is method for s in c.body.body)), None)
+        return cls is not None and _weight_attribute(context, cls, node.attr.value)
+    return False
+
+
+def _weight_attribute(context, cls: cst.ClassDef, attr: str) -> bool:
+    """Every ``self.<attr> = ...`` in the class builds a weight (``self.add_weight``, ``tf.Variable``)."""
+    values = []
+    for node in walk(cls):
+        if isinstance(node, cst.Assign) and any(
+                isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name)
+                and t.target.value.value == "self" and t.target.attr.value == attr for t in node.targets):
+            values.append(node.value)
+    return bool(values) and all(_builds_weight(context, v) for v in values)
+
+
+def _builds_weight(context, value: cst.BaseExpression) -> bool:
+    if not isinstance(value, cst.Call):
+        return False
+    if isinstance(value.func, cst.Attribute) and value.func.attr.value in keras_layers.WEIGHT_BUILDERS:
+        return True
+    spec = op_table.known(context.resolve(value.func))
+    return spec is not None and spec.name == "Variable"
 
 
 def _is_loss(facts: DtypeFacts, call: cst.Call, code) -> bool:
@@ -261,6 +306,8 @@ class Float16UnsafeReduction(Rule):
         if facts.dtype_of(q) is not Dtype.FLOAT16 or facts.dtype_of(k) is not Dtype.FLOAT16 or \
                 facts.dtype_of(scale) not in (Dtype.PYTHON, Dtype.FLOAT16):
             return
+        if _from_weight(facts, self.context, q) or _from_weight(facts, self.context, k):
+            return  # a weight times activations: a projection, not query-key scores (C41)
         fix = None
         if isinstance(q, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)):
             scaled = cst.BinaryOperation(left=q, operator=binop.operator, right=scale)

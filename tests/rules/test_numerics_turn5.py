@@ -205,3 +205,40 @@ def test_a_library_loss_helper_called_on_float16_in_the_file_still_reports_its_h
     """
     assert ("MP203", 10) in found(code, keras)
 
+
+
+# -- C41: a product with a layer weight is a projection, not attention scores (tfm gaussian_process.py:413) --
+COVARIANCE = """
+    import tensorflow as tf
+
+    class LaplaceRandomFeatureCovariance(tf.keras.layers.Layer):
+        def build(self, input_shape):
+            d = input_shape[-1]
+            self.precision_matrix = self.add_weight(name="p", shape=(d, d), dtype=self.dtype, trainable=False)
+
+        def call(self, gp_feature):
+            feature_cov_matrix = tf.linalg.inv(self.precision_matrix)
+            cov_feature_product = tf.matmul(feature_cov_matrix, gp_feature, transpose_b=True) * 0.001
+            return tf.matmul(gp_feature, cov_feature_product)
+"""
+
+
+@BOTH
+def test_c41_a_weight_times_activations_is_no_attention_score(keras):
+    assert [c for c in found(COVARIANCE, keras) if c[0] == "MP203"] == []
+
+
+@BOTH
+def test_c41_queries_times_keys_are_still_attention_scores(keras):
+    code = """
+        import tensorflow as tf
+
+        class Attention(tf.keras.layers.Layer):
+            def build(self, input_shape):
+                self.wq = self.add_weight(name="wq", shape=(input_shape[-1], 64))
+
+            def call(self, x):
+                q = tf.matmul(x, self.wq)
+                return tf.nn.softmax(tf.matmul(q, x, transpose_b=True) * 0.125)
+    """
+    assert ("MP203", 9) in found(code, keras)
