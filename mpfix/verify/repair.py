@@ -116,7 +116,9 @@ class Workspace:
             dirs[:] = keep
             for name in files:
                 source = here / name
-                if name.endswith((".py", ".ipynb")) and not source.is_symlink():
+                # Only regular files are copied: a FIFO or a device named x.py is linked like data
+                # (copying would fail, or block on the FIFO), so it cannot stop the repair.
+                if name.endswith((".py", ".ipynb")) and not source.is_symlink() and source.is_file():
                     shutil.copy2(source, target / name)
                 else:
                     os.symlink(source, target / name)
@@ -136,9 +138,11 @@ class Workspace:
         """The original text of a user file (None: not a readable Python file of the folder)."""
         path = Path(path).resolve()
         if path not in self.originals:
+            from mpfix.source import SourceError
+
             try:
                 self.originals[path] = _read(path).text
-            except (OSError, ValueError):
+            except (OSError, ValueError, SourceError):
                 return None
         return self.originals[path]
 
@@ -156,9 +160,12 @@ class Workspace:
 
 
 def _read(path: Path):
+    """The decoded source of a file the run used; OSError for a FIFO, a device or a file over
+    10 MB (``safe_read``: reading a FIFO would block the repair forever)."""
+    from mpfix import safe_read
     from mpfix.source import decode
 
-    return decode(Path(path).read_bytes())
+    return decode(safe_read.read_bytes(path, follow_outside=True))
 
 
 def compose(workspace: Workspace, changes: list[Change]) -> dict[Path, str] | None:
@@ -463,11 +470,18 @@ def repair(script, args=(), *, max_rounds: int = 4, timeout: float = 1800.0, pro
 
 def write(result: RepairResult) -> list[str]:
     """Write the repaired files in place, as ``mpfix apply`` writes fixes; returns errors."""
-    from mpfix.writer import ReadOnlyError, write_atomic
+    from mpfix import safe_read
+    from mpfix.source import SourceError, decode
+    from mpfix.writer import ChangedError, ReadOnlyError, write_atomic
 
     errors = []
     for path, (old, new) in sorted(result.texts.items()):
-        source = _read(path)
+        try:
+            raw = safe_read.read_bytes(path, follow_outside=True)
+            source = decode(raw)
+        except (OSError, SourceError) as exc:
+            errors.append(f"{path}: cannot read it again ({exc}); nothing was written")
+            continue
         if source.text != old:
             errors.append(f"{path}: changed while repair ran; nothing was written")
             continue
@@ -476,8 +490,10 @@ def write(result: RepairResult) -> list[str]:
             errors.append(f"{path}: {reason}; nothing was written")
             continue
         try:
-            write_atomic(path, source.encode(new))
+            write_atomic(path, source.encode(new), expected=raw)  # re-checked just before the replace
             result.written.append(path)
+        except ChangedError:
+            errors.append(f"{path}: changed while repair ran; nothing was written")
         except ReadOnlyError:
             errors.append(f"{path}: file is read-only; nothing was written")
         except (OSError, UnicodeEncodeError) as exc:

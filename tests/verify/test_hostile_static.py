@@ -148,3 +148,41 @@ def test_a_fifo_or_device_given_as_the_script_is_named_as_such(tmp_path: Path, c
     done = subprocess.run([sys.executable, "-m", "mpfix", command, "missing.py"], capture_output=True, text=True,
                           timeout=60, cwd=tmp_path)
     assert done.returncode == 2 and ("no such script" in done.stderr or "does not exist" in done.stderr)
+
+
+def test_repairs_working_copy_links_a_fifo_named_like_a_script(tmp_path: Path):
+    # A FIFO `data.py` beside the script made the working copy fail (shutil's SpecialFileError): the
+    # whole repair stopped with "cannot make the working copy". It is linked like any non-Python file.
+    import os
+
+    from mpfix.verify.repair import Workspace
+
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "train.py").write_text("x = 1\n")
+    os.mkfifo(folder / "data.py")
+    (tmp_path / "tmp").mkdir()
+    workspace = Workspace(folder, tmp_path / "tmp")
+    copy = workspace.root
+    assert (copy / "train.py").read_text() == "x = 1\n" and not (copy / "train.py").is_symlink()
+    assert (copy / "data.py").is_symlink() and os.readlink(copy / "data.py") == str(folder.resolve() / "data.py")
+    assert workspace.text(folder / "data.py") is None  # never read
+
+
+def test_repair_writes_nothing_over_a_file_that_became_a_fifo_or_changed(tmp_path: Path):
+    # `write` reads each file again before replacing it: a file replaced by a FIFO meanwhile is an
+    # error (it blocked forever before), a changed one is left alone, an unchanged one is written.
+    import os
+
+    from mpfix.verify.repair import RepairResult, write
+
+    fifo, changed, fine = tmp_path / "fifo.py", tmp_path / "changed.py", tmp_path / "fine.py"
+    os.mkfifo(fifo)
+    changed.write_text("x = 2\n")
+    fine.write_text("x = 1\n")
+    result = RepairResult(fine, None, None, None,
+                          texts={path: ("x = 1\n", "x = 3\n") for path in (fifo, changed, fine)})
+    errors = write(result)
+    assert any(e.startswith(f"{fifo}: cannot read it again") and "FIFO" in e for e in errors), errors
+    assert any(e.startswith(f"{changed}: changed while repair ran") for e in errors), errors
+    assert result.written == [fine] and fine.read_text() == "x = 3\n" and changed.read_text() == "x = 2\n"
