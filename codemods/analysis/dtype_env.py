@@ -60,7 +60,11 @@ class NameDtypes:
             region = by_function[target]
             learnt = {name: next(iter(ds)) for name, ds in names.items() if len(ds) == 1 and UNK not in ds
                       and region.spelled.get(name) is not next(iter(ds))}
-            if learnt:
+            # A spelling learnt in an earlier round that the callers no longer agree on is forgotten.
+            stale = [name for name, ds in names.items() if name in region.spelled and (len(ds) != 1 or UNK in ds)]
+            for name in stale:
+                del region.spelled[name]
+            if learnt or stale:
                 region.spelled.update(learnt)
                 region.memo.clear()
                 self._compute_env(region)

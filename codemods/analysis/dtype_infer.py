@@ -233,12 +233,15 @@ class ExpressionDtypes:
         callee = self._same_file_function(source, region)
         if callee is not None:
             func, owner = callee
-            returns = self.region_for(func, owner).returns
+            own = self.region_for(func, owner)
             found = set()
-            for value in returns:
+            for value in own.returns:
+                passed = self._passed_for(value, index, func, own, source)
+                if passed is not None:  # `return x1, x2` of parameters: what this call passes them
+                    found.add(self.dtype(passed, region, depth + 1))
+                    continue
                 # `return ops.moments(x, axes)` as well as `return mean, variance`
-                found.add(self.element_dtype(value, index, self.region_for(func, owner), depth + 1)
-                          if depth < 8 else UNK)
+                found.add(self.element_dtype(value, index, own, depth + 1) if depth < 8 else UNK)
             dtype = join_all(found)
             if dtype is not UNK:
                 return dtype
@@ -247,6 +250,24 @@ class ExpressionDtypes:
             declared = self.layer_output_dtype(source.func, region)
             return declared or F16
         return UNK
+
+    @staticmethod
+    def _passed_for(value: cst.BaseExpression, index: int, func: cst.FunctionDef, own: Region,
+                    call: cst.Call) -> cst.BaseExpression | None:
+        """The argument ``call`` passes for element ``index`` of ``return a, b`` when that element is a parameter of
+        ``func`` whose dtype its body keeps (``x2 = ops.expand_dims(x2, -1)``); None otherwise."""
+        if not isinstance(value, (cst.Tuple, cst.List)) or index >= len(value.elements):
+            return None
+        element = value.elements[index].value
+        if not isinstance(element, cst.Name) or own.env.get(element.value) is not own.param_dtypes.get(element.value):
+            return None
+        names = [p.name.value for p in [*func.params.posonly_params, *func.params.params]]
+        if names and names[0] in ("self", "cls") and isinstance(call.func, cst.Attribute):
+            names = names[1:]
+        if element.value not in names:
+            return None
+        arg = argument(call, element.value, names.index(element.value))
+        return arg.value if arg is not None else None
 
     def _is_model_or_layer_call(self, call: cst.Call, region: Region) -> bool:
         if region.kind in ("module", "shadow"):

@@ -487,3 +487,32 @@ def test_merge_attention_and_embedding_layers():
     assert found["activations.relu(output)"] is F16
     assert found["ops.dot_product_attention(query=query, key=key, value=value, bias=None)"] is F16
     assert found["tf.reshape(inputs, [-1])"] is INT
+
+
+def test_a_helper_returning_its_parameters_returns_what_each_call_passes():
+    """keras/src/losses/loss.py:79: ``values, sample_weight = squeeze_or_expand_to_same_rank(values, sample_weight)``
+    (a same-file helper returning ``x1, x2``) keeps this call's float32 values, not the float16 that other callers
+    make its parameters."""
+    code = """
+        import tensorflow as tf
+
+        def same_rank(x1, x2):
+            if len(x1.shape) == len(x2.shape) + 1:
+                x2 = tf.expand_dims(x2, axis=-1)
+            return x1, x2
+
+        class Head(tf.keras.layers.Layer):
+            def call(self, inputs):
+                a, b = same_rank(inputs, inputs)
+                return a * b
+
+        @tf.function
+        def weighted(values, weights):
+            values = tf.cast(values, tf.float32)
+            weights = tf.cast(weights, tf.float32)
+            values, weights = same_rank(values, weights)
+            return tf.reduce_sum(values * weights)
+    """
+    found = dtypes(code, 3)
+    assert found["values * weights"] is F32
+    assert found["a * b"] is F16
