@@ -301,7 +301,10 @@ class NameDtypes:
                 return self.element_dtype(source, index, region)
             # `for x in inputs[1:]`: an element of a floating tensor, or of a structure of them (a merge layer's
             # autocast inputs), has its dtype.
-            found = {self.dtype(source, region) for source in region.iterated.get(name, ())}
+            # Only a structure the region holds (a name, attribute or slice of one): a call's result (`for v in
+            # self._freeze_vars()`) is whatever the call returns, often variables (mp2's 19:01 MP203 FP).
+            found = {self.dtype(source, region) for source in region.iterated.get(name, ())
+                     if isinstance(source, (cst.Name, cst.Attribute, cst.Subscript))}
             return found.pop() if len(found) == 1 and next(iter(found)) in (F16, F32) else UNK
         return self.dtype(value, region)
 

@@ -516,3 +516,25 @@ def test_a_helper_returning_its_parameters_returns_what_each_call_passes():
     found = dtypes(code, 3)
     assert found["values * weights"] is F32
     assert found["a * b"] is F16
+
+
+def test_elements_of_a_calls_result_are_not_taken_for_the_structures_dtype():
+    """mp2's 19:01 class (tfexamples/dle EfficientDet train_lib.py, MP203 'l2_loss of v'): ``for v in
+    self._freeze_vars()`` iterates what the method returns (variables), not a float16 structure."""
+    code = """
+        import tensorflow as tf
+
+        class Det(tf.keras.Model):
+            def _freeze_vars(self):
+                return [v for v in self.trainable_variables if "head" in v.name]
+
+            def call(self, inputs):
+                for v in self._freeze_vars():
+                    self.add_loss(tf.nn.l2_loss(v))
+                for part in inputs[1:]:
+                    inputs[0] = inputs[0] * part
+                return inputs[0]
+    """
+    found = dtypes(code, 3)
+    assert found["tf.nn.l2_loss(v)"] is not F16
+    assert found["inputs[0] * part"] is F16
