@@ -65,6 +65,9 @@ class LintResult:
     errors: list[FileError] = field(default_factory=list)
     fixed_text: str | None = None  # set when fixing changed the text
     applied: int = 0  # how many fixes were applied
+    # A float16 rule's trigger occurs but no mixed policy reaches the file (``mpfix.unchecked``),
+    # decided with the rule selection, so the prefilter and the reach are not run twice.
+    float16_unchecked: bool = False
 
 
 def _syntax_error(path: str, text: str, exc: cst.ParserSyntaxError) -> FileError:
@@ -98,18 +101,24 @@ class Engine:
         """The policy ``path`` runs under and why (``reachability.Reach``; see ``mpfix.policy.reach_for``)."""
         return policies.reach_for(path, text, configured=self.options.policy, project=self.options.project_policy)
 
-    def _policy(self, text: str, path: Path) -> tuple[policies.Policy, policies.Policy]:
-        return self.reach(text, path).policy, policies.policy_in_text(text)
-
     def _candidates(self, text: str, path: Path, ignored: tuple[str, ...]) -> list[type[Rule]]:
         """The rules worth parsing for: triggered, not ignored, and float16 ones only under float16."""
+        return self._select(text, path, ignored)[0]
+
+    def _select(self, text: str, path: Path, ignored: tuple[str, ...]) -> tuple[list[type[Rule]], bool]:
+        """``_candidates``, and whether a float16 rule was triggered but no mixed policy reaches the
+        file (``mpfix.unchecked.skipped``'s question, answered from the same test)."""
         rules = [
             r for r in self.rules
-            if not any(r.code.startswith(code) for code in ignored) and r.may_match(text)
+            if not (ignored and r.code.startswith(ignored)) and r.may_match(text)
         ]
-        if any(r.requires_float16 for r in rules) and self._policy(text, path)[0] is not policies.Policy.FLOAT16:
-            rules = [r for r in rules if not r.requires_float16]
-        return rules
+        unchecked = False
+        if any(r.requires_float16 for r in rules):
+            policy = self.reach(text, path).policy
+            if policy is not policies.Policy.FLOAT16:
+                rules = [r for r in rules if not r.requires_float16]
+                unchecked = self.options.policy is None and policy is policies.Policy.NONE
+        return rules, unchecked
 
     # -- one pass ----------------------------------------------------------------------
     def _run(self, text: str, path: Path, rules: list[type[Rule]], module: cst.Module | None = None,
@@ -134,13 +143,15 @@ class Engine:
             # A test module where only some tests run under the policy: float16 findings count there only.
             context.cache[_REGIONS] = float16_regions(text, reach.fixtures)
         self._visit(module, context, rules)
-        if not target.known:
+        fixers = {rule.code for rule, report in context.reports if report.fix is not None}
+        if not target.known and fixers:
             # Unknown target: the findings are the default generation's; a fix is kept only
-            # where the other generation writes the very same one (mpfix.target).
+            # where the other generation writes the very same one (mpfix.target). Only fixes are
+            # compared, so only the rules that wrote one run again (none: no second pass).
             other = RuleContext(module=module, path=path, keras=targets.KERAS2, policy=policy,
                                 module_policy=module_policy, imports=imports, loss_scale=self.options.loss_scale,
                                 keras_known=False, tf_max=context.tf_max, project=project)
-            self._visit(module, other, rules)
+            self._visit(module, other, [r for r in rules if r.code in fixers])
             context.reports = _agreed_fixes(context.reports, other.reports)
         return module, context
 
@@ -182,17 +193,18 @@ class Engine:
         --interactive``); fixes it declines are left out and not asked again.
         """
         name = str(path)
-        rules = self._candidates(text, path, ignored)
+        rules, unchecked = self._select(text, path, ignored)
         if not rules:
-            return LintResult()
+            return LintResult(float16_unchecked=unchecked)
         try:
             module, context = self._run(text, path, rules)
         except cst.ParserSyntaxError as exc:
-            return LintResult(errors=[_syntax_error(name, text, exc)])
+            return LintResult(errors=[_syntax_error(name, text, exc)], float16_unchecked=unchecked)
         except TooComplex as exc:  # refused before LibCST's native parser could crash on it
-            return LintResult(errors=[FileError(name, exc.message, exc.line, exc.column)])
+            return LintResult(errors=[FileError(name, exc.message, exc.line, exc.column)], float16_unchecked=unchecked)
         except RecursionError:
-            return LintResult(errors=[FileError(name, "file is nested too deeply for the parser")])
+            return LintResult(errors=[FileError(name, "file is nested too deeply for the parser")],
+                              float16_unchecked=unchecked)
         findings = self._findings(text, path, context)
         validator = fix_validation.Validator(text, name, module, context.keras)
         if edits:
@@ -211,11 +223,13 @@ class Engine:
                 result = self._fix_until_stable(text, path, rules, findings, module, accept, validator)
             except FixError as exc:
                 result.errors.append(FileError(name, f"internal error: {exc}; nothing was written"))
+        result.float16_unchecked = unchecked
         for finding in result.findings:
             finding.node = None
             if finding.fix is not None:
                 finding.fix = Fix(changes={}, safety=finding.fix.safety,
                                   description=finding.fix.description, imports=finding.fix.imports)
+        _release(context)
         return result
 
     def _fix_until_stable(self, text, path, rules, findings, module, accept=None, validator=None) -> LintResult:
@@ -275,10 +289,23 @@ class Engine:
             current = new_text
             module, context = self._run(current, path, rules, parsed)
             findings = self._findings(current, path, context)
+            _release(context)
         raise FixError(f"fixes did not converge after {MAX_FIX_PASSES} passes")
 
 
 _REGIONS = "mpfix.engine.float16_regions"
+
+
+def _release(context: RuleContext) -> None:
+    """Break the reference cycles that tie a file's syntax tree to its rule run.
+
+    The analyses in ``context.cache`` hold ``context.resolve`` (so the context), and each report
+    holds its rule, which holds the context: every tree was cyclic garbage, kept until the cyclic
+    collector found it (millions of nodes on tf-models, scanned again by each collection they
+    survived). Emptied, the tree is freed the moment the file is done.
+    """
+    context.cache.clear()
+    context.reports = []
 
 
 def _in_regions(regions: list[tuple[int, int]] | None, line: int) -> bool:

@@ -122,7 +122,7 @@ def _process_file(path: Path, job: Job, ignored: tuple[str, ...], accept, keyer)
                                                   "nothing was written; please report it"))
         return result
     result.findings = lint.findings
-    result.float16_unchecked = unchecked.skipped(engine, source.text, path, ignored)
+    result.float16_unchecked = lint.float16_unchecked
     result.errors = lint.errors
     result.applied = lint.applied
     if job.want_edits and lint.findings:

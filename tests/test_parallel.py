@@ -147,8 +147,11 @@ def test_process_all_shows_progress_on_stderr(tmp_path: Path, capsys):
 
 
 def test_a_worker_that_dies_does_not_hang_the_run(tmp_path: Path, monkeypatch):
-    # The OOM killer or a crash in a C extension ends a worker without a word:
-    # its files are retried in-process instead of waiting forever for them.
+    # The OOM killer or a crash in a C extension ends a worker without a word: its unfinished
+    # files are retried, each in a forked child of its own (lifeline.run_isolated), instead of
+    # waiting forever for them. The file that kills every process it runs in is reported alone;
+    # every other file gets the result a sequential run gives it. (With other threads alive, as
+    # in a full test session, the retry runs in this process, where the file does not kill it.)
     import os
 
     parent = os.getpid()
@@ -165,7 +168,13 @@ def test_a_worker_that_dies_does_not_hang_the_run(tmp_path: Path, monkeypatch):
 
     results = process_all(files, _job(), jobs=2, cache=False)
     monkeypatch.setattr(runner, "process_file", real)
-    assert _summary(results) == _summary(process_all(files, _job(), jobs=1, cache=False))
+    expected = _summary(process_all(files, _job(), jobs=1, cache=False))
+    dead = [i for i, path in enumerate(files) if path.name == "m05.py"]
+    assert dead and [s for i, s in enumerate(_summary(results)) if i not in dead] == \
+        [s for i, s in enumerate(expected) if i not in dead]
+    assert _summary(results)[dead[0]] in (expected[dead[0]], (
+        "m05.py", [], ["mpfix's worker for this file exited with status 9; nothing was written; please report it"],
+        None))
     # No worker outlives the run: a survivor blocked on a queue lock would hang the
     # interpreter's exit (it once kept a finished pytest session alive).
     assert [p for p in multiprocessing.active_children() if p.is_alive()] == []

@@ -235,6 +235,9 @@ class RegionFinder:
 
         self.wrapped_metrics = self._wrapped_metric_functions()
         walk_functions(self.module.body, None)
+        # A recursive closure refers to itself through its cell: unbound, its dicts of the module's
+        # functions and classes are freed with the analysis, not left to the cyclic collector.
+        walk_functions = None  # noqa: F841
         if functions:
             # A layer's constructor that hands a module function on (`probability_fn =
             # functools.partial(_monotonic_probability_fn, ...)`): the layer runs it on its tensors.
