@@ -14,8 +14,8 @@ from enum import Enum
 
 import libcst as cst
 
-from mpfix.codemods._walk import Visitor
-from mpfix.codemods.analysis.dtype_syntax import walk_calls
+from mpfix.codemods._walk import Visitor, walk
+from mpfix.codemods.analysis.dtype_syntax import blocks, walk_calls
 from mpfix.codemods.analysis.dtype_lattice import UNK, Dtype, argument, number, spelled_dtype
 from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.names import dotted_name
@@ -147,13 +147,28 @@ class _Collector(Visitor):
             self.guard_nodes.pop()
             self.guard_depth -= 1
 
+    def _returns_variables(self, value: cst.BaseExpression) -> bool:
+        """``self._freeze_vars()``: a same-class method every ``return`` of which is variables by the same test
+        as an iterable's own text (``self.trainable_variables``, ``[v for v in self.trainable_variables if ...]``)."""
+        owner = self.region.owner
+        if owner is None or not isinstance(value, cst.Call) or not isinstance(value.func, cst.Attribute) or \
+                not isinstance(value.func.value, cst.Name) or value.func.value.value != "self":
+            return False
+        method = self.analysis.methods.get(owner, {}).get(value.func.attr.value)
+        if method is None:
+            return False
+        module = self.analysis.module
+        returns = [n.value for n in walk(method) if isinstance(n, cst.Return)]
+        return bool(returns) and all(r is not None and heuristics.VARIABLES_ITERABLE.search(module.code_for_node(r))
+                                     for r in returns)
+
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression, iterating: bool = False) -> None:
         assigned = self.region.assigned
         if isinstance(target, cst.Name):
             if iterating:
                 # for v in model.trainable_variables: float32 variables, safe to reduce.
                 code = self.analysis.module.code_for_node(value)
-                variables = heuristics.VARIABLES_ITERABLE.search(code)
+                variables = heuristics.VARIABLES_ITERABLE.search(code) or self._returns_variables(value)
                 assigned.setdefault(target.value, []).append(FLOAT32_VARIABLE if variables else ELEMENT)
                 if not variables:
                     self.region.iterated.setdefault(target.value, []).append(value)
@@ -166,24 +181,6 @@ class _Collector(Visitor):
                     assigned.setdefault(name, []).append(ELEMENT)
                     if not iterating and not isinstance(element, cst.StarredElement):
                         self.region.unpacked.setdefault(name, []).append((value, i))
-
-
-def _blocks(stmt: cst.CSTNode) -> list:
-    """The statement lists of a compound statement (if/elif/else, try/except/finally, with, for, while)."""
-    found = []
-    todo = [stmt]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, (cst.If, cst.Try, cst.TryStar, cst.With, cst.For, cst.While, cst.Else, cst.Finally,
-                             cst.ExceptHandler, cst.ExceptStarHandler)):
-            if isinstance(node.body, cst.IndentedBlock):
-                found.append(node.body.body)
-            for attr in ("orelse", "finalbody"):
-                more = getattr(node, attr, None)
-                if more is not None:
-                    todo.append(more)
-            todo.extend(getattr(node, "handlers", ()))
-    return found
 
 
 class RegionFinder:
@@ -230,7 +227,7 @@ class RegionFinder:
                         # @tf.function train steps are often defined inside main().
                         walk_functions(stmt.body.body, None, owner or enclosing, stmt)
                 else:
-                    for block in _blocks(stmt):
+                    for block in blocks(stmt):
                         walk_functions(block, owner, enclosing, outer)
 
         self.wrapped_metrics = self._wrapped_metric_functions()

@@ -70,3 +70,21 @@ class Calls(Visitor):
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         return self.into_classes
+
+
+def blocks(stmt: cst.CSTNode) -> list:
+    """The statement lists of a compound statement (if/elif/else, try/except/finally, with, for, while)."""
+    found = []
+    todo = [stmt]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (cst.If, cst.Try, cst.TryStar, cst.With, cst.For, cst.While, cst.Else, cst.Finally,
+                             cst.ExceptHandler, cst.ExceptStarHandler)):
+            if isinstance(node.body, cst.IndentedBlock):
+                found.append(node.body.body)
+            for attr in ("orelse", "finalbody"):
+                more = getattr(node, attr, None)
+                if more is not None:
+                    todo.append(more)
+            todo.extend(getattr(node, "handlers", ()))
+    return found

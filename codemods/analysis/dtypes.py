@@ -13,8 +13,8 @@ The analysis is per file and flow-insensitive within a function (a name's dtype 
 assignments; at call sites the last assignment before the call counts). It runs over *regions*
 (``dtype_regions``), found once per file; everything else is computed on demand and memoized.
 Split by job: ``dtype_lattice`` (the lattice, spellings), ``dtype_regions`` (regions, classes),
-``dtype_env`` (names), ``dtype_infer`` (expressions), ``dtype_calls`` (calls), ``dtype_ranges``
-(value ranges). Rules never use this class: they query ``facts.dtype_facts.DtypeFacts``.
+``dtype_env`` (names), ``dtype_infer`` (expressions), ``dtype_spelling`` (dtype spellings),
+``dtype_calls`` (calls), ``dtype_ranges`` (value ranges). Rules never use this class: they query ``facts.dtype_facts.DtypeFacts``.
 """
 
 from __future__ import annotations
@@ -31,11 +31,12 @@ from mpfix.codemods.analysis.dtype_lattice import (  # noqa: F401  (the lattice,
 )
 from mpfix.codemods.analysis.dtype_ranges import ValueRanges
 from mpfix.codemods.analysis.dtype_regions import Region, RegionFinder, RegionKind  # noqa: F401
+from mpfix.codemods.analysis.dtype_spelling import SpellingDtypes
 from mpfix.codemods.analysis.dtype_syntax import Calls, imported_names
 from mpfix.codemods.facts.heuristics import LOSS_NAME  # noqa: F401
 
 
-class DtypeAnalysis(RegionFinder, NameDtypes, ExpressionDtypes, CallDtypes, ValueRanges):
+class DtypeAnalysis(RegionFinder, NameDtypes, ExpressionDtypes, SpellingDtypes, CallDtypes, ValueRanges):
     """Regions of one module float16 can reach, with parent links and the dtype of expressions in them."""
 
     def __init__(self, module: cst.Module, resolve, index: dict[type, list[cst.CSTNode]] | None = None,
