@@ -89,16 +89,29 @@ def find_pyproject(start: Path) -> Path | None:
         candidate = parent / "pyproject.toml"
         if candidate.is_file():
             try:
-                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+                data = _toml(candidate)
             except OSError:
                 continue
-            except UnicodeDecodeError as exc:
-                raise ConfigError(f"{candidate}: not UTF-8 ({exc.reason})") from exc
-            except tomllib.TOMLDecodeError as exc:
-                raise ConfigError(f"{candidate}: not valid TOML: {exc}") from exc
             if "mpfix" in data.get("tool", {}):
                 return candidate
     return None
+
+
+def _toml(path: Path) -> dict:
+    """``path`` read as TOML: OSError when it cannot be read (a FIFO, a device or a file over 10 MB:
+    ``safe_read``), ConfigError (exit 2) when it is not UTF-8 or not TOML, or nests too deeply for
+    ``tomllib`` (a RecursionError there)."""
+    from mpfix import safe_read
+
+    text = safe_read.read_bytes(path, follow_outside=True)
+    try:
+        return tomllib.loads(text.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 ({exc.reason})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not TOML mpfix can read: a value is nested too deeply") from None
 
 
 def _codes(value: Any, key: str) -> tuple[str, ...]:
@@ -127,6 +140,12 @@ def _typed(key: Key, value: Any) -> Any:
     if key.kind is Kind.GLOBS:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise wrong()
+        from mpfix.discovery import MAX_GLOBSTARS, too_many_globstars
+
+        for glob in value:
+            if too_many_globstars(glob):
+                raise ConfigError(f"[tool.mpfix] {key.name}: {glob!r} has more than {MAX_GLOBSTARS} `**` "
+                                  "(matching it could take hours)")
         return tuple(value)
     if key.kind is Kind.CODES_BY_GLOB:
         if not isinstance(value, dict):
@@ -145,9 +164,9 @@ def load(pyproject: Path | None) -> Settings:
     if pyproject is None:
         return Settings()
     try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{pyproject}: cannot read [tool.mpfix]: {exc}") from exc
+        data = _toml(pyproject)
+    except OSError as exc:
+        raise ConfigError(f"{pyproject}: cannot read [tool.mpfix]: {exc}") from None
     table = data.get("tool", {}).get("mpfix", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{pyproject}: [tool.mpfix] must be a table")

@@ -89,7 +89,7 @@ def _pyproject(path: Path, evidence: Evidence, root: Path) -> None:
         return
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):  # RecursionError: nested too deeply for tomllib
         return  # reported by the settings loader when it matters
     where = _rel(path, root)
     project = data.get("project", {})
@@ -218,7 +218,7 @@ def _pipfile(path: Path, evidence: Evidence, root: Path) -> None:
         return
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         return
     where = _rel(path, root)
     _poetry_table(data.get("packages"), evidence, where, optional=False)

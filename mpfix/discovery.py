@@ -21,6 +21,18 @@ SKIPPED_DIRS = frozenset({
 })
 
 
+# A glob's ``**`` components are matched by backtracking regexes (pathspec's for ``.gitignore``, ours for
+# ``exclude``): each one multiplies the cost by the path's depth, so 8 of them against a 40-folder-deep
+# path took 15 s per file (12: hours). Real patterns use one or two; a ``.gitignore`` line with more is
+# not used (discovery then checks what it would have skipped), an ``exclude`` glob with more is a
+# configuration error (``mpfix.config``).
+MAX_GLOBSTARS = 3
+
+
+def too_many_globstars(pattern: str) -> bool:
+    return pattern.count("**") > MAX_GLOBSTARS
+
+
 def _is_virtualenv(folder: Path) -> bool:
     return (folder / "pyvenv.cfg").is_file()
 
@@ -98,7 +110,8 @@ class _GitIgnores:
             gitignore = os.path.join(folder, ".gitignore")
             if os.path.isfile(gitignore):
                 try:
-                    lines = safe_read.read_text(gitignore, 1 << 20).splitlines()
+                    lines = [line for line in safe_read.read_text(gitignore, 1 << 20).splitlines()
+                             if not too_many_globstars(line)]
                     # Imported here: pathspec pulls in asyncio (~25 ms), which
                     # one-file runs (pre-commit passes files, not folders) never need.
                     import pathspec

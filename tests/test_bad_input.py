@@ -314,3 +314,41 @@ def test_user_text_reaches_libcst_only_through_the_guarded_parse():
                 if called or imported:
                     direct.append(f"{path.relative_to(root)}:{node.lineno}")
     assert direct == []
+
+
+@pytest.mark.parametrize("fmt", ["text", "sarif"])
+def test_toml_nested_too_deeply_is_a_config_error_or_ignored_never_a_traceback(tmp_path: Path, fmt: str):
+    # tomllib recurses once per level: 5,000 nested arrays were a RecursionError traceback from the
+    # settings loader (pyproject.toml) and an MP000 "internal error" / a traceback (SARIF run metadata)
+    # from the declared-dependency reader (Pipfile).
+    deep = "x = " + "[" * 5000 + "]" * 5000 + "\n"
+    (tmp_path / "train.py").write_text(DEPRECATED)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n\n[tool.mpfix]\n" + deep)
+    done = mpfix("check", "--format", fmt, "train.py", cwd=tmp_path)
+    assert done.returncode == EXIT_ERROR and "Traceback" not in done.stderr
+    assert "pyproject.toml: not TOML mpfix can read: a value is nested too deeply" in done.stderr
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "Pipfile").write_text("[packages]\n" + deep)
+    done = mpfix("check", "--format", fmt, "train.py", cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr + done.stdout
+    assert '"ruleId": "MP306"' in done.stdout if fmt == "sarif" else "MP306" in done.stdout
+    assert "internal error" not in done.stdout and '"ruleId": "MP000"' not in done.stdout
+
+
+def test_globs_with_many_globstars_cannot_stall_discovery(tmp_path: Path):
+    # Each `**` of a glob is a backtracking regex group: `**/a*/` x 10 against a 40-folder-deep path
+    # took minutes per file. Such a .gitignore line is not used (its other lines are); such an
+    # exclude glob is a configuration error.
+    hostile = "/".join(["**/a*"] * 10) + "/x"
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".gitignore").write_text(hostile + "\nignored.py\n")
+    deep = tmp_path.joinpath(*(["a"] * 40))
+    deep.mkdir(parents=True)
+    (deep / "train.py").write_text(DEPRECATED)
+    (tmp_path / "ignored.py").write_text(DEPRECATED)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    done = mpfix("check", ".", cwd=tmp_path, timeout=60)
+    assert done.returncode == 1 and "train.py" in done.stdout and "ignored.py" not in done.stdout
+    (tmp_path / "pyproject.toml").write_text(f"[project]\nname = 'demo'\n\n[tool.mpfix]\nexclude = [{hostile!r}]\n")
+    done = mpfix("check", ".", cwd=tmp_path, timeout=60)
+    assert done.returncode == EXIT_ERROR and "has more than 3 `**`" in done.stderr and "Traceback" not in done.stderr
