@@ -62,8 +62,13 @@ class CallDtypes:
             return UNK if UNK in found else join_all(found)
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in keras_layers.GENERATOR_METHODS and \
                 not resolved:
-            dtype_arg = argument(node, "dtype", None)
-            return self.dtype_of_spelling(dtype_arg.value, region, depth) if dtype_arg is not None else F32
+            if keras_layers.GENERATOR_METHODS[node.func.attr.value] == "like":
+                if heuristics.RANDOM_GENERATOR.search(dotted_name(node.func.value) or ""):
+                    first = argument(node, "inputs", 0)
+                    return self.dtype(first.value, region, depth) if first is not None else UNK
+            else:
+                dtype_arg = argument(node, "dtype", None)
+                return self.dtype_of_spelling(dtype_arg.value, region, depth) if dtype_arg is not None else F32
         if keras_layers.is_input(resolved):
             dtype_arg = argument(node, "dtype", None)
             return self.dtype_of_spelling(dtype_arg.value, region, depth) if dtype_arg is not None else F32

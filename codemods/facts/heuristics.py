@@ -66,3 +66,6 @@ TAPE_NAME = re.compile(r"tape", re.IGNORECASE)
 # `self.optimizer.scale_loss(loss)`, `opt.apply_gradients(...)`: a receiver named like an optimizer
 # (C27: only then are `scale_loss`/`apply_gradients` Keras optimizer methods).
 OPTIMIZER_NAME = re.compile(r"optim|opt$|^opt", re.IGNORECASE)
+# tf_keras layers keep their `backend.RandomGenerator` as `self._random_generator` (base layer): its `dropout(x)` is
+# x's dtype. A method named `dropout` of anything else is usually a Dropout layer attribute (`self.dropout(x)`).
+RANDOM_GENERATOR = re.compile(r"(^|\.)_?random_generator$")

@@ -116,9 +116,11 @@ def builds_policy(qualified: str | None) -> bool:
         tuple("." + name for name in POLICY_BUILDERS))
 
 
-# tf_keras `backend.RandomGenerator` methods (a layer's `self._random_generator`, set by the base layer): they
-# return their `dtype` argument's dtype, `floatx()` (float32) by default, never the compute dtype (C40).
-GENERATOR_METHODS = frozenset({"random_uniform", "random_normal", "truncated_normal"})
+# tf_keras `backend.RandomGenerator` methods (a layer's `self._random_generator`, set by the base layer): the draws
+# return their `dtype` argument's dtype, `floatx()` (float32) by default, never the compute dtype (C40); `dropout`
+# returns its input's dtype ("like").
+GENERATOR_METHODS = {"random_uniform": "dtype", "random_normal": "dtype", "truncated_normal": "dtype",
+                     "dropout": "like"}
 
 
 # A layer's own weights: `self.w = self.add_weight(...)` (tf_keras `add_variable` too) or a bare `tf.Variable(...)`.

@@ -538,3 +538,28 @@ def test_elements_of_a_calls_result_are_not_taken_for_the_structures_dtype():
     found = dtypes(code, 3)
     assert found["tf.nn.l2_loss(v)"] is not F16
     assert found["inputs[0] * part"] is F16
+
+
+def test_a_random_generators_dropout_keeps_its_input_dtype_and_a_dropout_layer_is_still_a_layer():
+    """tf_keras dropout.py:120: ``smart_cond(training, dropped_inputs, lambda: tf.identity(inputs))`` where
+    ``dropped_inputs`` returns ``self._random_generator.dropout(inputs, ...)``; ``self.dropout(x)`` built with
+    ``dtype="float32"`` still outputs float32."""
+    code = """
+        import tensorflow as tf
+        from tf_keras.src.utils import control_flow_util
+
+        class Drop(tf.keras.layers.Layer):
+            def __init__(self):
+                super().__init__()
+                self.dropout = tf.keras.layers.Dropout(0.1, dtype="float32")
+
+            def call(self, inputs, training=None):
+                def dropped_inputs():
+                    return self._random_generator.dropout(inputs, 0.5)
+
+                out = control_flow_util.smart_cond(training, dropped_inputs, lambda: tf.identity(inputs))
+                return out, self.dropout(inputs)
+    """
+    found = dtypes(code, 2)
+    assert found["control_flow_util.smart_cond(training, dropped_inputs, lambda: tf.identity(inputs))"] is F16
+    assert found["self.dropout(inputs)"] is F32
