@@ -242,3 +242,36 @@ def test_c41_queries_times_keys_are_still_attention_scores(keras):
                 return tf.nn.softmax(tf.matmul(q, x, transpose_b=True) * 0.125)
     """
     assert ("MP203", 9) in found(code, keras)
+
+
+# -- Variables returned by a same-class method are float32 variables (EfficientDet _reg_l2_loss) ---------
+REG_L2 = """
+    import re
+
+    import tensorflow as tf
+
+    class EfficientDetNetTrain(tf.keras.Model):
+        def _freeze_vars(self):
+            if self.config.var_freeze_expr:
+                return [v for v in self.trainable_variables if not re.match(self.config.var_freeze_expr, v.name)]
+            return self.trainable_variables
+
+        def _reg_l2_loss(self, weight_decay, regex=r".*(kernel|weight):0$"):
+            var_match = re.compile(regex)
+            return weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in self._freeze_vars() if var_match.match(v.name)])
+
+        def train_step(self, data):
+            images, labels = data
+            with tf.GradientTape() as tape:
+                energy = tf.nn.l2_loss(self.backbone(images))
+                loss = self.compiled_loss(labels, self(images, training=True)) + self._reg_l2_loss(4e-5) + energy
+            grads = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+            return {"loss": loss}
+"""
+
+
+@BOTH
+def test_variables_a_same_class_method_returns_are_float32(keras):
+    # l2_loss of the model's own variables: float32; of the backbone's activations: float16.
+    assert [c for c in found(REG_L2, keras) if c[0] == "MP203"] == [("MP203", 18)]
