@@ -130,6 +130,9 @@ def is_simple(node: cst.BaseExpression) -> bool:
 # -- numbers an expression always computes (C6: `tf.cast(tf.Variable(20.0) ** 2 ** 2, x.dtype)`) ----------
 
 _FOLD_DEPTH = 12
+# A name rebound more often than this is no constant (and each use would walk every binding: quadratic on a
+# 1,500-line chain of `y = y * 1.5`, minutes per file).
+_MAX_BINDINGS = 8
 _LOOPS = (cst.For, cst.While)
 
 
@@ -141,20 +144,23 @@ class Folded:
     floating: bool
 
 
-def folded(facts, node: cst.BaseExpression, resolve, depth: int = 0) -> Folded | None:
+def folded(facts, node: cst.BaseExpression, resolve, depth: int = 0, cache: dict | None = None) -> Folded | None:
     """The number ``node`` always computes, or None: literals, ``+ - * / ** //`` of such numbers, ops
     that keep their argument's value (``tf.constant``, ``tf.Variable``, ``tf.cast``: the op table's
     ``keeps_value``), and names bound to such a number by the last assignment that always runs before
     the use (``beta = tf.Variable(20.0) ** 2`` then ``beta = tf.cast(beta ** 2, x.dtype)``).
-    ``facts``: ``DtypeFacts``; ``resolve``: the context's name resolver."""
+    ``facts``: ``DtypeFacts``; ``resolve``: the context's name resolver; ``cache``: one dict per file, which keeps
+    statement positions between calls."""
+    if cache is None:
+        cache = {}
     if depth > _FOLD_DEPTH:
         return None
     value = number(node)
     if value is not None:
         return Folded(value, is_float_literal(node))
     if isinstance(node, cst.BinaryOperation):
-        left = folded(facts, node.left, resolve, depth + 1)
-        right = folded(facts, node.right, resolve, depth + 1) if left is not None else None
+        left = folded(facts, node.left, resolve, depth + 1, cache)
+        right = folded(facts, node.right, resolve, depth + 1, cache) if left is not None else None
         if right is None:
             return None
         result = _apply(node.operator, left.value, right.value)
@@ -164,13 +170,13 @@ def folded(facts, node: cst.BaseExpression, resolve, depth: int = 0) -> Folded |
         first = first_arg(node)
         if spec is None or not spec.keeps_value or first is None:
             return None
-        inner = folded(facts, first, resolve, depth + 1)
+        inner = folded(facts, first, resolve, depth + 1, cache)
         # A tensor made from a Python float is a float tensor (tf.constant(3) is int32: keeps its kind).
         return inner
     if isinstance(node, cst.Name):
-        value_node = reaching_value(facts, node)
+        value_node = reaching_value(facts, node, cache)
         if value_node is not None:
-            return folded(facts, value_node, resolve, depth + 1)
+            return folded(facts, value_node, resolve, depth + 1, cache)
         constant = facts.constant(node)
         if constant is not None and constant.literal is not node:
             return Folded(constant.value, is_float_literal(constant.literal))
@@ -197,7 +203,7 @@ def _apply(operator: cst.BaseBinaryOp, a: float, b: float) -> float | None:
     return None
 
 
-def reaching_value(facts, name: cst.Name) -> cst.BaseExpression | None:
+def reaching_value(facts, name: cst.Name, cache: dict | None = None) -> cst.BaseExpression | None:
     """The value of the assignment to ``name`` that always runs last before this use, or None.
 
     Each binding is placed by its path of (block, index) from the function down; one that sits
@@ -206,9 +212,10 @@ def reaching_value(facts, name: cst.Name) -> cst.BaseExpression | None:
     use must not carry a later binding back to it. Every binding is a plain ``name = value``.
     """
     values = facts.values_of(name)
-    if not values or len(values) != len(facts.values_of(name, augmented=False)):
-        return None  # never bound here (a parameter, a global), or `x += v` somewhere
-    use_path = _path(facts, name)
+    if not values or len(values) > _MAX_BINDINGS or len(values) != len(facts.values_of(name, augmented=False)):
+        return None  # never bound here (a parameter, a global), rebound many times, or `x += v` somewhere
+    cache = {} if cache is None else cache
+    use_path = _path(facts, name, cache)
     in_loop = any(isinstance(a, _LOOPS) for a in facts.ancestors(name))
     latest: tuple[list[int], cst.BaseExpression | None] | None = None
     for value in values:
@@ -217,7 +224,7 @@ def reaching_value(facts, name: cst.Name) -> cst.BaseExpression | None:
             return None  # unpacking, `for`, `with`, `a = b = v`: not one plain number
         if name in _descendants_chain(facts, name, value):
             continue  # `beta = tf.cast(beta ** 2, ...)`: binds after this use is evaluated
-        path = _path(facts, statement)
+        path = _path(facts, statement, cache)
         k = next((i for i, (a, b) in enumerate(zip(path, use_path)) if a != b), None)
         if k is None:
             return None  # the same statement holds both (`a = 1; f(a)` on one line) or the use is the target
@@ -247,13 +254,17 @@ def _descendants_chain(facts, name: cst.Name, value: cst.BaseExpression) -> list
 _STATEMENT_LISTS = (cst.IndentedBlock, cst.Module, cst.SimpleStatementLine, cst.SimpleStatementSuite)
 
 
-def _path(facts, node: cst.CSTNode) -> list[tuple[int, int]]:
-    """(block id, index in it) for each statement list enclosing ``node``, outermost first."""
+def _path(facts, node: cst.CSTNode, cache: dict) -> list[tuple[int, int]]:
+    """(block id, index in it) for each statement list enclosing ``node``, outermost first. ``cache`` keeps each
+    block's statement indices (a block of 1,500 statements is indexed once, not once per lookup)."""
     path = []
     child = node
     for parent in facts.ancestors(node):
         if isinstance(parent, _STATEMENT_LISTS):
-            path.append((id(parent), next(i for i, s in enumerate(parent.body) if s is child)))
+            kept = cache.get(id(parent))
+            if kept is None or kept[0] is not parent:
+                kept = cache[id(parent)] = (parent, {id(s): i for i, s in enumerate(parent.body)})
+            path.append((id(parent), kept[1][id(child)]))
         child = parent
     path.reverse()
     return path

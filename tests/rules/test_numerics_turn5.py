@@ -275,3 +275,18 @@ REG_L2 = """
 def test_variables_a_same_class_method_returns_are_float32(keras):
     # l2_loss of the model's own variables: float32; of the backbone's activations: float16.
     assert [c for c in found(REG_L2, keras) if c[0] == "MP203"] == [("MP203", 18)]
+
+
+def test_c6_a_name_rebound_many_times_is_not_folded():
+    # Each use would walk every binding (a 1,500-line `y = y * 1.5` chain took minutes): past 8 bindings, unknown.
+    body = "\n".join(["        y = 2.0 ** 2", *["        y = y * 1.5"] * 9, "        return x * y"])
+    code = f"import tensorflow as tf\n\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n{body}\n"
+    module = cst.parse_module(code)
+    facts = facts_for(module, 3)
+    last = [n for n in facts.nodes(cst.Name) if n.value == "y"][-1]
+    assert folded(facts, last, facts._a.resolve) is None
+    short = code.replace("\n".join(["        y = y * 1.5"] * 9), "        y = y * 1.5")
+    module = cst.parse_module(short)
+    facts = facts_for(module, 3)
+    last = [n for n in facts.nodes(cst.Name) if n.value == "y"][-1]
+    assert folded(facts, last, facts._a.resolve).value == 6.0
