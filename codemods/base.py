@@ -124,11 +124,6 @@ FieldValue = Union[str, int, float]
 _RESERVED = frozenset({"node", "template", "note", "fix", "safety", "description", "imports", "self"})
 
 
-# Rules whose reports still pass free text instead of a template name (their files were being
-# changed by another engineer when templates landed); each is converted by replacing its calls.
-_FREE_TEXT_RULES = frozenset({"MP201", "MP202", "MP203", "MP204", "MP205", "MP206", "MP207"})
-
-
 def template_fields(template: str) -> frozenset[str]:
     """The named fields of ``template`` (``"`{op}` of ..."`` -> ``{"op"}``); ``{{``/``}}`` are literal braces.
 
@@ -284,10 +279,6 @@ class Rule(cst.BatchableCSTVisitor):
                 description=description or f"Fix {self.code}",
                 imports=imports,
             )
-        if template is not None and type(self).code in _FREE_TEXT_RULES and template not in self.messages:
-            # Transitional: these rules still pass their text; it is the message as it stands.
-            self.context.reports.append((self, Report(node, template, fix, {}, "")))
-            return
         text = self.message_template(template)
         for name in (note,) if isinstance(note, str) else note or ():
             text = f"{text} ({self.note_template(name)})"

@@ -8,7 +8,7 @@ import libcst as cst
 
 from mpfix.codemods._float16_scope import argument, backend_agnostic, first_arg, number, ops_spelling, tf_spelling
 from mpfix.codemods.analysis.dtypes import Dtype
-from mpfix.codemods.base import FixAvailability, Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, dtype_facts
 from mpfix.codemods.facts.heuristics import SQUARED_DISTANCE
@@ -61,7 +61,19 @@ def _has_log_sigmoid_term(context, node: cst.BaseExpression) -> bool:
 class Float16ExpOverflow(Rule):
     code = "MP204"
     name = "float16-exp-overflow"
+    uses = frozenset({Fact.DTYPES})
     message = "`exp`/`pow` of a float16 tensor overflows (exp(x) is inf from x ≈ 11.1); use tf.nn.softmax or float32"
+    messages = {
+        "exp": ("`{op}` of a float16 tensor is inf from 11.1 up; cast the input to float32 and keep the result "
+                "float32 until it is back in range"),
+        "pow": "`pow` on float16 tensors overflows past 65504 (or underflows below 6e-8); compute it in float32",
+        "softplus": ("`{expression}` is softplus spelled out: `exp` of a float16 tensor is inf from 11.1 up, and so is "
+                     "the result; use `softplus`"),
+        "log_probability": ("`{expression}`: a float16 probability below 6e-8 rounds to 0 and its log is -inf (NaN in "
+                            "the loss); use `log_softmax`/`log_sigmoid`, or compute in float32"),
+        "manual_softmax": ("manual softmax `exp(x) / reduce_sum(exp(x))` overflows in float16 once x > 11.1; use "
+                           "`tf.nn.softmax`"),
+    }
     fix_safety = FixSafety.UNSAFE
     fix_availability = FixAvailability.SOMETIMES
     requires_float16 = True
@@ -167,6 +179,47 @@ class Float16ExpOverflow(Rule):
             """,
             policy="mixed_float16",
         ),
+        # A literal exponent above 2 grows the value.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            class Cubic(tf.keras.layers.Layer):
+                def call(self, x):
+                    return tf.pow(x, 3)
+            """,
+            policy='mixed_float16',
+        ),
+        # Softplus spelled out.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            class Softplus(tf.keras.layers.Layer):
+                def call(self, x):
+                    return tf.math.log(1.0 + tf.exp(x))
+            """,
+            """
+            import tensorflow as tf
+
+            class Softplus(tf.keras.layers.Layer):
+                def call(self, x):
+                    return tf.math.softplus(x)
+            """,
+            policy='mixed_float16',
+        ),
+        # The log of a float16 probability reached through a name: no fix.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            class Head(tf.keras.layers.Layer):
+                def call(self, logits, labels):
+                    probs = tf.nn.sigmoid(logits)
+                    return -labels * tf.math.log(probs)
+            """,
+            policy='mixed_float16',
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -189,8 +242,7 @@ class Float16ExpOverflow(Rule):
             elif spec.has(Kind.EXP):
                 if self._bounded(facts, x):
                     continue
-                self.report(call, f"`{self.context.code(call.func)}` of a float16 tensor is inf from 11.1 up; "
-                                  "cast the input to float32 and keep the result float32 until it is back in range")
+                self.report(call, "exp", op=self.context.code(call.func))
             elif spec.has(Kind.POW) and len(call.args) >= 2:
                 # Only literal exponents say the result grows: pow(1 - p, gamma) (focal losses) and
                 # pow(10000., i / d) (positional encodings) stay in range, and were most of the
@@ -198,8 +250,7 @@ class Float16ExpOverflow(Rule):
                 exponent = number(call.args[1].value)
                 if exponent is None or 0 <= exponent <= 2 or facts.dtype_of(x) is not Dtype.FLOAT16:
                     continue
-                self.report(call, "`pow` on float16 tensors overflows past 65504 (or underflows below 6e-8); "
-                                  "compute it in float32")
+                self.report(call, "pow")
 
     def _log_of_exp(self, facts: DtypeFacts, call: cst.Call, spec: op_table.OpSpec, x: cst.BaseExpression,
                     handled: set) -> bool:
@@ -226,8 +277,7 @@ class Float16ExpOverflow(Rule):
             template = cst.parse_expression(f"{tf}.math.softplus(__x__)")
         fix = {call: template.with_changes(lpar=call.lpar, rpar=call.rpar,
                                            args=[template.args[0].with_changes(value=v)])}
-        self.report(call, f"`{self.context.code(call)}` is softplus spelled out: `exp` of a float16 tensor is inf "
-                          "from 11.1 up, and so is the result; use `softplus`", fix=fix, imports=imports,
+        self.report(call, "softplus", expression=self.context.code(call), fix=fix, imports=imports,
                     description="Use softplus")
         return True
 
@@ -245,8 +295,7 @@ class Float16ExpOverflow(Rule):
                 tf, imports = tf_spelling(self.context)
                 template = cst.parse_expression(f"{tf}.{'nn' if stable == 'log_softmax' else 'math'}.{stable}()")
             fix = {call: template.with_changes(args=x.args, lpar=call.lpar, rpar=call.rpar)}
-        self.report(call, f"`{self.context.code(call)}`: a float16 probability below 6e-8 rounds to 0 and its log is "
-                          "-inf (NaN in the loss); use `log_softmax`/`log_sigmoid`, or compute in float32",
+        self.report(call, "log_probability", expression=self.context.code(call),
                     fix=fix, imports=imports, description="Use the stable log-probability op")
 
     def _bounded(self, facts: DtypeFacts, x: cst.BaseExpression) -> bool:
@@ -291,5 +340,4 @@ class Float16ExpOverflow(Rule):
             fix = {div: template.with_changes(
                 lpar=div.lpar, rpar=div.rpar,
                 args=[template.args[0].with_changes(value=x), template.args[1].with_changes(value=axis.value)])}
-        self.report(div, "manual softmax `exp(x) / reduce_sum(exp(x))` overflows in float16 once x > 11.1; "
-                         "use `tf.nn.softmax`", fix=fix, imports=imports, description="Use tf.nn.softmax")
+        self.report(div, "manual_softmax", fix=fix, imports=imports, description="Use tf.nn.softmax")

@@ -11,7 +11,7 @@ from mpfix.codemods.analysis.dtypes import Dtype
 from mpfix.codemods.analysis.model_outputs import (
     _MODEL_CONSTRUCTORS, _ModelFacts, _is_keras_loss_function, model_facts,
 )
-from mpfix.codemods.base import FixAvailability, Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, Place, RegionKind, dtype_facts
 from mpfix.codemods.names import dotted_name
 from mpfix.findings import FixSafety
@@ -20,7 +20,14 @@ from mpfix.findings import FixSafety
 class Float16LossFunction(Rule):
     code = "MP207"
     name = "float16-loss-function"
+    uses = frozenset({Fact.DTYPES, Fact.MODEL_OUTPUTS})
     message = "Loss computed on float16 predictions (loss functions do not cast); cast `y_pred` to float32"
+    messages = {
+        "loss_function": ("`{loss}` is a loss function and computes in y_pred's dtype, and {evidence}: a float16 loss "
+                          "is inf past 65504; cast `y_pred` to float32"),
+        "keras2_loss": ("`{loss}` is a Keras 2 loss, which does not cast y_pred, and {evidence}: a float16 loss is inf "
+                        "past 65504; cast `y_pred` to float32"),
+    }
     fix_safety = FixSafety.UNSAFE
     fix_availability = FixAvailability.ALWAYS
     requires_float16 = True
@@ -171,9 +178,9 @@ class Float16LossFunction(Rule):
         for call in facts.nodes(cst.Call):
             resolved = self.context.resolve(call.func) or ""
             if _is_keras_loss_function(resolved):
-                what = f"`{self.context.code(call.func)}` is a loss function and computes in y_pred's dtype"
+                what = "loss_function"
             elif (dotted_name(call.func) or "") in instances:
-                what = f"`{self.context.code(call.func)}` is a Keras 2 loss, which does not cast y_pred"
+                what = "keras2_loss"
             else:
                 continue
             pred = argument(call, "y_pred", 1)
@@ -183,7 +190,7 @@ class Float16LossFunction(Rule):
             if why is None:
                 continue
             converted, imports = cast(self.context, pred.value, "float32")
-            self.report(call, f"{what}, and {why}: a float16 loss is inf past 65504; cast `y_pred` to float32",
+            self.report(call, what, loss=self.context.code(call.func), evidence=why,
                         fix={pred.value: converted}, imports=imports, description="Cast y_pred to float32")
 
     def _model_callee(self, facts: DtypeFacts, models: _ModelFacts, node: cst.BaseExpression, place: Place,

@@ -10,7 +10,7 @@ from mpfix.codemods._float16_scope import argument
 from mpfix.codemods.analysis.model_outputs import (
     _FEATURE_ACTIVATIONS, _OUTPUT_LAYERS, _SAFE_HEADS, _activation_name, _with_float32, model_facts,
 )
-from mpfix.codemods.base import FixAvailability, Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, FixAvailability, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 from mpfix.project.files import is_test_code
 
@@ -18,7 +18,13 @@ from mpfix.project.files import is_test_code
 class Float16ModelOutput(Rule):
     code = "MP205"
     name = "float16-model-output"
+    uses = frozenset({Fact.MODEL_OUTPUTS, Fact.PROJECT})
     message = "The model's output layer computes in float16 under mixed_float16; build it with dtype=\"float32\""
+    messages = {
+        "output_layer": "`{layer}` is the model's {head} and computes in float16; build it with `dtype=\"float32\"`",
+        "fused_activation": ("`{layer}` is the model's {head} and computes in float16; move the activation to "
+                             "`Activation({activation}, dtype=\"float32\")`"),
+    }
     fix_safety = FixSafety.UNSAFE
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (FixSafety.SAFE, FixSafety.UNSAFE)  # safe for softmax heads, unsafe otherwise
@@ -174,6 +180,41 @@ class Float16ModelOutput(Rule):
                     super().__init__(inputs=inputs, outputs=outputs)
             """,
         ),
+        # A linear (regression) head whose output reaches a loss.
+        Invalid(
+            """
+            import tensorflow as tf
+            from tensorflow.keras import layers
+
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+            inputs = tf.keras.Input((16,))
+            hidden = layers.Dense(64, activation="relu")(inputs)
+            outputs = layers.Dense(1)(hidden)
+            model = tf.keras.Model(inputs, outputs)
+
+
+            def train_step(x, y):
+                pred = model(x, training=True)
+                return tf.reduce_mean(tf.keras.losses.mean_squared_error(y, pred))
+            """,
+            """
+            import tensorflow as tf
+            from tensorflow.keras import layers
+
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+            inputs = tf.keras.Input((16,))
+            hidden = layers.Dense(64, activation="relu")(inputs)
+            outputs = layers.Dense(1, dtype="float32")(hidden)
+            model = tf.keras.Model(inputs, outputs)
+
+
+            def train_step(x, y):
+                pred = model(x, training=True)
+                return tf.reduce_mean(tf.keras.losses.mean_squared_error(y, pred))
+            """,
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -210,7 +251,7 @@ class Float16ModelOutput(Rule):
             return
         safety = FixSafety.SAFE if activation in _SAFE_HEADS else FixSafety.UNSAFE
         head = f"{activation} head" if activation != "linear" else "linear (regression/logits) head"
-        message = f"`{self.context.code(layer.func)}` is the model's {head} and computes in float16; "
+        message, fields = "output_layer", {"layer": self.context.code(layer.func), "head": head}
         fused = kind != "Activation" and kind != "Softmax" and activation != "linear" and activation_arg is not None \
             and not (isinstance(activation_arg.value, cst.Name) and activation_arg.value.value == "None")
         fix: dict = {}
@@ -223,7 +264,7 @@ class Float16ModelOutput(Rule):
             if args:
                 args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             bare = layer.with_changes(args=args)
-            message += f"move the activation to `Activation({self.context.code(activation_arg.value)}, dtype=\"float32\")`"
+            message, fields["activation"] = "fused_activation", self.context.code(activation_arg.value)
             if form == "applied":
                 fix = {where: cst.Call(func=activation_layer, args=[cst.Arg(where.with_changes(func=bare))])}
             elif form == "list":
@@ -246,7 +287,6 @@ class Float16ModelOutput(Rule):
                     value=expr.with_changes(args=[expr.args[0].with_changes(value=activation_layer)]))])
                 fix = {statement: cst.FlattenSentinel([first, second])}
         else:
-            message += "build it with `dtype=\"float32\"`"
             fix = {layer: _with_float32(layer)}
-        self.report(layer, message, fix=fix or None, safety=safety,
+        self.report(layer, message, **fields, fix=fix or None, safety=safety,
                     description="Compute the output layer in float32")

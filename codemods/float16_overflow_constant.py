@@ -11,7 +11,7 @@ from mpfix.codemods._float16_scope import (
 )
 from mpfix.codemods._walk import walk
 from mpfix.codemods.analysis.dtypes import Dtype
-from mpfix.codemods.base import FixAvailability, Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, dtype_facts
 from mpfix.findings import FixSafety
@@ -36,14 +36,19 @@ def _signed(value: float, magnitude: str) -> cst.BaseExpression:
 class Float16OverflowConstant(Rule):
     code = "MP201"
     name = "float16-overflow-constant"
+    uses = frozenset({Fact.DTYPES})
     message = "Constant beyond float16's range (65504) meets a float16 tensor and becomes inf; use -3e4 or compute in float32"
     messages = {
         # A number computed from small literals (`tf.Variable(20.0) ** 2 ** 2`): no one safe value to write.
         "computed": "`{expression}` is {value} and becomes {inf} in float16 (max 65504); `0 * inf` and `inf - inf` "
                     "give NaN; compute it in float32 or keep it below 65504",
+        "literal": ("`{constant}` becomes {inf} in float16 (max 65504); `0 * inf` and softmax over all-inf rows give "
+                    "NaN; use {safe}"),
+        "named": ("`{constant}` (= {literal}) becomes {inf} in float16 (max 65504); `0 * inf` and softmax over all-inf "
+                  "rows give NaN; use {safe}"),
     }
     fix_safety = FixSafety.UNSAFE
-    fix_availability = FixAvailability.ALWAYS
+    fix_availability = FixAvailability.SOMETIMES  # a number computed from small literals has no one safe value
     requires_float16 = True
     # What the rule can flag: float literals past 65504 (1e5, 7e4, 100000.0), negative integers
     # past it (a name bound to -1000000) and dtype extremes (tf.float32.min). Infinities are not
@@ -168,6 +173,18 @@ class Float16OverflowConstant(Rule):
             """,
             policy="mixed_float16",
         ),
+        # A number computed from small literals: no one safe value to write, no fix.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            class Energy(tf.keras.layers.Layer):
+                def call(self, x):
+                    scale = 2.0 ** 20
+                    return x * scale
+            """,
+            policy='mixed_float16',
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -202,11 +219,14 @@ class Float16OverflowConstant(Rule):
             if not self._meets_float16(facts, candidate):
                 continue
             spelled = self.context.code(candidate)
-            where = f"`{spelled}`" if candidate is literal else f"`{spelled}` (= {self.context.code(literal)})"
+            named = {} if candidate is literal else {"literal": self.context.code(literal)}
             self.report(
                 candidate,
-                f"{where} becomes {'-inf' if value < 0 else 'inf'} in float16 (max 65504); "
-                f"`0 * inf` and softmax over all-inf rows give NaN; use {'-' if value < 0 else ''}{SAFE_MASK}",
+                "named" if named else "literal",
+                constant=spelled,
+                inf="-inf" if value < 0 else "inf",
+                safe=f"{'-' if value < 0 else ''}{SAFE_MASK}",
+                **named,
                 fix={literal: _signed(value, SAFE_MASK)},
                 description=f"Use the float16-safe constant {'-' if value < 0 else ''}{SAFE_MASK}",
             )

@@ -10,7 +10,7 @@ from mpfix.codemods._float16_scope import (
     SAFE_EPSILON, argument, arithmetic_root, cast, describe_float16, epsilon_vanishes, first_arg, is_simple, number,
 )
 from mpfix.codemods.analysis.dtypes import Dtype, spelled_dtype
-from mpfix.codemods.base import FixAvailability, Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, dtype_facts
@@ -27,7 +27,21 @@ def _is_self_attribute(node: cst.CSTNode) -> bool:
 class Float16UnderflowEpsilon(Rule):
     code = "MP202"
     name = "float16-underflow-epsilon"
+    uses = frozenset({Fact.DTYPES})
     message = "Epsilon below float16's range becomes 0 (or a lossy subnormal) in float16; use 1e-4 or compute in float32"
+    messages = {
+        "backend_epsilon": ("`{call}` (1e-7) becomes {float16} in float16 (smallest normal ≈ 6.1e-5); use "
+                            "{safe_epsilon} for float16 or compute in float32"),
+        "floor": ("{expression} becomes {float16} in float16 (smallest normal ≈ 6.1e-5), so the floor {lost}; use "
+                  "{safe_epsilon} for float16 only (a floor is the value wherever the input is below it)"),
+        "epsilon": "{epsilon} becomes {float16} in float16 (smallest normal ≈ 6.1e-5); use {safe_epsilon} or compute in float32",
+        "layer_by_name": ("{epsilon} becomes {float16} in float16 if `{layer}` computes in the compute dtype; build it "
+                          "with `dtype=\"float32\"` (or use {safe_epsilon})"),
+        "layer": ("{epsilon} becomes {float16} in float16; build the layer with `dtype=\"float32\"` (or use "
+                  "{safe_epsilon})"),
+        "l2_normalize": ("`l2_normalize` on a float16 tensor: {epsilon} becomes {float16} in float16, so a zero vector "
+                         "gives NaN; normalise in float32 and cast back"),
+    }
     fix_safety = FixSafety.UNSAFE
     fix_availability = FixAvailability.SOMETIMES
     requires_float16 = True
@@ -167,6 +181,46 @@ class Float16UnderflowEpsilon(Rule):
             """,
             policy="mixed_float16",
         ),
+        # A floor: raised for float16 only, since the floor is the value wherever the input is below it.
+        Invalid(
+            """
+            import tensorflow as tf
+            class A(tf.keras.layers.Layer):
+                def call(self, x):
+                    return x / tf.clip_by_value(x, 1e-10, 1.0)
+            """,
+            """
+            import tensorflow as tf
+            class A(tf.keras.layers.Layer):
+                def call(self, x):
+                    return x / tf.clip_by_value(x, (1e-4 if x.dtype == "float16" else 1e-10), 1.0)
+            """,
+            policy='mixed_float16',
+        ),
+        # `K.epsilon()` as a smoothing term: 1e-4 for every dtype would change float32 results, no fix.
+        Invalid(
+            """
+            import tensorflow as tf
+            from tensorflow.keras import backend as K
+
+            class Dice(tf.keras.layers.Layer):
+                def call(self, p, y):
+                    inter = tf.reduce_sum(p * y)
+                    return (2.0 * inter + K.epsilon()) / (tf.reduce_sum(p + y) + K.epsilon())
+            """,
+            policy='mixed_float16',
+            count=2,
+        ),
+        # An imported layer that only its name says is a normalisation layer: no fix rests on a name.
+        Invalid(
+            """
+            import tensorflow as tf
+            from my_project.layers import RMSNorm
+            def build():
+                return RMSNorm(epsilon=1e-12)
+            """,
+            policy='mixed_float16',
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -222,8 +276,8 @@ class Float16UnderflowEpsilon(Rule):
         if meets and isinstance(node, cst.Call):
             # keras.backend.epsilon() as a smoothing term (Dice, Tversky): 1e-4 for every dtype would
             # change float32 results (C24), so no fix.
-            self.report(node, f"`{self.context.code(node)}` (1e-7) becomes {describe_float16(value)} in float16 "
-                              f"(smallest normal ≈ 6.1e-5); use {SAFE_EPSILON} for float16 or compute in float32")
+            self.report(node, "backend_epsilon", call=self.context.code(node), float16=describe_float16(value),
+                        safe_epsilon=SAFE_EPSILON)
         elif meets:
             self._report_epsilon(node, literal, value)
 
@@ -237,17 +291,18 @@ class Float16UnderflowEpsilon(Rule):
             fix = {literal: cst.parse_expression(
                 f'({SAFE_EPSILON} if {self.context.code(clipped)}.dtype == "float16" else {self.context.code(literal)})')}
         lost = "is gone" if describe_float16(value) == "0.0" else "is off"
-        self.report(node, f"{self.context.code(node)} becomes {describe_float16(value)} in float16 (smallest normal "
-                          f"≈ 6.1e-5), so the floor {lost}; use {SAFE_EPSILON} for float16 only (a floor is the "
-                          "value wherever the input is below it)", fix=fix,
+        self.report(node, "floor", expression=self.context.code(node), float16=describe_float16(value), lost=lost,
+                    safe_epsilon=SAFE_EPSILON, fix=fix,
                     description=f"Use {SAFE_EPSILON} as the floor in float16, the original value otherwise")
 
     def _report_epsilon(self, node, literal, value: float, fix=None, what: str | None = None) -> None:
         spelled = what or self.context.code(node)
         self.report(
             node,
-            f"{spelled} becomes {describe_float16(value)} in float16 (smallest normal ≈ 6.1e-5); "
-            f"use {SAFE_EPSILON} or compute in float32",
+            "epsilon",
+            epsilon=spelled,
+            float16=describe_float16(value),
+            safe_epsilon=SAFE_EPSILON,
             fix=fix if fix is not None else {literal: cst.Float(SAFE_EPSILON)},
             description=f"Use the float16-representable epsilon {SAFE_EPSILON}",
         )
@@ -307,8 +362,8 @@ class Float16UnderflowEpsilon(Rule):
         what = f"`{arg.keyword.value}={self.context.code(arg.value)}`"
         if by_name_only:
             # Only its name says it is a normalisation layer: no fix rests on a name.
-            self.report(arg, f"{what} becomes {describe_float16(value)} in float16 if `{simple}` computes in the "
-                             f"compute dtype; build it with `dtype=\"float32\"` (or use {SAFE_EPSILON})")
+            self.report(arg, "layer_by_name", epsilon=what, float16=describe_float16(value), layer=simple,
+                        safe_epsilon=SAFE_EPSILON)
             return
         accepts_dtype = info is None or info.accepts_dtype
         if accepts_dtype and dtype is None:
@@ -319,8 +374,10 @@ class Float16UnderflowEpsilon(Rule):
                                     equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
             self.report(
                 arg,
-                f"{what} becomes {describe_float16(value)} in float16; "
-                f"build the layer with `dtype=\"float32\"` (or use {SAFE_EPSILON})",
+                "layer",
+                epsilon=what,
+                float16=describe_float16(value),
+                safe_epsilon=SAFE_EPSILON,
                 fix={call: call.with_changes(args=new_args)},
                 description="Build the layer with dtype=\"float32\"",
             )
@@ -349,8 +406,9 @@ class Float16UnderflowEpsilon(Rule):
         what = "its default epsilon 1e-12" if eps is None else f"`epsilon={self.context.code(eps.value)}`"
         self.report(
             call,
-            f"`l2_normalize` on a float16 tensor: {what} becomes {describe_float16(value)} in float16, "
-            "so a zero vector gives NaN; normalise in float32 and cast back",
+            "l2_normalize",
+            epsilon=what,
+            float16=describe_float16(value),
             fix=fix,
             imports=imports,
             description="Normalise in float32 and cast back to the input's dtype",

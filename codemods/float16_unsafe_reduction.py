@@ -9,7 +9,7 @@ import libcst as cst
 from mpfix.codemods._float16_scope import cast, first_arg, is_simple, number
 from mpfix.codemods._walk import walk
 from mpfix.codemods.analysis.dtypes import Dtype
-from mpfix.codemods.base import FixAvailability, Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts import keras_layers, ops as op_table
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, RegionKind, dtype_facts
 from mpfix.codemods.facts.heuristics import LOSS_NAME
@@ -136,7 +136,17 @@ def _is_loss(facts: DtypeFacts, call: cst.Call, code) -> bool:
 class Float16UnsafeReduction(Rule):
     code = "MP203"
     name = "float16-unsafe-reduction"
+    uses = frozenset({Fact.DTYPES})
     message = "Sum of squares over float16 activations overflows past 65504; compute it in float32"
+    messages = {
+        "attention": ("attention scores `{product}` sum products of float16 activations and overflow past 65504 before "
+                      "the scaling; scale the queries first"),
+        "overflow": "float16 {reduction} of `{target}` overflows past 65504; compute it in float32",
+        "overflow_keep_float32": ("float16 {reduction} of `{target}` overflows past 65504; compute it in float32 "
+                                  "and keep it float32 until a sqrt/rsqrt brings it back in range"),
+        "overflow_cast_back": ("float16 {reduction} of `{target}` overflows past 65504; compute it in float32 and cast "
+                               "the result back"),
+    }
     fix_safety = FixSafety.UNSAFE
     fix_availability = FixAvailability.SOMETIMES
     requires_float16 = True
@@ -256,6 +266,51 @@ class Float16UnsafeReduction(Rule):
             keras=3,
             policy="mixed_float16",
         ),
+        # Attention scores scaled only after the product.
+        Invalid(
+            """
+            import math
+            import tensorflow as tf
+
+            class SelfAttention(tf.keras.layers.Layer):
+                def __init__(self, dim):
+                    super().__init__()
+                    self.dim = dim
+                    self.qkv = tf.keras.layers.Dense(3 * dim)
+
+                def call(self, x):
+                    q, k, v = tf.split(self.qkv(x), 3, axis=-1)
+                    scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(self.dim)
+                    return tf.matmul(tf.nn.softmax(scores, axis=-1), v)
+            """,
+            """
+            import math
+            import tensorflow as tf
+
+            class SelfAttention(tf.keras.layers.Layer):
+                def __init__(self, dim):
+                    super().__init__()
+                    self.dim = dim
+                    self.qkv = tf.keras.layers.Dense(3 * dim)
+
+                def call(self, x):
+                    q, k, v = tf.split(self.qkv(x), 3, axis=-1)
+                    scores = tf.matmul(q / math.sqrt(self.dim), k, transpose_b=True)
+                    return tf.matmul(tf.nn.softmax(scores, axis=-1), v)
+            """,
+            policy='mixed_float16',
+        ),
+        # A running sum of large float16 values: no fix here.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            class Monotonic(tf.keras.layers.Layer):
+                def call(self, p):
+                    return tf.cumsum(p * 1000.0, axis=1)
+            """,
+            policy='mixed_float16',
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -313,8 +368,7 @@ class Float16UnsafeReduction(Rule):
             scaled = cst.BinaryOperation(left=q, operator=binop.operator, right=scale)
             args = [a.with_changes(value=scaled) if a.value is q else a for a in product.args]
             fix = {binop: product.with_changes(args=args, lpar=binop.lpar, rpar=binop.rpar)}
-        self.report(binop, f"attention scores `{self.context.code(product)}` sum products of float16 activations "
-                           "and overflow past 65504 before the scaling; scale the queries first",
+        self.report(binop, "attention", product=self.context.code(product),
                     fix=fix, description="Scale the queries before the product")
 
     def _square(self, facts: DtypeFacts, inner: cst.BaseExpression):
@@ -347,10 +401,11 @@ class Float16UnsafeReduction(Rule):
         return call.deep_replace(target, converted), imports
 
     def _report(self, facts: DtypeFacts, call: cst.Call, target, replaced, what: str, in_range: bool) -> None:
-        message = f"float16 {what} of `{self.context.code(target)}` overflows past 65504; compute it in float32"
+        fields = {"reduction": what, "target": self.context.code(target)}
         if _is_loss(facts, call, self.context.code):
             new_call, imports = self._cast_in(call, target, replaced)
-            self.report(call, message, fix={call: new_call}, imports=imports, description="Compute in float32")
+            self.report(call, "overflow", **fields, fix={call: new_call}, imports=imports,
+                        description="Compute in float32")
             return
         place = facts.place(call)
         back = f"{self.context.code(target)}.dtype" if is_simple(target) else (
@@ -360,12 +415,12 @@ class Float16UnsafeReduction(Rule):
         # RMS norm's `rsqrt(sum + eps)`). Cast back before that and float16 overflows all the same.
         outer = call if in_range else self._shrinking_call(facts, call)
         if back is None or outer is None:
-            self.report(call, message + " and keep it float32 until a sqrt/rsqrt brings it back in range")
+            self.report(call, "overflow_keep_float32", **fields)
             return
         new_call, imports = self._cast_in(call, target, replaced)
         new_outer = new_call if outer is call else outer.deep_replace(call, new_call)
         cast_back, more = cast(self.context, new_outer, back)
-        self.report(call, message + " and cast the result back", fix={outer: cast_back}, imports=(*imports, *more),
+        self.report(call, "overflow_cast_back", **fields, fix={outer: cast_back}, imports=(*imports, *more),
                     description="Compute in float32")
 
     def _shrinking_call(self, facts: DtypeFacts, call: cst.Call) -> cst.Call | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods.base import FixAvailability, Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, Mix, dtype_facts, facts_for
 from mpfix.codemods.facts.ops import FLOAT32_TRIGGERS
 from mpfix.cst_replace import Replace
@@ -14,7 +14,12 @@ from mpfix.findings import FixSafety
 class HardcodedFloat32InFloat16Compute(Rule):
     code = "MP206"
     name = "hardcoded-float32-in-float16-compute"
+    uses = frozenset({Fact.DTYPES})
     message = "float32 tensor mixed into float16 compute inside `call` (InvalidArgumentError); use `self.compute_dtype`"
+    messages = {
+        "mix": ("`{expression}` is {dtype} and meets a float16 tensor under mixed_float16 (InvalidArgumentError: no "
+                "implicit promotion); use `self.compute_dtype`"),
+    }
     fix_safety = FixSafety.UNSAFE
     fix_availability = FixAvailability.SOMETIMES
     requires_float16 = True
@@ -130,9 +135,8 @@ class HardcodedFloat32InFloat16Compute(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         facts = dtype_facts(self.context)
         for mix in facts.mixes():
-            self.report(mix.wide, f"`{self.context.code(mix.wide)}` is {mix.wide_dtype.value} and meets a float16 "
-                                  "tensor under mixed_float16 (InvalidArgumentError: no implicit promotion); use "
-                                  "`self.compute_dtype`", fix=self._fix(facts, mix),
+            self.report(mix.wide, "mix", expression=self.context.code(mix.wide), dtype=mix.wide_dtype.value,
+                        fix=self._fix(facts, mix),
                         description="Use the layer's compute dtype")
 
     def _fix(self, facts: DtypeFacts, mix: Mix) -> dict | None:

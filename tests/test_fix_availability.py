@@ -38,7 +38,7 @@ def test_findings_keep_to_the_declared_availability_and_applicability(rule):
 
 def test_explain_states_availability_and_applicability_apart():
     rules = {r.code: r for r in all_rules()}
-    assert fix_summary(rules["MP201"]) == "always available; unsafe"
+    assert fix_summary(rules["MP207"]) == "always available; unsafe"
     assert fix_summary(rules["MP206"]) == "sometimes available; unsafe"
     assert fix_summary(rules["MP205"]) == "sometimes available; safe or unsafe"
     assert "Fix: sometimes available; unsafe" in explain(rules["MP202"])
@@ -50,4 +50,4 @@ def test_explain_states_availability_and_applicability_apart():
 def test_rules_doc_states_both():
     text = (Path(__file__).resolve().parent.parent / "docs" / "rules.md").read_text(encoding="utf-8")
     assert "Fix: sometimes available; safe or unsafe." in text  # MP205
-    assert "Fix: always available; unsafe." in text  # MP201
+    assert "Fix: always available; unsafe." in text  # MP207

@@ -13,7 +13,6 @@ import pytest
 
 from mpfix import cache
 from mpfix.codemods import all_rules
-from mpfix.codemods import base
 from mpfix.codemods.base import Rule, TemplateError, render, template_fields
 from mpfix.testing import lint_snippet
 
@@ -70,19 +69,13 @@ def test_every_declared_template_parses_into_plain_named_fields():
 def test_every_report_fills_exactly_the_fields_its_template_names(reports):
     # Every example ran and reported (more reports than findings: the engine drops some, e.g. suppressed).
     assert len(reports) >= sum(example.count for _, _, example, _ in _examples()), len(reports)
-    free_text = []
     for rule, example, report in reports:
-        if not report.template:
-            free_text.append(rule.code)
-            assert rule.code in base._FREE_TEXT_RULES, (example, report.message)
-            continue
+        assert report.template, (example, "a report without a template", report.message)
         assert template_fields(report.template) == set(report.fields), (example, report.template, report.fields)
         assert render(report.template, report.fields) == report.message, example
         declared = {text for _, _, text in _compositions(rule)}
         assert report.template in declared, (example, "renders from a template the rule does not declare",
                                              report.template)
-    # Only the rules still on free text report without a template.
-    assert set(free_text) <= base._FREE_TEXT_RULES
 
 
 def test_every_named_template_is_shown_by_an_example(reports):
@@ -95,8 +88,6 @@ def test_every_named_template_is_shown_by_an_example(reports):
         used.setdefault(rule, set()).add(report.template)
     missing = []
     for rule in all_rules():
-        if rule.code in base._FREE_TEXT_RULES:
-            continue
         rendered = used.get(rule, set())
         for name in rule.messages:
             texts = {text for variant, _, text in _compositions(rule) if variant == name}
