@@ -189,6 +189,7 @@ class Float16OverflowConstant(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         facts = dtype_facts(self.context)
+        self._fold_cache: dict = {}  # statement positions, kept for this file's folding
         for candidate in facts.nodes((cst.Name, cst.Attribute, cst.Float, cst.Call, cst.UnaryOperation,
                                       cst.BinaryOperation), module_level=True):
             parent = facts.parent(candidate)
@@ -237,13 +238,13 @@ class Float16OverflowConstant(Rule):
         if (isinstance(parent, cst.Attribute) and parent.value is node) or isinstance(parent, cst.AssignTarget):
             return  # `x.dtype`; an assignment's target
         if isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation)) and \
-                folded(facts, parent, self.context.resolve) is not None:
+                folded(facts, parent, self.context.resolve, cache=self._fold_cache) is not None:
             return  # judged as the whole expression (`beta ** 2`, not `beta`)
         if isinstance(node, cst.Name):
-            value = reaching_value(facts, node)
+            value = reaching_value(facts, node, self._fold_cache)
             if value is None or facts.dtype_of(node) is Dtype.FLOAT16 or _makes_tensor(value):
                 return  # a tensor: converted (and reported) where it was made, or a float32 mix (MP206)
-        found = folded(facts, node, self.context.resolve)
+        found = folded(facts, node, self.context.resolve, cache=self._fold_cache)
         if found is None or not found.floating or abs(found.value) <= FLOAT16_MAX or \
                 found.value in (_INF, -_INF) or facts.is_guarded(node):
             return
