@@ -135,3 +135,28 @@ def test_the_runner_prepares_the_callers_index_before_forking_and_workers_agree(
     found = [f"{r.path.relative_to(project)}:{f.code}" for r in process_all(files, job, jobs=2, cache=True)
              for f in r.findings]
     assert found == ["pkg/lib.py:MP205"]
+
+
+HEAD = textwrap.dedent("""
+    import tensorflow as tf
+
+
+    class Head(tf.keras.layers.Layer):
+        def call(self, x):
+            return tf.exp(x) / tf.reduce_sum(tf.exp(x), axis=-1, keepdims=True)
+""").lstrip("\n")
+ENTRY = 'import tensorflow as tf\nfrom lib import Head\n\ntf.keras.mixed_precision.set_global_policy("mixed_float16")\n'
+
+
+def test_a_file_checked_through_a_symlinked_folder_keeps_its_float16_reach(tmp_path: Path):
+    """The project root is a resolved folder, so its listing names real paths; a file given through
+    a symlinked folder was looked up as given, found unreached and 'not checked for float16'."""
+    real = tmp_path / "real" / "proj"
+    _write(real, {"pyproject.toml": '[project]\nname = "p"\n', "train.py": ENTRY, "lib.py": HEAD})
+    (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+    job = Job(rule_codes=("MP204",), options=Options(keras="3"), mode=Mode.CHECK)
+    by_real, by_link = (
+        [(r.path.name, f.code, r.float16_unchecked) for r in process_all([root / "lib.py"], job, jobs=1, cache=False)
+         for f in r.findings] for root in (real, tmp_path / "link" / "proj"))
+    assert by_real == [("lib.py", "MP204", False)]
+    assert by_link == by_real

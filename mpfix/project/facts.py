@@ -15,12 +15,12 @@ newest TensorFlow the project allows (``mpfix.declared``).
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mpfix.project import project_root
+from mpfix.project.files import path_forms
 from mpfix.project.kinds import Policy
 from mpfix.project.reach import project_reach
 
@@ -61,7 +61,8 @@ class ProjectFacts:
     helpers: dict[str, frozenset[str]] | None = field(default=None, repr=False)  # None: not computed
 
     def test_helpers_of(self, path: Path | str) -> frozenset[str]:
-        return (self.helpers or {}).get(os.path.abspath(path), frozenset())
+        helpers = self.helpers or {}
+        return next((helpers[form] for form in path_forms(path) if form in helpers), frozenset())
 
 
 def project_facts(root: Path, *, callers: bool) -> ProjectFacts:

@@ -43,6 +43,20 @@ def is_test_code(path: str | os.PathLike) -> bool:
     return test_kind(path) is not TestKind.NONE
 
 
+def path_forms(path: str | os.PathLike) -> tuple[str, ...]:
+    """The names under which the project's listing may hold ``path``: as given (absolute), then
+    with its folder resolved. The project root is a resolved folder (``project_root``), so a file
+    checked through a symlinked folder (``link/proj/lib.py``) is listed as ``real/proj/lib.py``;
+    looking it up as given lost its float16 reach (it was "not checked for float16")."""
+    given = os.path.abspath(path)
+    folder, name = os.path.split(given)
+    try:
+        resolved = os.path.join(os.path.realpath(folder), name)
+    except (OSError, RuntimeError, ValueError):  # a symlink loop
+        return (given,)
+    return (given,) if resolved == given else (given, resolved)
+
+
 def project_files(root: Path) -> tuple[Path, ...]:
     """Every file discovery finds under ``root`` (``.py`` and ``.ipynb``).
 

@@ -40,7 +40,7 @@ from mpfix import safe_read
 from mpfix.project.entries import (
     Entry, Defs, line_of, line_prefix, may_switch, notebook_code, entries_in, imports_in, policy_in_entries,
 )
-from mpfix.project.files import TestKind, test_kind
+from mpfix.project.files import TestKind, path_forms, test_kind
 from mpfix.project.kinds import Policy
 
 
@@ -85,9 +85,10 @@ class ProjectReach:
         return Policy.BFLOAT16 if policies else Policy.NONE
 
     def reach_for(self, path: Path | str) -> Reach:
-        found = self.reached.get(os.path.abspath(path))
-        if found is not None:
-            return found
+        for form in path_forms(path):
+            found = self.reached.get(form)
+            if found is not None:
+                return found
         if self.entries:
             shown = ", ".join(self.entries[:3]) + (", …" if len(self.entries) > 3 else "")
             return Reach(Policy.NONE, f"no float16 entry point of the project reaches it (entry points: {shown})")
