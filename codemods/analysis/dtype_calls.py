@@ -69,6 +69,10 @@ class CallDtypes:
             else:
                 dtype_arg = argument(node, "dtype", None)
                 return self.dtype_of_spelling(dtype_arg.value, region, depth) if dtype_arg is not None else F32
+        if isinstance(node.func, cst.Call) and \
+                (self.resolve(node.func.func) or "").startswith(keras_layers.INITIALIZER_MODULES):
+            dtype_arg = argument(node, "dtype", 1)  # GlorotUniform()(shape, dtype=None): floatx by default
+            return self.dtype_of_spelling(dtype_arg.value, region, depth) if dtype_arg is not None else F32
         if keras_layers.is_input(resolved):
             dtype_arg = argument(node, "dtype", None)
             return self.dtype_of_spelling(dtype_arg.value, region, depth) if dtype_arg is not None else F32

@@ -100,6 +100,13 @@ class ExpressionDtypes:
                     # Keras (both generations) reads a floating weight in the compute dtype inside `__call__`.
                     dtypes.add(F32 if self.float32_layer(cls) else F16)
                     continue
+                if isinstance(value, cst.Call) and self.resolve(value.func) in keras_layers.PLAIN_VARIABLES:
+                    # `self.w = tf.Variable(...)`: a plain variable, read in its own dtype also in `call` (C35).
+                    variable = self.dtype(value, self.region_for(func, cls), depth + 1)
+                    if variable is UNK:
+                        return UNK
+                    dtypes.add(variable)
+                    continue
                 if self._builds_layer(value):
                     return UNK
                 dtypes.add(self.dtype(value, self.region_for(func, cls), depth + 1))
@@ -150,20 +157,32 @@ class ExpressionDtypes:
             return None
         if not built or not all(isinstance(b, cst.Call) for b in built):
             return None
-        declared = {self._declared_output(b) for b in built}
+        declared = {self._declared_output(b, region.owner) for b in built}
         if declared == {None}:
             return None
         return declared.pop() if len(declared) == 1 else UNK
 
-    def _declared_output(self, built: cst.Call) -> Dtype | None:
-        """What a layer or model construction says its output dtype is (None: the compute dtype)."""
+    def _declared_output(self, built: cst.Call, owner: cst.ClassDef | None = None) -> Dtype | None:
+        """What a layer or model construction (in a method of ``owner``) says its output dtype is (None: the
+        compute dtype)."""
         resolved = self.resolve(built.func) or ""
         if resolved.endswith(("Sequential", "keras.Model", "keras.models.Model")) and resolved.startswith("keras."):
             return self._model_output(built, resolved)
         if not self._builds_layer(built):
             return None
         dtype_arg = argument(built, "dtype", None)
+        if dtype_arg is not None and owner is not None and self._variable_dtype(dtype_arg.value, owner):
+            return F32
         return spelled_dtype(dtype_arg.value, self.resolve) if dtype_arg is not None else None
+
+    def _variable_dtype(self, value: cst.BaseExpression, cls: cst.ClassDef) -> bool:
+        """``dtype=self.dtype`` in a layer's method: ``Layer.dtype`` is the policy's variable dtype in both
+        generations, float32 under every mixed policy, so a sublayer built with it is a float32 layer (tfm
+        gaussian_process.py ``Dense(..., dtype=self.dtype)``; TF 2.21: its output is float32)."""
+        if not isinstance(value, cst.Attribute) or not isinstance(value.value, cst.Name) or \
+                value.value.value != "self" or value.attr.value not in ("dtype", "variable_dtype"):
+            return False
+        return self.is_layer_class(cls) and not self.attribute_values(cls, value.attr.value)
 
     def _model_output(self, built: cst.Call, resolved: str) -> Dtype | None:
         """A model's output dtype is its output layer's: ``Sequential([..., Dense(1, dtype="float32")])``,

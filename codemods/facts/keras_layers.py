@@ -126,6 +126,15 @@ GENERATOR_METHODS = {"random_uniform": "dtype", "random_normal": "dtype", "trunc
 # A layer's own weights: `self.w = self.add_weight(...)` (tf_keras `add_variable` too) or a bare `tf.Variable(...)`.
 # A product with one is a projection, not attention scores between two activations (C41).
 WEIGHT_BUILDERS = frozenset({"add_weight", "add_variable"})
+# A variable made directly (`self.w = tf.Variable(...)` on a layer or model, not add_weight) is a plain variable in
+# both generations: never an AutoCastVariable, read in its own dtype (its initial value's or its `dtype=`) inside
+# `call` too (C35; TF 2.21: float32 under mixed_float16 in tf_keras and Keras 3). Keras 3's `keras.Variable` autocasts.
+PLAIN_VARIABLES = frozenset({"tensorflow.Variable", "tensorflow.compat.v1.Variable", "tensorflow.compat.v2.Variable"})
+# Initializer classes: an instance called with a shape (`GlorotUniform()(shape=[d, n])`) makes a tensor of its
+# `dtype` argument (position 1), floatx (float32) by default, never the compute dtype.
+INITIALIZER_MODULES = ("tensorflow.initializers.", "tensorflow.keras.initializers.", "keras.initializers.",
+                       "keras.src.initializers.", "tensorflow.compat.v1.initializers.",
+                       "tensorflow.compat.v2.initializers.")
 
 
 # Keras helpers that return their tensor arguments reshaped, in order: element i of the result has argument i's

@@ -563,3 +563,68 @@ def test_a_random_generators_dropout_keeps_its_input_dtype_and_a_dropout_layer_i
     found = dtypes(code, 2)
     assert found["control_flow_util.smart_cond(training, dropped_inputs, lambda: tf.identity(inputs))"] is F16
     assert found["self.dropout(inputs)"] is F32
+
+
+# C35 (research delf delg_model.py:127-138): `tf.Variable(...)` made directly on a layer/model is a plain
+# float32 variable in both generations (only add_weight gives an AutoCastVariable; TF 2.21 traced float32 in
+# tf_keras and Keras 3), so it stays float32 inside `call`; a keras.Variable (Keras 3, autocast) is not one.
+DIRECT_VARIABLES = """
+import tensorflow as tf
+
+
+class Head(tf.keras.Model):
+    def __init__(self, dim, n):
+        super().__init__()
+        self.dense = tf.keras.layers.Dense(dim)
+        self.cosine_weights = tf.Variable(tf.initializers.GlorotUniform()(shape=[dim, n]))
+        self.bias = tf.Variable(tf.zeros([n]), name="bias")
+        self.steps = tf.Variable(0, trainable=False)
+        self.scale = tf.Variable(initial_value=tf.keras.initializers.Ones()([n], dtype=tf.float16))
+
+    def call(self, x):
+        h = self.dense(x)
+        logits = tf.matmul(h, tf.math.l2_normalize(self.cosine_weights, 0))
+        shifted = self.bias + 1.0
+        counted = self.steps + 1
+        scaled = self.scale * 2.0
+        return logits
+"""
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_a_tf_variable_made_directly_on_a_layer_is_float32_in_call(keras):
+    found = dtypes(DIRECT_VARIABLES, keras)
+    assert found["tf.math.l2_normalize(self.cosine_weights, 0)"] is F32
+    assert found["self.bias + 1.0"] is F32
+    assert found["self.steps + 1"] is INT
+    assert found["self.scale * 2.0"] is F16
+    assert found["self.dense(x)"] is F16
+
+
+# tfm gaussian_process.py:180-192 (found while checking C35 for false positives): a sublayer built with
+# `dtype=self.dtype` gets the outer layer's *variable* dtype (Layer.dtype is the policy's variable_dtype in both
+# generations), float32 under a mixed policy: TF 2.21 gives Dense(dtype=self.dtype) a float32 output, and the
+# `tf.Variable(..., dtype=self.dtype)` bias added to it is float32 too (no mix).
+VARIABLE_DTYPE_SUBLAYER = """
+import tensorflow as tf
+
+
+class GaussianProcess(tf.keras.layers.Layer):
+    def build(self, input_shape):
+        self._features = tf.keras.layers.Dense(8)
+        self._output_layer = tf.keras.layers.Dense(3, use_bias=False, dtype=self.dtype)
+        self._output_bias = tf.Variable(initial_value=[0.0] * 3, dtype=self.dtype, name="bias")
+
+    def call(self, inputs):
+        features = self._features(inputs)
+        logits = self._output_layer(features) + self._output_bias
+        return logits
+"""
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_a_sublayer_built_with_self_dtype_is_a_float32_layer(keras):
+    found = dtypes(VARIABLE_DTYPE_SUBLAYER, keras)
+    assert found["self._features(inputs)"] is F16
+    assert found["self._output_layer(features)"] is F32
+    assert found["self._output_layer(features) + self._output_bias"] is F32

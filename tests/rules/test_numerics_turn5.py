@@ -290,3 +290,36 @@ def test_c6_a_name_rebound_many_times_is_not_folded():
     facts = facts_for(module, 3)
     last = [n for n in facts.nodes(cst.Name) if n.value == "y"][-1]
     assert folded(facts, last, facts._a.resolve).value == 6.0
+
+
+# -- C35: a tf.Variable made directly on a model is float32 in call (no AutoCastVariable) -----------------------
+# research delf delg_model.py:127-138 (cosine classifier); TF 2.21: InvalidArgumentError under mixed_float16.
+COSINE_HEAD = """
+import tensorflow as tf
+
+
+class Head(tf.keras.Model):
+    def __init__(self, dim, n):
+        super().__init__()
+        self.dense = tf.keras.layers.Dense(dim)
+        self.cosine_weights = {weights}
+
+    def call(self, x):
+        h = tf.math.l2_normalize(self.dense(x), axis=1)
+        return tf.matmul(h, tf.math.l2_normalize(self.cosine_weights, axis=0))
+"""
+
+
+@BOTH
+def test_c35_a_direct_tf_variable_meets_float16_activations(keras):
+    code = COSINE_HEAD.format(weights="tf.Variable(tf.initializers.GlorotUniform()(shape=[dim, n]))")
+    mixes = [f for f in findings(code, keras) if f.code == "MP206"]
+    assert [f.line for f in mixes] == [12]
+    assert "self.cosine_weights" in mixes[0].message
+    assert lint(code, keras).applied == 0  # which side to cast is the author's call: no fix
+
+
+@BOTH
+def test_c35_an_add_weight_variable_autocasts_and_is_no_mix(keras):
+    code = COSINE_HEAD.format(weights='self.add_weight(name="w", shape=[dim, n])')
+    assert [f for f in findings(code, keras) if f.code == "MP206"] == []
