@@ -173,7 +173,17 @@ class ExpressionDtypes:
         dtype_arg = argument(built, "dtype", None)
         if dtype_arg is not None and owner is not None and self._variable_dtype(dtype_arg.value, owner):
             return F32
-        return spelled_dtype(dtype_arg.value, self.resolve) if dtype_arg is not None else None
+        if dtype_arg is None:
+            return self._float32_by_construction(built)
+        return spelled_dtype(dtype_arg.value, self.resolve)
+
+    def _float32_by_construction(self, built: cst.Call) -> Dtype | None:
+        """A layer class of this file whose ``call`` returns float32 whatever its inputs (a ``dtype="float32"``
+        sublayer's output, ``tf.cast(..., tf.float32)`` values) outputs float32 under a policy too: Keras casts
+        a layer's inputs, never its outputs (C36, C37: research detr_lib.py's wrapper and position embedding)."""
+        cls = self.classes.get(self.module.code_for_node(built.func))
+        call = self.methods.get(cls, {}).get("call") if cls is not None and self.is_layer_class(cls) else None
+        return F32 if call is not None and self.return_dtype(call, cls) is F32 else None
 
     def _variable_dtype(self, value: cst.BaseExpression, cls: cst.ClassDef) -> bool:
         """``dtype=self.dtype`` in a layer's method: ``Layer.dtype`` is the policy's variable dtype in both

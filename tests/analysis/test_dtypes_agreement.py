@@ -628,3 +628,63 @@ def test_a_sublayer_built_with_self_dtype_is_a_float32_layer(keras):
     assert found["self._features(inputs)"] is F16
     assert found["self._output_layer(features)"] is F32
     assert found["self._output_layer(features) + self._output_bias"] is F32
+
+
+# C36, C37 (research detr_lib.py PrePostProcessingWrapper / TwoDimensionalPositionEmbedding): a layer of this file
+# whose `call` returns float32 by construction outputs float32 under a policy too (Keras casts inputs, never
+# outputs; TF 2.21, both generations): a dtype="float32" sublayer's output, sin/cos of tf.cast(..., tf.float32).
+FLOAT32_LAYERS = """
+import math
+
+import tensorflow as tf
+
+
+class Wrapper(tf.keras.layers.Layer):
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+        self.norm = tf.keras.layers.LayerNormalization(epsilon=1e-6, dtype="float32")
+
+    def call(self, x):
+        return self.norm(x + self.layer(x))
+
+
+class PositionEmbedding(tf.keras.layers.Layer):
+    def call(self, inputs):
+        position = tf.cast(tf.range(tf.shape(inputs)[1]), tf.float32)
+        inv_timescales = tf.exp(tf.cast(tf.range(8), tf.float32) * -math.log(1e4) / 8)
+        scaled = tf.expand_dims(position, 1) * tf.expand_dims(inv_timescales, 0)
+        return tf.concat([tf.sin(scaled), tf.cos(scaled)], axis=1)
+
+
+class Projection(tf.keras.layers.Layer):
+    def __init__(self):
+        super().__init__()
+        self.dense = tf.keras.layers.Dense(16)
+
+    def call(self, x):
+        return self.dense(x)
+
+
+class Encoder(tf.keras.layers.Layer):
+    def __init__(self):
+        super().__init__()
+        self.block = Wrapper(tf.keras.layers.Dense(16))
+        self.position = PositionEmbedding()
+        self.projection = Projection()
+
+    def call(self, inputs):
+        encoding = self.position(inputs)
+        normed = self.block(inputs)
+        projected = self.projection(inputs)
+        return normed + encoding
+"""
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_a_layer_returning_float32_by_construction_outputs_float32(keras):
+    found = dtypes(FLOAT32_LAYERS, keras)
+    assert found["self.position(inputs)"] is F32
+    assert found["self.block(inputs)"] is F32
+    assert found["normed + encoding"] is F32
+    assert found["self.projection(inputs)"] is F16  # returns a policy sublayer's output: the compute dtype

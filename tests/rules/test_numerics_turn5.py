@@ -323,3 +323,57 @@ def test_c35_a_direct_tf_variable_meets_float16_activations(keras):
 def test_c35_an_add_weight_variable_autocasts_and_is_no_mix(keras):
     code = COSINE_HEAD.format(weights='self.add_weight(name="w", shape=[dim, n])')
     assert [f for f in findings(code, keras) if f.code == "MP206"] == []
+
+
+# -- C36/C37: a layer of this file returning float32 by construction outputs float32 under the policy ---------------
+# research detr_lib.py (PrePostProcessingWrapper returns a dtype="float32" LayerNormalization's output;
+# TwoDimensionalPositionEmbedding returns sin/cos of float32 positions); TF 2.21: both additions below raise.
+FLOAT32_OUTPUT_LAYERS = """
+import tensorflow as tf
+
+
+class PositionEmbedding(tf.keras.layers.Layer):
+    def call(self, inputs):
+        position = tf.cast(tf.range(tf.shape(inputs)[1]), tf.float32)
+        scaled = tf.expand_dims(position, 1) * tf.exp(tf.cast(tf.range(8), tf.float32) * -0.5)[None, :]
+        return tf.concat([tf.sin(scaled), tf.cos(scaled)], axis=1)
+
+
+class Wrapper(tf.keras.layers.Layer):
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+        self.norm = tf.keras.layers.LayerNormalization(epsilon=1e-6{norm_dtype})
+
+    def call(self, x):
+        return self.norm(x + self.layer(x))
+
+
+class Encoder(tf.keras.layers.Layer):
+    def __init__(self):
+        super().__init__()
+        self.position = PositionEmbedding()
+        self.block = Wrapper(tf.keras.layers.Dense(16))
+        self.dense = tf.keras.layers.Dense(16)
+
+    def call(self, inputs):
+        encoding = self.position(inputs)
+        hidden = self.dense(inputs + encoding)
+        queries = hidden
+        out = self.block(hidden)
+        return self.block(out + queries)
+"""
+
+
+@BOTH
+def test_c36_c37_float32_layer_outputs_meet_float16_activations(keras):
+    code = FLOAT32_OUTPUT_LAYERS.format(norm_dtype=', dtype="float32"')
+    mixes = sorted((f.line, f.message.split("`")[1]) for f in findings(code, keras) if f.code == "MP206")
+    assert mixes == [(30, "encoding"), (33, "out")]
+    assert lint(code, keras).applied == 0
+
+
+@BOTH
+def test_c36_a_wrapper_around_a_policy_norm_outputs_the_compute_dtype(keras):
+    code = FLOAT32_OUTPUT_LAYERS.format(norm_dtype="")
+    assert [f.line for f in findings(code, keras) if f.code == "MP206"] == [30]
