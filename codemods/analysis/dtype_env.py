@@ -26,6 +26,7 @@ class NameDtypes:
         by_function = {r.node: r for r in self.regions if isinstance(r.node, cst.FunctionDef)}
         if not by_function:
             return
+        self._learn_layer_arguments(by_function)
         seen: dict[cst.FunctionDef, dict[str, set[Dtype]]] = {}
         spellings: dict[cst.FunctionDef, dict[str, set[Dtype]]] = {}
         for call in self.all_calls:
@@ -100,6 +101,46 @@ class NameDtypes:
             # What a region learnt it passes on to the helpers it calls (iou_loss -> _iou_per_anchor): once more.
             self._learn_parameters(rounds - 1)
 
+    def _learn_layer_arguments(self, by_function: dict[cst.FunctionDef, Region]) -> None:
+        """tf_keras autocasts only the first argument of a layer's ``call``: a later parameter of a layer class of
+        this file is float32 when every ``self.<layer>(...)`` call site of the file passes float32 (research
+        detr_lib.py: ``self._encoder_stack(inputs, training, pos_encoding)`` with a float32 position encoding,
+        C37). Keras 3 converts every floating argument, so there it stays the compute dtype."""
+        if self.keras != 2:
+            return
+        passed: dict[cst.FunctionDef, dict[str, set[Dtype]]] = {}
+        for call in self.all_calls:
+            func = call.func
+            caller = self.region_of.get(call)
+            if not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name) or \
+                    func.value.value != "self" or caller is None or caller.owner is None or caller.kind == "module":
+                continue
+            # An instance built with its own `dtype=` (tfm gaussian_process.py: `dtype=self.dtype`, a float32 layer)
+            # casts its first input unlike the class's `call` region models: nothing is learnt from it.
+            built = {self.module.code_for_node(v.func) if isinstance(v, cst.Call) and
+                     argument(v, "dtype", None) is None else None
+                     for _, v in self.attribute_values(caller.owner, func.attr.value)}
+            cls = self.classes.get(next(iter(built)) or "") if len(built) == 1 else None
+            target = self.methods.get(cls, {}).get("call") if cls is not None else None
+            region = by_function.get(target) if target is not None else None
+            if region is None or region.kind != "layer-call" or not self.is_layer_class(cls) or \
+                    not self.autocasts(cls):
+                continue
+            names = [p.name.value for p in [*target.params.posonly_params, *target.params.params]][1:]
+            for i, arg in enumerate(call.args):
+                if arg.star:
+                    break
+                pname = arg.keyword.value if arg.keyword is not None else (names[i] if i < len(names) else None)
+                if pname is not None and names and pname != names[0]:  # the first argument is autocast
+                    passed.setdefault(target, {}).setdefault(pname, set()).add(self.dtype_at(arg.value, call, caller))
+        for target, names in passed.items():
+            region = by_function[target]
+            learnt = {n: F32 for n, ds in names.items() if ds == {F32} and region.env.get(n) is UNK
+                      and region.params.get(n) is not F32}
+            if learnt:
+                region.params.update(learnt)
+                self._compute_env(region)
+
     def _loss_inputs_float32(self, region: Region) -> bool:
         """``region`` is a Keras loss (``fn(y_true, y_pred)``, or ``call`` of a ``Loss`` subclass) whose
         inputs Keras converts to float32 before it runs (``keras_layers.LOSS_INPUTS``: Keras 3 only)."""
@@ -168,7 +209,8 @@ class NameDtypes:
                     if self.keras == 2 and position > 0:
                         dtype = UNK
                 elif layer_call and self.keras == 2 and position > 0:
-                    dtype = UNK  # tf_keras autocasts only the first argument of call
+                    # tf_keras autocasts only the first argument of call: the others are what callers pass.
+                    dtype = region.params.get(pname, UNK)
                 else:
                     dtype = region.params.get(pname, F16)
                 region.env[pname] = dtype

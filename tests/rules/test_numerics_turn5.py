@@ -377,3 +377,61 @@ def test_c36_c37_float32_layer_outputs_meet_float16_activations(keras):
 def test_c36_a_wrapper_around_a_policy_norm_outputs_the_compute_dtype(keras):
     code = FLOAT32_OUTPUT_LAYERS.format(norm_dtype="")
     assert [f.line for f in findings(code, keras) if f.code == "MP206"] == [30]
+
+
+# -- C37 (tf_keras only): a float32 value passed as a later argument of a layer call is not autocast ---------------
+# research detr_lib.py:236 (EncoderStack.call(encoder_inputs, training, encoding) gets the float32 position
+# encoding); TF 2.21: tf_keras casts only `inputs` (InvalidArgumentError at `inputs + encoding`), Keras 3 casts
+# every floating argument (runs).
+ENCODER_WITH_ENCODING = """
+import tensorflow as tf
+
+
+class PositionEmbedding(tf.keras.layers.Layer):
+    def call(self, inputs):
+        position = tf.cast(tf.range(tf.shape(inputs)[1]), tf.float32)
+        scaled = tf.expand_dims(position, 1) * tf.exp(tf.cast(tf.range(8), tf.float32) * -0.5)[None, :]
+        return tf.concat([tf.sin(scaled), tf.cos(scaled)], axis=1)
+
+
+class Encoder(tf.keras.layers.Layer):
+    def __init__(self):
+        super().__init__()
+        self.dense = tf.keras.layers.Dense(16)
+
+    def call(self, inputs, training, encoding):
+        return self.dense(inputs + encoding)
+
+
+class Transformer(tf.keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.position = PositionEmbedding()
+        self.encoder = Encoder()
+
+    def call(self, inputs, training=None):
+        encoding = self.position(inputs)
+        return self.encoder(inputs, training, {encoding})
+"""
+
+
+@BOTH
+def test_c37_a_float32_encoding_passed_to_a_layer_mixes_on_tf_keras_only(keras):
+    code = ENCODER_WITH_ENCODING.format(encoding="encoding")
+    mixes = [(f.line, f.message.split("`")[1]) for f in findings(code, keras) if f.code == "MP206"]
+    assert mixes == ([(17, "encoding")] if keras == 2 else [])
+    assert lint(code, keras).applied == 0
+
+
+@BOTH
+def test_c37_a_float16_encoding_passed_to_a_layer_is_no_mix(keras):
+    code = ENCODER_WITH_ENCODING.format(encoding="tf.cast(encoding, self.compute_dtype)")
+    assert [f for f in findings(code, keras) if f.code == "MP206"] == []
+
+
+@BOTH
+def test_c37_an_encoder_built_with_its_own_dtype_learns_nothing_from_its_callers(keras):
+    # tfm gaussian_process.py: `LaplaceRandomFeatureCovariance(..., dtype=self.dtype)` is a float32 layer: its first
+    # input is cast to float32 too, so a float32 later argument meets no float16 there.
+    code = ENCODER_WITH_ENCODING.format(encoding="encoding").replace("Encoder()", 'Encoder(dtype="float32")')
+    assert [f for f in findings(code, keras) if f.code == "MP206"] == []
