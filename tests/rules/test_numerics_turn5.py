@@ -9,24 +9,20 @@ float16 tensor's dtype overflows: tfexamples' EfficientDet ``srelu_fn``.
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 import libcst as cst
 import pytest
 
-from mpfix.codemods import all_rules
 from mpfix.codemods._float16_scope import folded
 from mpfix.codemods.analysis.dtypes import Dtype
 from mpfix.codemods.facts.dtype_facts import facts_for
-from mpfix.engine import Engine, Options
+from mpfix.testing import lint_snippet
 
-MP2 = tuple(r for r in all_rules() if r.code.startswith("MP2"))
 BOTH = pytest.mark.parametrize("keras", [2, 3])
 
 
 def lint(code: str, keras: int = 3, *, fix: bool = True):
-    engine = Engine(MP2, Options(keras=str(keras), policy="mixed_float16", unsafe_fixes=True, project_policy=False))
-    return engine.lint(textwrap.dedent(code).lstrip("\n"), Path("model.py"), fix=fix)
+    return lint_snippet(code, "MP2", keras=keras, policy="mixed_float16", fix=fix, filename="model.py")
 
 
 def found(code: str, keras: int = 3) -> list[tuple[str, int]]:
