@@ -1,0 +1,103 @@
+"""Calls a file makes of its own Keras ``Loss`` classes through a model's compiled losses.
+
+A Model subclass with its own ``train_step`` often calls its compiled losses itself (``self.loss.get('class_loss')``,
+``self.loss[BoxLoss.__name__]``), after casting the model's outputs to float32 (EfficientDet's ``_detection_loss``).
+On Keras 2 a ``Loss`` does not convert its inputs, so what its ``call`` sees is what those calls pass. A key that
+names a class (``Cls.__name__``, or a string a dict of this file maps to ``Cls(...)``) reaches that class alone; any
+other key may reach any loss class of the file.
+
+Works on a ``DtypeAnalysis`` (duck-typed: ``module``, ``classes``, ``methods``, ``resolve``, ``index``); imports no
+analysis module, so ``dtype_regions`` and ``dtype_env`` can both use it.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpfix.codemods._walk import walk
+from mpfix.codemods.facts import keras_layers
+
+_COMPILED = "loss"  # ``Model.loss``: what ``compile(loss=...)`` was given (a dict of Loss objects here)
+
+
+def is_keras_loss_class(analysis, cls: cst.ClassDef, depth: int = 0) -> bool:
+    """A subclass of ``keras.losses.Loss`` (directly or through a class of this file)."""
+    for base in cls.bases:
+        if (analysis.resolve(base.value) or "").startswith(keras_layers.LOSS_BASES):
+            return True
+        parent = analysis.classes.get(analysis.module.code_for_node(base.value))
+        if parent is not None and parent is not cls and depth < 5 and is_keras_loss_class(analysis, parent, depth + 1):
+            return True
+    return False
+
+
+def _compiled_key(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``K`` of ``self.loss.get(K, ...)`` / ``self.loss[K]``; None for anything else."""
+    def is_compiled(value: cst.BaseExpression) -> bool:
+        return isinstance(value, cst.Attribute) and value.attr.value == _COMPILED and \
+            isinstance(value.value, cst.Name) and value.value.value == "self"
+
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "get" and \
+            is_compiled(node.func.value) and node.args:
+        return node.args[0].value
+    if isinstance(node, cst.Subscript) and is_compiled(node.value) and len(node.slice) == 1 and \
+            isinstance(node.slice[0].slice, cst.Index):
+        return node.slice[0].slice.value
+    return None
+
+
+def _dict_keys(analysis) -> dict[str, str]:
+    """String keys of dict literals in this file whose value builds a class of the file (``{'box': BoxLoss()}``)."""
+    found = getattr(analysis, "_loss_dict_keys", None)
+    if found is None:
+        found = {}
+        dicts = analysis.index.get(cst.Dict, ()) if analysis.index is not None else \
+            [n for n in walk(analysis.module) if isinstance(n, cst.Dict)]
+        for node in dicts:
+            for element in node.elements:
+                if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString) and \
+                        isinstance(element.value, cst.Call) and isinstance(element.value.func, cst.Name) and \
+                        element.value.func.value in analysis.classes:
+                    found[element.key.evaluated_value] = element.value.func.value
+        analysis._loss_dict_keys = found
+    return found
+
+
+def loss_classes(analysis) -> list[cst.ClassDef]:
+    """The file's Keras loss classes that have a ``call``."""
+    return [cls for cls in analysis.classes.values()
+            if "call" in analysis.methods.get(cls, {}) and is_keras_loss_class(analysis, cls)]
+
+
+def compiled_loss_targets(analysis, call: cst.Call, assigned: dict[str, list[cst.BaseExpression]]) -> list:
+    """The ``call`` methods of the file's loss classes ``call`` may run: ``self.loss[K](...)``, or a name bound once
+    (in the caller's ``assigned`` table) to ``self.loss.get(K)``/``self.loss[K]``."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        values = assigned.get(func.value, [])
+        if len(values) != 1:
+            return []
+        func = values[0]
+    key = _compiled_key(func)
+    if key is None:
+        return []
+    classes = loss_classes(analysis)
+    named = None
+    if isinstance(key, cst.Attribute) and key.attr.value == "__name__" and isinstance(key.value, cst.Name):
+        named = key.value.value
+    elif isinstance(key, cst.SimpleString):
+        named = _dict_keys(analysis).get(key.evaluated_value)
+    if named is not None:
+        classes = [cls for cls in classes if cls.name.value == named]
+    return [analysis.methods[cls]["call"] for cls in classes]
+
+
+def calls_compiled_losses(analysis) -> bool:
+    """The file reads its model's compiled losses itself (``self.loss.get(K)``, ``self.loss[K]``)."""
+    found = getattr(analysis, "_calls_compiled_losses", None)
+    if found is None:
+        nodes = [*analysis.index.get(cst.Call, ()), *analysis.index.get(cst.Subscript, ())] \
+            if analysis.index is not None else list(walk(analysis.module))
+        found = any(_compiled_key(n) is not None for n in nodes if isinstance(n, (cst.Call, cst.Subscript)))
+        analysis._calls_compiled_losses = found
+    return found
