@@ -212,7 +212,7 @@ class ExpressionDtypes:
             return self._declared_output(value.func)  # Dense(1, dtype="float32")(x)
         return None
 
-    def dtype_at(self, node: cst.BaseExpression, at: cst.CSTNode, region: Region) -> Dtype:
+    def dtype_at(self, node: cst.BaseExpression, at: cst.CSTNode, region: Region, depth: int = 0) -> Dtype:
         """The dtype of ``node`` where ``at`` runs: a name's last assignment before it.
 
         ``outputs = model(x)`` … ``outputs = tf.nest.map_structure(lambda x: tf.cast(x, tf.float32),
@@ -232,8 +232,8 @@ class ExpressionDtypes:
                 # outputs = tf.nest.map_structure(tf.math.softmax, outputs): dtype unchanged.
                 node, at = value.args[1].value, value
                 continue
-            return self.dtype(value, region)
-        return self.dtype(node, region)
+            return self.dtype(value, region, depth + 1)
+        return self.dtype(node, region, depth + 1)
 
     def element_dtype(self, source: cst.BaseExpression, index: int, region: Region, depth: int = 0) -> Dtype:
         """The dtype of element ``index`` of ``a, b = source`` (a model's tuple output, ``tf.split``)."""

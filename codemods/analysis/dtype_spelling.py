@@ -51,7 +51,10 @@ class SpellingDtypes:
                 if named is not None:  # a non-layer class's `dtype` property or attribute (a Keras `Loss`)
                     return named
             if attr == "dtype":
-                inner = self.dtype(node.value, region, depth + 1)
+                # `x.dtype` is x's dtype where it is read: its last assignment before (loss.py's `values` is float32
+                # when `apply_mask(..., dtype=values.dtype)` runs, float16 only after `values = values * w`).
+                inner = self.dtype_at(node.value, node, region, depth + 1) if isinstance(node.value, cst.Name) else \
+                    self.dtype(node.value, region, depth + 1)
                 if inner is not PY:
                     return inner
                 return F16 if region.kind not in ("module", "shadow") else UNK

@@ -40,10 +40,16 @@ class DtypeAnalysis(RegionFinder, NameDtypes, ExpressionDtypes, SpellingDtypes, 
     """Regions of one module float16 can reach, with parent links and the dtype of expressions in them."""
 
     def __init__(self, module: cst.Module, resolve, index: dict[type, list[cst.CSTNode]] | None = None,
-                 keras: int = 3) -> None:
+                 keras: int = 3, predictions: Dtype = UNK) -> None:
         self.module = module
+        # What a loss's callers feed it as predictions where this file cannot see them (tf_keras hands a
+        # compiled `fn(y_true, y_pred)` the model's outputs as they are): unknown, or the condition a rule
+        # asks about (``DtypeFacts.dtype_of(node, predictions=F16)``); ``assumed_predictions`` says it mattered.
+        self.predictions = predictions
+        self.assumed_predictions = False
         self.index = index  # codemods._walk.nodes_by_type, shared with other analyses
         self.keras = keras
+        self._resolve = resolve
         self.resolve = lambda node: without_compat(resolve(node))
         self.order: dict[cst.CSTNode, int] = {}  # source order of region nodes
         self.parent: dict[cst.CSTNode, cst.CSTNode] = {}
@@ -70,6 +76,10 @@ class DtypeAnalysis(RegionFinder, NameDtypes, ExpressionDtypes, SpellingDtypes, 
         self.imported: set[str] = imported_names(module)
         self._find_regions()
         self._final = True
+
+    def under(self, predictions: Dtype) -> "DtypeAnalysis":
+        """The same module analysed as if a loss's unseen callers fed it predictions of that dtype."""
+        return DtypeAnalysis(self.module, self._resolve, self.index, keras=self.keras, predictions=predictions)
 
     # -- regions -------------------------------------------------------------------
 

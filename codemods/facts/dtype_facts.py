@@ -97,6 +97,7 @@ class DtypeFacts:
         self.module = analysis.module
         self.keras = analysis.keras
         self._mixes: list[Mix] | None = None
+        self._worlds: dict[Dtype, DtypeFacts] = {}  # these facts under a condition on loss predictions
 
     # -- where and what ------------------------------------------------------------------
     def _region(self, node: cst.CSTNode) -> Region | None:
@@ -110,8 +111,28 @@ class DtypeFacts:
         return Place(RegionKind(region.kind), region.layer_method, region.in_class,
                      region.node if isinstance(region.node, cst.FunctionDef) else None)
 
-    def dtype_of(self, node: cst.BaseExpression) -> Dtype:
-        """The dtype ``node`` holds under a float16 policy (unknown outside the analysed code)."""
+    def assuming(self, predictions: Dtype) -> "DtypeFacts":
+        """These facts if the predictions a loss function's unseen callers feed it were ``predictions``.
+
+        tf_keras hands a compiled ``fn(y_true, y_pred)`` the model's outputs as they are (float32 behind a float32
+        head, float16 without one, and y_true cast to them), so with no caller in its file a loss's inputs are
+        unknown. A rule that reports "float16 when the model's predictions are float16" asks
+        ``assuming(predictions=F16)``: the same file analysed under that condition (only files with such a loss;
+        the same object otherwise).
+        """
+        a = self._a
+        if predictions is a.predictions or not a.assumed_predictions:
+            return self
+        found = self._worlds.get(predictions)
+        if found is None:
+            found = self._worlds[predictions] = DtypeFacts(a.under(predictions))
+        return found
+
+    def dtype_of(self, node: cst.BaseExpression, predictions: Dtype | None = None) -> Dtype:
+        """The dtype ``node`` holds under a float16 policy (unknown outside the analysed code); with
+        ``predictions``, if a loss's unseen callers feed it predictions of that dtype (``assuming``)."""
+        if predictions is not None:
+            return self.assuming(predictions).dtype_of(node)
         region = self._region(node)
         return self._a.dtype(node, region) if region is not None else UNK
 

@@ -442,8 +442,11 @@ def test_library_loss_helper_parameters_are_what_callers_pass():
     """
     assert dtype_of(called, "hidden * 2.0") is F16
     keras_loss = alone.replace("contrastive_loss(hidden)", "my_loss(y_true, y_pred)").replace("hidden", "y_pred")
-    # compile hands it the model's raw predictions: tf_keras as they are, Keras 3 converted to float32 (C24)
-    assert dtype_of(keras_loss, "y_pred * 2.0", 2) is F16
+    # compile hands it the model's raw predictions: tf_keras as they are (its callers decide: unknown here, float16
+    # if the predictions are), Keras 3 converted to float32 (C24)
+    assert dtype_of(keras_loss, "y_pred * 2.0", 2) is UNK
+    facts, node = node_of(keras_loss, "y_pred * 2.0", 2)
+    assert facts.assuming(F16).dtype_of(node) is F16
     assert dtype_of(keras_loss, "y_pred * 2.0", 3) is F32
 
 

@@ -688,3 +688,112 @@ def test_a_layer_returning_float32_by_construction_outputs_float32(keras):
     assert found["self.block(inputs)"] is F32
     assert found["normed + encoding"] is F32
     assert found["self.projection(inputs)"] is F16  # returns a policy sublayer's output: the compute dtype
+
+
+# tf_keras losses.py:1704-1706 (agreement: static float16, traced float32): a Keras loss function
+# `fn(y_true, y_pred)` gets what its callers pass: compile hands it the model's predictions as they are
+# (tf_keras casts y_true to them), float32 behind a float32 head (samples/k2_half_done_scaling.py), float16
+# without one. Nobody in this file calls it: its dtype is its callers' (unknown); the conditional fact
+# "float16 if the predictions are" is asked for with `predictions=F16`.
+TF_KERAS_LOSS_FUNCTION = """
+import tensorflow as tf
+from tf_keras.src import backend
+
+
+def mean_squared_error(y_true, y_pred):
+    y_pred = tf.convert_to_tensor(y_pred)
+    y_true = tf.cast(y_true, y_pred.dtype)
+    return backend.mean(tf.math.squared_difference(y_pred, y_true), axis=-1)
+"""
+
+
+def conditional_dtypes(code: str, keras: int, predictions: Dtype) -> dict[str, Dtype]:
+    module = cst.parse_module(textwrap.dedent(code).lstrip("\n"))
+    facts = facts_for(module, keras)
+    return {module.code_for_node(n): facts.dtype_of(n, predictions=predictions) for n in walk(module)
+            if isinstance(n, (cst.Call, cst.BinaryOperation)) and facts.place(n) is not None}
+
+
+def test_a_tf_keras_loss_functions_inputs_are_what_its_callers_pass():
+    squared = "tf.math.squared_difference(y_pred, y_true)"
+    found = dtypes(TF_KERAS_LOSS_FUNCTION, 2)
+    assert found["tf.convert_to_tensor(y_pred)"] is UNK
+    assert found["tf.cast(y_true, y_pred.dtype)"] is UNK
+    assert found[squared] is UNK
+    # The conditional fact: float16 when the model's predictions are float16 (no float32 head).
+    assert conditional_dtypes(TF_KERAS_LOSS_FUNCTION, 2, F16)[squared] is F16
+    assert conditional_dtypes(TF_KERAS_LOSS_FUNCTION, 2, F32)[squared] is F32
+    # A caller of this file passing the model's float16 predictions decides it (a custom loop).
+    called = TF_KERAS_LOSS_FUNCTION + """
+
+@tf.function
+def train_step(model, x, y):
+    return mean_squared_error(y, model(x, training=True))
+"""
+    assert dtypes(called, 2)[squared] is F16
+    # Keras 3 converts a compiled loss's inputs to float32 (C24): unchanged.
+    assert dtypes(TF_KERAS_LOSS_FUNCTION, 3)[squared] is F32
+
+
+# Keras 3 keras/src/losses/loss.py:56,134: `Loss.__call__(self, y_true, y_pred, sample_weight=None)`:
+# a loss's options after y_true/y_pred are its callers' (here None: no tensor), not float16; through
+# reduce_weighted_values -> apply_mask -> squeeze_or_expand_to_same_rank(float_mask, sample_weight) the
+# float16 guess made `x1 = ops.expand_dims(x1, axis=-1)` float16 where TensorFlow traced float32.
+KERAS3_LOSS_PLUMBING = """
+from keras.src import backend, dtype_policies, ops
+
+
+class Loss:
+    def __init__(self, name=None, dtype=None):
+        self._dtype_policy = dtype_policies.get(dtype or backend.floatx())
+        self._dtype = self._dtype_policy.compute_dtype
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        y_pred = ops.convert_to_tensor(y_pred, dtype=self.dtype)
+        y_true = ops.convert_to_tensor(y_true, dtype=self.dtype)
+        losses = self.call(y_true, y_pred)
+        return reduce_weighted_values(losses, sample_weight=sample_weight, dtype=self.dtype)
+
+    def call(self, y_true, y_pred):
+        raise NotImplementedError
+
+
+def squeeze_or_expand_to_same_rank(x1, x2):
+    if len(x1.shape) == len(x2.shape) - 1:
+        x1 = ops.expand_dims(x1, axis=-1)
+    return x1, x2
+
+
+def reduce_weighted_values(values, sample_weight=None, mask=None, dtype=None):
+    values = ops.convert_to_tensor(values, dtype=dtype)
+    if sample_weight is not None:
+        sample_weight = ops.convert_to_tensor(sample_weight, dtype=dtype)
+    sample_weight = apply_mask(sample_weight, mask, dtype=values.dtype)
+    if sample_weight is not None:
+        sample_weight = ops.cast(sample_weight, values.dtype)
+        values, sample_weight = squeeze_or_expand_to_same_rank(values, sample_weight)
+        values = values * sample_weight
+    return ops.sum(values)
+
+
+def apply_mask(sample_weight, mask, dtype):
+    if mask is not None:
+        float_mask = ops.cast(mask, dtype=dtype)
+        if sample_weight is not None:
+            sample_weight = ops.cast(sample_weight, dtype=dtype)
+            float_mask, sample_weight = squeeze_or_expand_to_same_rank(float_mask, sample_weight)
+            sample_weight *= float_mask
+        else:
+            sample_weight = float_mask
+    return sample_weight
+"""
+
+
+def test_a_keras3_losss_options_are_its_callers_not_float16():
+    found = dtypes(KERAS3_LOSS_PLUMBING, 3)
+    assert found["ops.expand_dims(x1, axis=-1)"] is F32  # what TensorFlow traced
+    assert found["ops.cast(sample_weight, dtype=dtype)"] is F32
