@@ -9,13 +9,17 @@ Per file, the first of these that decides wins (``decide``):
 1. the file itself selects Keras 2: it imports ``tf_keras`` or sets
    ``TF_USE_LEGACY_KERAS=1`` (true whatever is configured: ``tf_keras`` is Keras 2);
 2. ``--keras 2|3`` / ``[tool.mpfix] keras = 2|3``;
-3. the file uses an API only Keras 3 has (``keras.ops``, ``keras.config``);
+3. the file uses an API only Keras 3 has (``keras.ops``, ``keras.config``); if it also uses
+   an API only Keras 2 has (``FILE_EVIDENCE``), the file decides nothing and the target is unknown;
 4. ``TF_USE_LEGACY_KERAS=1`` in mpfix's environment with tf-keras installed (Keras 2);
 5. the project's declared dependencies (``mpfix.declared``): requirements files,
    ``pyproject.toml``, ``setup.cfg``, ``setup.py``, ``environment.yml``, ``Pipfile``, a
    Dockerfile's base image — what pre-commit and CI, which have no TensorFlow, can see;
-6. the packages installed next to mpfix (``importlib.metadata``);
-7. nothing decides: the target is unknown. Findings are still reported, but a fix that
+6. the file uses an API only Keras 2 (TensorFlow <= 2.15) has: Keras 2, unless Keras 3 is
+   installed next to mpfix: the file cannot run there, so the two disagree and the target is
+   unknown (the match is textual: a comment naming ``tf.estimator`` must not buy a Keras 2 fix);
+7. the packages installed next to mpfix (``importlib.metadata``);
+8. nothing decides: the target is unknown. Findings are still reported, but a fix that
    would differ between the generations is withheld and the message says how to set it.
 """
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -39,8 +44,8 @@ _TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorfl
 
 HOW_TO_SET = ('set `keras = 2` or `keras = 3` under [tool.mpfix] in pyproject.toml '
               '(or pass --keras 2|3)')
-UNKNOWN_HINT = (" [no fix: the Keras generation of this project is unknown (no TensorFlow/Keras installed or "
-                f"declared); {HOW_TO_SET}]")
+UNKNOWN_HINT = (" [no fix: the Keras generation of this file is unknown (nothing installed or declared decides it, "
+                f"or the file uses APIs of both); {HOW_TO_SET}]")
 
 
 def _version(dist: str) -> tuple[int, ...] | None:
@@ -99,9 +104,61 @@ _SETS_LEGACY_KERAS = re.compile(
     r"""TF_USE_LEGACY_KERAS['"]\s*(?:\]\s*=|,)\s*['"](?:1|true|True|yes)['"]""")
 _IMPORTS_TF_KERAS = re.compile(
     r"^[ \t]*(?:from[ \t]+tf_keras\b|import[ \t]+(?:[\w.]+(?:[ \t]+as[ \t]+\w+)?[ \t]*,[ \t]*)*tf_keras\b)", re.M)
-# APIs that exist in Keras 3 only (KERAS_API.md: Keras 2 has no keras.config; keras.ops is new in 3).
-_KERAS3_ONLY = re.compile(r"\bkeras\.(?:ops|config)\.|^[ \t]*from[ \t]+keras[ \t]+import[ \t]+[^\n]*\b(?:ops|config)\b",
-                          re.M)
+
+
+@dataclass(frozen=True)
+class ApiEvidence:
+    """An API only one Keras generation has, as a file spells it (one row of ``FILE_EVIDENCE``).
+
+    ``pattern`` finds a use; a member call counts only when its receiver (group ``receiver``) is
+    bound in the file from a call ``bound_from`` matches (``x = tf.keras.metrics.Mean()`` ...
+    ``x.reset_states()``): Keras 3 RNN layers have ``reset_states`` too, so the name alone decides
+    nothing. ``tests/test_target_evidence.py`` checks every row against the installed TensorFlow,
+    Keras 3 and tf_keras.
+    """
+
+    api: str
+    generation: int
+    needle: str  # a substring every use contains (most files are ruled out without a regex)
+    pattern: re.Pattern
+    reference: str
+    bound_from: str | None = None
+
+    def used_in(self, text: str) -> bool:
+        if self.needle not in text:
+            return False
+        for match in self.pattern.finditer(text):
+            if self.bound_from is None:
+                return True
+            receiver = re.escape(match.group("receiver"))
+            if re.search(rf"^[ \t]*{receiver}[ \t]*=[ \t]*{self.bound_from}", text, re.M):
+                return True
+        return False
+
+
+FILE_EVIDENCE: tuple[ApiEvidence, ...] = (
+    # KERAS_API.md: Keras 2 has no keras.config; keras.ops is new in 3.
+    ApiEvidence("keras.ops / keras.config", KERAS3, "keras", re.compile(
+        r"\bkeras\.(?:ops|config)\.|^[ \t]*from[ \t]+keras[ \t]+import[ \t]+[^\n]*\b(?:ops|config)\b", re.M),
+        "new in Keras 3"),
+    ApiEvidence("tf.estimator", KERAS2, "estimator", re.compile(r"\b(?:tf|tensorflow)(?:\.compat\.v[12])?\.estimator\b"),
+                "TensorFlow 2.16 removed tf.estimator (release notes: use TF 2.15 or earlier), and TF <= 2.15's "
+                "tf.keras is Keras 2"),
+    ApiEvidence("keras.backend.set_learning_phase", KERAS2, "set_learning_phase", re.compile(r"\bkeras\.backend\.set_learning_phase\b"),
+                "Keras 3's backend has no set_learning_phase"),
+    ApiEvidence("Metric.reset_states", KERAS2, "reset_states",
+                re.compile(r"(?P<receiver>\b[A-Za-z_]\w*(?:\.\w+){0,4})\.reset_states[ \t]*\("),
+                "Keras 3 metrics have reset_state() only (RNN layers keep reset_states)",
+                bound_from=r"[\w.]*\bmetrics\.[A-Z]\w*[ \t]*\("),
+)
+
+
+def file_evidence(text: str, generation: int) -> str | None:
+    """The first API of ``FILE_EVIDENCE`` only ``generation`` has that ``text`` uses, or None."""
+    for row in FILE_EVIDENCE:
+        if row.generation == generation and row.used_in(text):
+            return row.api
+    return None
 
 
 def selects_legacy_keras(text: str) -> bool:
@@ -123,8 +180,12 @@ def decide(configured: str | int | None, text: str, path: Path | None, tf_keras_
         return Target(KERAS2, "the file sets TF_USE_LEGACY_KERAS=1")
     if configured not in (None, "auto", ""):
         return Target(int(configured), f"configured keras = {configured}")
-    if "keras" in text and _KERAS3_ONLY.search(text):
-        return Target(KERAS3, "the file uses a Keras 3-only API (keras.ops / keras.config)")
+    keras2_api = file_evidence(text, KERAS2)
+    keras3_api = file_evidence(text, KERAS3)
+    if keras3_api is not None:
+        if keras2_api is not None:
+            return Target(None, f"the file uses {keras3_api} (Keras 3 only) and {keras2_api} (Keras 2 only)")
+        return Target(KERAS3, f"the file uses a Keras 3-only API ({keras3_api})")
     if _legacy_keras_requested() and _version("tf-keras") is not None:
         # Set where mpfix runs, with tf_keras installed: this is how the project runs Keras 2 on a
         # TensorFlow >= 2.16 its dependencies allow (they cannot say so themselves).
@@ -136,6 +197,10 @@ def decide(configured: str | int | None, text: str, path: Path | None, tf_keras_
         if found is not None:
             return found
     found = installed()
+    if keras2_api is not None:
+        if found.keras == KERAS3:
+            return Target(None, f"the file uses {keras2_api}, which only Keras 2 has, but the {found.reason}")
+        return Target(KERAS2, f"the file uses {keras2_api}, which only Keras 2 (TensorFlow <= 2.15) has")
     if found.known:
         return found
     return Target(None, "no TensorFlow or Keras installed, and the project declares no TensorFlow version "
