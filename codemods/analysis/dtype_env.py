@@ -77,7 +77,11 @@ class NameDtypes:
             if self._loss_inputs_float32(region):
                 # A Keras 3 loss called bare in this file on float16 tensors computes in float16 (C24).
                 learnt.update({name: F16 for name, ds in dtypes.items() if F16 in ds and region.param_dtypes.get(name) is F32})
-            if region.callers_decide:
+            if self._loss_inputs_passed(region):
+                # tf_keras: a bare call of this file on float16 predictions (a custom loop) runs it in float16.
+                learnt.update({name: F16 for name, ds in dtypes.items() if F16 in ds and
+                               region.param_dtypes.get(name) is self.predictions and name in region.caller_params})
+            if region.callers_decide or region.caller_params:
                 decided = {name: next(iter(ds)) for name, ds in dtypes.items() if len(ds) == 1
                            and next(iter(ds)).floating_tensor and region.env.get(name) is UNK}
                 learnt.update(decided)
@@ -154,8 +158,16 @@ class NameDtypes:
     def _loss_inputs_float32(self, region: Region) -> bool:
         """``region`` is a Keras loss (``fn(y_true, y_pred)``, or ``call`` of a ``Loss`` subclass) whose
         inputs Keras converts to float32 before it runs (``keras_layers.LOSS_INPUTS``: Keras 3 only)."""
-        if keras_layers.LOSS_INPUTS.get(self.keras) != "float32" or \
-                not isinstance(region.node, cst.FunctionDef) or not self._keras_loss_signature(region.node):
+        return keras_layers.LOSS_INPUTS.get(self.keras) == "float32" and self._keras_loss(region)
+
+    def _loss_inputs_passed(self, region: Region) -> bool:
+        """``region`` is a Keras loss that gets its inputs as its callers pass them (tf_keras: compile hands
+        it the model's predictions as they are, float32 behind a float32 head, and casts y_true to them)."""
+        return keras_layers.LOSS_INPUTS.get(self.keras) is None and self._keras_loss(region)
+
+    def _keras_loss(self, region: Region) -> bool:
+        """A Keras loss: ``fn(y_true, y_pred, *options)`` or a method of a ``Loss`` subclass with that signature."""
+        if not isinstance(region.node, cst.FunctionDef) or not self._keras_loss_signature(region.node):
             return False
         return region.owner is None or any(
             (self.resolve(base.value) or "").startswith(keras_layers.LOSS_BASES) for base in region.owner.bases)
@@ -212,6 +224,21 @@ class NameDtypes:
                     # Keras 3 converts a loss's y_true/y_pred to float32 before it runs (C24); a bare call
                     # of this file passing float16 is what it sees then (learnt below).
                     dtype = region.params.get(pname, F32)
+                elif position < keras_layers.LOSS_INPUT_POSITIONS and self._loss_inputs_passed(region):
+                    region.caller_params.add(pname)
+                    # tf_keras: the predictions its callers pass (float16 only without a float32 head): a
+                    # caller of this file decides (learnt below), else `self.predictions` (unknown, or the
+                    # condition a rule asks about).
+                    dtype = region.params.get(pname)
+                    if dtype is None:
+                        dtype = self.predictions
+                        self.assumed_predictions = True
+                elif position >= keras_layers.LOSS_INPUT_POSITIONS and region.kind == "loss" and \
+                        self._keras_loss_signature(region.node):
+                    # A loss's own options (`Loss.__call__`'s `sample_weight=None`, `axis`, `smooth`): what its
+                    # callers pass (compile passes none).
+                    region.caller_params.add(pname)
+                    dtype = region.params.get(pname, UNK)
                 elif layer_call and not autocast:
                     dtype = UNK  # autocast=False / preprocessing layers keep their inputs' dtype
                 elif layer_call and self.float32_layer(region.owner):

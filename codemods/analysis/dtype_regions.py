@@ -63,6 +63,8 @@ class Region:
     # and tf.functions get whatever their callers elsewhere made of the model outputs (often float32).
     callers_decide: bool = False
     param_dtypes: dict[str, Dtype] = field(default_factory=dict)
+    # A Keras loss's parameters its callers decide (tf_keras y_true/y_pred, every loss's options): learnt below.
+    caller_params: set[str] = field(default_factory=set)
     spelled: dict[str, Dtype] = field(default_factory=dict)  # `dtype` parameters: what every caller spells
     # The region of the function this one is a closure of: names it reads but does not bind are that one's.
     enclosing: "Region | None" = None
