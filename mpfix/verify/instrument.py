@@ -35,13 +35,20 @@ def instrument(script: Path, mode: str, output: Path | None, keras: str) -> None
 
     from mpfix import safe_read
     from mpfix.parsing import TooComplex
+    from mpfix.source import SourceError, decode
     from mpfix.verify.instrument_transform import instrument_source
 
     try:  # a FIFO or a device named as SCRIPT is refused, never read (it could block forever)
-        source = safe_read.read_text(script, follow_outside=True, errors="strict")
-    except (OSError, UnicodeDecodeError) as exc:
+        data = safe_read.read_bytes(script, follow_outside=True)
+    except OSError as exc:
         click.echo(f"mpfix instrument: error: {script}: cannot read: {exc}", err=True)
         sys.exit(EXIT_ERROR)
+    try:  # as Python reads it: a PEP 263 coding line, a UTF-8 BOM (the copy keeps both)
+        decoded = decode(data)
+    except SourceError as exc:
+        click.echo(f"{script}:{exc.line}:{exc.column}: error: cannot read: {exc.message}", err=True)
+        sys.exit(EXIT_ERROR)
+    source = decoded.text
     try:
         new, changed = instrument_source(source, keras=int(keras))
     except TooComplex as exc:  # LibCST's native parser could crash on it (mpfix.parsing)
@@ -61,7 +68,7 @@ def instrument(script: Path, mode: str, output: Path | None, keras: str) -> None
     if output is None and mode == "write":
         output = script.with_name(script.stem + "_instrumented.py")
     if output is not None:
-        output.write_text(new, encoding="utf-8")
+        output.write_bytes(decoded.encode(new))  # the script's encoding, BOM and newlines
         click.echo(f"wrote {output} ({changed} training step(s) instrumented)")
         return
     diff = difflib.unified_diff(
