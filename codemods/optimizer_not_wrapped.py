@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods._gradient_fixes import describe, move_clip_changes
-from mpfix.codemods.analysis.gradient_path import Flow, assigned_targets, training_steps
-from mpfix.codemods._loss_scaling_support import (
-    STEP_TRIGGERS, foreign_api, scaling_changes, step_flows, where, wrap_changes,
-)
-from mpfix.codemods.names import dotted_name
+from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, step_flows, where
+from mpfix.codemods._unwrapped_optimizers import built_by, kept_by_object, unscaled, unseen_builds
 from mpfix.codemods.base import Fact, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 from mpfix.policy import Policy
@@ -422,81 +418,20 @@ class OptimizerNotWrapped(Rule):
         if self.context.policy is not Policy.FLOAT16:
             return
         analysis, flows = step_flows(self.context)
-        groups: dict[int, list[Flow]] = {}
-        unknown_seen: set[int] = set()
-        for flow in flows:
-            if flow.scale is not None or flow.wrapped is True:
+        for flow in unseen_builds(flows):
+            built = built_by(self.context, flow)
+            if built is not None:
+                self.report(flow.apply.call, "built_by_call", optimizer=flow.optimizer, built=built, where=where(flow))
+            else:
+                self.report(flow.apply.call, "built_unseen", optimizer=flow.optimizer, where=where(flow))
+        for found in unscaled(self.context, analysis, flows):
+            first = found.first
+            if found.clip_stays is not None:
+                self.report(first.apply.call, "clip_stays", optimizer=first.optimizer, where=where(first),
+                            transform=found.clip_stays)
                 continue
-            if flow.build is not None and flow.build.is_v1:
-                continue  # a TF1 optimizer: MP112
-            if flow.wrapped is None:
-                if id(flow.apply.call) in unknown_seen:
-                    continue
-                unknown_seen.add(id(flow.apply.call))
-                self._report_unknown(flow)
-                continue
-            groups.setdefault(id(flow.build.call), []).append(flow)
-        for group in groups.values():
-            first = group[0]
-            # Keras 3: scaling the loss makes every transform between the gradient and the update act on
-            # scaled gradients (the LSO unscales inside apply); a constant clip moves into the optimizer.
-            transforms = [e for f in group for e in f.path.events if e.sensitive] if self.context.keras == 3 else []
-            inner = None
-            moved_changes: dict = {}
-            if transforms:
-                moved = move_clip_changes(self.context, analysis, group, transforms, first.build.call)
-                if moved is None:
-                    self.report(first.apply.call, "clip_stays", optimizer=first.optimizer, where=where(first),
-                                transform=describe(transforms[0]))
-                    continue
-                moved_changes, inner = moved
-            changes, imports = wrap_changes(self.context, first.build, inner)
-            fix: dict | None = {**changes, **moved_changes}
-            for flow in group:
-                step = scaling_changes(self.context, analysis, flow)
-                if step is None or any(k in fix for k in step):
-                    fix = None
-                    break
-                fix.update(step)
-            self.report(
-                first.apply.call,
-                "unscaled",
-                optimizer=first.optimizer,
-                where=where(first),
-                fix=fix,
-                description="Wrap the optimizer in LossScaleOptimizer and scale the loss",
-                imports=imports,
-            )
-        self._report_cross_flows(analysis, flows)
-
-    def _report_cross_flows(self, analysis, flows: list[Flow]) -> None:
-        """Updates of gradients another function took and an object kept (an accumulator class's
-        ``apply`` of what ``add`` summed): reported without a fix, the scaling goes where they are taken."""
-        seen: set[int] = set()
-        local = {id(f.gradient.call) for f in flows}
-        for flow in analysis.cross_flows:
-            if flow.user_managed or foreign_api(self.context, flow) or flow.scale is not None \
-                    or flow.wrapped is not False or (flow.build is not None and flow.build.is_v1):
-                continue
-            if id(flow.apply.call) in seen or id(flow.gradient.call) in local:
-                continue  # one finding per update; a gradient updated in its own function is reported there
-            seen.add(id(flow.apply.call))
-            taken = next((s.name for s, g in analysis.gradients if g is flow.gradient), "another function")
+            self.report(first.apply.call, "unscaled", optimizer=first.optimizer, where=where(first), fix=found.fix,
+                        description="Wrap the optimizer in LossScaleOptimizer and scale the loss",
+                        imports=found.imports)
+        for flow, taken in kept_by_object(self.context, analysis, flows):
             self.report(flow.apply.call, "kept_by_object", optimizer=flow.optimizer, taken=taken)
-
-    def _report_unknown(self, flow: Flow) -> None:
-        built = self._built_by(flow)
-        if built is not None:
-            self.report(flow.apply.call, "built_by_call", optimizer=flow.optimizer, built=built, where=where(flow))
-        else:
-            self.report(flow.apply.call, "built_unseen", optimizer=flow.optimizer, where=where(flow))
-
-    def _built_by(self, flow: Flow) -> str | None:
-        """The call that binds the optimizer in the step's own function or the module, if any."""
-        analysis = training_steps(self.context)
-        for scope in (flow.scope, *analysis.enclosing(flow.scope), analysis.scopes[0]):
-            for st in reversed(scope.statements):
-                for target, value in assigned_targets(st.node):
-                    if dotted_name(target) == flow.optimizer and isinstance(value, cst.Call):
-                        return self.context.code(value.func) + "(...)"
-        return None
