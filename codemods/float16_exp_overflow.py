@@ -49,6 +49,57 @@ def _stable_exp_argument(context, node: cst.BaseExpression) -> bool:
     return _is(context, node, Kind.LOG_PROBABILITY)
 
 
+def _exponents(context, facts: DtypeFacts, call: cst.Call, exponent: cst.BaseExpression,
+               base: cst.BaseExpression) -> list[float]:
+    """The values ``exponent`` takes: a literal, or (N13, N14) a hyper-parameter known by its default, ``self.power``
+    bound from a constructor default or a ``power=3.`` parameter with what each call of this file passes instead.
+    A hyper-parameter exponent counts only on activations: not in a loss (focal alpha/beta modulate terms in
+    [0, 1]: tfm centernet_losses.py:76) and not on a base at most 1 (a sigmoid). Empty when unknown."""
+    value = number(exponent)
+    if value is not None:
+        return [value]
+    place = facts.place(call)
+    if place is None or place.kind in ("loss", "train-step") or facts.at_most_one(base):
+        return []
+    constant = facts.constant(exponent)
+    if constant is not None:
+        return [constant.value]
+    return _parameter_values(context, facts, place.function, exponent) if isinstance(exponent, cst.Name) else []
+
+
+def _parameter_values(context, facts: DtypeFacts, function: cst.FunctionDef | None, name: cst.Name) -> list[float]:
+    """``power`` of ``def gem(x, power=3.)`` never rebound: its default and the constants this file's calls of
+    ``gem`` pass (``gem(x, power=self.power)`` with ``self.power`` a constructor default); empty if one is unknown."""
+    if function is None or facts.values_of(name):
+        return []
+    params = [*function.params.posonly_params, *function.params.params]
+    param = next((p for p in [*params, *function.params.kwonly_params] if p.name.value == name.value), None)
+    default = number(param.default) if param is not None and param.default is not None else None
+    if default is None:
+        return []
+    values = [default]
+    position = params.index(param) if param in params else None
+    method = bool(params) and params[0].name.value == "self"
+    if method and position is not None:
+        position -= 1
+    for call in facts.all_calls:
+        func = call.func
+        if method:  # self.pool(x, power=...)
+            if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
+                    and func.attr.value == function.name.value):
+                continue
+        elif not isinstance(func, cst.Name) or func.value != function.name.value:
+            continue
+        passed = argument(call, name.value, position)
+        if passed is None:
+            continue
+        constant = facts.constant(passed.value)
+        if constant is None:
+            return []
+        values.append(constant.value)
+    return values
+
+
 def _has_log_sigmoid_term(context, node: cst.BaseExpression) -> bool:
     """``node`` is ``k * log1p(exp(v))`` or ``k * softplus(v)``: a log(1 + e^v) term."""
     while isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
@@ -247,8 +298,8 @@ class Float16ExpOverflow(Rule):
                 # Only literal exponents say the result grows: pow(1 - p, gamma) (focal losses) and
                 # pow(10000., i / d) (positional encodings) stay in range, and were most of the
                 # tf-models findings when every pow was flagged.
-                exponent = number(call.args[1].value)
-                if exponent is None or 0 <= exponent <= 2 or facts.dtype_of(x) is not Dtype.FLOAT16:
+                exponents = _exponents(self.context, facts, call, call.args[1].value, x)
+                if not exponents or any(0 <= e <= 2 for e in exponents) or facts.dtype_of(x) is not Dtype.FLOAT16:
                     continue
                 self.report(call, "pow")
 

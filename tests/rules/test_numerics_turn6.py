@@ -78,3 +78,83 @@ def test_a_loss_class_no_call_of_the_file_reaches_keeps_float16_inputs():
 
 def test_keras3_converts_a_loss_s_inputs_to_float32_either_way():
     assert found(FOCAL.format(key="'class_loss'", outputs="cls_outputs"), keras=3) == []
+
+
+# -- pow exponents known through a constructor default or a parameter default (N13, N14) -----------------
+GEM = """
+    import tensorflow as tf
+
+    def gem(x, axis=None, power=3., eps=1e-6):
+        if axis is None:
+            axis = [1, 2]
+        tmp = tf.pow(tf.maximum(x, eps), power)
+        return tf.pow(tf.reduce_mean(tmp, axis=axis, keepdims=False), 1. / power)
+
+    class GeM(tf.keras.layers.Layer):
+        def __init__(self, power=3.):
+            super().__init__()
+            self.power = power
+            self.eps = 1e-6
+
+        def call(self, x, axis=None):
+            return gem(x, power=self.power, eps=self.eps, axis=axis)
+
+    class GeMPooling2D(tf.keras.layers.Layer):
+        def __init__(self, power=20., pool_size=(2, 2)):
+            super().__init__()
+            self.power = power
+            self.pool_size = pool_size
+
+        def call(self, x):
+            tmp = tf.pow(x, self.power)
+            tmp = tf.nn.avg_pool(tmp, self.pool_size, None, "VALID")
+            return tf.pow(tmp, 1. / self.power)
+"""
+
+
+@BOTH
+def test_pow_exponents_from_constructor_and_parameter_defaults_overflow(keras):
+    # GeMPooling2D: x ** 20 is inf in float16 for x > 1.74; gem: x ** 3 past x ~ 40 (post-ReLU activations).
+    assert found(GEM, keras) == [("MP204", 6), ("MP204", 25)]
+
+
+@BOTH
+def test_a_caller_passing_a_small_exponent_decides_the_parameter(keras):
+    code = GEM.replace("gem(x, power=self.power,", "gem(x, power=2.,")
+    assert ("MP204", 6) not in found(code, keras)
+
+
+FOCAL_BETA = """
+    import tensorflow as tf
+
+    class PenaltyReducedLogisticFocalLoss(object):
+        def __init__(self, alpha=2.0, beta=4.0, sigmoid_clip_value=1e-4):
+            self._alpha = alpha
+            self._beta = beta
+            self._sigmoid_clip_value = sigmoid_clip_value
+
+        def __call__(self, prediction_tensor, target_tensor, weights=1.0):
+            is_present_tensor = tf.math.equal(target_tensor, 1.0)
+            prediction_tensor = tf.clip_by_value(tf.sigmoid(prediction_tensor),
+                                                 self._sigmoid_clip_value, 1 - self._sigmoid_clip_value)
+            positive_loss = tf.math.pow((1 - prediction_tensor), self._alpha) * tf.math.log(prediction_tensor)
+            negative_loss = (tf.math.pow((1 - target_tensor), self._beta) *
+                             tf.math.pow(prediction_tensor, self._alpha) * tf.math.log(1 - prediction_tensor))
+            return -tf.where(is_present_tensor, positive_loss, negative_loss) * weights
+
+    class Gate(tf.keras.layers.Layer):
+        def __init__(self, gamma=4.0):
+            super().__init__()
+            self.gamma = gamma
+
+        def call(self, x):
+            return tf.pow(tf.sigmoid(x), self.gamma)
+"""
+
+
+@BOTH
+def test_hyper_parameter_exponents_of_loss_terms_and_bounded_bases_stay_silent(keras):
+    # A loss's hyper-parameter exponents modulate terms in [0, 1] (focal alpha/beta: tfm centernet_losses.py:76);
+    # a base at most 1 (a sigmoid) cannot overflow whatever the exponent.
+    assert [f for f in found(FOCAL_BETA, keras) if f[0] == "MP204"] == []
+
