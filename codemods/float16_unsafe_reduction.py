@@ -8,6 +8,7 @@ import libcst as cst
 
 from mpfix.codemods._float16_scope import cast, first_arg, is_simple, number
 from mpfix.codemods._walk import walk
+from mpfix.codemods.analysis.distributions import distribution
 from mpfix.codemods.analysis.dtypes import Dtype
 from mpfix.codemods.base import Fact, FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts import keras_layers, ops as op_table
@@ -331,7 +332,7 @@ class Float16UnsafeReduction(Rule):
             what = spec.label if in_range or spec.has(Kind.SQUARED_SUM) else None
             target, replaced = x, None
             if what is None and spec.has(Kind.CUMULATIVE):
-                if facts.at_most_one(x) or facts.nonpositive(x):
+                if facts.at_most_one(x) or facts.nonpositive(x) or distribution(self.context, facts, x):
                     continue  # a running sum of probabilities, or of logs ≤ 0 headed for exp (C25)
                 what = "running sum (cumsum)"
             elif what is None and spec.has(Kind.LONG_SUM):

@@ -137,6 +137,13 @@ INITIALIZER_MODULES = ("tensorflow.initializers.", "tensorflow.keras.initializer
                        "tensorflow.compat.v2.initializers.")
 
 
+# Callbacks handed on under these keyword names, by the parameter positions that hold a probability distribution:
+# seq2seq attention mechanisms call `probability_fn(score, state)` with the previous alignments as `state`
+# (tensorflow_addons `_BaseAttentionMechanism`, TF1 contrib.seq2seq: "converts the score and previous alignments to
+# probabilities"), so a running sum of it is at most 1 (C25).
+CALLBACK_DISTRIBUTIONS = {"probability_fn": (1,)}
+
+
 # Keras helpers that return their tensor arguments reshaped, in order: element i of the result has argument i's
 # dtype (`y_true, y_pred = squeeze_or_expand_to_same_rank(y_true, y_pred)` in every Keras 3 loss function; tf_keras'
 # `losses_utils.squeeze_or_expand_dimensions(y_pred, y_true)`; tf_keras resolves as keras.src).

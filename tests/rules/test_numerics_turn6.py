@@ -158,3 +158,74 @@ def test_hyper_parameter_exponents_of_loss_terms_and_bounded_bases_stay_silent(k
     # a base at most 1 (a sigmoid) cannot overflow whatever the exponent.
     assert [f for f in found(FOCAL_BETA, keras) if f[0] == "MP204"] == []
 
+
+# -- a running sum of an attention distribution is bounded by 1 (C25; addons attention_wrapper.py:947) ---------
+MONOTONIC = """
+    import functools
+
+    import tensorflow as tf
+
+
+    def monotonic_attention(p_choose_i, previous_attention, mode):
+        p_choose_i = tf.convert_to_tensor(p_choose_i, name="p_choose_i")
+        previous_attention = tf.convert_to_tensor(previous_attention, name="previous_attention")
+        if mode == "parallel":
+            cumprod_1mp = tf.math.cumprod(1 - p_choose_i, axis=1, exclusive=True)
+            attention = p_choose_i * cumprod_1mp * tf.cumsum(
+                previous_attention / tf.clip_by_value(cumprod_1mp, 1e-10, 1.0), axis=1)
+        else:
+            p_choose_i *= tf.cumsum(previous_attention, axis=1)
+            attention = p_choose_i * tf.math.cumprod(1 - p_choose_i, axis=1, exclusive=True)
+        return attention
+
+
+    def _monotonic_probability_fn(score, previous_alignments, mode):
+        p_choose_i = tf.sigmoid(score)
+        return monotonic_attention(p_choose_i, previous_alignments, mode)
+
+
+    class AttentionMechanism(tf.keras.layers.Layer):
+        def __init__(self, units, probability_fn, **kwargs):
+            super().__init__(**kwargs)
+            self.probability_fn = probability_fn
+            self.query_layer = tf.keras.layers.Dense(units)
+
+        def call(self, inputs):
+            query, state = inputs
+            score = tf.reduce_sum(self.query_layer(query), axis=-1)
+            return self.probability_fn(score, state)
+
+
+    class MonotonicAttention(AttentionMechanism):
+        def __init__(self, units, mode="parallel", **kwargs):
+            wrapped_probability_fn = functools.partial(_monotonic_probability_fn, mode=mode)
+            super().__init__(units, probability_fn=wrapped_probability_fn, **kwargs)
+"""
+PARALLEL_CUMSUM, HARD_CUMSUM = 11, 14
+
+
+@BOTH
+def test_a_cumsum_of_the_previous_alignments_is_bounded_by_one(keras):
+    # probability_fn(score, state): the state is the previous alignments, a distribution (the seq2seq attention
+    # contract); its running sum is at most 1. The quotient by a clipped cumprod is not: still reported.
+    result = found(MONOTONIC, keras)
+    assert ("MP203", PARALLEL_CUMSUM) in result
+    assert ("MP203", HARD_CUMSUM) not in result
+
+
+@BOTH
+def test_a_cumsum_of_a_parameter_some_caller_passes_activations_still_overflows(keras):
+    code = MONOTONIC + """
+    class Window(tf.keras.layers.Layer):
+        def call(self, x):
+            return monotonic_attention(tf.sigmoid(x), x * 100.0, "hard")
+    """
+    assert ("MP203", HARD_CUMSUM) in found(code, keras)
+
+
+@BOTH
+def test_a_function_handed_on_under_another_name_is_no_distribution(keras):
+    code = MONOTONIC.replace("probability_fn=wrapped_probability_fn", "score_fn=wrapped_probability_fn")
+    code = code.replace("def __init__(self, units, probability_fn,", "def __init__(self, units, score_fn,")
+    code = code.replace("self.probability_fn = probability_fn", "self.probability_fn = score_fn")
+    assert ("MP203", HARD_CUMSUM) in found(code, keras)
