@@ -156,15 +156,19 @@ def _git_root(path: Path) -> Path | None:
     return None
 
 
-def discover(paths: Iterable[Path], exclude: tuple[str, ...] = ()) -> Iterator[Path]:
+def discover(paths: Iterable[Path], exclude: tuple[str, ...] = (), base: Path | None = None) -> Iterator[Path]:
     """Yield the ``.py``/``.ipynb`` files under ``paths``, each once, in a stable order.
 
     Files named explicitly are always yielded (pre-commit passes exactly the
     files it wants checked), unless an ``exclude`` glob names them. A folder
     named explicitly is walked even when a ``.gitignore`` above it ignores it
     (only the ``.gitignore`` files inside it then apply): the user asked for it.
+    ``base``: the folder of the configuration that holds ``exclude``; its globs match a path below it
+    as the path below it (Ruff), so a folder above the project (``/home/me/build/proj``) matches no
+    ``build/**`` (None: the path as given).
     """
     seen: set[str] = set()
+    base = _identity(base) if base is not None else None
     for given in paths:
         given = Path(given)
         if given.is_dir():
@@ -173,18 +177,31 @@ def discover(paths: Iterable[Path], exclude: tuple[str, ...] = ()) -> Iterator[P
             ignores = _GitIgnores(git_root) if git_root is not None else None
             if ignores is not None and root != git_root and ignores.ignored(root, is_dir=True):
                 ignores = _GitIgnores(root)
-            for found, key in _walk(given, root, ignores, exclude):
+            for found, key in _walk(given, root, ignores, exclude, base):
                 if key not in seen:
                     seen.add(key)
                     yield found
         else:
             key = str(_identity(given))
-            if key not in seen and not _excluded(given, exclude):
+            if key not in seen and not _excluded(
+                    (_below(_identity(given.parent) / given.name, base) if base is not None and exclude else None)
+                    or given, exclude):
                 seen.add(key)
                 yield given
 
 
-def _walk(folder: Path, resolved: Path, ignores: _GitIgnores | None, exclude: tuple[str, ...]) -> Iterator[tuple[Path, str]]:
+def _below(resolved: Path, base: Path | None) -> Path | None:
+    """``resolved`` relative to ``base`` when it lies below it (both real paths), else None."""
+    if base is None:
+        return None
+    try:
+        return resolved.relative_to(base)
+    except ValueError:
+        return None
+
+
+def _walk(folder: Path, resolved: Path, ignores: _GitIgnores | None, exclude: tuple[str, ...],
+          base: Path | None = None) -> Iterator[tuple[Path, str]]:
     """(file, its identity) under ``folder``: a folder's files first, then its subfolders, sorted.
 
     Symlinked folders are not entered (no loops, no files seen twice); a
@@ -208,17 +225,17 @@ def _walk(folder: Path, resolved: Path, ignores: _GitIgnores | None, exclude: tu
             if is_link or name in SKIPPED_DIRS or name.endswith(".egg-info"):
                 continue
             sub = folder / name
-            if _is_virtualenv(sub) or _excluded(sub, exclude):
+            if _is_virtualenv(sub) or exclude and _excluded(_below(resolved / name, base) or sub, exclude):
                 continue
             if ignores is not None and ignores.ignored(os.path.join(resolved, name), is_dir=True):
                 continue
             subfolders.append((sub, resolved / name))
         elif name.endswith(SUFFIXES):
             file = folder / name
-            if _excluded(file, exclude):
+            if exclude and _excluded(_below(resolved / name, base) or file, exclude):
                 continue
             if ignores is not None and ignores.ignored(os.path.join(resolved, name), is_dir=False):
                 continue
             yield file, (str(_identity(file)) if is_link else os.path.join(resolved, name))
     for sub, sub_resolved in subfolders:
-        yield from _walk(sub, sub_resolved, ignores, exclude)
+        yield from _walk(sub, sub_resolved, ignores, exclude, base)

@@ -53,3 +53,23 @@ def test_a_subprojects_globs_are_based_at_its_own_folder(tmp_path: Path, monkeyp
     # The API and the CLI (the repository's configuration at the root, sub's nearer) agree on both files.
     result = CliRunner().invoke(cli, ["check", "."])
     assert "sub/a.py" in result.output and "gen_1.py" not in result.output
+
+
+def test_the_cli_bases_the_root_configurations_globs_at_its_folder(tmp_path: Path, monkeypatch):
+    """``mpfix check sub`` (sub's configuration is the root one) and ``mpfix check /abs/build/proj``
+    matched the root configuration's globs against the paths as given: the project's own files went."""
+    root = tmp_path / "repo"
+    sub = _project(root / "sub", '"sub/*.py", "gen_*.py"')
+    for name in ("a.py", "gen_1.py"):
+        (sub / name).write_text(DEPRECATED)
+    monkeypatch.chdir(root)
+    for args in (["sub"], ["sub/a.py", "sub/gen_1.py"]):
+        output = CliRunner().invoke(cli, ["check", *args]).output
+        assert "sub/a.py" in output and "gen_1.py" not in output, (args, output)
+    proj = _project(tmp_path / "build" / "proj", '"build/**"')
+    (proj / "build").mkdir()
+    (proj / "train.py").write_text(DEPRECATED)
+    (proj / "build" / "gen.py").write_text(DEPRECATED)
+    for args in ([str(proj)], [str(proj / "train.py"), str(proj / "build" / "gen.py")]):
+        output = CliRunner().invoke(cli, ["check", *args]).output
+        assert "train.py" in output and "gen.py" not in output, (args, output)
