@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from mpfix.findings import Finding
@@ -42,13 +41,16 @@ def lint_text(text: str, path: Path | str, settings=None, *, fix: bool = False, 
     Returns the engine's ``LintResult``; an excluded file gets an empty one. Python text only.
     """
     from mpfix import selection
+    from mpfix.discovery import discover
     from mpfix.engine import LintResult, Options
     from mpfix.runner import Job, Mode, engine_for
 
     path = Path(path)
     if settings is None:
         settings = settings_for(path)
-    if settings.exclude and _excluded(path, settings):
+    # The globs match the path below their configuration's folder (Ruff; the CLI does the same).
+    folder = settings.config_file.parent if settings.config_file is not None else None
+    if settings.exclude and not list(discover([path], exclude=settings.exclude, base=folder)):
         return LintResult()
     rules = selection.select(settings.select, settings.ignore, settings.extend_select)
     base = settings.config_file.parent if settings.config_file else Path.cwd()
@@ -58,17 +60,3 @@ def lint_text(text: str, path: Path | str, settings=None, *, fix: bool = False, 
               options=Options(keras=settings.keras, policy=settings.policy, unsafe_fixes=unsafe))
     return engine_for(job).lint(text, path, fix=fix, edits=not fix, ignored=ignored)
 
-
-def _excluded(path: Path, settings) -> bool:
-    """Whether ``settings``' ``exclude`` drops ``path``: its globs match the path below the folder of
-    the configuration that holds them (Ruff's behaviour; the CLI's ``config.by_closest_config``), not
-    the path as given, so a folder above the project (``/home/me/build/proj``) matches no ``build/**``."""
-    from mpfix.discovery import is_excluded
-
-    base = settings.config_file.parent if settings.config_file is not None else Path.cwd()
-    folder = Path(os.path.abspath(path)).parent
-    try:
-        below = folder.resolve().relative_to(base.resolve()) / path.name
-    except (ValueError, OSError, RuntimeError):  # outside the configuration's folder; a symlink loop
-        below = path
-    return is_excluded(below, settings.exclude)
