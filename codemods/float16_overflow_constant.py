@@ -188,7 +188,8 @@ class Float16OverflowConstant(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        facts = dtype_facts(self.context)
+        # tf_keras hands a compiled loss the model's outputs as they are: float16 without a float32 head.
+        facts = dtype_facts(self.context).assuming(Dtype.FLOAT16)
         self._fold_cache: dict = {}  # statement positions, kept for this file's folding
         for candidate in facts.nodes((cst.Name, cst.Attribute, cst.Float, cst.Call, cst.UnaryOperation,
                                       cst.BinaryOperation), module_level=True):

@@ -224,7 +224,8 @@ class Float16UnderflowEpsilon(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        facts = dtype_facts(self.context)
+        # tf_keras hands a compiled loss the model's outputs as they are: float16 without a float32 head.
+        facts = dtype_facts(self.context).assuming(Dtype.FLOAT16)
         for candidate in facts.nodes((cst.Call, cst.Float, cst.Name, cst.Attribute), module_level=True):
             if isinstance(candidate, cst.Call):
                 self._check_call(facts, candidate)
