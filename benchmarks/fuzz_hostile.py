@@ -11,7 +11,8 @@ segfaulting), a **traceback** (any ``Traceback`` on stderr or stdout, or an exit
   random bytes or deep nesting, with a seeded RNG (reproducible: ``--seed``).
 
 Inputs run in batches through the real command line (``python -m mpfix check --format json``,
-then ``apply`` on the same folder), as CI would; with ``--verify-side`` also through ``mpfix
+``--format sarif``, then ``apply`` on the same folder), as CI would; one in eight mutated inputs
+starts with a PEP 263 coding line (a real codec, UTF-16, or none that exists); with ``--verify-side`` also through ``mpfix
 instrument`` and repair's edit and write validation (no TensorFlow). A batch that fails is retried
 file by file to name the culprit.
 
@@ -112,19 +113,32 @@ def generated(count: int, seed: int) -> list[bytes]:
     return [(TRIGGER + p).encode("utf-8", "surrogatepass") for p in programs[:count]]
 
 
+# A PEP 263 coding line on some inputs (its own RNG, so the mutations of a seed stay what they were):
+# check/apply/instrument decode through it and write back in it; a bogus or unusable one is an error.
+CODINGS = (b"latin-1", b"cp1252", b"utf-8", b"euc-jp", b"utf-16", b"no-such-codec", b"latin-1\xff")
+
+
+def with_coding(data: bytes, rng: random.Random) -> bytes:
+    """``data`` behind a coding line, some of the time (1 in 8)."""
+    if rng.randrange(8):
+        return data
+    return b"# -*- coding: " + rng.choice(CODINGS) + b" -*-\n" + data
+
+
 def mutated(count: int, seed: int) -> list[bytes]:
     rng = random.Random(seed)
+    coding_rng = random.Random(seed + 1_000_003)
     files = corpus()
     out = []
     while len(out) < count:
         data = rng.choice(files).read_bytes()
         for _ in range(rng.randrange(1, 4)):
             data = mutate(data, rng) if data else data
-        out.append(TRIGGER.encode() + data)
+        out.append(with_coding(TRIGGER.encode() + data, coding_rng))
     return out
 
 
-COMMANDS = [["check", "--format", "json"], ["apply"]]
+COMMANDS = [["check", "--format", "json"], ["check", "--format", "sarif"], ["apply"]]
 JOBS = "1"
 
 # ``--verify-side``: what verify/repair/instrument do with a user's file, without TensorFlow: ``mpfix

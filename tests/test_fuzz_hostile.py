@@ -44,3 +44,14 @@ def test_the_verify_side_probe_passes_mutated_and_deeply_nested_files(monkeypatc
     monkeypatch.setattr(fuzz_hostile, "COMMANDS", [fuzz_hostile.VERIFY_SIDE])
     inputs = fuzz_hostile.mutated(6, seed=5) + [b"y = " + b"(" * 3000 + b"1" + b")" * 3000 + b"\n"]
     _check("mutated", inputs)
+
+
+def test_coding_lines_reach_check_sarif_apply_and_the_verify_side(monkeypatch):
+    # Every coding line the harness writes, behind the rule trigger, through all four commands.
+    monkeypatch.setattr(fuzz_hostile, "COMMANDS", fuzz_hostile.COMMANDS + [fuzz_hostile.VERIFY_SIDE])
+    body = fuzz_hostile.TRIGGER.encode() + "s = 'caf\u00e9'\n".encode("latin-1")
+    inputs = [b"# -*- coding: " + codec + b" -*-\n" + body for codec in fuzz_hostile.CODINGS]
+    _check("coding", inputs)
+    import random
+    rng = random.Random(1)
+    assert any(fuzz_hostile.with_coding(b"x\n", rng).startswith(b"# -*- coding") for _ in range(100))
