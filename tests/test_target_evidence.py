@@ -68,7 +68,9 @@ def _lint(tmp_path: Path, text: str, fix: bool = True):
     return engine.lint(text, path, fix=fix)
 
 
-@pytest.mark.parametrize("reset", ["train_loss.reset_states()", "tf.estimator.ModeKeys.TRAIN"])
+@pytest.mark.parametrize("reset", ["train_loss.reset_states()", "tf.estimator.ModeKeys.TRAIN",
+                                   "tf.keras.layers.experimental.preprocessing.Rescaling(1.0)",
+                                   "tf.keras.optimizers.legacy.SGD()"])
 def test_keras2_only_api_in_the_file_withholds_the_keras3_fix(tmp_path, monkeypatch, reset):
     _fake_versions(monkeypatch, {"tensorflow": "2.21.0"})
     text = TRAINER.format(reset=reset)
@@ -129,7 +131,11 @@ def test_every_keras2_only_row_holds_on_the_installed_tensorflow():
     assert int(keras.__version__.split(".")[0]) == 3
     rows = {row.api: row for row in target.FILE_EVIDENCE}
     assert set(rows) == {"keras.ops / keras.config", "tf.estimator", "keras.backend.set_learning_phase",
-                         "Metric.reset_states"}
+                         "keras.layers.experimental", "keras.optimizers.legacy", "Metric.reset_states"}
+    assert not hasattr(keras.layers, "experimental") and hasattr(tf_keras.layers.experimental, "preprocessing")
+    with pytest.raises(ImportError):
+        keras.optimizers.legacy.Adam()
+    tf_keras.optimizers.legacy.Adam()
     assert not hasattr(tf, "estimator") and not hasattr(tf.compat.v1, "estimator")
     assert not hasattr(keras.backend, "set_learning_phase") and hasattr(tf_keras.backend, "set_learning_phase")
     assert not hasattr(keras.metrics.Mean(), "reset_states") and hasattr(tf_keras.metrics.Mean(), "reset_states")
