@@ -100,6 +100,14 @@ class CallDtypes:
                 returned = self.return_dtype(*callee, depth=depth)
                 if returned is not UNK and returned is not PY:
                     return returned
+                own = self._region_by_func.get(callee[0])
+                if own is not None and own is not region and own.kind not in ("shadow", "module") and own.returns \
+                        and not own.callers_decide and depth < 20:
+                    # A float16 region of this file that returns float32 all the same (`tf.cast(m, dtype)` with the
+                    # dtype its callers spell, float32): float32 whatever it is passed.
+                    produced = join_all(self.dtype(v, own, depth + 1) for v in own.returns)
+                    if produced.wide:
+                        return produced
                 closure = region.nested.get(callee[0].name.value) is callee[0]
                 if callee[1] is not None and node.args and not closure:
                     # A method of this class follows its tensor arguments (float32 gradients in, float32 out),
@@ -124,7 +132,7 @@ class CallDtypes:
             if region.kind == "shadow":
                 return UNK
             if isinstance(node.func, cst.Name) and node.func.value in region.param_dtypes and \
-                    not heuristics.MODEL_CALL_NAME.search(node.func.value):
+                    node.func.value not in region.layer_params and not heuristics.MODEL_CALL_NAME.search(node.func.value):
                 # A callable parameter (`distance_metric(embeddings)`): it maps its argument, whose
                 # dtype is the best guess of its result's.
                 passed = [self.dtype(a.value, region, depth) for a in node.args if a.keyword is None][:2]

@@ -46,7 +46,9 @@ class NameDtypes:
                         self._record_call(loss_call, call, caller, seen, spellings)
             elif by_function.get(target) is not None:
                 self._record_call(target, call, caller, seen, spellings)
+        self._cross_file_arguments(by_function, seen, spellings)
         passed_on = False
+        respelled = []
         for target, names in spellings.items():
             region = by_function[target]
             learnt = {name: next(iter(ds)) for name, ds in names.items() if len(ds) == 1 and UNK not in ds
@@ -58,8 +60,18 @@ class NameDtypes:
             if learnt or stale:
                 region.spelled.update(learnt)
                 region.memo.clear()
+                respelled.append(region)
+        if respelled:
+            # Recomputed once every spelling is learnt, with the regions that call them: a caller computed before
+            # (`padding = get_padding(x, dtype)`) read the callee's stale return.
+            self._returns.clear()
+            nodes = {region.node for region in respelled}
+            callers = [r for r in by_function.values() if r not in respelled and any(
+                (found := self._same_file_function(call, r)) is not None and found[0] in nodes for call in r.calls)]
+            for region in [*respelled, *callers]:
+                region.memo.clear()
                 self._compute_env(region)
-                passed_on = True  # what the region computes with it, it passes on (once more)
+            passed_on = True  # what the regions compute with it, they pass on (once more)
         for target, dtypes in seen.items():
             region = by_function[target]
             # Every caller passes float32 (Python numbers too: they become tensors of what they meet, and a
@@ -114,6 +126,27 @@ class NameDtypes:
             if pname in _DTYPE_PARAMETERS:  # `reduce_weighted_values(..., dtype=self.dtype)`
                 spelled = self.dtype_of_spelling(arg.value, caller) if caller is not None else UNK
                 spellings.setdefault(target, {}).setdefault(pname, set()).add(spelled)
+
+    def _cross_file_arguments(self, by_function: dict[cst.FunctionDef, Region],
+                              seen: dict[cst.FunctionDef, dict[str, set[Dtype]]],
+                              spellings: dict[cst.FunctionDef, dict[str, set[Dtype]]]) -> None:
+        """What other files' float16 code passes a function of this file (``ProjectFileFacts.cross_calls``): the
+        caller's float16 activations, a float32 cast, a number, or a value the scan cannot judge; a ``dtype``
+        parameter a caller leaves out is its default (``get_padding_bias(x, dtype=tf.float32)``)."""
+        for call in getattr(self, "cross_calls", ()):
+            target = self.functions.get(call.function)
+            if target not in by_function or not call.float16:
+                continue
+            dtypes = seen.setdefault(target, {})
+            for name in call.tensors | call.float32 | call.numbers | call.unknown:
+                dtype = F16 if name in call.tensors else F32 if name in call.float32 else \
+                    PY if name in call.numbers else UNK
+                dtypes.setdefault(name, set()).add(dtype)
+            passed = {name for name, _ in call.args}
+            for param in [*target.params.params, *target.params.kwonly_params]:
+                if param.name.value in _DTYPE_PARAMETERS and param.default is not None:
+                    spelled = UNK if param.name.value in passed else spelled_dtype(param.default, self.resolve) or UNK
+                    spellings.setdefault(target, {}).setdefault(param.name.value, set()).add(spelled)
 
     def _learn_layer_arguments(self, by_function: dict[cst.FunctionDef, Region]) -> None:
         """tf_keras autocasts only the first argument of a layer's ``call``: a later parameter of a layer class of

@@ -68,6 +68,9 @@ class Region:
     spelled: dict[str, Dtype] = field(default_factory=dict)  # `dtype` parameters: what every caller spells
     # The region of the function this one is a closure of: names it reads but does not bind are that one's.
     enclosing: "Region | None" = None
+    # Parameters some caller (this file or another: ``ProjectFileFacts.cross_calls``) hands an instance of a
+    # project Keras layer/model class: calling one returns the compute dtype.
+    layer_params: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         self.kind = RegionKind(self.kind)
@@ -248,11 +251,12 @@ class RegionFinder:
                     for arg in call.args:
                         if isinstance(arg.value, cst.Name) and arg.value.value in functions:
                             seeds.append((functions[arg.value.value], "helper", None))
-        seen: set[cst.FunctionDef] = set()
-        queue = list(seeds)
         # Helpers that only regions whose callers decide their parameters call (a library loss helper's own
         # helpers: iou_loss -> _iou_per_anchor) get what those pass, not float16 (mp2, turn 5).
         inherits: dict[cst.FunctionDef, bool] = {}
+        layer_params = self._cross_file_seeds(seeds, inherits)
+        seen: set[cst.FunctionDef] = set()
+        queue = list(seeds)
         while queue:
             func, kind, owner = queue.pop(0)
             if func in seen:
@@ -261,7 +265,8 @@ class RegionFinder:
             region = Region(node=func, kind=kind, in_class=owner is not None, owner=owner,
                             layer_method=owner is not None and kind in ("layer-call", "helper")
                             and self.is_layer_class(owner),
-                            callers_decide=self._callers_decide(func, kind, owner) or inherits.get(func, False))
+                            callers_decide=self._callers_decide(func, kind, owner) or inherits.get(func, False),
+                            layer_params=layer_params.get(func, frozenset()))
             outer = closure_of.get(func)
             if outer is not None:
                 region.enclosing = self._region_by_func.get(outer) or self.region_for(outer, owner)
@@ -291,6 +296,22 @@ class RegionFinder:
                             queue.append((target, "helper", closure_owner.get(target)))
         self._add_region(Region(node=self.module, kind="module"))
         self._learn_parameters()
+
+    def _cross_file_seeds(self, seeds: list, inherits: dict[cst.FunctionDef, bool]) -> dict[cst.FunctionDef, frozenset[str]]:
+        """Cross-file seeds (``mpfix.project.crosscalls``): a module function another file calls from float16
+        code (a Keras layer's ``call``, a model's train step) is a helper, as if called in this file; one some
+        caller hands a Keras layer/model instance is a region whose other parameters its callers decide."""
+        layer_params: dict[cst.FunctionDef, frozenset[str]] = {}
+        for call in getattr(self, "cross_calls", ()):
+            func = self.functions.get(call.function)
+            if func is None:
+                continue
+            if call.keras_instances:
+                layer_params[func] = layer_params.get(func, frozenset()) | call.keras_instances
+            if call.float16 or call.keras_instances:
+                seeds.append((func, "helper", None))
+                inherits[func] = inherits.get(func, True) and not call.float16
+        return layer_params
 
     def _add_region(self, region: Region) -> None:
         self.regions.append(region)

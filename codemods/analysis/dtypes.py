@@ -40,8 +40,10 @@ class DtypeAnalysis(RegionFinder, NameDtypes, ExpressionDtypes, SpellingDtypes, 
     """Regions of one module float16 can reach, with parent links and the dtype of expressions in them."""
 
     def __init__(self, module: cst.Module, resolve, index: dict[type, list[cst.CSTNode]] | None = None,
-                 keras: int = 3, predictions: Dtype = UNK) -> None:
+                 keras: int = 3, predictions: Dtype = UNK, project=None) -> None:
         self.module = module
+        # Cross-file calls of this file's functions (``ProjectFileFacts.cross_calls``, via ``RuleContext.project``).
+        self.cross_calls = tuple(getattr(project, "cross_calls", ()))
         # What a loss's callers feed it as predictions where this file cannot see them (tf_keras hands a
         # compiled `fn(y_true, y_pred)` the model's outputs as they are): unknown, or the condition a rule
         # asks about (``DtypeFacts.dtype_of(node, predictions=F16)``); ``assumed_predictions`` says it mattered.
@@ -115,5 +117,6 @@ def dtype_analysis(context) -> DtypeAnalysis:
     cached = context.cache.get("dtypes")
     if cached is None or cached.module is not context.module:
         cached = context.cache["dtypes"] = DtypeAnalysis(context.module, context.resolve, nodes_by_type(context),
-                                                         keras=getattr(context, "keras", 3))
+                                                         keras=getattr(context, "keras", 3),
+                                                         project=getattr(context, "project", None))
     return cached

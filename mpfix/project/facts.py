@@ -8,8 +8,10 @@ only read what is in the key, so a change elsewhere in the project that changes 
 changes the key (review finding F1).
 
 The facts: float16 reach (``mpfix.policy.project_reach``: entry points, imports, fixtures), the
-callers index (``mpfix.project.callers``: MP205's test helpers), the declared Keras target and the
-newest TensorFlow the project allows (``mpfix.declared``).
+callers index (``mpfix.project.callers``: MP205's test helpers), the cross-file calls of the
+file's functions from float16 code or with Keras instances (``mpfix.project.crosscalls``: the dtype
+inference seeds those functions as regions), the declared Keras target and the newest TensorFlow
+the project allows (``mpfix.declared``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mpfix.project import project_root
+from mpfix.project.crosscall_records import CrossCall
 from mpfix.project.files import path_forms
 from mpfix.project.kinds import Policy
 from mpfix.project.reach import project_reach
@@ -42,11 +45,15 @@ class ProjectFileFacts:
     declared: str = ""
     # The newest TensorFlow (major, minor) the project allows; None: open or not declared.
     tf_max: tuple[int, int] | None = None
+    # Calls of this file's module functions from other files' float16 code (a Keras layer's call, a
+    # model's train step) and calls anywhere that hand them a Keras layer/model instance, sorted.
+    cross_calls: tuple[CrossCall, ...] = ()
 
     def key(self) -> str:
         """Everything above as a string: the part of the file's cache key the project decides."""
         reach = "" if self.reach is None else self.reach.key()
-        return repr((reach, sorted(self.test_helpers), self.declared, self.tf_max))
+        calls = [c.to_json() for c in self.cross_calls]
+        return repr((reach, sorted(self.test_helpers), self.declared, self.tf_max, calls))
 
 
 NO_FACTS = ProjectFileFacts()
@@ -59,15 +66,22 @@ class ProjectFacts:
     root: Path
     reach: ProjectReach
     helpers: dict[str, frozenset[str]] | None = field(default=None, repr=False)  # None: not computed
+    calls: dict[str, frozenset[CrossCall]] | None = field(default=None, repr=False)  # None: not computed
 
     def test_helpers_of(self, path: Path | str) -> frozenset[str]:
         helpers = self.helpers or {}
         return next((helpers[form] for form in path_forms(path) if form in helpers), frozenset())
 
+    def cross_calls_of(self, path: Path | str) -> tuple[CrossCall, ...]:
+        calls = self.calls or {}
+        return tuple(sorted(next((calls[form] for form in path_forms(path) if form in calls), frozenset())))
 
-def project_facts(root: Path, *, callers: bool) -> ProjectFacts:
-    """The facts of the project under ``root``; the callers index only when ``callers`` asks for it."""
-    return ProjectFacts(root=root, reach=project_reach(root), helpers=_helpers(root) if callers else None)
+
+def project_facts(root: Path, *, callers: bool, reached_only: bool = True) -> ProjectFacts:
+    """The facts of the project under ``root``; the callers index and cross-file calls only when
+    ``callers`` asks for them (``reached_only``: scan the files float16 reaches, else every file)."""
+    return ProjectFacts(root=root, reach=project_reach(root), helpers=_helpers(root) if callers else None,
+                        calls=_cross_calls(root, reached_only) if callers else None)
 
 
 @functools.lru_cache(maxsize=32)
@@ -85,6 +99,33 @@ def _helpers(root: Path) -> dict[str, frozenset[str]]:
     found = test_helpers(files)
     if stamp:
         store.save("callers", root, stamp, {path: sorted(names) for path, names in found.items()})
+    return found
+
+
+@functools.lru_cache(maxsize=32)
+def _cross_calls(root: Path, reached_only: bool) -> dict[str, frozenset[CrossCall]]:
+    """The cross-file calls of the project: from the files float16 reaches (``reached_only``: the
+    entry points decide), or from every file (a configured policy reaches them all)."""
+    from mpfix.project import store
+    from mpfix.project.crosscalls import cross_calls
+    from mpfix.project.files import project_files
+
+    files = project_files(root)
+    if reached_only:
+        reached = project_reach(root)
+        files = tuple(f for f in files if reached.reach_for(f).policy is Policy.FLOAT16)
+    kind = "crosscalls-reached" if reached_only else "crosscalls-all"
+    stamp = store.fingerprint(root, project_files(root)) if store.folder() is not None else ""
+    if stamp:
+        data = store.load(kind, root, stamp)
+        if data is not None:
+            try:
+                return {path: frozenset(CrossCall.from_json(c) for c in calls) for path, calls in data.items()}
+            except (TypeError, ValueError):
+                pass  # damaged: scan again
+    found = cross_calls(root, files)
+    if stamp:
+        store.save(kind, root, stamp, {path: [c.to_json() for c in sorted(calls)] for path, calls in found.items()})
     return found
 
 
@@ -113,8 +154,9 @@ def file_facts(path: Path, *, consult_project: bool = True, float16_rules: bool 
             # No file of the project runs under float16: no float16 rule runs on this one either
             # (its own text may still set a policy, but then the disk scan saw it too).
             return ProjectFileFacts(reach=reach, declared=base.declared, tf_max=bound)
-    helpers = project_facts(root, callers=True).test_helpers_of(path)
-    return ProjectFileFacts(reach=reach, test_helpers=helpers, declared=base.declared, tf_max=bound)
+    facts = project_facts(root, callers=True, reached_only=consult_project)
+    return ProjectFileFacts(reach=reach, test_helpers=facts.test_helpers_of(path), declared=base.declared,
+                            tf_max=bound, cross_calls=facts.cross_calls_of(path))
 
 
 def prepare(root: Path, *, consult_project: bool) -> None:
@@ -123,8 +165,10 @@ def prepare(root: Path, *, consult_project: bool) -> None:
     reach the project (or no scan decides: a configured policy)."""
     if not consult_project or project_reach(root).policy is Policy.FLOAT16:
         _helpers(root)
+        _cross_calls(root, consult_project)
 
 
 def forget() -> None:
     """Forget every project's callers index (files were created or saved)."""
     _helpers.cache_clear()
+    _cross_calls.cache_clear()
