@@ -229,3 +229,66 @@ def test_a_function_handed_on_under_another_name_is_no_distribution(keras):
     code = code.replace("def __init__(self, units, probability_fn,", "def __init__(self, units, score_fn,")
     code = code.replace("self.probability_fn = probability_fn", "self.probability_fn = score_fn")
     assert ("MP203", HARD_CUMSUM) in found(code, keras)
+
+
+# -- layers kept in a list of lists: the k-th element of what the class appends (N11, research detr_lib.py) -----
+DECODER = """
+    import tensorflow as tf
+
+
+    class PrePostProcessingWrapper(tf.keras.layers.Layer):
+        def __init__(self, layer, dropout):
+            super().__init__()
+            self.layer = layer
+            self._dropout = dropout
+
+        def build(self, input_shape):
+            self.layer_norm = tf.keras.layers.LayerNormalization(epsilon=1e-6, dtype="float32")
+            super().build(input_shape)
+
+        def call(self, to_add, *args, **kwargs):
+            y = self.layer(*args, **kwargs)
+            return self.layer_norm(to_add + y)
+
+
+    class DecoderStack(tf.keras.layers.Layer):
+        def __init__(self, hidden_size, num_layers):
+            super().__init__()
+            self.hidden_size = hidden_size
+            self.num_layers = num_layers
+            self.layers = []
+
+        def build(self, input_shape):
+            for _ in range(self.num_layers):
+                self_attention = tf.keras.layers.Dense(self.hidden_size)
+                feed_forward = tf.keras.layers.Dense(self.hidden_size)
+                self.layers.append([
+                    {first},
+                    PrePostProcessingWrapper(feed_forward, 0.1),
+                ])
+            super().build(input_shape)
+
+        def call(self, decoder_inputs, training):
+            queries = decoder_inputs
+            outputs = []
+            for _, layer in enumerate(self.layers):
+                self_attention_layer = layer[0]
+                attended = self_attention_layer(decoder_inputs, decoder_inputs)
+                outputs.append(attended + queries)
+            return tf.add_n(outputs)
+"""
+MIX = 42
+
+
+@BOTH
+def test_the_output_of_a_float32_wrapper_kept_in_a_list_meets_float16_queries(keras):
+    # layer[0] is a PrePostProcessingWrapper (its call returns a dtype="float32" LayerNormalization's output):
+    # attended is float32, queries float16 -> InvalidArgumentError in both generations.
+    code = DECODER.format(first="PrePostProcessingWrapper(self_attention, 0.1)")
+    assert ("MP206", MIX) in found(code, keras)
+
+
+@BOTH
+def test_a_list_element_of_plain_layers_is_the_compute_dtype(keras):
+    # layer[0] is a plain Dense (the compute dtype); the float32 wrapper is element 1, never called here.
+    assert ("MP206", MIX) not in found(DECODER.format(first="tf.keras.layers.Dense(self.hidden_size)"), keras)
