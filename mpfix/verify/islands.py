@@ -187,6 +187,14 @@ def _parsed(text: str) -> cst.Module | None:
 
 
 def float32_island(text: str, line: int, column: int, op: str) -> str | None:
+    """``text`` with the ``op`` expression at ``line``:``column`` computed in float32 and cast back, or None."""
+    try:
+        return _float32_island(text, line, column, op)
+    except RecursionError:  # a chain the parse allows but metadata/code generation cannot recurse through
+        return None
+
+
+def _float32_island(text: str, line: int, column: int, op: str) -> str | None:
     module = _parsed(text)
     if module is None:
         return None
@@ -215,6 +223,15 @@ def float32_island(text: str, line: int, column: int, op: str) -> str | None:
 
 
 def layer_float32(text: str, line: int, class_name: str | None = None) -> str | None:
+    """``text`` with the layer built at ``line`` (``class_name``, or the one constructor there) given
+    ``dtype="float32"``, or None."""
+    try:
+        return _layer_float32(text, line, class_name)
+    except RecursionError:  # as in float32_island
+        return None
+
+
+def _layer_float32(text: str, line: int, class_name: str | None = None) -> str | None:
     module = _parsed(text)
     if module is None:
         return None
