@@ -68,7 +68,11 @@ def instrument(script: Path, mode: str, output: Path | None, keras: str) -> None
     if output is None and mode == "write":
         output = script.with_name(script.stem + "_instrumented.py")
     if output is not None:
-        output.write_bytes(decoded.encode(new))  # the script's encoding, BOM and newlines
+        try:  # the script's encoding, BOM and newlines
+            _write_copy(output, decoded.encode(new), script)
+        except OSError as exc:
+            click.echo(f"mpfix instrument: error: {output}: cannot write: {exc}", err=True)
+            sys.exit(EXIT_ERROR)
         click.echo(f"wrote {output} ({changed} training step(s) instrumented)")
         return
     diff = difflib.unified_diff(
@@ -78,6 +82,38 @@ def instrument(script: Path, mode: str, output: Path | None, keras: str) -> None
         tofile=f"{script} (instrumented)",
     )
     sys.stdout.writelines(diff)
+
+
+def _write_copy(output: Path, data: bytes, script: Path) -> None:
+    """Write the copy to ``output`` with ``script``'s mode, through a temporary file and a rename.
+
+    What is already there must be a regular file (a previous copy): a FIFO would block the write
+    forever, and a symbolic link (``train_instrumented.py -> ~/.bashrc`` in a cloned repository) would
+    be written through; both are refused, never opened.
+    """
+    import os
+    import stat
+    import tempfile
+
+    from mpfix import safe_read
+
+    if output.is_symlink():
+        raise OSError(f"it is a symbolic link (to {os.readlink(output)}); not followed, choose another -o")
+    kind = safe_read.special_kind(output)
+    if kind is not None:
+        raise OSError(f"it is {kind}, not a regular file")
+    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".mpfix-tmp", dir=output.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, stat.S_IMODE(os.stat(script).st_mode))
+        os.replace(tmp, output)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
 
 
 if __name__ == "__main__":

@@ -74,3 +74,32 @@ def test_undecodable_bytes_are_a_path_line_error(tmp_path: Path):
     result = CliRunner().invoke(instrument, [str(script)])
     assert result.exit_code == 2
     assert result.output.startswith(f"{script}:2:6: error: cannot read: cannot decode as utf-8")
+
+
+def test_the_copy_is_never_written_through_a_fifo_a_link_or_into_a_missing_folder(tmp_path: Path):
+    """A FIFO at ``<name>_instrumented.py`` made ``--write`` block forever; a symbolic link there was
+    written through (outside the project); a missing folder for ``-o`` was a traceback."""
+    import os
+
+    script = tmp_path / "train.py"
+    script.write_text(STEP)
+    script.chmod(0o750)
+    copy = tmp_path / "train_instrumented.py"
+    os.mkfifo(copy)
+    done = subprocess.run([sys.executable, "-m", "mpfix", "instrument", "--write", str(script)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "FIFO" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    copy.unlink()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me\n")
+    copy.symlink_to(outside)
+    result = CliRunner().invoke(instrument, ["--write", str(script)])
+    assert result.exit_code == 2 and "symbolic link" in result.output
+    assert outside.read_text() == "keep me\n" and copy.is_symlink()
+    result = CliRunner().invoke(instrument, [str(script), "-o", str(tmp_path / "missing" / "x.py")])
+    assert result.exit_code == 2 and "cannot write" in result.output
+    copy.unlink()
+    result = CliRunner().invoke(instrument, ["--write", str(script)])
+    assert result.exit_code == 0 and copy.is_file() and not copy.is_symlink()
+    assert (copy.stat().st_mode & 0o777) == 0o750 and b"check_numerics" in copy.read_bytes()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".mpfix-tmp")] == []
