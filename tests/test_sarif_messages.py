@@ -124,3 +124,23 @@ def test_unknown_target_hint_is_part_of_the_message_string(tmp_path: Path, monke
         assert result["message"]["id"].endswith("+kerasUnknown")
         string = run["tool"]["driver"]["rules"][result["ruleIndex"]]["messageStrings"][result["message"]["id"]]
         assert _sarif_format(string["text"], result["message"].get("arguments", [])) == result["message"]["text"]
+
+
+def test_artifact_uris_are_uri_references(tmp_path: Path, monkeypatch):
+    """SARIF's artifactLocation.uri is a URI reference: a space, '#', '%' or 'é' in a file name is
+    percent-encoded (before, 'my file#2.py' went out as is, and '#2.py' reads as a fragment)."""
+    from urllib.parse import unquote, urlsplit
+
+    from conftest import DEPRECATED
+
+    monkeypatch.chdir(tmp_path)
+    names = ["my file#2.py", "100%.py", "café.py", "plain.py"]
+    for name in names:
+        (tmp_path / name).write_text(DEPRECATED)
+    sarif = json.loads(CliRunner().invoke(cli, ["check", "--format", "sarif", *names]).output)
+    assert list(_schema_validator().iter_errors(sarif)) == []
+    uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in sarif["runs"][0]["results"]}
+    assert {unquote(u) for u in uris} == set(names)
+    for u in uris:
+        assert urlsplit(u).path == u and " " not in u and all(ord(c) < 128 for c in u), u
+    assert "plain.py" in uris and "my%20file%232.py" in uris

@@ -7,6 +7,7 @@ does not load the rules package to write a log (``mpfix.output.sarif`` does, for
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote
 
 from mpfix import __version__
 
@@ -15,10 +16,15 @@ INFORMATION_URI = "https://github.com/mpfix/mpfix"
 
 
 def uri(filename: str) -> str:
-    """The artifact's URI: relative to the working directory (``%SRCROOT%``) when it is below it."""
+    """The artifact's URI: relative to the working directory (``%SRCROOT%``) when it is below it.
+
+    A URI reference (SARIF §3.4.3): a space, ``#``, ``?``, ``%`` or a non-ASCII letter in a file name is
+    percent-encoded, as ``Path.as_uri`` does for absolute ones (``my file#2.py`` is ``my%20file%232.py``;
+    unescaped, ``#2.py`` would read as a fragment).
+    """
     path = Path(filename)
     try:
-        return path.absolute().relative_to(Path.cwd()).as_posix()
+        return quote(path.absolute().relative_to(Path.cwd()).as_posix(), safe="/")
     except ValueError:
         return path.absolute().as_uri()
 
