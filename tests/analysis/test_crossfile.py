@@ -266,3 +266,23 @@ def test_a_dtype_parameter_the_callers_leave_at_float32_keeps_the_helper_float32
     (project / "pkg" / "transformer.py").write_text(TRANSFORMER.replace("(inputs)", "(inputs, dtype=tf.float16)"))
     policies.forget_projects()
     assert _check(project) == ["pkg/model_utils.py:12:MP201"]
+
+
+def test_the_scan_survives_hostile_projects(project: Path):
+    """Cyclic re-exports and bases, a file that does not parse, undecodable bytes, deep nesting, relative imports
+    above the root, `x[i] += v` in a layer: the scan answers (what it can) instead of raising."""
+    deep = "x = " + "(" * 300 + "1" + ")" * 300 + "\n"
+    _write(project, {
+        "pkg/__init__.py": "from pkg.a import f\nfrom pkg.b import g as f2\n",
+        "pkg/a.py": "from pkg import f2 as f\nclass A(B):\n    pass\nclass B(A):\n    pass\n",
+        "pkg/b.py": "from pkg import f as g\nfrom ...... import nothing\n",
+        "pkg/broken.py": "def (:\n",
+        "pkg/deep.py": deep,
+        "pkg/layer.py": "import tensorflow as tf\nfrom pkg import utils\n\n\nclass L(tf.keras.layers.Layer):\n"
+                        "    def call(self, x):\n        y = x\n        y[0] += x\n        return utils.activation_fn(y, 'srelu')\n",
+        "pkg/utils.py": UTILS, "train.py": ENTRY.replace("pkg.layers import Block", "pkg.layer import L")
+        .replace("[Block()]", "[L()]")})
+    (project / "pkg" / "binary.py").write_bytes(b"\xff\xfe\x00\x00def f(:\n\x00")
+    calls = project_facts.file_facts(project / "pkg" / "utils.py").cross_calls
+    assert [(c.function, c.context) for c in calls] == [("activation_fn", CallContext.LAYER_CALL)]
+    assert "pkg/utils.py:6:MP201" in _check(project)
