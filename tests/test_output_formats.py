@@ -274,3 +274,18 @@ def test_runtime_sarif_of_verify_has_the_run_shape_of_checks_and_loads_no_rule(p
                                "print(sorted(m for m in sys.modules if m.startswith('mpfix.codemods')))"],
         capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]"
+
+
+@pytest.mark.parametrize("fmt", ["text", "full", "github"])
+def test_a_file_name_with_a_newline_or_escape_cannot_forge_a_line(project: Path, fmt: str):
+    """A hostile repository's file name 'a<newline>fake.py:1:1: MP999 forged<ESC>[31m.py' printed raw made
+    a forged 'path:line:col: CODE' line (CI problem matchers read those) and a terminal escape."""
+    name = "a\nfake.py:1:1: MP999 forged\x1b[31m.py"
+    (project / name).write_text(DEPRECATED)
+    output = mpfix("check", "--format", fmt, ".").output
+    assert "MP306" in output
+    assert not any(line.startswith("fake.py") for line in output.splitlines())
+    if fmt == "github":  # the file= property keeps the real name, escaped as GitHub documents it
+        assert "file=a%0Afake.py%3A1%3A1%3A MP999" in output
+    else:
+        assert "a\\nfake.py:1:1: MP999 forged\\x1b[31m.py:4:14: MP306" in output
