@@ -142,6 +142,19 @@ class CallDtypes:
             return F16  # a layer, model or helper called on tensors
         return self._op_dtype(node, specs.spec_of(op), resolved, region, depth)
 
+    def _python_int(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> bool:
+        """A Python int: ``int(...)``/``len(...)``, or a name every assignment of which is one
+        (``last_dim = int(functools.reduce(operator.mul, dims))`` in ``tf.constant([-1, last_dim])``)."""
+        if isinstance(node, cst.Integer):
+            return True
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("int", "len"):
+            return not self.resolve(node.func)
+        if isinstance(node, cst.Name) and depth < 4:
+            values = region.assigned.get(node.value, [])
+            return bool(values) and node.value not in region.param_dtypes and \
+                all(self._python_int(v, region, depth + 1) for v in values)
+        return False
+
     def _callable_result(self, node: cst.BaseExpression, region: Region, depth: int) -> Dtype:
         """What calling ``node`` with no arguments returns: a lambda's body, a function or closure of this file,
         a name bound to lambdas (``true_branch = lambda: self.moving_mean``)."""
@@ -241,8 +254,8 @@ class CallDtypes:
                 if any(isinstance(e.value, cst.Float) for e in value.elements) or any(d.wide for d in found):
                     return F32
                 return INT if all_integers(value) or found <= {INT} or \
-                    all(all_integers(e.value) or self.dtype(e.value, region, depth) is INT
-                        for e in value.elements) else UNK
+                    all(all_integers(e.value) or self.dtype(e.value, region, depth) is INT or
+                        self._python_int(e.value, region) for e in value.elements) else UNK
             first = self.dtype(value, region, depth)
             if first is PY:
                 return INT if isinstance(value, cst.Integer) or all_integers(value) else F32

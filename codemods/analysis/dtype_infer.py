@@ -10,7 +10,7 @@ from mpfix.codemods.analysis.dtype_lattice import (
     spelled_dtype,
 )
 from mpfix.codemods.analysis.dtype_regions import ELEMENT, FLOAT32_VARIABLE, Region
-from mpfix.codemods.analysis.dtype_syntax import assignments
+from mpfix.codemods.analysis.dtype_syntax import assignments, through_builders
 from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.facts import ops as specs
 from mpfix.codemods.names import dotted_name
@@ -93,7 +93,7 @@ class ExpressionDtypes:
         self._attribute_stack.add(key)
         try:
             dtypes = set()
-            for func, value in values:
+            for func, value in through_builders(values):
                 if self._float32_variable(value, func, cls):
                     dtypes.add(F32)
                     continue
@@ -387,7 +387,7 @@ class ExpressionDtypes:
         if depth > 30:
             return UNK
         # Memoized per region; every change of the region's name table clears the memo.
-        key = id(node)
+        key = id(node) if self.flow else -id(node)
         found = region.memo.get(key)
         if found is None:
             found = region.memo[key] = self._dtype(node, region, depth)
@@ -411,7 +411,10 @@ class ExpressionDtypes:
             if node is ELEMENT:
                 return UNK
             if value in region.env:
-                return region.env[value]
+                found = region.env[value]
+                if found is UNK and self._final and self.flow:  # float16 and float32 assignments: those reaching here
+                    found = self.reaching_dtype(node, region, deeper) or UNK
+                return found
             outer = region.enclosing
             while outer is not None:  # a closure reads the enclosing function's names
                 if value in outer.env:

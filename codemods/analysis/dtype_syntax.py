@@ -88,3 +88,42 @@ def blocks(stmt: cst.CSTNode) -> list:
                     todo.append(more)
             todo.extend(getattr(node, "handlers", ()))
     return found
+
+
+def builder_returns(func: cst.FunctionDef, call: cst.BaseExpression) -> tuple[cst.FunctionDef, list] | None:
+    """``call`` calls a function nested in ``func`` (tf_keras BN's ``_renorm_variable`` in ``build``): that function
+    and what it returns, a returned local name replaced by its one assigned value (``var = self.add_weight(...)``)."""
+    if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name):
+        return None
+    from mpfix.codemods._walk import find_all
+
+    nested = next((f for f in find_all(func.body, cst.FunctionDef) if f.name.value == call.func.value), None)
+    if nested is None:
+        return None
+    values: dict[str, list] = {}
+    returned = []
+    for stmt in nested.body.body:
+        for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                values.setdefault(small.targets[0].target.value, []).append(small.value)
+            elif isinstance(small, cst.Return) and small.value is not None:
+                returned.append(small.value)
+    found = []
+    for value in returned:
+        if isinstance(value, cst.Name):
+            assigned = values.get(value.value, [])
+            if len(assigned) != 1:
+                return None
+            value = assigned[0]
+        found.append(value)
+    return (nested, found) if found else None
+
+
+def through_builders(values: list) -> list:
+    """``(method, value)`` pairs of ``self.x = value`` with ``self.renorm_mean = _renorm_variable(...)`` replaced by
+    what the nested function returns (``var = self.add_weight(...)``), with that function as the method."""
+    found = []
+    for func, value in values:
+        built = builder_returns(func, value) if isinstance(func, cst.FunctionDef) else None
+        found.extend([(built[0], v) for v in built[1]] if built else [(func, value)])
+    return found

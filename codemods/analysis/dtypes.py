@@ -24,6 +24,7 @@ import libcst as cst
 from mpfix.codemods._walk import nodes_by_type
 from mpfix.codemods.analysis.dtype_calls import CallDtypes
 from mpfix.codemods.analysis.dtype_env import NameDtypes
+from mpfix.codemods.analysis.dtype_flow import FlowDtypes
 from mpfix.codemods.analysis.dtype_infer import ExpressionDtypes
 from mpfix.codemods.analysis.dtype_lattice import (  # noqa: F401  (the lattice, re-exported)
     BF16, BOOL, CPLX, F16, F32, F64, INT, PY, UNK, Dtype, argument, first_arg, is_float_literal, join, join_all,
@@ -36,7 +37,7 @@ from mpfix.codemods.analysis.dtype_syntax import Calls, imported_names
 from mpfix.codemods.facts.heuristics import LOSS_NAME  # noqa: F401
 
 
-class DtypeAnalysis(RegionFinder, NameDtypes, ExpressionDtypes, SpellingDtypes, CallDtypes, ValueRanges):
+class DtypeAnalysis(RegionFinder, NameDtypes, ExpressionDtypes, SpellingDtypes, CallDtypes, ValueRanges, FlowDtypes):
     """Regions of one module float16 can reach, with parent links and the dtype of expressions in them."""
 
     def __init__(self, module: cst.Module, resolve, index: dict[type, list[cst.CSTNode]] | None = None,
@@ -44,6 +45,7 @@ class DtypeAnalysis(RegionFinder, NameDtypes, ExpressionDtypes, SpellingDtypes, 
         self.module = module
         # Cross-file calls of this file's functions (``ProjectFileFacts.cross_calls``, via ``RuleContext.project``).
         self.cross_calls = tuple(getattr(project, "cross_calls", ()))
+        self._project = project
         # What a loss's callers feed it as predictions where this file cannot see them (tf_keras hands a
         # compiled `fn(y_true, y_pred)` the model's outputs as they are): unknown, or the condition a rule
         # asks about (``DtypeFacts.dtype_of(node, predictions=F16)``); ``assumed_predictions`` says it mattered.
@@ -77,11 +79,14 @@ class DtypeAnalysis(RegionFinder, NameDtypes, ExpressionDtypes, SpellingDtypes, 
         # dtype this file cannot see.
         self.imported: set[str] = imported_names(module)
         self._find_regions()
-        self._final = True
+        self._final = True  # names read flow-sensitively from now on (dtype_flow): what was memoized before is stale
+        for region in self.regions:
+            region.memo.clear()
 
     def under(self, predictions: Dtype) -> "DtypeAnalysis":
         """The same module analysed as if a loss's unseen callers fed it predictions of that dtype."""
-        return DtypeAnalysis(self.module, self._resolve, self.index, keras=self.keras, predictions=predictions)
+        return DtypeAnalysis(self.module, self._resolve, self.index, keras=self.keras, predictions=predictions,
+                             project=self._project)
 
     # -- regions -------------------------------------------------------------------
 

@@ -313,7 +313,12 @@ class DtypeFacts:
         return self._source(first, region, depth + 1, sensitive or spec.has(*op_table.RANGE_SENSITIVE))
 
     def mixes(self) -> list[Mix]:
-        """Every float16/float32 mix in a layer's ``call`` and the methods it calls (raises at run time)."""
+        """Every float16/float32 mix in a layer's ``call`` and the methods it calls (raises at run time).
+
+        Names are read flow-insensitively here (``dtype_insensitive``): a float32 known only where a name is read
+        (``x = tf.cast(x, tf.float32)`` after float16 assignments) met float16 that rested on a guess (a sublayer
+        inherited from another file, often a float32 LayerNormalization) in 3 tf-models layers: no certain mix.
+        """
         if self._mixes is not None:
             return self._mixes
         a = self._a
@@ -332,7 +337,7 @@ class DtypeFacts:
                 continue
             if len(operands) < 2:
                 continue
-            dtypes = [a.dtype(o, region) for o in operands]
+            dtypes = [a.dtype_insensitive(o, region) for o in operands]
             f16 = next((i for i, d in enumerate(dtypes) if d is F16), None)
             wide = next((i for i, d in enumerate(dtypes) if d.wide), None)
             if f16 is None or wide is None:

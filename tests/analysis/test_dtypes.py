@@ -490,12 +490,15 @@ def test_a_name_that_follows_itself_keeps_the_dtype_its_cast_gives(keras):
     assert dtype_of(code, "1.0 - mask", keras=keras) is F32
 
 
-def test_a_name_cast_both_ways_stays_unknown():
+def test_a_name_cast_both_ways_is_what_its_last_assignment_made_it_where_read():
+    # The name table joins float16 and float32 to unknown; read at its use (dtype_flow), x is the last cast.
     code = layer("""
         x = tf.cast(x, tf.float32)
         x = tf.expand_dims(x, 1)
+        z = x + 1.0
         x = tf.cast(x, self.compute_dtype)
         y = x * 2.0
         return y
     """)
-    assert dtype_of(code, "x * 2.0") is UNK
+    assert dtype_of(code, "x * 2.0") is F16
+    assert dtype_of(code, "x + 1.0") is F32

@@ -797,3 +797,170 @@ def test_a_keras3_losss_options_are_its_callers_not_float16():
     found = dtypes(KERAS3_LOSS_PLUMBING, 3)
     assert found["ops.expand_dims(x1, axis=-1)"] is F32  # what TensorFlow traced
     assert found["ops.cast(sample_weight, dtype=dtype)"] is F32
+
+
+# tf_keras batch_normalization.py:606-612,782-797: a name assigned float16 and float32 is unknown in the name
+# table; read where it is used, it holds the last assignment that surely ran before (an `if` testing a dtype
+# against dtype spellings is decided under the policy), or one of those after it that may have.
+FLOW_SENSITIVE_BN = """
+import tensorflow as tf
+
+
+class Norm(tf.keras.layers.Layer):
+    def call(self, inputs, training=None):
+        inputs = tf.cast(inputs, self.compute_dtype)
+        early = tf.nn.relu(inputs)
+        inputs_dtype = inputs.dtype.base_dtype
+        if inputs_dtype in (tf.float16, tf.bfloat16):
+            inputs = tf.cast(inputs, tf.float32)
+        mean = tf.reduce_mean(inputs, axis=0)
+        outputs = tf.nn.batch_normalization(inputs, mean, mean, None, None, 1e-3)
+        if inputs_dtype in (tf.float16, tf.bfloat16):
+            outputs = tf.cast(outputs, inputs_dtype)
+        if training:
+            inputs = tf.cast(inputs, self.compute_dtype)
+        late = tf.nn.relu(inputs)
+        for _ in range(2):
+            looped = tf.nn.relu(inputs)
+            inputs = tf.cast(inputs, tf.float32)
+        return outputs
+"""
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_a_name_cast_to_float32_under_a_dtype_test_is_read_where_it_is_used(keras):
+    found = dtypes(FLOW_SENSITIVE_BN, keras)
+    assert found["tf.nn.relu(inputs)"] is UNK  # the last one: inside a loop a later assignment reaches it too
+    assert found["tf.reduce_mean(inputs, axis=0)"] is F32
+    assert found["tf.nn.batch_normalization(inputs, mean, mean, None, None, 1e-3)"] is F32
+    assert found["tf.cast(outputs, inputs_dtype)"] is F16
+    module = cst.parse_module(textwrap.dedent(FLOW_SENSITIVE_BN).lstrip("\n"))
+    facts = facts_for(module, keras)
+    relus = [n for n in walk(module) if isinstance(n, cst.Call) and module.code_for_node(n) == "tf.nn.relu(inputs)"]
+    assert [facts.dtype_of(n) for n in relus] == [F16, UNK, UNK]  # before the cast; after a branch; in a loop
+
+
+# tf_keras layer_normalization.py:280-317: an assignment in one branch of an `if` never reaches a use in the
+# other; `input_dtype in (...) and self.dtype == "float32"` is decided (a layer's dtype is its float32 variable dtype).
+FLOW_SENSITIVE_LN = """
+import tensorflow as tf
+
+
+class LayerNorm(tf.keras.layers.Layer):
+    def call(self, inputs):
+        inputs = tf.cast(inputs, self.compute_dtype)
+        if not self._fused:
+            input_dtype = inputs.dtype
+            if input_dtype in ("float16", "bfloat16") and self.dtype == "float32":
+                inputs = tf.cast(inputs, "float32")
+            outputs = tf.nn.l2_normalize(inputs, axis=-1)
+        else:
+            inputs = tf.reshape(inputs, [1, -1, 1, 1])
+            outputs = inputs
+        return outputs
+"""
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_an_assignment_in_one_branch_does_not_reach_the_other(keras):
+    found = dtypes(FLOW_SENSITIVE_LN, keras)
+    assert found["tf.nn.l2_normalize(inputs, axis=-1)"] is F32
+    assert found["tf.reshape(inputs, [1, -1, 1, 1])"] is F16
+
+
+# tfm transformer_encoder_block.py:540-564: a name unpacked from a layer's output and reassigned float16 and float32
+# (a dtype="float32" norm) is read where used: the dropout output, not the other branch's norm.
+FLOW_SENSITIVE_UNPACKED = """
+import tensorflow as tf
+
+
+class Block(tf.keras.layers.Layer):
+    def __init__(self):
+        super().__init__()
+        self._attention_layer = tf.keras.layers.MultiHeadAttention(2, 4)
+        self._attention_dropout = tf.keras.layers.Dropout(0.1)
+        self._attention_layer_norm = tf.keras.layers.LayerNormalization(dtype=tf.float32)
+
+    def call(self, target_tensor):
+        attention_output, scores = self._attention_layer(target_tensor, target_tensor, return_attention_scores=True)
+        attention_output = self._attention_dropout(attention_output)
+        if self._norm_first:
+            attention_output = self._attention_layer_norm(attention_output)
+        else:
+            attention_output = target_tensor + attention_output
+        return attention_output
+"""
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_a_name_unpacked_then_reassigned_is_read_where_it_is_used(keras):
+    assert dtypes(FLOW_SENSITIVE_UNPACKED, keras)["target_tensor + attention_output"] is F16
+
+
+# tf_keras batch_normalization.py:516-541,865-881: `self.renorm_mean = _renorm_variable(...)`, a function nested in
+# build returning `var = self.add_weight(..., dtype=self._param_dtype, experimental_autocast=False)`, is the float32
+# variable that add_weight makes; every caller then hands `_assign_moving_average` a float32 variable.
+BUILDER_VARIABLES = """
+import tensorflow as tf
+
+
+class Norm(tf.keras.layers.Layer):
+    @property
+    def _param_dtype(self):
+        return tf.float32
+
+    def build(self, input_shape):
+        self.moving_mean = self.add_weight(name="moving_mean", shape=(4,), dtype=self._param_dtype,
+                                           trainable=False, experimental_autocast=False)
+        if self.renorm:
+            def _renorm_variable(name, shape):
+                var = self.add_weight(name=name, shape=shape, dtype=self._param_dtype, trainable=False,
+                                      experimental_autocast=False)
+                return var
+
+            self.renorm_mean = _renorm_variable("renorm_mean", (4,))
+
+    def _assign_moving_average(self, variable, value, momentum):
+        def calculate_update_delta():
+            decay = tf.convert_to_tensor(1.0 - momentum, name="decay")
+            return (variable - tf.cast(value, variable.dtype)) * decay
+
+        return variable.assign_sub(calculate_update_delta())
+
+    def call(self, inputs):
+        mean = tf.reduce_mean(tf.cast(inputs, tf.float32), axis=0)
+        self._assign_moving_average(self.moving_mean, mean, 0.99)
+        self._assign_moving_average(self.renorm_mean, mean, 0.99)
+        return inputs
+"""
+
+
+def test_a_variable_a_nested_builder_makes_is_that_variable():
+    found = dtypes(BUILDER_VARIABLES, 2)
+    assert found["(variable - tf.cast(value, variable.dtype)) * decay"] is F32
+    assert found["calculate_update_delta()"] is F32
+
+
+# tfdocs actor_critic.ipynb (a stress-mode MP203 the first flow-sensitive reads made): `returns = returns.stack()[::-1]`,
+# a method of a local object no table knows (a float32 TensorArray), is a guess; read where used the name stays
+# unknown rather than the guess's float16.
+TENSOR_ARRAY_RETURNS = """
+import tensorflow as tf
+
+
+@tf.function
+def expected_return(rewards, gamma):
+    n = tf.shape(rewards)[0]
+    returns = tf.TensorArray(dtype=tf.float32, size=n)
+    rewards = tf.cast(rewards, dtype=tf.float32)
+    discounted = tf.constant(0.0)
+    for i in tf.range(n):
+        discounted = rewards[i] + gamma * discounted
+        returns = returns.write(i, discounted)
+    returns = returns.stack()[::-1]
+    return (returns - tf.math.reduce_mean(returns)) / (tf.math.reduce_std(returns) + 1e-7)
+"""
+
+
+def test_a_name_an_unknown_objects_method_assigns_is_not_read_as_float16():
+    assert dtypes(TENSOR_ARRAY_RETURNS, 2)["tf.math.reduce_std(returns)"] is not F16
