@@ -17,7 +17,7 @@ import libcst as cst
 from mpfix.codemods._walk import Visitor, walk
 from mpfix.codemods.analysis.dtype_syntax import blocks, walk_calls
 from mpfix.codemods.analysis.dtype_lattice import UNK, Dtype, argument, number, spelled_dtype
-from mpfix.codemods.analysis.loss_calls import calls_compiled_losses, is_keras_loss_class
+from mpfix.codemods.analysis.loss_calls import reached_by_compiled_losses
 from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.names import dotted_name
 
@@ -498,7 +498,7 @@ class RegionFinder:
         float32 variable)."""
         if owner is not None:
             if func.name.value == "call" and keras_layers.LOSS_INPUTS.get(self.keras) != "float32" and \
-                    calls_compiled_losses(self) and is_keras_loss_class(self, owner):
+                    reached_by_compiled_losses(self, owner):
                 return True  # a Keras 2 Loss its file's train_step calls itself (self.loss.get(k)): mp2, turn 6
             return kind == "loss" and func.name.value != "__call__" and self.is_layer_class(owner)
         return kind in ("loss", "tf-function") and not heuristics.STEP_NAME.search(func.name.value) and \

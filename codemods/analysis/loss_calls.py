@@ -81,23 +81,28 @@ def compiled_loss_targets(analysis, call: cst.Call, assigned: dict[str, list[cst
     key = _compiled_key(func)
     if key is None:
         return []
-    classes = loss_classes(analysis)
-    named = None
-    if isinstance(key, cst.Attribute) and key.attr.value == "__name__" and isinstance(key.value, cst.Name):
-        named = key.value.value
-    elif isinstance(key, cst.SimpleString):
-        named = _dict_keys(analysis).get(key.evaluated_value)
-    if named is not None:
-        classes = [cls for cls in classes if cls.name.value == named]
-    return [analysis.methods[cls]["call"] for cls in classes]
+    named = _named_class(analysis, key)
+    return [analysis.methods[cls]["call"] for cls in loss_classes(analysis) if named in (None, cls.name.value)]
 
 
-def calls_compiled_losses(analysis) -> bool:
-    """The file reads its model's compiled losses itself (``self.loss.get(K)``, ``self.loss[K]``)."""
-    found = getattr(analysis, "_calls_compiled_losses", None)
-    if found is None:
+def _named_class(analysis, key: cst.BaseExpression) -> str | None:
+    """The class a compiled-loss key names (``Cls.__name__``, or a string a dict of this file maps to ``Cls(...)``);
+    None when the key may name any."""
+    if isinstance(key, cst.Attribute) and key.attr.value == "__name__":
+        return analysis.module.code_for_node(key.value)  # `tf.keras.losses.X.__name__` names no class of the file
+    if isinstance(key, cst.SimpleString):
+        return _dict_keys(analysis).get(key.evaluated_value)
+    return None
+
+
+def reached_by_compiled_losses(analysis, cls: cst.ClassDef) -> bool:
+    """``cls`` is a Keras loss class that a compiled-loss read of this file (``self.loss.get(K)``, ``self.loss[K]``)
+    may name: its ``call`` gets what the file's own train step passes."""
+    keys = getattr(analysis, "_compiled_loss_keys", None)
+    if keys is None:
         nodes = [*analysis.index.get(cst.Call, ()), *analysis.index.get(cst.Subscript, ())] \
             if analysis.index is not None else list(walk(analysis.module))
-        found = any(_compiled_key(n) is not None for n in nodes if isinstance(n, (cst.Call, cst.Subscript)))
-        analysis._calls_compiled_losses = found
-    return found
+        keys = [k for k in (_compiled_key(n) for n in nodes if isinstance(n, (cst.Call, cst.Subscript))) if k is not None]
+        analysis._compiled_loss_keys = keys
+    return bool(keys) and is_keras_loss_class(analysis, cls) and \
+        any(_named_class(analysis, key) in (None, cls.name.value) for key in keys)

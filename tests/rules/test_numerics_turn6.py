@@ -292,3 +292,19 @@ def test_the_output_of_a_float32_wrapper_kept_in_a_list_meets_float16_queries(ke
 def test_a_list_element_of_plain_layers_is_the_compute_dtype(keras):
     # layer[0] is a plain Dense (the compute dtype); the float32 wrapper is element 1, never called here.
     assert ("MP206", MIX) not in found(DECODER.format(first="tf.keras.layers.Dense(self.hidden_size)"), keras)
+
+
+# A loss class no compiled-loss key of the file can reach keeps its own inputs (float16 by the standard).
+TWO_LOSSES = FOCAL.format(key="'class_loss'", outputs="cls_outputs").replace(
+    "self.loss.get('class_loss', None)", "self.loss['box_loss']") + """
+    class BoxLoss(tf.keras.losses.Loss):
+        def call(self, y_true, box_outputs):
+            return tf.reduce_sum(tf.abs(y_true - box_outputs))
+
+    LOSSES = {'box_loss': BoxLoss()}
+"""
+
+
+def test_a_loss_class_no_compiled_key_of_its_file_reaches_keeps_float16_inputs():
+    # 'box_loss' maps to BoxLoss in this file: StableFocalLoss is called by no train step here.
+    assert found(TWO_LOSSES, keras=2) == [("MP204", SOFTPLUS_LINE)]
