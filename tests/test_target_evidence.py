@@ -141,3 +141,22 @@ def test_every_keras2_only_row_holds_on_the_installed_tensorflow():
     assert not hasattr(keras.metrics.Mean(), "reset_states") and hasattr(tf_keras.metrics.Mean(), "reset_states")
     assert hasattr(keras.layers.LSTM(2, stateful=True), "reset_states")  # why a receiver must be a metric
     assert hasattr(keras, "ops") and hasattr(keras, "config") and not hasattr(tf_keras, "ops")
+
+
+def test_uses_are_matched_to_bindings_in_one_pass(monkeypatch):
+    """A file of 20,000 distinct ``aN.reset_states()`` took 154 s: each use searched the whole text for
+    its own binding (a hang in check on hostile input). The text is now scanned once for uses and once
+    for bindings, whatever their number: no per-use search."""
+    searches = []
+    real_search = target.re.search
+
+    def counting(*args, **kwargs):
+        searches.append(args[0])
+        return real_search(*args, **kwargs)
+
+    monkeypatch.setattr(target.re, "search", counting)
+    uses = "".join(f"a{i}.reset_states()\n" for i in range(2_000))
+    assert target.file_evidence("import tensorflow as tf\n" + uses, 2) is None
+    assert target.file_evidence("import tensorflow as tf\n" + uses + "a1999 = tf.keras.metrics.Mean()\n", 2) \
+        == "Metric.reset_states"
+    assert len(searches) <= 2, len(searches)
