@@ -12,7 +12,8 @@ segfaulting), a **traceback** (any ``Traceback`` on stderr or stdout, or an exit
 
 Inputs run in batches through the real command line (``python -m mpfix check --format json``,
 ``--format sarif``, then ``apply`` on the same folder), as CI would; one in eight mutated inputs
-starts with a PEP 263 coding line (a real codec, UTF-16, or none that exists); with ``--verify-side`` also through ``mpfix
+starts with a PEP 263 coding line (a real codec, UTF-16, or none that exists), one in sixteen repeats
+one of its lines 3,000 times; with ``--verify-side`` also through ``mpfix
 instrument`` and repair's edit and write validation (no TensorFlow). A batch that fails is retried
 file by file to name the culprit.
 
@@ -125,16 +126,29 @@ def with_coding(data: bytes, rng: random.Random) -> bytes:
     return b"# -*- coding: " + rng.choice(CODINGS) + b" -*-\n" + data
 
 
+def with_repeats(data: bytes, rng: random.Random) -> bytes:
+    """``data`` with one of its lines repeated 3,000 times, some of the time (1 in 16): work that grows
+    with the uses of a name times the file's length shows as a hang (target evidence did: 154 s for
+    20,000 ``x.reset_states()`` lines)."""
+    lines = data.splitlines(keepends=True)
+    if rng.randrange(16) or not lines:
+        return data
+    k = rng.randrange(len(lines))
+    line = lines[k] if lines[k].endswith(b"\n") else lines[k] + b"\n"
+    return b"".join(lines[:k] + [line] * 3000 + lines[k + 1:])
+
+
 def mutated(count: int, seed: int) -> list[bytes]:
     rng = random.Random(seed)
     coding_rng = random.Random(seed + 1_000_003)
+    repeat_rng = random.Random(seed + 2_000_003)
     files = corpus()
     out = []
     while len(out) < count:
         data = rng.choice(files).read_bytes()
         for _ in range(rng.randrange(1, 4)):
             data = mutate(data, rng) if data else data
-        out.append(with_coding(TRIGGER.encode() + data, coding_rng))
+        out.append(with_coding(TRIGGER.encode() + with_repeats(data, repeat_rng), coding_rng))
     return out
 
 

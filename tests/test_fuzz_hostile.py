@@ -55,3 +55,14 @@ def test_coding_lines_reach_check_sarif_apply_and_the_verify_side(monkeypatch):
     import random
     rng = random.Random(1)
     assert any(fuzz_hostile.with_coding(b"x\n", rng).startswith(b"# -*- coding") for _ in range(100))
+
+
+def test_a_repeated_line_is_one_of_the_mutations_and_passes():
+    import random
+
+    rng = random.Random(3)
+    grown = [fuzz_hostile.with_repeats(b"a = 1\nm.reset_states()\n", rng) for _ in range(64)]
+    assert any(g.count(b"\n") > 3000 for g in grown)
+    # The shape that hung target evidence (before 6a1aef9): many uses of reset_states, one binding.
+    body = b"m = tf.keras.metrics.Mean()\n" + b"x.reset_states()\n" * 3000
+    _check("repeats", [fuzz_hostile.TRIGGER.encode() + body])
