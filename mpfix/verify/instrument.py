@@ -99,6 +99,8 @@ def _write_copy(output: Path, data: bytes, script: Path) -> None:
 
     if output.is_symlink():
         raise OSError(f"it is a symbolic link (to {os.readlink(output)}); not followed, choose another -o")
+    if output.exists() and os.path.samefile(output, script):
+        raise OSError("it is SCRIPT itself, which instrument never modifies; choose another -o")
     kind = safe_read.special_kind(output)
     if kind is not None:
         raise OSError(f"it is {kind}, not a regular file")

@@ -103,3 +103,16 @@ def test_the_copy_is_never_written_through_a_fifo_a_link_or_into_a_missing_folde
     assert result.exit_code == 0 and copy.is_file() and not copy.is_symlink()
     assert (copy.stat().st_mode & 0o777) == 0o750 and b"check_numerics" in copy.read_bytes()
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".mpfix-tmp")] == []
+
+
+def test_the_script_itself_is_never_the_copy(tmp_path: Path):
+    """``-o SCRIPT`` (or a hard link to it) replaced the original, which instrument promises never to modify."""
+    import os
+
+    script = tmp_path / "train.py"
+    script.write_text(STEP)
+    os.link(script, tmp_path / "same.py")
+    for target in (script, tmp_path / "same.py", Path(os.path.relpath(script))):
+        result = CliRunner().invoke(instrument, [str(script), "-o", str(target)])
+        assert result.exit_code == 2 and "SCRIPT itself" in result.output, result.output
+    assert script.read_text() == STEP
