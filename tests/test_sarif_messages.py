@@ -144,3 +144,18 @@ def test_artifact_uris_are_uri_references(tmp_path: Path, monkeypatch):
     for u in uris:
         assert urlsplit(u).path == u and " " not in u and all(ord(c) < 128 for c in u), u
     assert "plain.py" in uris and "my%20file%232.py" in uris
+
+
+def test_a_file_name_that_is_not_utf8_gets_a_relative_uri_of_its_bytes(tmp_path: Path, monkeypatch):
+    """b'\\xff\\xfe.py' (str '\\udcff\\udcfe.py'): quote() raised UnicodeEncodeError, a ValueError, so the
+    URI fell back to an absolute file:// one by accident; now the relative '%FF%FE.py'."""
+    import os
+
+    from conftest import DEPRECATED
+
+    monkeypatch.chdir(tmp_path)
+    with open(os.fsencode(tmp_path) + b"/\xff\xfe.py", "w") as handle:
+        handle.write(DEPRECATED)
+    sarif = json.loads(CliRunner().invoke(cli, ["check", "--format", "sarif", "."]).output)
+    uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in sarif["runs"][0]["results"]}
+    assert uris == {"%FF%FE.py"}

@@ -6,6 +6,7 @@ does not load the rules package to write a log (``mpfix.output.sarif`` does, for
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import quote
 
@@ -24,9 +25,11 @@ def uri(filename: str) -> str:
     """
     path = Path(filename)
     try:
-        return quote(path.absolute().relative_to(Path.cwd()).as_posix(), safe="/")
+        below = path.absolute().relative_to(Path.cwd()).as_posix()
     except ValueError:
         return path.absolute().as_uri()
+    # The file system's bytes (a name that is not UTF-8, '\udcff' here, is %FF), as Path.as_uri does.
+    return quote(os.fsencode(below), safe="/")
 
 
 def region(line: int, column: int, end_line: int, end_column: int) -> dict:
