@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods._walk import walk
 from mpfix.codemods.analysis.dtype_lattice import (
     BF16, BITWISE, BOOL, CPLX, F16, F32, F64, INT, PY, UNK, Dtype, arith, argument, comparison_parts, join, join_all, number,
     spelled_dtype,
@@ -164,41 +163,6 @@ class ExpressionDtypes:
         if declared == {None}:
             return None
         return declared.pop() if len(declared) == 1 else UNK
-
-    def _listed_layers(self, item: cst.Subscript, region: Region) -> list[cst.BaseExpression]:
-        """``layer[k]`` where ``layer`` iterates ``self.layers`` (``for _, layer in enumerate(self.layers)``): the k-th
-        element of every list the class appends to ``self.layers`` (``self.layers.append([Wrapper(...), ...])``,
-        research detr_lib.py). Empty when any of them is not a list literal with a k-th element."""
-        index = item.slice[0].slice if len(item.slice) == 1 else None
-        k = number(index.value) if isinstance(index, cst.Index) else None
-        if not isinstance(item.value, cst.Name) or k is None or k != int(k) or region.owner is None or \
-                not isinstance(region.node, cst.FunctionDef):
-            return []
-        name, attr = item.value.value, None
-        for loop in (n for n in walk(region.node) if isinstance(n, cst.For)):
-            target, source = loop.target, loop.iter
-            if isinstance(target, cst.Tuple) and len(target.elements) == 2 and isinstance(source, cst.Call) and \
-                    isinstance(source.func, cst.Name) and source.func.value == "enumerate" and source.args:
-                target, source = target.elements[1].value, source.args[0].value
-            if isinstance(target, cst.Name) and target.value == name:
-                if attr is not None or not (isinstance(source, cst.Attribute) and isinstance(source.value, cst.Name)
-                                            and source.value.value == "self"):
-                    return []
-                attr = source.attr.value
-        if attr is None or len(region.assigned.get(name, [])) != 1:
-            return []
-        listed = []
-        for func in self.methods.get(region.owner, {}).values():
-            for call in (n for n in walk(func) if isinstance(n, cst.Call)):
-                f = call.func
-                if isinstance(f, cst.Attribute) and f.attr.value == "append" and isinstance(f.value, cst.Attribute) \
-                        and isinstance(f.value.value, cst.Name) and f.value.value.value == "self" \
-                        and f.value.attr.value == attr:
-                    element = call.args[0].value if len(call.args) == 1 else None
-                    if not isinstance(element, cst.List) or int(k) >= len(element.elements):
-                        return []
-                    listed.append(element.elements[int(k)].value)
-        return listed
 
     def _declared_output(self, built: cst.Call, owner: cst.ClassDef | None = None) -> Dtype | None:
         """What a layer or model construction (in a method of ``owner``) says its output dtype is (None: the

@@ -16,7 +16,7 @@ import libcst as cst
 
 from mpfix.codemods._walk import Visitor, walk
 from mpfix.codemods.analysis.dtype_syntax import blocks, walk_calls
-from mpfix.codemods.analysis.dtype_lattice import UNK, Dtype, argument, number, spelled_dtype
+from mpfix.codemods.analysis.dtype_lattice import Dtype, number
 from mpfix.codemods.analysis.loss_calls import reached_by_compiled_losses
 from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.names import dotted_name
@@ -338,100 +338,6 @@ class RegionFinder:
             if func in table.values():
                 return cls
         return None
-
-    def is_layer_class(self, cls: cst.ClassDef) -> bool:
-        """A Keras layer or model class: its ``call`` sees tensors in the compute dtype.
-
-        Loss classes' ``call`` see float32 labels and (on Keras 3) float32 predictions."""
-        for base in cls.bases:
-            resolved = self.resolve(base.value) or ""
-            spelled = self.module.code_for_node(base.value)
-            if resolved.startswith("keras.losses") or "Loss" in spelled:
-                return False
-            if resolved.startswith(("keras.layers", "keras.Model", "keras.models", "keras.Layer", "keras.src.layers",
-                                    "keras.src.engine.base_layer", "keras.src.models")) or \
-                    heuristics.LAYER_BASE_NAME.search(spelled):
-                return True
-            if spelled in self.classes and self.classes[spelled] is not cls and self.is_layer_class(self.classes[spelled]):
-                return True
-        return False
-
-    def is_module_class(self, cls: cst.ClassDef, depth: int = 0) -> bool:
-        """A ``tf.Module`` subclass (directly or through a base class of this file)."""
-        for base in cls.bases:
-            if (self.resolve(base.value) or "") == "tensorflow.Module":
-                return True
-            parent = self.classes.get(self.module.code_for_node(base.value))
-            if parent is not None and parent is not cls and depth < 5 and self.is_module_class(parent, depth + 1):
-                return True
-        return False
-
-    def float32_layer(self, cls: cst.ClassDef) -> bool:
-        """A layer that computes in float32: its ``__init__`` passes ``dtype="float32"`` up, or every
-        construction of it in this file does (``Head(dtype="float32")``)."""
-        found = self._float32_layers.get(cls)
-        if found is not None:
-            return found
-        result = False
-        init = self.methods.get(cls, {}).get("__init__")
-        if init is not None:
-            for call in walk_calls(init):
-                if isinstance(call.func, cst.Attribute) and call.func.attr.value == "__init__":
-                    arg = argument(call, "dtype", None)
-                    if arg is not None and (spelled_dtype(arg.value, self.resolve) or UNK).wide:
-                        result = True
-        if not result:
-            built = self._constructions().get(cls.name.value, [])
-            result = bool(built) and all(
-                (arg := argument(c, "dtype", None)) is not None and (spelled_dtype(arg.value, self.resolve) or UNK).wide
-                for c in built)
-        self._float32_layers[cls] = result
-        return result
-
-    def _constructions(self) -> dict[str, list[cst.Call]]:
-        """Calls of a bare name, by that name: built once per file (a scan per class was quadratic:
-        8.5 s of 60 on keras' layer_test.py, 1,900 lines and ~100 classes)."""
-        if self._calls_by_name is None:
-            by_name: dict[str, list[cst.Call]] = {}
-            for call in self.index.get(cst.Call, ()) if self.index is not None else walk_calls(self.module):
-                if isinstance(call.func, cst.Name):
-                    by_name.setdefault(call.func.value, []).append(call)
-            self._calls_by_name = by_name
-        return self._calls_by_name
-
-    def inherits_float32_compute(self, cls: cst.ClassDef, depth: int = 0) -> bool:
-        """A subclass of a Keras layer that computes in float32 (``class ScaledNorm(LayerNormalization)``)."""
-        for base in cls.bases:
-            if keras_layers.computes_float32(self.resolve(base.value), self.keras):
-                return True
-            parent = self.classes.get(self.module.code_for_node(base.value))
-            if parent is not None and parent is not cls and depth < 5 and self.inherits_float32_compute(parent, depth + 1):
-                return True
-        return False
-
-    def autocasts(self, cls: cst.ClassDef) -> bool:
-        """False for layers that do not autocast (``autocast=False``, preprocessing/feature layers)."""
-        found = self._autocast.get(cls)
-        if found is not None:
-            return found
-        self._autocast[cls] = True  # recursion guard
-        result = True
-        for base in cls.bases:
-            spelled = self.module.code_for_node(base.value)
-            resolved = self.resolve(base.value) or ""
-            spec = keras_layers.layer(resolved, self.keras)
-            if (spec is not None and not spec.autocasts) or ".preprocessing." in resolved or \
-                    heuristics.NO_AUTOCAST_BASE.search(spelled):
-                result = False
-            elif spelled in self.classes and not self.autocasts(self.classes[spelled]):
-                result = False
-        init = self.methods.get(cls, {}).get("__init__")
-        if result and init is not None:
-            code = self.module.code_for_node(init)
-            if heuristics.AUTOCAST_FALSE.search(code):
-                result = False
-        self._autocast[cls] = result
-        return result
 
     def _wrapped_metric_functions(self) -> set[str]:
         """Functions passed to a metric wrapper (``MeanMetricWrapper(cosine_similarity)``): it casts y_pred to float32."""

@@ -23,6 +23,7 @@ import libcst as cst
 
 from mpfix.codemods._walk import nodes_by_type
 from mpfix.codemods.analysis.dtype_calls import CallDtypes
+from mpfix.codemods.analysis.dtype_classes import LayerClasses
 from mpfix.codemods.analysis.dtype_env import NameDtypes
 from mpfix.codemods.analysis.dtype_flow import FlowDtypes
 from mpfix.codemods.analysis.dtype_infer import ExpressionDtypes
@@ -37,7 +38,8 @@ from mpfix.codemods.analysis.dtype_syntax import Calls, imported_names
 from mpfix.codemods.facts.heuristics import LOSS_NAME  # noqa: F401
 
 
-class DtypeAnalysis(RegionFinder, NameDtypes, ExpressionDtypes, SpellingDtypes, CallDtypes, ValueRanges, FlowDtypes):
+class DtypeAnalysis(RegionFinder, LayerClasses, NameDtypes, ExpressionDtypes, SpellingDtypes, CallDtypes, ValueRanges,
+                    FlowDtypes):
     """Regions of one module float16 can reach, with parent links and the dtype of expressions in them."""
 
     def __init__(self, module: cst.Module, resolve, index: dict[type, list[cst.CSTNode]] | None = None,
