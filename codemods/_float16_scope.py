@@ -15,6 +15,7 @@ import libcst as cst
 
 from mpfix.codemods.analysis.dtype_lattice import argument, first_arg, is_float_literal, number  # noqa: F401
 from mpfix.codemods.analysis.dtypes import dtype_analysis  # noqa: F401  (model_outputs' view of the regions)
+from mpfix.codemods._walk import children
 from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.names import dotted_name
 
@@ -166,8 +167,16 @@ def folded(facts, node: cst.BaseExpression, resolve, depth: int = 0, cache: dict
         result = _apply(node.operator, left.value, right.value)
         return Folded(result, left.floating or right.floating) if result is not None else None
     if isinstance(node, cst.Call):
-        spec = op_table.lookup(resolve(node.func))
+        qualified = resolve(node.func)
+        spec = op_table.lookup(qualified)
         first = first_arg(node)
+        math_function = op_table.PYTHON_MATH.get(qualified or "")
+        if math_function is not None and first is not None and len(node.args) == 1:
+            inner = folded(facts, first, resolve, depth + 1, cache)
+            try:
+                return Folded(float(math_function(inner.value)), True) if inner is not None else None
+            except (OverflowError, ValueError):
+                return None
         if spec is None or not spec.keeps_value or first is None:
             return None
         inner = folded(facts, first, resolve, depth + 1, cache)
@@ -180,7 +189,54 @@ def folded(facts, node: cst.BaseExpression, resolve, depth: int = 0, cache: dict
         constant = facts.constant(node)
         if constant is not None and constant.literal is not node:
             return Folded(constant.value, is_float_literal(constant.literal))
+        top = _module_value(facts, node, cache)
+        if top is not None:
+            return folded(facts, top, resolve, depth + 1, cache)
     return None
+
+
+def _module_value(facts, name: cst.Name, cache: dict) -> cst.BaseExpression | None:
+    """The value of a module-level ``NAME = value`` bound once, for a name the function neither binds nor takes."""
+    if facts.values_of(name):
+        return None
+    place = facts.place(name)
+    function = place.function if place is not None else None
+    if function is not None and any(p.name.value == name.value for p in
+                                    [*function.params.posonly_params, *function.params.params,
+                                     *function.params.kwonly_params]):
+        return None
+    table = cache.get("module values")
+    if table is None:
+        table = cache["module values"] = {}
+        bound: dict[str, int] = {}  # every binding of a name outside functions and classes, and `global` names
+        for node in _walk(facts.module):
+            targets = []
+            if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.AsName)):
+                targets = [node.target if not isinstance(node, cst.AsName) else node.name]
+            elif isinstance(node, cst.Global):
+                targets = [n.name for n in node.names]
+                bound.update({n.name.value: 2 for n in node.names})
+            for target in targets:
+                for leaf in _walk(target):
+                    if isinstance(leaf, cst.Name):
+                        bound[leaf.value] = bound.get(leaf.value, 0) + 1
+        for stmt in facts.module.body:
+            for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+                if isinstance(small, cst.Assign) and len(small.targets) == 1 and \
+                        isinstance(small.targets[0].target, cst.Name) and bound.get(small.targets[0].target.value) == 1:
+                    table[small.targets[0].target.value] = small.value
+    return table.get(name.value)
+
+
+def _walk(root: cst.CSTNode):
+    """The nodes of ``root`` outside function and class bodies (module-level bindings)."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        if node is not root and isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        stack.extend(children(node))
 
 
 def _apply(operator: cst.BaseBinaryOp, a: float, b: float) -> float | None:
@@ -209,18 +265,20 @@ def reaching_value(facts, name: cst.Name, cache: dict | None = None) -> cst.Base
     Each binding is placed by its path of (block, index) from the function down; one that sits
     directly in a block enclosing the use, before it, always runs; one in a branch before the use
     may run. The last binding before the use must be one that always runs, and a loop around the
-    use must not carry a later binding back to it. Every binding is a plain ``name = value``.
+    use must not carry a later binding back to it. Every binding is a plain ``name = value`` or ``name op= value``
+    (which leaves no known value when it is the last one).
     """
     values = facts.values_of(name)
-    if not values or len(values) > _MAX_BINDINGS or len(values) != len(facts.values_of(name, augmented=False)):
-        return None  # never bound here (a parameter, a global), rebound many times, or `x += v` somewhere
+    if not values or len(values) > _MAX_BINDINGS:
+        return None  # never bound here (a parameter, a global), or rebound many times
     cache = {} if cache is None else cache
     use_path = _path(facts, name, cache)
     in_loop = any(isinstance(a, _LOOPS) for a in facts.ancestors(name))
     latest: tuple[list[int], cst.BaseExpression | None] | None = None
     for value in values:
         statement = facts.parent(value)
-        if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1):
+        augmented = isinstance(statement, cst.AugAssign)  # `x /= w`: may change x; the value of none of it
+        if not augmented and not (isinstance(statement, cst.Assign) and len(statement.targets) == 1):
             return None  # unpacking, `for`, `with`, `a = b = v`: not one plain number
         if name in _descendants_chain(facts, name, value):
             continue  # `beta = tf.cast(beta ** 2, ...)`: binds after this use is evaluated
@@ -237,7 +295,7 @@ def reaching_value(facts, name: cst.Name, cache: dict | None = None) -> cst.Base
         # The assignment's own line sits in a block that encloses the use (not in an `if c: x = 1` suite).
         always = k == len(path) - 1 or (k == len(path) - 2 and isinstance(facts.parent(statement), cst.SimpleStatementLine))
         if latest is None or key > latest[0]:
-            latest = (key, value if always else None)
+            latest = (key, value if always and not augmented else None)
     return latest[1] if latest is not None else None
 
 

@@ -6,7 +6,9 @@ import re
 
 import libcst as cst
 
-from mpfix.codemods._float16_scope import argument, backend_agnostic, first_arg, number, ops_spelling, tf_spelling
+from mpfix.codemods._float16_scope import (
+    argument, backend_agnostic, first_arg, folded, number, ops_spelling, reaching_value, tf_spelling,
+)
 from mpfix.codemods.analysis.dtypes import Dtype
 from mpfix.codemods.base import Fact, FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts import ops as op_table
@@ -276,6 +278,7 @@ class Float16ExpOverflow(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         # tf_keras hands a compiled loss the model's outputs as they are: float16 without a float32 head.
         facts = dtype_facts(self.context).assuming(Dtype.FLOAT16)
+        self._fold_cache: dict = {}  # statement positions and module values, kept for this file's folding
         handled: set[cst.CSTNode] = set()
         for div in facts.nodes(cst.BinaryOperation):
             if isinstance(div.operator, cst.Divide):
@@ -353,7 +356,29 @@ class Float16ExpOverflow(Rule):
     def _bounded(self, facts: DtypeFacts, x: cst.BaseExpression) -> bool:
         """``exp(x)`` cannot overflow: x is not float16, or is ≤ 0 (or small) by its form."""
         return _stable_exp_argument(self.context, x) or facts.dtype_of(x) is not Dtype.FLOAT16 or \
-            facts.nonpositive(x) or facts.bounded_above(x, 11.0)
+            facts.nonpositive(x) or facts.bounded_above(x, 11.0) or self._clipped_below(facts, x, 11.0)
+
+    def _clipped_below(self, facts: DtypeFacts, x: cst.BaseExpression, bound: float) -> bool:
+        """``x`` is ``minimum(v, C)``/``clip_by_value(v, lo, C)`` (or a name whose reaching value is) with ``C`` a
+        number ≤ ``bound`` folded from literals and module constants (``np.log(1000. / 16.)``: tfm box decoding)."""
+        cache = self._fold_cache
+        if isinstance(x, cst.Name):
+            x = reaching_value(facts, x, cache)
+        spec = _spec(self.context, x) if isinstance(x, cst.Call) else None
+        if spec is None:
+            return False
+        if spec.has(Kind.CEILING):
+            limits = [a.value for a in x.args if a.keyword is None]
+        elif spec.has(Kind.CLIP):
+            high = argument(x, "clip_value_max", 2)
+            limits = [high.value] if high is not None else []
+        else:
+            return False
+        for limit in limits:
+            value = folded(facts, limit, self.context.resolve, cache=cache)
+            if value is not None and value.value <= bound:
+                return True
+        return False
 
     def _exp_argument(self, facts: DtypeFacts, node) -> cst.BaseExpression | None:
         if _is(self.context, node, Kind.EXP) and first_arg(node) is not None:

@@ -14,6 +14,7 @@ Adding an op is one line.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from enum import Enum, auto
@@ -342,3 +343,12 @@ def _trigger_words() -> list[str]:
 # The prefilter of rules about float32 values: a float32 spelling, or a call of any creator or cast.
 FLOAT32_TRIGGERS = ("float32", "float64", "floatx", re.compile(
     r"\.(?:" + "|".join(re.escape(w) for w in _trigger_words()) + r")\s*\("))
+
+
+# Python-side math on numbers (`BBOX_XFORM_CLIP = np.log(1000. / 16.)`): folded to a number where a rule needs a
+# constant's value (`_float16_scope.folded`). One argument each.
+PYTHON_MATH = {
+    "math.log": math.log, "numpy.log": math.log, "math.log2": math.log2, "numpy.log2": math.log2,
+    "math.log10": math.log10, "numpy.log10": math.log10, "math.sqrt": math.sqrt, "numpy.sqrt": math.sqrt,
+    "math.exp": math.exp, "numpy.exp": math.exp,
+}

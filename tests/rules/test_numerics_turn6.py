@@ -308,3 +308,42 @@ TWO_LOSSES = FOCAL.format(key="'class_loss'", outputs="cls_outputs").replace(
 def test_a_loss_class_no_compiled_key_of_its_file_reaches_keeps_float16_inputs():
     # 'box_loss' maps to BoxLoss in this file: StableFocalLoss is called by no train step here.
     assert found(TWO_LOSSES, keras=2) == [("MP204", SOFTPLUS_LINE)]
+
+
+# -- exp of a value clipped by a constant computed with np.log (tfm legacy box_utils.py:352, stress) --------------
+BOX_DECODE = """
+    import numpy as np
+    import tensorflow as tf
+
+    BBOX_XFORM_CLIP = np.log({limit})
+
+
+    def decode_boxes(encoded_boxes, anchors, weights=None):
+        encoded_boxes = tf.cast(encoded_boxes, dtype=anchors.dtype)
+        dh = encoded_boxes[..., 2:3]
+        dw = encoded_boxes[..., 3:4]
+        if weights:
+            dh /= weights[2]
+            dw /= weights[3]
+        dh = tf.math.minimum(dh, BBOX_XFORM_CLIP)
+        dw = tf.math.minimum(dw, BBOX_XFORM_CLIP)
+        anchor_h = anchors[..., 2:3] - anchors[..., 0:1] + 1.0
+        return tf.math.exp(dh) * anchor_h, tf.math.exp(dw) * anchor_h
+
+
+    class BoxDecoder(tf.keras.layers.Layer):
+        def call(self, encoded_boxes, anchors):
+            return decode_boxes(encoded_boxes, anchors, weights=[10.0, 10.0, 5.0, 5.0])
+"""
+EXP_LINES = [("MP204", 17), ("MP204", 17)]
+
+
+# Keras 3 only: tf_keras autocasts only the first call argument, so `anchors.dtype` (and the cast) is unknown there.
+def test_exp_of_a_value_clipped_at_a_computed_constant_below_11_cannot_overflow():
+    # np.log(1000 / 16) = 4.14: exp(dh) <= 62.5 whatever the box codes.
+    assert [f for f in found(BOX_DECODE.format(limit="1000. / 16."), 3) if f[0] == "MP204"] == []
+
+
+def test_exp_of_a_value_clipped_above_11_still_overflows():
+    # np.log(1e6) = 13.8: exp reaches 1e6, inf in float16.
+    assert [f for f in found(BOX_DECODE.format(limit="1e6"), 3) if f[0] == "MP204"] == EXP_LINES
