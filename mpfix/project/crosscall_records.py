@@ -15,6 +15,7 @@ class CallContext(str, enum.Enum):
 
     LAYER_CALL = "layer-call"  # a Keras layer's call (or a method it reaches): float16 activations
     TRAIN_STEP = "train-step"  # a Keras model's train/test/predict step
+    HELPER = "helper"  # a module function of a third file that float16 code calls with its activations
     PLAIN = "plain"  # anywhere else (recorded only for Keras instances it passes)
 
     @property

@@ -254,6 +254,37 @@ class CrossCallScan:
                 elif method_name in KERAS_MODEL_HOOKS:
                     self._collect(file, scanner, method, CallContext.TRAIN_STEP, None)
 
+    def _helper_sites(self, scanned: list[_File], hops: int = 3) -> None:
+        """A module function another file's float16 code calls with its activations runs on them too: its own
+        calls of a third file's functions are float16 calls (``CallContext.HELPER``), with those parameters as
+        its activations; ``hops`` files deep."""
+        walked: set[tuple[str, str]] = set()
+        frontier = [(file, file.sites) for file in scanned]
+        for _ in range(hops):
+            active: dict[tuple[str, str], set[str]] = {}
+            for file, sites in frontier:
+                for site in sites:
+                    if site.context.float16 and site.target[0] != file.path:
+                        args = self._args(file, site, set()) or ()
+                        tensors = {name for name, kind in args if kind is ArgKind.TENSOR}
+                        if tensors:
+                            active.setdefault(site.target, set()).update(tensors)
+            frontier = []
+            for (path, name), params in active.items():
+                callee = self._file(path)
+                if (path, name) in walked or callee is None or name not in callee.functions:
+                    continue
+                walked.add((path, name))
+                before = len(callee.sites)
+                self._collect(callee, _Scanner(callee, _module_name(path, self.root)), callee.functions[name],
+                              CallContext.HELPER, name, frozenset(params))
+                new = [s for s in callee.sites[before:] if s.target[0] != path]
+                callee.sites[before:] = new  # its same-file calls the inference follows itself
+                if new:
+                    frontier.append((callee, new))  # only the new sites are the next hop's callers
+                    if callee not in scanned:
+                        scanned.append(callee)
+
     def _plain_sites(self, file: _File, scanner: _Scanner) -> None:
         """Calls from the file's module functions (where a Keras instance may be handed on)."""
         file.plain_done = True
@@ -274,7 +305,10 @@ class CrossCallScan:
                     queue.append(node.func.attr)
         return reached
 
-    def _collect(self, file: _File, scanner: _Scanner, func, context: CallContext, caller: str | None) -> None:
+    def _collect(self, file: _File, scanner: _Scanner, func, context: CallContext, caller: str | None,
+                 active: frozenset[str] | None = None) -> None:
+        """The calls of project functions in ``func``; ``active``: the parameters that hold float16 activations
+        (None: every parameter, a layer's ``call``)."""
         bound: dict[str, ast.expr] = {}
         calls: list[ast.Call] = []
         assigned: dict[str, list[tuple[int, ast.expr]]] = {}
@@ -302,6 +336,7 @@ class CrossCallScan:
         flow = None
         if context.float16:
             params = {a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]} - {"self", "cls"}
+            params = params if active is None else params & active
             for values in assigned.values():
                 values.sort(key=lambda pair: pair[0])
             flow = _Flow(frozenset(params), assigned)
@@ -421,6 +456,7 @@ class CrossCallScan:
             pending = [f for f in scanned if f.path in targets and not f.plain_done]
             if len(keras_params) == before and not pending:
                 break
+        self._helper_sites(scanned)
         found: dict[str, set[CrossCall]] = {}
         for file in scanned:
             for site in file.sites:

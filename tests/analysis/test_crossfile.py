@@ -286,3 +286,20 @@ def test_the_scan_survives_hostile_projects(project: Path):
     calls = project_facts.file_facts(project / "pkg" / "utils.py").cross_calls
     assert [(c.function, c.context) for c in calls] == [("activation_fn", CallContext.LAYER_CALL)]
     assert "pkg/utils.py:6:MP201" in _check(project)
+
+
+def test_a_helper_of_a_helper_in_a_third_file_sees_the_activations_too(project: Path):
+    """layers.py's call -> utils.activation_fn (another file) -> acts.srelu_fn (a third file): one hop further,
+    with the parameters the first helper got activations in (CallContext.HELPER)."""
+    acts = UTILS.split("\n\n\ndef activation_fn")[0] + "\n"
+    utils = "import tensorflow as tf\n\nfrom pkg import acts\n\n\ndef activation_fn(features, act_type):\n" \
+            "    if act_type == 'srelu':\n        return acts.srelu_fn(ARGUMENT)\n    return tf.nn.relu(features)\n"
+    _n2(project)
+    _write(project, {"pkg/acts.py": acts, "pkg/utils.py": utils.replace("ARGUMENT", "features")})
+    assert _check(project) == ["pkg/acts.py:6:MP201"]
+    calls = project_facts.file_facts(project / "pkg" / "acts.py").cross_calls
+    assert [(c.function, c.context, dict(c.args)) for c in calls] == [
+        ("srelu_fn", CallContext.HELPER, {"x": ArgKind.TENSOR})]
+    (project / "pkg" / "utils.py").write_text(utils.replace("ARGUMENT", "tf.cast(features, tf.float32)"))
+    policies.forget_projects()
+    assert _check(project) == []
