@@ -12,6 +12,8 @@ built over the scopes of ``gradient_syntax`` (each statement with the if/try bra
   the enclosing functions, then the module; ``global``/``nonlocal`` send its bindings there.
 
 Queries: ``bindings_of(scope, name)`` (source order), ``attribute(class_name, "self.x")``.
+``decompose(target, value, ...)`` is the one target decomposition: the dtype regions' assignment
+tables (``dtype_regions._Collector``) are filled from the ``Binding`` records it makes.
 """
 
 from __future__ import annotations
@@ -46,6 +48,12 @@ class Binding:
     branch: tuple[tuple[int, int], ...]
     kind: BindingKind
     element: int | None = None  # UNPACK: the index taken from the value
+    # The statement's whole right-hand side, and where the target sits in the (nested) tuple targets,
+    # outermost first (``a, (b, *c) = v``: a (0,), b (1, 0), c (1, 1) starred): what the dtype regions'
+    # tables (``dtype_regions._Collector``) read.
+    source: cst.BaseExpression | None = field(default=None, repr=False, compare=False)
+    path: tuple[int, ...] = ()
+    starred: bool = False
 
 
 @dataclass
@@ -151,22 +159,43 @@ class Bindings:
                             BindingKind.ATTRIBUTE_DEFAULT))
         return found
 
-    def _target(self, found: ScopeBindings, target: cst.BaseExpression, value: cst.BaseExpression | None,
-                statement: cst.CSTNode, branch: tuple, kind: BindingKind, element: int | None = None) -> None:
-        if isinstance(target, (cst.Tuple, cst.List)):
-            values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
-            for index, el in enumerate(target.elements):
-                inner = values[index].value if values is not None and index < len(values) else value
-                self._target(found, el.value, inner, statement, branch,
-                             BindingKind.UNPACK if kind is BindingKind.ASSIGN else kind,
-                             None if values is not None else index)
-            return
-        if isinstance(target, cst.StarredElement):
-            self._target(found, target.value, value, statement, branch, kind, element)
-            return
-        name = dotted_name(target)
-        if name is not None:
-            found.add(Binding(name, value, statement, branch, kind, element))
+    @staticmethod
+    def _target(found: ScopeBindings, target: cst.BaseExpression, value: cst.BaseExpression | None,
+                statement: cst.CSTNode, branch: tuple, kind: BindingKind) -> None:
+        for binding in decompose(target, value, statement, branch, kind):
+            found.add(binding)
+
+
+def decompose(target: cst.BaseExpression, value: cst.BaseExpression | None, statement: cst.CSTNode | None,
+              branch: tuple, kind: BindingKind) -> list[Binding]:
+    """The bindings one target makes, in source order: a name or ``self.x`` binds the value; a tuple/list
+    target binds each element to the value's element at its index (``a, b = x, y``) or, for any other
+    value, to the index it takes (``element``); a starred element is bound like its inner target."""
+    found: list[Binding] = []
+    _decompose(found, target, value, statement, branch, kind, None, (), False, value)
+    return found
+
+
+def _decompose(found: list[Binding], target: cst.BaseExpression, value: cst.BaseExpression | None,
+               statement: cst.CSTNode | None, branch: tuple, kind: BindingKind, element: int | None,
+               path: tuple[int, ...], starred: bool, source: cst.BaseExpression | None) -> None:
+    # A module function, not a recursive closure: a closure that refers to itself is a reference cycle
+    # that would keep the parsed tree alive until the cyclic collector runs (tests/test_tree_release.py).
+    if isinstance(target, (cst.Tuple, cst.List)):
+        values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
+        for index, el in enumerate(target.elements):
+            inner = values[index].value if values is not None and index < len(values) else value
+            _decompose(found, el.value, inner, statement, branch,
+                       BindingKind.UNPACK if kind is BindingKind.ASSIGN else kind,
+                       None if values is not None else index, (*path, index), isinstance(el, cst.StarredElement),
+                       source)
+        return
+    if isinstance(target, cst.StarredElement):
+        _decompose(found, target.value, value, statement, branch, kind, element, path, True, source)
+        return
+    name = dotted_name(target)
+    if name is not None:
+        found.append(Binding(name, value, statement, branch, kind, element, source, path, starred))
 
 
 # Final node classes: a type lookup, not isinstance against LibCST's abstract bases (5x the cost).

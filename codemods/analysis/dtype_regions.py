@@ -15,6 +15,7 @@ from enum import Enum
 import libcst as cst
 
 from mpfix.codemods._walk import Visitor, walk
+from mpfix.codemods.analysis.bindings import BindingKind, decompose
 from mpfix.codemods.analysis.dtype_syntax import blocks, walk_calls
 from mpfix.codemods.analysis.dtype_lattice import Dtype, number
 from mpfix.codemods.analysis.loss_calls import reached_by_compiled_losses
@@ -136,13 +137,16 @@ class _Collector(Visitor):
                     region.dtype_aware = True
         elif node_type is cst.Assign:
             for target in node.targets:
-                self._bind(target.target, node.value)
+                self._bind(target.target, node.value, node, BindingKind.ASSIGN)
         elif (node_type is cst.AnnAssign or node_type is cst.AugAssign) and node.value is not None:
-            self._bind(node.target, node.value)
+            self._bind(node.target, node.value, node,
+                       BindingKind.AUGMENTED if node_type is cst.AugAssign else BindingKind.ANNOTATED)
             if node_type is cst.AugAssign:
                 region.augmented.add(id(node.value))
-        elif node_type is cst.For or node_type is cst.CompFor:
-            self._bind(node.target, node.iter, iterating=True)
+        elif node_type is cst.For:
+            self._bind(node.target, node.iter, node, BindingKind.FOR)
+        elif node_type is cst.CompFor:
+            self._bind(node.target, node.iter, node, BindingKind.COMPREHENSION)
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
@@ -168,25 +172,31 @@ class _Collector(Visitor):
         return bool(returns) and all(r is not None and heuristics.VARIABLES_ITERABLE.search(module.code_for_node(r))
                                      for r in returns)
 
-    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression, iterating: bool = False) -> None:
-        assigned = self.region.assigned
-        if isinstance(target, cst.Name):
-            if iterating:
+    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression, statement: cst.CSTNode,
+              kind: BindingKind) -> None:
+        """The region's tables from the target's ``Binding`` records (``bindings.decompose``, the one
+        decomposition): plain names of a target's top level only (attributes, subscripts and nested
+        tuples are not recorded); an unpacked name is an ``ELEMENT`` of the whole value at its index."""
+        region = self.region
+        assigned = region.assigned
+        iterating = kind is BindingKind.FOR or kind is BindingKind.COMPREHENSION
+        for binding in decompose(target, value, statement, (), kind):
+            name, path = binding.name, binding.path
+            if "." in name or len(path) > 1 or (not path and binding.starred):
+                continue
+            if path:
+                assigned.setdefault(name, []).append(ELEMENT)
+                if not iterating and not binding.starred:
+                    region.unpacked.setdefault(name, []).append((binding.source, path[0]))
+            elif iterating:
                 # for v in model.trainable_variables: float32 variables, safe to reduce.
                 code = self.analysis.module.code_for_node(value)
                 variables = heuristics.VARIABLES_ITERABLE.search(code) or self._returns_variables(value)
-                assigned.setdefault(target.value, []).append(FLOAT32_VARIABLE if variables else ELEMENT)
+                assigned.setdefault(name, []).append(FLOAT32_VARIABLE if variables else ELEMENT)
                 if not variables:
-                    self.region.iterated.setdefault(target.value, []).append(value)
+                    region.iterated.setdefault(name, []).append(value)
             else:
-                assigned.setdefault(target.value, []).append(value)
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            for i, element in enumerate(target.elements):
-                if isinstance(element.value, cst.Name):
-                    name = element.value.value
-                    assigned.setdefault(name, []).append(ELEMENT)
-                    if not iterating and not isinstance(element, cst.StarredElement):
-                        self.region.unpacked.setdefault(name, []).append((value, i))
+                assigned.setdefault(name, []).append(value)
 
 
 class RegionFinder:
