@@ -4,9 +4,9 @@ The dtype inference is per file: a function that only other files call is analys
 (tfexamples efficientdet ``utils.activation_fn``, called from layers' ``call`` in
 ``efficientdet_keras.py``; DELF's ``extract_global_descriptors_from_list(net, ...)``, handed a
 ``GlobalFeatureNet`` built in ``train.py``). This scan decides it from bindings and imports, not
-from names: one ``ast`` parse of each scanned file (only where float16 can reach the project),
-imports resolved to project files, classes resolved to Keras layers/models through their bases
-(transitively through the project's own classes).
+from names, over small per-file summaries (``mpfix.project.crosscall_summary``: one ``ast`` pass per
+file, the tree dropped at once): imports resolved to project files, classes resolved to Keras
+layers/models through their bases (transitively through the project's own classes).
 
 What it records (``CrossCall``, one per call site worth knowing, typed):
 - a call of a module function of another file from ``call`` of a Keras layer class (and the
@@ -26,107 +26,17 @@ import ast
 import gc
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from mpfix import safe_read
 from mpfix.project.crosscall_records import ArgKind, CallContext, CrossCall
+from mpfix.project.crosscall_summary import (KERAS_LAYER_BASES, FileSummary, Flow, Ref, Site, _Collector,
+                                             float32_classes, function_node, keras_base, plain_sites, summarise)
+from mpfix.project.structural import StructuralSummary
 
 _MAX_BYTES = 2_000_000
-_CALL = re.compile(rb"\b([A-Za-z_]\w*)[ \t]*\(")
-# Keras base classes whose subclasses' ``call`` runs under the compute dtype (resolved spellings,
-# ``tensorflow.`` and ``tf_keras`` normalised to ``keras``).
-KERAS_LAYER_BASES = ("keras.layers.", "keras.Model", "keras.Layer", "keras.Sequential", "keras.models.Model",
-                     "keras.models.Sequential", "keras.engine.base_layer.Layer", "keras.src.layers.",
-                     "keras.src.models.", "keras.src.engine.base_layer.")
-KERAS_MODEL_HOOKS = frozenset({"train_step", "test_step", "predict_step"})
-
-
-@dataclass
-class _Site:
-    target: tuple[str, str]  # (module reference as imported/resolved path, function name)
-    context: CallContext
-    caller: str | None  # the enclosing module function (for passing Keras parameters on)
-    positional: list[ast.expr]
-    keywords: dict[str, ast.expr]
-    bound: dict[str, ast.expr]  # the caller's names bound to a call (`net = Delf()`)
-    line: int = 0  # where the call is
-    flow: "_Flow | None" = None  # float16 contexts: the caller's assignments, to tell its activations
-
-
-@dataclass
-class _File:
-    path: str
-    imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted target
-    classes: dict[str, ast.ClassDef] = field(default_factory=dict)
-    functions: dict[str, ast.FunctionDef] = field(default_factory=dict)
-    sites: list[_Site] = field(default_factory=list)
-    called: frozenset[str] = frozenset()  # every name called in the file (`Name(`), from its bytes
-    plain_done: bool = False
-
-
-def _dotted(node: ast.expr) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
-
-
-def _normal(name: str) -> str:
-    for prefix, to in (("tensorflow.python.keras.", "keras."), ("tensorflow.keras.", "keras."), ("tf_keras.", "keras."),
-                       ("tensorflow.compat.v2.keras.", "keras."), ("tensorflow.compat.v1.keras.", "keras.")):
-        if name.startswith(prefix):
-            return to + name[len(prefix):]
-    return name
-
-
-class _Scanner(ast.NodeVisitor):
-    def __init__(self, file: _File, module: str) -> None:
-        self.file = file
-        self.module = module  # dotted module name (for relative imports)
-
-    def scan(self, tree: ast.Module) -> None:
-        """Module-level imports (also under ``try``/``if``), classes and functions: no walk of bodies."""
-        queue = list(tree.body)
-        while queue:
-            node = queue.pop()
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    self.file.imports[alias.asname or alias.name.split(".")[0]] = \
-                        alias.name if alias.asname else alias.name.split(".")[0]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parent = self.module.split(".")[:-node.level] if self.module else []
-                    base = ".".join([*parent, *([base] if base else [])])
-                for alias in node.names:
-                    if alias.name != "*":
-                        self.file.imports[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
-            elif isinstance(node, (ast.If, ast.Try, ast.With)):
-                queue.extend(node.body)
-                queue.extend(getattr(node, "orelse", ()))
-                queue.extend(getattr(node, "finalbody", ()))
-                for handler in getattr(node, "handlers", ()):
-                    queue.extend(handler.body)
-        for stmt in tree.body:
-            if isinstance(stmt, ast.ClassDef):
-                self.file.classes[stmt.name] = stmt
-            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                self.file.functions[stmt.name] = stmt
-
-    def resolve(self, node: ast.expr) -> str | None:
-        dotted = _dotted(node)
-        if dotted is None:
-            return None
-        head, _, rest = dotted.partition(".")
-        target = self.file.imports.get(head)
-        if target is None:
-            return None
-        return _normal(f"{target}.{rest}" if rest else target)
+_CLASS = re.compile(rb"^class[ \t]+([A-Za-z_]\w*)[ \t]*\(", re.MULTILINE)
+__all__ = ["KERAS_LAYER_BASES", "CrossCallScan", "cross_calls", "scan_project"]
 
 
 def _module_name(path: str, root: str) -> str:
@@ -134,52 +44,53 @@ def _module_name(path: str, root: str) -> str:
     return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
 
 
-@dataclass
-class _Flow:
-    """A float16 context's parameters (its autocast inputs) and assignments (name -> (line, value), in order)."""
-
-    params: frozenset[str]
-    assigned: dict[str, list[tuple[int, ast.expr]]]
-
-    def reaching(self, name: str, line: int) -> ast.expr | None | bool:
-        """The value ``name`` last got before ``line`` (source order, like the inference's ``dtype_at``);
-        True: the parameter itself; None: unbound here."""
-        before = [value for at, value in self.assigned.get(name, ()) if at < line]
-        if before:
-            return before[-1]
-        return True if name in self.params else None
+def _reaching(flow: Flow, name: str, line: int):
+    """The last assignment of ``name`` before ``line`` (source order, like the inference's ``dtype_at``):
+    (value, project dotted); True: the parameter itself; None: unbound here."""
+    before = [(value, dotted) for at, value, dotted in flow.assigned.get(name, ()) if at < line]
+    if before:
+        return before[-1]
+    return True if name in flow.params else None
 
 
 class CrossCallScan:
-    """The scan of one project: ``calls_of(path)`` after ``run()``."""
+    """The scan of one project: ``run()`` answers, ``summaries`` keeps what it read of each file."""
 
     def __init__(self, root: Path, files: tuple[Path, ...]) -> None:
         self.root = str(root)
         self.files = [str(f) for f in files if str(f).endswith(".py")]
-        self.parsed: dict[str, _File] = {}
+        self.scan_set = set(self.files)
+        self.summaries: dict[str, FileSummary | None] = {}
         self.by_suffix: dict[str, list[str]] = {}  # dotted suffix -> paths (`utils`, `efficientdet.utils`)
         for path in self.files:
             parts = _module_name(path, self.root).split(".")
             for i in range(len(parts)):
                 self.by_suffix.setdefault(".".join(parts[i:]), []).append(path)
         self._layer: dict[tuple[str, str], bool] = {}
-        self.found: dict[str, set[CrossCall]] = {}
+        self._symbols: dict[str, tuple[str, str] | None] = {}
+        self._sites: dict[str, list[Site]] = {}  # path -> the sites in play
+        self._plain_done: set[str] = set()
+        # Every top-level class with bases the scanned files define (from their bytes): a file that calls
+        # none of them cannot hand a Keras instance on from its own bindings; its module functions are
+        # walked only if a caller hands them one (read again then).
+        self._class_names: set[str] = set()
 
     # -- files and names ----------------------------------------------------------
-    def _file(self, path: str) -> _File | None:
-        if path in self.parsed:
-            return self.parsed[path]
-        self.parsed[path] = None  # type: ignore[assignment]  # recursion guard, unreadable files
+    def _read(self, path: str) -> bytes | None:
         try:
-            data = safe_read.read_bytes(path, _MAX_BYTES)
-            tree = ast.parse(data)
-        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+            return safe_read.read_bytes(path, _MAX_BYTES)
+        except (OSError, ValueError):
             return None
-        file = _File(path, called=frozenset(n.decode("ascii", "replace") for n in _CALL.findall(data)))
-        scanner = _Scanner(file, _module_name(path, self.root))
-        scanner.scan(tree)
-        self.parsed[path] = file
-        return file
+
+    def _file(self, path: str) -> FileSummary | None:
+        if path in self.summaries:
+            return self.summaries[path]
+        self.summaries[path] = None  # unreadable files
+        data = self._read(path)
+        if data is not None:
+            self.summaries[path] = summarise(path, data, _module_name(path, self.root), self.by_suffix.__contains__,
+                                             sites=path in self.scan_set, plain=self._class_names.__and__)
+        return self.summaries[path]
 
     def _module_path(self, dotted: str, near: str) -> str | None:
         """The project file a dotted module name names (the one nearest ``near`` when several do)."""
@@ -203,12 +114,19 @@ class CrossCallScan:
             return self._symbol(file.imports[name], path, depth + 1)  # re-exported (`from .utils import fn` in __init__)
         return (path, name)
 
-    def _class(self, file: _File, node: ast.expr) -> tuple[str, str] | None:
-        """The project class ``node`` names in ``file`` (a local one, or one imported from the project)."""
-        if isinstance(node, ast.Name) and node.id in file.classes:
-            return (file.path, node.id)
-        dotted = _Scanner(file, "").resolve(node)
-        return self._symbol(dotted, file.path) if dotted else None
+    def _target(self, file: FileSummary, site: Site) -> tuple[str, str] | None:
+        if site.local:
+            return (file.path, site.target)
+        key = f"{file.path}\0{site.target}"
+        if key not in self._symbols:
+            self._symbols[key] = self._symbol(site.target, file.path)
+        return self._symbols[key]
+
+    def _class(self, file: FileSummary, ref: Ref) -> tuple[str, str] | None:
+        """The project class ``ref`` names in ``file`` (a local one, or one imported from the project)."""
+        if ref.local is not None:
+            return (file.path, ref.local)
+        return self._symbol(ref.dotted, file.path) if ref.dotted else None
 
     def is_keras_class(self, ref: tuple[str, str], depth: int = 0) -> bool:
         """A project class whose bases resolve to a Keras layer or model (through project classes)."""
@@ -220,8 +138,7 @@ class CrossCallScan:
         result = False
         if cls is not None and depth < 8:
             for base in cls.bases:
-                resolved = _Scanner(file, "").resolve(base) or ""
-                if resolved.startswith(KERAS_LAYER_BASES) or resolved in ("keras.Model", "keras.Layer"):
+                if keras_base(base.dotted or ""):
                     result = True
                 else:
                     parent = self._class(file, base)
@@ -236,153 +153,109 @@ class CrossCallScan:
         if not self.is_keras_class(ref):
             return False
         file = self._file(ref[0])
-        cls = file.classes[ref[1]]
-        return not any(isinstance(n, ast.Constant) and n.value == "float32" or
-                       isinstance(n, ast.Attribute) and n.attr == "float32" for n in ast.walk(cls))
+        if file.float32_classes is None:  # the one question that needs a class's body: read it again, once
+            data = self._read(file.path)
+            file.float32_classes = float32_classes(data) if data is not None else frozenset()
+        return ref[1] not in file.float32_classes
+
+    # -- what other project passes read (structural typing: ``mpfix.project.structural``) ---------
+    def structural_of(self, path: str) -> StructuralSummary | None:
+        """Structural typing's summary of a project file, from the scan's one parse (read now if the scan
+        has not read it); None: unreadable or unparsable."""
+        file = self._file(str(path))
+        return file.structural if file is not None else None
+
+    def keras_class(self, path: str, name: str) -> bool:
+        """A class of a scanned file whose bases resolve to a Keras layer or model (through project classes)."""
+        return self.is_keras_class((str(path), name))
 
     # -- call sites ----------------------------------------------------------------
-    def _float16_sites(self, file: _File, scanner: _Scanner) -> None:
+    def _float16_sites(self, file: FileSummary) -> None:
         """Calls from a Keras layer's ``call`` (and the methods it reaches) and a Keras model's steps."""
-        for name, cls in file.classes.items():
-            if not self.is_keras_class((file.path, name)):
-                continue
-            methods = {m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
-            reached = self._reached_from(methods, "call")
-            for method_name, method in methods.items():
-                if method_name in reached:
-                    self._collect(file, scanner, method, CallContext.LAYER_CALL, None)
-                elif method_name in KERAS_MODEL_HOOKS:
-                    self._collect(file, scanner, method, CallContext.TRAIN_STEP, None)
+        sites = self._sites.setdefault(file.path, [])
+        for name, found in file.class_sites.items():
+            if self.is_keras_class((file.path, name)):
+                sites.extend(found)
+        file.class_sites = {}
 
-    def _helper_sites(self, scanned: list[_File], hops: int = 3) -> None:
+    def _plain_sites(self, file: FileSummary) -> None:
+        """Calls from the file's module functions (where a Keras instance may be handed on)."""
+        self._plain_done.add(file.path)
+        if not file.plain_collected:
+            data = self._read(file.path)
+            file.plain_sites = plain_sites(file, data, self.by_suffix.__contains__) if data is not None else []
+        self._sites.setdefault(file.path, []).extend(file.plain_sites)
+        file.plain_sites = []
+
+    def _helper_sites(self, scanned: list[FileSummary], hops: int = 3) -> None:
         """A module function another file's float16 code calls with its activations runs on them too: its own
         calls of a third file's functions are float16 calls (``CallContext.HELPER``), with those parameters as
         its activations; ``hops`` files deep."""
         walked: set[tuple[str, str]] = set()
-        frontier = [(file, file.sites) for file in scanned]
+        frontier = [(file, self._sites.get(file.path, [])) for file in scanned]
         for _ in range(hops):
             active: dict[tuple[str, str], set[str]] = {}
             for file, sites in frontier:
                 for site in sites:
-                    if site.context.float16 and site.target[0] != file.path:
+                    target = self._target(file, site)
+                    if site.context.float16 and target is not None and target[0] != file.path:
                         args = self._args(file, site, set()) or ()
                         tensors = {name for name, kind in args if kind is ArgKind.TENSOR}
                         if tensors:
-                            active.setdefault(site.target, set()).update(tensors)
+                            active.setdefault(target, set()).update(tensors)
             frontier = []
             for (path, name), params in active.items():
                 callee = self._file(path)
                 if (path, name) in walked or callee is None or name not in callee.functions:
                     continue
                 walked.add((path, name))
-                before = len(callee.sites)
-                self._collect(callee, _Scanner(callee, _module_name(path, self.root)), callee.functions[name],
-                              CallContext.HELPER, name, frozenset(params))
-                new = [s for s in callee.sites[before:] if s.target[0] != path]
-                callee.sites[before:] = new  # its same-file calls the inference follows itself
+                data = self._read(path)
+                func = function_node(data, name) if data is not None else None
+                if func is None:
+                    continue
+                collected = _Collector(callee, self.by_suffix.__contains__).collect(
+                    func, CallContext.HELPER, name, frozenset(params))
+                # its same-file calls the inference follows itself
+                new = [s for s in collected if (t := self._target(callee, s)) is not None and t[0] != path]
+                self._sites.setdefault(path, []).extend(new)
                 if new:
                     frontier.append((callee, new))  # only the new sites are the next hop's callers
                     if callee not in scanned:
                         scanned.append(callee)
 
-    def _plain_sites(self, file: _File, scanner: _Scanner) -> None:
-        """Calls from the file's module functions (where a Keras instance may be handed on)."""
-        file.plain_done = True
-        for name, func in file.functions.items():
-            self._collect(file, scanner, func, CallContext.PLAIN, name)
-
-    @staticmethod
-    def _reached_from(methods: dict, start: str) -> set[str]:
-        reached, queue = set(), [start]
-        while queue:
-            name = queue.pop()
-            if name in reached or name not in methods:
-                continue
-            reached.add(name)
-            for node in ast.walk(methods[name]):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                        isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
-                    queue.append(node.func.attr)
-        return reached
-
-    def _collect(self, file: _File, scanner: _Scanner, func, context: CallContext, caller: str | None,
-                 active: frozenset[str] | None = None) -> None:
-        """The calls of project functions in ``func``; ``active``: the parameters that hold float16 activations
-        (None: every parameter, a layer's ``call``)."""
-        bound: dict[str, ast.expr] = {}
-        calls: list[ast.Call] = []
-        assigned: dict[str, list[tuple[int, ast.expr]]] = {}
-        for node in ast.walk(func):
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                    and isinstance(node.value, ast.Call):
-                bound[node.targets[0].id] = node.value.func
-            if isinstance(node, ast.Call):
-                calls.append(node)
-            elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For)) and context.float16:
-                value = node.iter if isinstance(node, ast.For) else node.value
-                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                    names = [target] if isinstance(target, ast.Name) else \
-                        [e for e in target.elts if isinstance(e, ast.Name)] if isinstance(target, (ast.Tuple, ast.List)) \
-                        else []
-                    if names and not isinstance(target, ast.Name) and self._project_call(file, scanner, value):
-                        # `rois, targets = sample(boxes, gt)`: a project function's several results are its own
-                        # (labels, indices, targets), not the activations it was handed.
-                        value = ast.copy_location(ast.Constant(None), node)
-                    elif isinstance(node, ast.AugAssign) and isinstance(target, ast.Name):
-                        value = ast.copy_location(ast.BinOp(left=ast.Name(target.id), op=node.op, right=value), node)  # x and v
-                    for name in names:
-                        if value is not None:
-                            assigned.setdefault(name.id, []).append((node.lineno, value))
-        flow = None
-        if context.float16:
-            params = {a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]} - {"self", "cls"}
-            params = params if active is None else params & active
-            for values in assigned.values():
-                values.sort(key=lambda pair: pair[0])
-            flow = _Flow(frozenset(params), assigned)
-        for call in calls:
-            if isinstance(call.func, ast.Name) and call.func.id in file.functions:
-                target = (file.path, call.func.id)
-            else:
-                dotted = scanner.resolve(call.func)
-                target = self._symbol(dotted, file.path) if dotted else None
-            if target is None:
-                continue
-            file.sites.append(_Site(target, context, caller, [a for a in call.args],
-                                    {k.arg: k.value for k in call.keywords if k.arg}, bound, call.lineno, flow))
-
-    def _project_call(self, file: _File, scanner: _Scanner, value: ast.expr) -> bool:
-        if not isinstance(value, ast.Call):
-            return False
-        func = value.func
-        if isinstance(func, ast.Name) and func.id in file.functions:
-            return True
-        dotted = scanner.resolve(func)
-        return dotted is not None and self._symbol(dotted, file.path) is not None
-
-    def _float32(self, file: _File, value: ast.expr) -> bool:
+    def _float32(self, file: FileSummary, value: ast.expr) -> bool:
         """``tf.cast(x, tf.float32)``, ``tf.zeros(shape, dtype="float32")``: a float32 tensor."""
         if not isinstance(value, ast.Call):
             return False
         dtype = value.args[1] if len(value.args) > 1 else next(
             (k.value for k in value.keywords if k.arg == "dtype"), None)
-        spelled = (_Scanner(file, "").resolve(dtype) or "") if dtype is not None else ""
+        spelled = (file.resolve(dtype) or "") if dtype is not None else ""
         return spelled.startswith(("tensorflow.", "numpy.")) and spelled.endswith(".float32") or \
             isinstance(dtype, ast.Constant) and dtype.value == "float32"
 
-    def _computes(self, file: _File, flow: _Flow, value: ast.expr, line: int, depth: int = 0) -> bool | None:
+    def _value(self, file: FileSummary, entry) -> ast.expr | None:
+        """An assignment's value; None where a tuple target takes a project function's results."""
+        value, dotted = entry
+        if dotted is not None and self._symbol(dotted, file.path) is not None:
+            return None
+        return value
+
+    def _computes(self, file: FileSummary, flow: Flow, value: ast.expr, line: int, depth: int = 0) -> bool | None:
         """``value``, evaluated at ``line`` of a layer's ``call`` (or a train step), holds its float16 activations:
         computed by ops from its inputs (autocast). False: a float32 cast; None: not decided here (a sublayer's
         output, whose own code decides its dtype; an attribute such as ``x.shape``; a constant)."""
         if depth > 12 or isinstance(value, (ast.Constant, ast.Attribute, ast.Lambda)):
             return None
         if isinstance(value, ast.Name):
-            reaching = flow.reaching(value.id, line)
+            reaching = _reaching(flow, value.id, line)
             if reaching is True:
                 return True
             if reaching is None:
                 return None
-            return self._computes(file, flow, reaching, getattr(reaching, "lineno", line), depth + 1)
+            found = self._value(file, reaching)
+            if found is None:
+                return None  # a project function's results (a constant in the old model)
+            return self._computes(file, flow, found, getattr(found, "lineno", line), depth + 1)
         if isinstance(value, ast.Call):
             func = value.func
             if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
@@ -396,7 +269,7 @@ class CrossCallScan:
         return True if True in found else None
 
     # -- the answer ------------------------------------------------------------------
-    def _kind(self, file: _File, site: _Site, value: ast.expr, keras_params: set[tuple[str, str]]) -> ArgKind:
+    def _kind(self, file: FileSummary, site: Site, value: ast.expr, keras_params: set[tuple[str, str]]) -> ArgKind:
         if isinstance(value, ast.Constant):
             return ArgKind.NUMBER
         if isinstance(value, ast.Name):
@@ -410,76 +283,104 @@ class CrossCallScan:
         if self._float32(file, value):
             return ArgKind.FLOAT32
         if site.flow is not None:
-            reaching = site.flow.reaching(value.id, site.line) if isinstance(value, ast.Name) else None
-            if reaching is not None and reaching is not True and self._float32(file, reaching):
-                return ArgKind.FLOAT32
+            reaching = _reaching(site.flow, value.id, site.line) if isinstance(value, ast.Name) else None
+            if reaching is not None and reaching is not True:
+                found = self._value(file, reaching)
+                if found is not None and self._float32(file, found):
+                    return ArgKind.FLOAT32
             if self._computes(file, site.flow, value, site.line):
                 return ArgKind.TENSOR
         return ArgKind.UNKNOWN
 
-    def _args(self, file: _File, site: _Site, keras_params: set) -> tuple[tuple[str, ArgKind], ...] | None:
-        callee_file = self._file(site.target[0])
-        func = callee_file.functions.get(site.target[1]) if callee_file is not None else None
+    def _args(self, file: FileSummary, site: Site, keras_params: set) -> tuple[tuple[str, ArgKind], ...] | None:
+        target = self._target(file, site)
+        callee_file = self._file(target[0]) if target is not None else None
+        func = callee_file.functions.get(target[1]) if callee_file is not None else None
         if func is None:
             return None
-        names = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
+        names = func.params
         found = []
         for i, value in enumerate(site.positional):
             if isinstance(value, ast.Starred) or i >= len(names):
                 break
             found.append((names[i], self._kind(file, site, value, keras_params)))
-        known = set(names) | {a.arg for a in func.args.kwonlyargs}
+        known = set(names) | set(func.kwonly)
         found += [(k, self._kind(file, site, v, keras_params)) for k, v in site.keywords.items() if k in known]
         return tuple(found)
 
     def run(self) -> dict[str, frozenset[CrossCall]]:
-        scanned = [f for f in (self._file(p) for p in self.files) if f is not None]
-        scanners = {f.path: _Scanner(f, _module_name(f.path, self.root)) for f in scanned}
+        texts = {}
+        for path in self.files:
+            data = texts[path] = self._read(path)
+            if data is not None:
+                self._class_names.update(n.decode("ascii", "replace") for n in _CLASS.findall(data))
+        scanned = []
+        for path in self.files:
+            if path not in self.summaries:
+                data = texts.pop(path)
+                self.summaries[path] = None if data is None else summarise(
+                    path, data, _module_name(path, self.root), self.by_suffix.__contains__, sites=True,
+                    plain=self._class_names.__and__)
+            if self.summaries[path] is not None:
+                scanned.append(self.summaries[path])
+        del texts
         keras_names = {name for f in scanned for name in f.classes if self.is_keras_class((f.path, name))}
         for file in scanned:
-            self._float16_sites(file, scanners[file.path])
-        # Module functions are walked only in files that call a project Keras class by name (bytes: cheap),
+            self._float16_sites(file)
+        # Module functions count only in files that call a project Keras class by name (bytes: cheap),
         # then in the files those hand an instance to, and so on (train -> epoch -> step).
         pending = [f for f in scanned if f.called & keras_names]
         keras_params: set[tuple[str, str]] = set()  # (path, "function.param") that receives a Keras instance
         for _ in range(6):
             for file in pending:
-                if not file.plain_done:
-                    self._plain_sites(file, scanners[file.path])
+                if file.path not in self._plain_done:
+                    self._plain_sites(file)
             before = len(keras_params)
             for file in scanned:
-                for site in file.sites:
+                for site in self._sites.get(file.path, ()):
                     args = self._args(file, site, keras_params) or ()
-                    keras_params.update((site.target[0], f"{site.target[1]}.{n}") for n, k in args
+                    target = self._target(file, site)
+                    keras_params.update((target[0], f"{target[1]}.{n}") for n, k in args
                                         if k is ArgKind.KERAS_INSTANCE)
             targets = {path for path, _ in keras_params}
-            pending = [f for f in scanned if f.path in targets and not f.plain_done]
+            pending = [f for f in scanned if f.path in targets and f.path not in self._plain_done]
             if len(keras_params) == before and not pending:
                 break
+        for file in scanned:  # sites never put in play: free them
+            file.class_sites, file.plain_sites = {}, []
         self._helper_sites(scanned)
         found: dict[str, set[CrossCall]] = {}
         for file in scanned:
-            for site in file.sites:
-                cross = site.target[0] != file.path
+            for site in self._sites.get(file.path, ()):
                 args = self._args(file, site, keras_params)
                 if args is None:
                     continue
+                target = self._target(file, site)
+                cross = target[0] != file.path
                 keras = any(k is ArgKind.KERAS_INSTANCE for _, k in args)
                 if (site.context.float16 and cross) or keras:
                     context = site.context if cross else CallContext.PLAIN
-                    found.setdefault(site.target[0], set()).add(CrossCall(site.target[1], context, args))
+                    found.setdefault(target[0], set()).add(CrossCall(target[1], context, args))
+        self._sites = {}
         return {path: frozenset(calls) for path, calls in found.items()}
 
 
 def cross_calls(root: Path, files: tuple[Path, ...]) -> dict[str, frozenset[CrossCall]]:
     """For each file of the project: the calls other files make of its functions from float16 code,
     and the calls anywhere that hand its functions a Keras layer/model instance (absolute path -> calls)."""
-    # The project's syntax trees are alive together: the cyclic collector would traverse them again and
-    # again while they are built (4x the parse time on tf-models). They hold no cycles; refcounts free them.
+    return scan_project(root, files)[0]
+
+
+def scan_project(root: Path, files: tuple[Path, ...]) -> tuple[dict[str, frozenset[CrossCall]], CrossCallScan]:
+    """``cross_calls`` and the scan that found them (its per-file summaries, ``structural_of``, ``keras_class``)."""
+    # Each file's syntax tree is alive while it is summarised: the cyclic collector would traverse the
+    # millions of nodes the scan allocates again and again (most of the scan's time on tf-models). They
+    # hold no cycles; refcounts free each tree when its summary is done.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return CrossCallScan(root, files).run()
+        scan = CrossCallScan(root, files)
+        return scan.run(), scan
     finally:
         if enabled:
             gc.enable()
