@@ -13,16 +13,11 @@ from collections.abc import Iterable, Iterator
 
 import libcst as cst
 
+from mpfix.keras_spellings import KERAS_ALIASES
+
 # Every spelling of Keras, mapped to one canonical prefix so rules can say
-# "keras.mixed_precision.LossScaleOptimizer" once.
-_KERAS_PREFIXES = (
-    "tensorflow.python.keras",
-    "tensorflow.keras",
-    "tensorflow.compat.v2.keras",
-    "tf_keras",
-    "keras.src",
-    "keras",
-)
+# "keras.mixed_precision.LossScaleOptimizer" once (the aliases are one table with the cross-file scan's).
+_KERAS_PREFIXES = (*KERAS_ALIASES, "keras.src", "keras")
 
 
 def dotted_name(node: cst.BaseExpression) -> str | None:
