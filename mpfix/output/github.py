@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mpfix.display import display_path
+from mpfix.display import printable, relative_path
 from mpfix.output.report import Report, location_label
 from mpfix.findings import Position
 from mpfix.output.notebook_lines import Placer
@@ -16,24 +16,32 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
+def _file_property(filename: str) -> str:
+    """The path as GitHub's runner reads it back: CR/LF and the separators in its own escapes (which it
+    decodes), any other control character (ESC) escaped as the text formats show it: the runner has
+    no escape for those, and a raw one would reach the log."""
+    path = relative_path(filename)
+    if not path.isprintable():
+        path = "".join(ch if ch.isprintable() or ch in "\r\n" else printable(ch) for ch in path)
+    return _escape_property(path)
+
+
 def render(report: Report) -> str:
     lines = []
     placer = Placer()
     for e in report.errors:
-        path = display_path(e.filename)
         start, _ = placer.span(e.filename, e.cell, Position(e.line, e.column), Position(e.line, e.column))
         label = location_label(e.filename, e.line, e.column, e.cell)
         lines.append(
-            f"::error title={_escape_property(f'mpfix ({e.code})')},file={_escape_property(path)},"
+            f"::error title={_escape_property(f'mpfix ({e.code})')},file={_file_property(e.filename)},"
             f"line={start.line},col={start.column}::{_escape_data(f'{label}: {e.code} {e.message}')}"
         )
     for f in report.findings:
-        path = display_path(f.filename)
         # A notebook's annotation goes on the line of the .ipynb file; its text names the cell's line.
         start, end = placer.span(f.filename, f.cell, f.start, f.end)
         label = location_label(f.filename, f.start.line, f.start.column, f.cell)
         lines.append(
-            f"::error title={_escape_property(f'mpfix ({f.code})')},file={_escape_property(path)},"
+            f"::error title={_escape_property(f'mpfix ({f.code})')},file={_file_property(f.filename)},"
             f"line={start.line},col={start.column},endLine={end.line},endColumn={end.column}"
             f"::{_escape_data(f'{label}: {f.code} {f.message}')}"
         )

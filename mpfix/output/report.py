@@ -29,17 +29,8 @@ class Report:
     declared_unreadable: tuple[Declaration, ...] = ()  # dependency declarations that could not be read
 
 
-def printable(path: str) -> str:
-    """``path`` with control characters escaped (``\\n``, ``\\x1b``), as git quotes such names: a file
-    named ``a\\nfake.py:1:1: MP999 ...`` must not print a forged finding line of its own, nor an
-    escape sequence drive the terminal."""
-    if path.isprintable():
-        return path
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in path)
-
-
 def location_label(filename: str, line: int, column: int, cell: int | None = None) -> str:
-    path = printable(display_path(filename))
+    path = display_path(filename)
     if cell is not None:
         return f"{path}:cell {cell}:{line}:{column}"
     return f"{path}:{line}:{column}"

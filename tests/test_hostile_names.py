@@ -1,0 +1,102 @@
+"""A hostile file name reaches no terminal or CI log raw, whatever the command or option.
+
+A repository may hold a file named ``a<newline>fake.py:1:1: MP999 forged<ESC>[31m.py``. Printed raw,
+its newline starts a forged ``path:line:col: CODE`` line (what CI problem matchers read) and its
+escape sequence drives the terminal. Every path shown goes through ``mpfix.display.display_path``,
+which escapes control characters as git quotes them; GitHub annotations keep their own
+property escaping (``%0A``, ``%3A``, ``%2C``) on top.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import DEPRECATED
+
+from mpfix.cli import cli
+from mpfix.display import display_path, printable
+
+NAME = "a\nfake.py:1:1: MP999 forged\x1b[31m.py"
+SHOWN = "a\\nfake.py:1:1: MP999 forged\\x1b[31m.py"
+
+
+def _run(*args: str, input: str | None = None) -> str:
+    result = CliRunner().invoke(cli, list(args), input=input)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.output
+
+
+def _assert_clean(output: str) -> None:
+    assert "\x1b" not in output
+    assert not any(line.startswith("fake.py") for line in output.splitlines()), output
+
+
+@pytest.fixture
+def hostile(project: Path) -> Path:
+    (project / NAME).write_text(DEPRECATED)
+    return project
+
+
+def test_display_path_escapes_control_characters():
+    assert display_path(NAME) == SHOWN
+    assert printable(SHOWN) == SHOWN  # idempotent: a backslash is printable
+    assert display_path("plain/ü.py") == "plain/ü.py"
+
+
+def test_verbose_target_and_policy_lines(hostile: Path):
+    output = _run("check", "--verbose", ".")
+    assert "Keras" in output and "float16 reachability" in output
+    assert SHOWN in output
+    _assert_clean(output)
+
+
+def test_verbose_policy_line_of_a_reached_file(hostile: Path):
+    (hostile / NAME).write_text("from tensorflow.keras import mixed_precision\n"
+                                "mixed_precision.set_global_policy('mixed_float16')\n" + DEPRECATED)
+    output = _run("check", "--verbose", ".")
+    assert f"  {SHOWN}: mixed_float16" in output
+    _assert_clean(output)
+
+
+def test_no_files_warning(project: Path):
+    folder = project / NAME.replace(".py", "")
+    folder.mkdir()
+    output = _run("check", str(folder.relative_to(project)))
+    assert "no Python files found" in output
+    _assert_clean(output)
+
+
+def test_diff_headers(hostile: Path):
+    output = _run("diff", ".")
+    assert f"--- a/{SHOWN}" in output and f"+++ b/{SHOWN}" in output
+    _assert_clean(output)
+
+
+def test_add_noqa_messages(hostile: Path):
+    output = _run("check", "--add-noqa", ".")
+    assert "Added" in output
+    _assert_clean(output)
+
+
+def test_interactive_apply(hostile: Path):
+    output = _run("apply", "-i", ".", input="n\nn\nn\n")
+    assert SHOWN in output
+    _assert_clean(output)
+
+
+def test_github_file_property_escapes_control_characters(hostile: Path):
+    output = _run("check", "--format", "github", ".")
+    _assert_clean(output)
+    errors = [line for line in output.splitlines() if line.startswith("::error")]
+    assert len(errors) == 2  # MP306 and MP307, one line each
+    assert all("file=a%0Afake.py%3A1%3A1%3A MP999 forged\\x1b[31m.py," in line for line in errors)
+
+
+@pytest.mark.parametrize("command", [("check",), ("apply", "--fix-only"), ("diff",)])
+def test_unreadable_file_error_line(hostile: Path, command: tuple[str, ...]):
+    (hostile / NAME).write_bytes(DEPRECATED.encode() + b"x = '\xff'\n")
+    output = _run(*command, ".")
+    assert f"{SHOWN}:10:6: MP000 cannot decode" in output
+    _assert_clean(output)
