@@ -102,30 +102,47 @@ def check_depth(text: str) -> None:
         pass
 
 
-# What the forked probe saw of LibCST's parse of a text CPython rejects, by the text's digest: it did not
-# end in time, it ended (None: parsed, or not known), or LibCST's syntax error (message, line, column).
-# The verify side parses one user's text up to four times (instrument, two island edits, the write
-# validation); fuzz input mutated-5 (a 66-line file whose error recovery takes LibCST ~8 s) cost a probe
-# plus a parse each time, 48 s in all. A known error is raised again without parsing.
+# What is known of LibCST's parse of a text CPython rejects, by the text's digest: it did not end in
+# time, it ended (None: parsed, or not known), or LibCST's syntax error (message, line, column), seen by
+# the forked probe or by ``parse_module`` itself (in a process with threads running, the editor server,
+# the probe is skipped: forking there is unsafe). The verify side parses one user's text up to four
+# times (instrument, two island edits, the write validation) and the server on every request; fuzz
+# input mutated-5 (a 66-line file whose error recovery takes LibCST ~8 s) cost a probe plus a parse each
+# time, 48 s in all. A known error is raised again without parsing. Threads share the table: ``_TABLE``.
 _DID_NOT_END = "did not end"
 _PROBED: dict[bytes, object] = {}
 _PROBED_MAX = 64
+_TABLE = threading.Lock()
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+def _remember(key: bytes, seen: object) -> None:
+    with _TABLE:
+        if key not in _PROBED and len(_PROBED) >= _PROBED_MAX:
+            _PROBED.pop(next(iter(_PROBED)))
+        _PROBED[key] = seen
 
 
 def _probe(text: str) -> object:
-    key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
-    if key not in _PROBED:
-        if len(_PROBED) >= _PROBED_MAX:
-            _PROBED.pop(next(iter(_PROBED)))
-        _PROBED[key] = _libcst_probe(text, PARSE_PROBE_SECONDS)
-    return _PROBED[key]
+    key = _digest(text)
+    with _TABLE:
+        if key in _PROBED:
+            return _PROBED[key]
+    seen = _libcst_probe(text, PARSE_PROBE_SECONDS)  # outside the lock: it may take PARSE_PROBE_SECONDS
+    _remember(key, seen)
+    return seen
 
 
 def _known_error(text: str) -> cst.ParserSyntaxError | None:
-    """LibCST's syntax error for ``text`` when a probe already saw it."""
+    """LibCST's syntax error for ``text`` when a probe or an earlier parse already saw it."""
     if not _PROBED:
         return None
-    seen = _PROBED.get(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
+    key = _digest(text)
+    with _TABLE:
+        seen = _PROBED.get(key)
     if not isinstance(seen, tuple):
         return None
     message, line, column = seen
@@ -186,15 +203,19 @@ def parse_module(text: str) -> cst.Module:
     known = _known_error(text)
     if known is not None:
         raise known
-    if _VALIDATING_INIT is None:  # pragma: no cover
-        return cst.parse_module(text)
-    # The hook is class-wide: a lock keeps two parsing threads from restoring it early.
-    with _LOCK:
-        cst.CSTNode.__post_init__ = _skip_validation
-        try:
+    try:
+        if _VALIDATING_INIT is None:  # pragma: no cover
             return cst.parse_module(text)
-        finally:
-            cst.CSTNode.__post_init__ = _VALIDATING_INIT
+        # The hook is class-wide: a lock keeps two parsing threads from restoring it early.
+        with _LOCK:
+            cst.CSTNode.__post_init__ = _skip_validation
+            try:
+                return cst.parse_module(text)
+            finally:
+                cst.CSTNode.__post_init__ = _VALIDATING_INIT
+    except cst.ParserSyntaxError as exc:  # the next parse of this text raises it again without parsing
+        _remember(_digest(text), (exc.message, exc.raw_line, exc.raw_column))
+        raise
 
 
 def validation_active() -> bool:

@@ -102,3 +102,59 @@ def test_a_rejected_file_libcst_would_take_minutes_on_is_an_mp000_with_cpythons_
     assert message.startswith("SyntaxError: ") and message.endswith("(mpfix's parser did not finish on this file "
                                                                     "within 0.5 s)"), message
     assert errors["plain.py"]["message"].startswith("SyntaxError:") and "did not finish" not in errors["plain.py"]["message"]
+
+
+def test_a_rejected_text_is_parsed_once_where_other_threads_run_too(monkeypatch):
+    """The editor server runs threads, so the forked probe is skipped there (forking a threaded process is
+    unsafe); LibCST's error for a rejected text was then computed again on every parse (a fuzzed 66-line
+    file: ~8 s each). The error is remembered by the text's digest whoever parsed it, and raised again."""
+    import threading
+
+    from mpfix import parsing
+
+    text = "import tensorflow as tf\n\nthreaded = [1,\ndef f(:\n    pass\n"
+    expected = None
+    try:
+        cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        expected = (str(exc), exc.message, exc.raw_line, exc.raw_column, exc.editor_line, exc.editor_column)
+    assert expected is not None
+    calls = []
+    real = cst.parse_module
+    monkeypatch.setattr(cst, "parse_module", lambda source, *a, **k: calls.append(source) or real(source, *a, **k))
+    release = threading.Event()
+    other = threading.Thread(target=release.wait, daemon=True)  # as the server's threads
+    other.start()
+    try:
+        seen = []
+        for _ in range(3):
+            with pytest.raises(cst.ParserSyntaxError) as error:
+                parse_module(text)
+            e = error.value
+            seen.append((str(e), e.message, e.raw_line, e.raw_column, e.editor_line, e.editor_column))
+    finally:
+        release.set()
+        other.join()
+    assert seen == [expected] * 3
+    assert calls == [text]  # one LibCST parse, in this process (no fork with threads running)
+
+
+def test_threads_parsing_rejected_texts_at_once_get_their_own_errors():
+    """The remembered errors are shared by threads: each thread gets its text's own error, and the table's
+    eviction (64 texts) never breaks a reader (a dict changed during iteration)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [f"value_{i} = [{i},\ndef f(:\n    pass\n" for i in range(100)]
+
+    def one(text):
+        try:
+            parse_module(text)
+        except cst.ParserSyntaxError as exc:
+            return exc.raw_line, exc.message
+        return None
+
+    with ThreadPoolExecutor(4) as pool:
+        first = list(pool.map(one, texts * 2))
+    expected = [one(text) for text in texts]
+    assert all(e is not None for e in expected)
+    assert first == expected * 2
