@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Union
 import libcst as cst
 
 from mpfix.codemods.names import ImportTable
-from mpfix.findings import Fix, FixSafety
+from mpfix.findings import Fix, FixSafety, MessageRef
 from mpfix.policy import Policy
 from mpfix.project.facts import NO_FACTS, ProjectFileFacts
 
@@ -169,6 +169,7 @@ class Report:
     fix: Fix | None
     fields: dict[str, str] = field(default_factory=dict)
     template: str = ""
+    ref: MessageRef = MessageRef()  # which template and notes ``template`` is (the finding's ``template``)
 
 
 @dataclass
@@ -280,10 +281,12 @@ class Rule(cst.BatchableCSTVisitor):
                 imports=imports,
             )
         text = self.message_template(template)
-        for name in (note,) if isinstance(note, str) else note or ():
+        notes = (note,) if isinstance(note, str) else tuple(note or ())
+        for name in notes:
             text = f"{text} ({self.note_template(name)})"
         values = {name: str(value) for name, value in fields.items()}
-        self.context.reports.append((self, Report(node, render(text, values), fix, values, text)))
+        self.context.reports.append((self, Report(node, render(text, values), fix, values, text,
+                                                  MessageRef(template, notes))))
 
     @classmethod
     def message_template(cls, name: str | None = None) -> str:

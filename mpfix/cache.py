@@ -338,7 +338,10 @@ def _is_position(value) -> bool:
 
 def _valid_finding(item) -> bool:
     """The shape ``finding_to_dict`` writes, with the right types (a cache is data a checkout may ship)."""
-    if not isinstance(item, dict) or set(item) != {"code", "message", "fields", "cell", "start", "end", "fix", "edits"}:
+    if not isinstance(item, dict) or set(item) != {"code", "message", "fields", "template", "cell", "start", "end",
+                                                   "fix", "edits"}:
+        return False
+    if not _is_template(item["template"]):
         return False
     fields = item["fields"]
     if not (isinstance(fields, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items())):
@@ -359,6 +362,14 @@ def _valid_finding(item) -> bool:
         for e in edits)
 
 
+def _is_template(value) -> bool:
+    """None, or ``[name or None, [note, ...], keras_unknown]`` (``findings.MessageRef``)."""
+    if value is None:
+        return True
+    return (isinstance(value, list) and len(value) == 3 and (value[0] is None or isinstance(value[0], str))
+            and isinstance(value[1], list) and all(isinstance(n, str) for n in value[1]) and isinstance(value[2], bool))
+
+
 def finding_to_dict(finding) -> dict:
     fix = None
     if finding.fix is not None:
@@ -366,6 +377,8 @@ def finding_to_dict(finding) -> dict:
                "imports": list(finding.fix.imports)}
     return {
         "code": finding.code, "message": finding.message, "fields": dict(finding.fields), "cell": finding.cell,
+        "template": None if finding.template is None else [finding.template.name, list(finding.template.notes),
+                                                            finding.template.keras_unknown],
         "start": [finding.start.line, finding.start.column], "end": [finding.end.line, finding.end.column],
         "fix": fix,
         "edits": [[e.start.line, e.start.column, e.end.line, e.end.column, e.content] for e in finding.edits],
@@ -373,11 +386,13 @@ def finding_to_dict(finding) -> dict:
 
 
 def finding_from_dict(item: dict, filename: str):
-    from mpfix.findings import Edit, Finding, Fix, FixSafety, Position
+    from mpfix.findings import Edit, Finding, Fix, FixSafety, MessageRef, Position
 
     fix = item["fix"]
+    template = item["template"]
     return Finding(
         code=item["code"], message=item["message"], fields=dict(item["fields"]), filename=filename, cell=item["cell"],
+        template=None if template is None else MessageRef(template[0], tuple(template[1]), template[2]),
         start=Position(*item["start"]), end=Position(*item["end"]),
         fix=None if fix is None else Fix(changes={}, safety=FixSafety(fix["safety"]),
                                          description=fix["description"], imports=tuple(fix["imports"])),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections.abc import Callable
 from pathlib import Path
 
@@ -180,7 +180,8 @@ class Engine:
             if rule.requires_float16 and not _in_regions(context.cache.get(_REGIONS), start.line):
                 continue
             findings.append(Finding(code=rule.code, message=report.message, filename=str(path),
-                                    start=start, end=end, fix=report.fix, node=report.node, fields=report.fields))
+                                    start=start, end=end, fix=report.fix, node=report.node, fields=report.fields,
+                                    template=report.ref))
         findings.sort(key=lambda f: (f.start.line, f.start.column, f.code))
         return findings
 
@@ -366,7 +367,8 @@ def _agreed_fixes(reports: list, other: list) -> list:
     for rule, report in reports:
         if report.fix is not None and not any(_same_fix(report.fix, fix)
                                               for fix in theirs.get((rule.code, id(report.node)), ())):
-            report = Report(report.node, report.message + targets.UNKNOWN_HINT, None, report.fields, report.template)
+            report = Report(report.node, report.message + targets.UNKNOWN_HINT, None, report.fields, report.template,
+                            replace(report.ref, keras_unknown=True))
         kept.append((rule, report))
     return kept
 

@@ -52,6 +52,15 @@ class Edit:
     content: str
 
 
+@dataclass(frozen=True)
+class MessageRef:
+    """Which of its rule's message templates rendered a finding's text (SARIF's ``message.id``)."""
+
+    name: str | None = None  # a key of the rule's ``messages``; None: its main ``message``
+    notes: tuple[str, ...] = ()  # the notes the report appended, in order
+    keras_unknown: bool = False  # the engine appended the unknown-Keras-target hint (fix withheld)
+
+
 @dataclass
 class Finding:
     """One problem found in one file."""
@@ -69,6 +78,8 @@ class Finding:
     # The fields of the rule's message template, as its report gave them (``message`` is the
     # template rendered with them): what a tool reads instead of parsing the text.
     fields: dict[str, str] = field(default_factory=dict)
+    # The template ``message`` was rendered from (None: not from a rule's report, e.g. a runtime finding).
+    template: MessageRef | None = None
 
     @property
     def line(self) -> int:

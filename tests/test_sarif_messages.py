@@ -159,3 +159,50 @@ def test_a_file_name_that_is_not_utf8_gets_a_relative_uri_of_its_bytes(tmp_path:
     sarif = json.loads(CliRunner().invoke(cli, ["check", "--format", "sarif", "."]).output)
     uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in sarif["runs"][0]["results"]}
     assert uris == {"%FF%FE.py"}
+
+
+def _expected_id(ref) -> str:
+    return "+".join([ref.name or "default", *(f"note:{note}" for note in ref.notes),
+                     *(["kerasUnknown"] if ref.keras_unknown else [])])
+
+
+def test_the_id_is_the_findings_own_template(example_log):
+    """The id comes from the template the rule reported with (``Finding.template``), not from reading
+    the text back against every template and note combination."""
+    findings, sarif = example_log
+    for finding, result in zip(findings, sarif["runs"][0]["results"]):
+        assert finding.template is not None, (finding.code, finding.message)
+        assert finding.template.name is None or finding.template.name in type_of(finding.code).messages
+        assert result["message"]["id"] == _expected_id(finding.template)
+
+
+def type_of(code: str):
+    return next(rule for rule in all_rules() if rule.code == code)
+
+
+def test_the_id_does_not_depend_on_the_text(example_log):
+    """A finding whose text no template renders (an edited message) keeps its id and arguments."""
+    import dataclasses
+
+    findings, _ = example_log
+    edited = [dataclasses.replace(f, message=f.message + " (edited)") for f in findings[:20]]
+    report = Report(findings=edited, errors=[], unsafe_fixes=True, texts={}, files_checked=len(edited))
+    sarif = json.loads(render(report))
+    assert list(_schema_validator().iter_errors(sarif)) == []
+    run = sarif["runs"][0]
+    for finding, result in zip(edited, run["results"]):
+        message = result["message"]
+        assert message["text"] == finding.message and message["id"] == _expected_id(finding.template)
+        string = run["tool"]["driver"]["rules"][result["ruleIndex"]]["messageStrings"][message["id"]]
+        names = string.get("properties", {}).get("fields", [])
+        assert dict(zip(names, message.get("arguments", []))) == finding.fields
+
+
+def test_the_template_survives_the_cache(example_log):
+    from mpfix.cache import _valid_finding, finding_from_dict, finding_to_dict
+
+    findings, _ = example_log
+    for finding in findings:
+        item = json.loads(json.dumps(finding_to_dict(finding)))
+        assert _valid_finding(item)
+        assert finding_from_dict(item, finding.filename).template == finding.template

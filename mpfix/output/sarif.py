@@ -63,7 +63,7 @@ def render(report: Report) -> str:
         start, end = placer.span(f.filename, f.cell, f.start, f.end)
         result = {
             "ruleId": f.code, "ruleIndex": index[f.code], "level": "error",
-            "message": messages.message(by_code[f.code], f.message, f.fields),
+            "message": messages.message(by_code[f.code], f),
             "locations": [location(f.filename, region(start.line, start.column, end.line, end.column))],
         }
         if f.cell is not None:

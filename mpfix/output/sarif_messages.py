@@ -7,22 +7,20 @@ string it was rendered from and gives the finding's fields (``Finding.fields``) 
 message string lists its field names (``properties.fields``), so a tool reads the values by name.
 ``message.text`` stays: it is what most consumers show.
 
-A finding records its fields but not which template rendered it, so the id is the template (plus
-the notes a report appended, and the hint the engine appends when the Keras target is unknown)
-whose rendering with the finding's own fields is exactly the finding's text; none: text only.
+The id comes from the finding itself (``Finding.template``, a ``MessageRef``): the template the rule
+reported with, the notes it appended (``+note:name``), and ``+kerasUnknown`` when the engine appended
+its unknown-target hint. The text is never read back. A finding without one (not from a rule's
+report) gets text only.
 """
 
 from __future__ import annotations
 
-import functools
-import itertools
 import string
 
 from mpfix.target import UNKNOWN_HINT
 
 MAIN = "default"  # the id of a rule's main template (``Rule.message``)
 UNKNOWN_KERAS = "kerasUnknown"  # the suffix of an id whose text ends with the engine's unknown-target hint
-_MAX_NOTES = 2  # a report appends at most two notes (tests/test_message_templates.py)
 
 
 def positional(template: str) -> tuple[str, tuple[str, ...]]:
@@ -59,46 +57,28 @@ class Messages:
     def __init__(self) -> None:
         self.added: dict[str, dict[str, dict]] = {}  # rule code -> id -> message string (notes, hint)
 
-    def message(self, rule, text: str, fields: dict[str, str]) -> dict:
-        """The result's ``message``: ``text``, plus ``id`` and ``arguments`` when a template renders it."""
-        message: dict = {"text": text}
-        found = self._template_of(rule, text, fields)
-        if found is None:
+    def message(self, rule, finding) -> dict:
+        """The result's ``message``: the finding's text, plus ``id`` and ``arguments`` from its template."""
+        message: dict = {"text": finding.message}
+        ref = finding.template
+        if ref is None:
             return message
-        ident, template = found
+        try:
+            template = rule.message_template(ref.name)
+            notes = rule.all_notes()
+            template += "".join(f" ({notes[note]})" for note in ref.notes)
+        except (KeyError, ValueError):  # a name the rule does not declare (TemplateError is a ValueError)
+            return message
+        ident = "+".join([ref.name or MAIN, *(f"note:{note}" for note in ref.notes)])
+        if ref.keras_unknown:
+            ident += f"+{UNKNOWN_KERAS}"
+            template += UNKNOWN_HINT.replace("{", "{{").replace("}", "}}")
         _, names = positional(template)
+        if set(names) != set(finding.fields):
+            return message
         message["id"] = ident
         if names:
-            message["arguments"] = [fields[name] for name in names]
+            message["arguments"] = [finding.fields[name] for name in names]
         if ident not in (MAIN, *rule.messages):
             self.added.setdefault(rule.code, {})[ident] = _entry(template)
         return message
-
-    def _template_of(self, rule, text: str, fields: dict[str, str]) -> tuple[str, str] | None:
-        hinted = text.endswith(UNKNOWN_HINT)
-        if hinted:
-            text = text[: -len(UNKNOWN_HINT)]
-        notes = rule.all_notes()
-        named = [(MAIN, rule.message), *rule.messages.items()]
-        for count in range(_MAX_NOTES + 1):
-            for (name, template), chosen in itertools.product(named, itertools.permutations(notes, count)):
-                full = template + "".join(f" ({notes[note]})" for note in chosen)
-                if not _renders(full, fields, text):
-                    continue
-                ident = "+".join([name, *(f"note:{note}" for note in chosen)])
-                if hinted:
-                    return f"{ident}+{UNKNOWN_KERAS}", full + UNKNOWN_HINT.replace("{", "{{").replace("}", "}}")
-                return ident, full
-        return None
-
-
-def _renders(template: str, fields: dict[str, str], text: str) -> bool:
-    return _names(template) == set(fields) and template.format_map(fields) == text
-
-
-@functools.lru_cache(maxsize=4096)
-def _names(template: str) -> frozenset[str] | None:
-    try:
-        return frozenset(name for _, name, _, _ in string.Formatter().parse(template) if name is not None)
-    except ValueError:
-        return None
