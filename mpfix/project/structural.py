@@ -1,0 +1,200 @@
+"""Structural parameter typing across the project: a parameter is a Keras model when what the function reads of it
+only a project Keras class defines (issue 18, C33).
+
+research DELF ``train_utils.py`` (N17, N18) and ``tuples_dataset.py`` (N21): ``_compute_loss_and_gradient(criterion,
+model, ...)`` and ``extract_descriptors_from_image_paths(net, ...)`` read ``model.meta['outputdim']``; no file of the
+corpus passes them the model, but ``meta`` is assigned by ``GlobalFeatureNet(tf.keras.Model)`` in
+``global_model.py`` alone (``self.meta = {...}``). The fact (``typed_parameters``):
+
+    a parameter on which a function reads attributes, where every attribute among them that a project class
+    defines is defined by a project Keras layer/model class and by no other project class, and one such class
+    defines them all, is an instance of a Keras class; if every such class's outputs follow the compute dtype
+    (its text never spells float32), calling it returns the compute dtype.
+
+Only names the project defines are evidence (``self.x = ...`` in a method, a method, a class attribute, a
+project base's too); the members every Keras layer has (``KERAS_MEMBERS``: ``call``, ``trainable_variables``,
+``compute_dtype``...) name no class and are neutral: ``tf.Module``s and optimizers share several, and a model
+from outside the project may have a float32 head. The records are the cross-file scan's own:
+``CrossCall(function, PLAIN, ((param, KERAS_INSTANCE),))``; ``dtype_regions`` seeds them like a caller's.
+
+Pure and ``ast``-only (``check`` never imports LibCST or TensorFlow here): ``summarize`` makes a file's JSON-able
+summary from its tree, ``records`` decides from every file's summary. ``codemods/analysis/param_types.py`` applies
+the same ``typed_parameters`` within one file.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from mpfix.project.crosscall_records import ArgKind, CallContext, CrossCall
+from mpfix.project.structural_types import ClassShape, class_index, typed_parameters
+
+# -- one file's summary (ast) ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ClassSummary:
+    name: str
+    bases: tuple[str, ...]  # dotted, resolved through the file's imports where they name an import
+    defines: frozenset[str]  # its own (bases' are added by ``records``)
+    spells_float32: bool
+
+
+@dataclass(frozen=True)
+class StructuralSummary:
+    """What ``records`` needs of one file: its classes and its module functions' parameter reads."""
+
+    classes: tuple[ClassSummary, ...] = ()
+    reads: tuple[tuple[str, tuple[tuple[str, frozenset[str]], ...]], ...] = ()  # function -> ((param, attrs), ...)
+
+    def to_json(self) -> list:
+        return [[[c.name, list(c.bases), sorted(c.defines), c.spells_float32] for c in self.classes],
+                [[f, [[p, sorted(a)] for p, a in params]] for f, params in self.reads]]
+
+    @classmethod
+    def from_json(cls, data: list) -> "StructuralSummary":
+        classes, reads = data
+        return cls(tuple(ClassSummary(str(n), tuple(map(str, b)), frozenset(map(str, d)), bool(f))
+                         for n, b, d, f in classes),
+                   tuple((str(f), tuple((str(p), frozenset(map(str, a))) for p, a in params)) for f, params in reads))
+
+
+def _dotted(node: ast.expr) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _self_targets(node: ast.expr, found: set[str]) -> None:
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        found.add(node.attr)
+    elif isinstance(node, (ast.Tuple, ast.List)):
+        for element in node.elts:
+            _self_targets(element, found)
+
+
+def _class(node: ast.ClassDef, imports: Mapping[str, str]) -> ClassSummary:
+    defines: set[str] = set()
+    spells = False
+    for stmt in node.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defines.add(stmt.name)
+        elif isinstance(stmt, ast.Assign):
+            defines.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            defines.add(stmt.target.id)
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Assign):
+            for target in sub.targets:
+                _self_targets(target, defines)
+        elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)):
+            _self_targets(sub.target, defines)
+        elif (isinstance(sub, ast.Attribute) and sub.attr == "float32") or \
+                (isinstance(sub, ast.Constant) and sub.value == "float32"):
+            spells = True
+    bases = []
+    for base in node.bases:
+        dotted = _dotted(base)
+        if dotted is None:
+            continue
+        head, _, rest = dotted.partition(".")
+        target = imports.get(head)
+        bases.append(f"{target}.{rest}" if target and rest else target or dotted)
+    return ClassSummary(node.name, tuple(bases), frozenset(defines), spells)
+
+
+def _bound(node: ast.AST, found: set[str]) -> None:
+    if isinstance(node, ast.Name):
+        found.add(node.id)
+    elif isinstance(node, (ast.Tuple, ast.List)):
+        for element in node.elts:
+            _bound(element, found)
+    elif isinstance(node, ast.Starred):
+        _bound(node.value, found)
+
+
+def _reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, frozenset[str]], ...]:
+    """Parameter -> attributes read on it in the body (nested functions, lambdas, classes left out), for the
+    parameters the function calls (``net(x)``: only a call's result can be the compute dtype) and never rebinds."""
+    args = func.args
+    params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]} - {"self", "cls"}
+    reads: dict[str, set[str]] = {}
+    rebound: set[str] = set()
+    called: set[str] = set()
+    stack: list[ast.AST] = list(func.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            called.add(node.func.id)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in params:
+            reads.setdefault(node.value.id, set()).add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            rebound.add(node.id)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            rebound.update(node.names)
+        stack.extend(ast.iter_child_nodes(node))
+    return tuple(sorted((p, frozenset(a)) for p, a in reads.items() if p in called and p not in rebound))
+
+
+def summarize(tree: ast.Module, imports: Mapping[str, str], functions: bool = True,
+              classes: bool | None = True) -> StructuralSummary:
+    """One file's summary: its module functions' parameter reads (``functions``) and top-level classes
+    (``classes``; None: only where a function reads something); ``imports``: local name -> dotted target."""
+    reads = []
+    for stmt in tree.body if functions else ():
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found = _reads(stmt)
+            if found:
+                reads.append((stmt.name, found))
+    if classes is None:
+        classes = bool(reads)
+    shapes = [_class(stmt, imports) for stmt in tree.body if isinstance(stmt, ast.ClassDef)] if classes else []
+    return StructuralSummary(tuple(shapes), tuple(reads))
+
+
+# -- the project's records ------------------------------------------------------------------------------
+def records(summaries: Mapping[str, StructuralSummary], keras_class: Callable[[str, str], bool],
+            base_of: Callable[[str, str], tuple[str, str] | None]) -> dict[str, frozenset[CrossCall]]:
+    """``CrossCall(function, PLAIN, ((param, KERAS_INSTANCE),))`` for each module function's parameter that the
+    project's classes type as a float16 Keras instance. ``keras_class(path, name)``: a Keras layer/model class
+    (bases resolved through the project); ``base_of(path, dotted)``: the project class a base names, or None."""
+    by_ref = {(path, c.name): c for path, s in summaries.items() for c in s.classes}
+    if not by_ref or not any(s.reads for s in summaries.values()):
+        return {}
+    defines: dict[tuple[str, str], frozenset[str]] = {}
+
+    def inherited(ref: tuple[str, str], depth: int = 0) -> frozenset[str]:
+        if ref not in defines:
+            defines[ref] = by_ref[ref].defines  # cycles
+            found = set(by_ref[ref].defines)
+            for base in by_ref[ref].bases:
+                parent = base_of(ref[0], base)
+                if parent is not None and parent in by_ref and parent != ref and depth < 8:
+                    found |= inherited(parent, depth + 1)
+            defines[ref] = frozenset(found)
+        return defines[ref]
+
+    shapes = []
+    for ref, summary in by_ref.items():
+        keras = keras_class(*ref)
+        shapes.append(ClassShape(summary.name, inherited(ref), keras, keras and not summary.spells_float32))
+    if not any(s.float16 for s in shapes):
+        return {}
+    index = class_index(shapes)
+    found: dict[str, frozenset[CrossCall]] = {}
+    for path, summary in summaries.items():
+        calls = set()
+        for function, params in summary.reads:
+            typed = typed_parameters(dict(params), index)
+            if typed:
+                calls.add(CrossCall(function, CallContext.PLAIN, tuple((p, ArgKind.KERAS_INSTANCE) for p in sorted(typed))))
+        if calls:
+            found[path] = frozenset(calls)
+    return found
