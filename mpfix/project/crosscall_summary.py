@@ -274,14 +274,17 @@ def _may_be_keras(bases: tuple[Ref, ...], is_project_module: Callable[[str], boo
 
 
 def summarise(path: str, data: bytes, module: str, is_project_module: Callable[[str], bool],
-              sites: bool = True, plain: Callable[[frozenset[str]], bool] | None = None) -> FileSummary | None:
+              sites: bool = True, plain: Callable[[frozenset[str]], bool] | None = None,
+              called: frozenset[str] | None = None) -> FileSummary | None:
     """The summary of one file (None: it does not parse); ``sites``: gather its call sites too (its module
     functions' only where ``plain(called)`` says a later pass may walk them; else the scan reads them again)."""
     try:
         tree = ast.parse(data)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    summary = FileSummary(path, module, called=frozenset(n.decode("ascii", "replace") for n in _CALL.findall(data)))
+    if called is None:
+        called = frozenset(n.decode("ascii", "replace") for n in _CALL.findall(data))
+    summary = FileSummary(path, module, called=called)
     _imports(summary, tree)
     class_nodes: dict[str, ast.ClassDef] = {}
     function_nodes: dict[str, ast.FunctionDef] = {}

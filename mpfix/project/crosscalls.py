@@ -30,12 +30,14 @@ from pathlib import Path
 
 from mpfix import safe_read
 from mpfix.project.crosscall_records import ArgKind, CallContext, CrossCall
-from mpfix.project.crosscall_summary import (KERAS_LAYER_BASES, FileSummary, Flow, Ref, Site, _Collector,
+from mpfix.project.crosscall_summary import (_CALL, KERAS_LAYER_BASES, FileSummary, Flow, Ref, Site, _Collector,
                                              float32_classes, function_node, keras_base, plain_sites, summarise)
 from mpfix.project.structural import StructuralSummary
 
 _MAX_BYTES = 2_000_000
 _CLASS = re.compile(rb"^class[ \t]+([A-Za-z_]\w*)[ \t]*\(", re.MULTILINE)
+# A top-level class statement (at a line start; a form feed may precede it; a BOM at the file start).
+_TOP_CLASS = re.compile(rb"^(?:\xef\xbb\xbf)?\f*class\b", re.MULTILINE)
 __all__ = ["KERAS_LAYER_BASES", "CrossCallScan", "cross_calls", "scan_project"]
 
 
@@ -74,6 +76,8 @@ class CrossCallScan:
         # none of them cannot hand a Keras instance on from its own bindings; its module functions are
         # walked only if a caller hands them one (read again then).
         self._class_names: set[str] = set()
+        self._texts: dict[str, bytes] = {}  # scanned files read but not parsed yet
+        self._called: dict[str, frozenset[str]] = {}
 
     # -- files and names ----------------------------------------------------------
     def _read(self, path: str) -> bytes | None:
@@ -86,10 +90,13 @@ class CrossCallScan:
         if path in self.summaries:
             return self.summaries[path]
         self.summaries[path] = None  # unreadable files
-        data = self._read(path)
+        data = self._texts.pop(path, None)
+        if data is None:
+            data = self._read(path)
         if data is not None:
             self.summaries[path] = summarise(path, data, _module_name(path, self.root), self.by_suffix.__contains__,
-                                             sites=path in self.scan_set, plain=self._class_names.__and__)
+                                             sites=path in self.scan_set, plain=self._class_names.__and__,
+                                             called=self._called.get(path))
         return self.summaries[path]
 
     def _module_path(self, dotted: str, near: str) -> str | None:
@@ -187,12 +194,12 @@ class CrossCallScan:
         self._sites.setdefault(file.path, []).extend(file.plain_sites)
         file.plain_sites = []
 
-    def _helper_sites(self, scanned: list[FileSummary], hops: int = 3) -> None:
+    def _helper_sites(self, order: list[str], hops: int = 3) -> None:
         """A module function another file's float16 code calls with its activations runs on them too: its own
         calls of a third file's functions are float16 calls (``CallContext.HELPER``), with those parameters as
         its activations; ``hops`` files deep."""
         walked: set[tuple[str, str]] = set()
-        frontier = [(file, self._sites.get(file.path, [])) for file in scanned]
+        frontier = [(self.summaries[path], self._sites[path]) for path in order if self._sites.get(path)]
         for _ in range(hops):
             active: dict[tuple[str, str], set[str]] = {}
             for file, sites in frontier:
@@ -220,8 +227,8 @@ class CrossCallScan:
                 self._sites.setdefault(path, []).extend(new)
                 if new:
                     frontier.append((callee, new))  # only the new sites are the next hop's callers
-                    if callee not in scanned:
-                        scanned.append(callee)
+                    if path not in order:
+                        order.append(path)
 
     def _float32(self, file: FileSummary, value: ast.expr) -> bool:
         """``tf.cast(x, tf.float32)``, ``tf.zeros(shape, dtype="float32")``: a float32 tensor."""
@@ -309,49 +316,59 @@ class CrossCallScan:
         return tuple(found)
 
     def run(self) -> dict[str, frozenset[CrossCall]]:
-        texts = {}
+        # The bytes first: every file's called names and class names (cheap). Only a file with a top-level
+        # class statement can hold a Keras class (float16 sites, the Keras names); the others are parsed
+        # when a later pass asks for them (a callee's parameters, a module functions' walk, a re-export).
+        called: dict[str, frozenset[str]] = {}
+        eager = []
         for path in self.files:
-            data = texts[path] = self._read(path)
-            if data is not None:
-                self._class_names.update(n.decode("ascii", "replace") for n in _CLASS.findall(data))
-        scanned = []
-        for path in self.files:
-            if path not in self.summaries:
-                data = texts.pop(path)
-                self.summaries[path] = None if data is None else summarise(
-                    path, data, _module_name(path, self.root), self.by_suffix.__contains__, sites=True,
-                    plain=self._class_names.__and__)
+            data = self._read(path)
+            if data is None:
+                self.summaries[path] = None
+                continue
+            self._class_names.update(n.decode("ascii", "replace") for n in _CLASS.findall(data))
+            called[path] = frozenset(n.decode("ascii", "replace") for n in _CALL.findall(data))
+            self._texts[path] = data
+            if _TOP_CLASS.search(data):
+                eager.append(path)
+        self._called = called
+        for path in eager:
+            self._file(path)
+        keras_names = {name for path in eager if (f := self.summaries[path]) is not None
+                       for name in f.classes if self.is_keras_class((path, name))}
+        for path in eager:
             if self.summaries[path] is not None:
-                scanned.append(self.summaries[path])
-        del texts
-        keras_names = {name for f in scanned for name in f.classes if self.is_keras_class((f.path, name))}
-        for file in scanned:
-            self._float16_sites(file)
+                self._float16_sites(self.summaries[path])
         # Module functions count only in files that call a project Keras class by name (bytes: cheap),
         # then in the files those hand an instance to, and so on (train -> epoch -> step).
-        pending = [f for f in scanned if f.called & keras_names]
+        pending = [p for p in self.files if p in called and called[p] & keras_names]
         keras_params: set[tuple[str, str]] = set()  # (path, "function.param") that receives a Keras instance
         for _ in range(6):
-            for file in pending:
-                if file.path not in self._plain_done:
+            for path in pending:
+                file = self._file(path)
+                if file is not None and path not in self._plain_done:
                     self._plain_sites(file)
             before = len(keras_params)
-            for file in scanned:
-                for site in self._sites.get(file.path, ()):
+            for path in self.files:
+                for site in self._sites.get(path, ()):
+                    file = self.summaries[path]
                     args = self._args(file, site, keras_params) or ()
                     target = self._target(file, site)
                     keras_params.update((target[0], f"{target[1]}.{n}") for n, k in args
                                         if k is ArgKind.KERAS_INSTANCE)
             targets = {path for path, _ in keras_params}
-            pending = [f for f in scanned if f.path in targets and f.path not in self._plain_done]
+            pending = [p for p in self.files if p in targets and p not in self._plain_done and self._file(p) is not None]
             if len(keras_params) == before and not pending:
                 break
-        for file in scanned:  # sites never put in play: free them
-            file.class_sites, file.plain_sites = {}, []
-        self._helper_sites(scanned)
+        for file in self.summaries.values():  # sites never put in play: free them
+            if file is not None:
+                file.class_sites, file.plain_sites = {}, []
+        order = list(self.files)
+        self._helper_sites(order)
         found: dict[str, set[CrossCall]] = {}
-        for file in scanned:
-            for site in self._sites.get(file.path, ()):
+        for path in order:
+            file = self.summaries.get(path)
+            for site in self._sites.get(path, ()):
                 args = self._args(file, site, keras_params)
                 if args is None:
                     continue
@@ -361,7 +378,7 @@ class CrossCallScan:
                 if (site.context.float16 and cross) or keras:
                     context = site.context if cross else CallContext.PLAIN
                     found.setdefault(target[0], set()).add(CrossCall(target[1], context, args))
-        self._sites = {}
+        self._sites, self._texts = {}, {}
         return {path: frozenset(calls) for path, calls in found.items()}
 
 
