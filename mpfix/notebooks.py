@@ -261,6 +261,8 @@ def read_notebook(text: str, path: Path):
         return FileError(str(path), f"not a notebook: invalid JSON ({exc.msg})", exc.lineno, exc.colno)
     except RecursionError:  # json's C scanner recurses once per level
         return FileError(str(path), "not a notebook mpfix can read: its JSON is nested too deeply")
+    except ValueError:  # past Python's limit on int digits (sys.get_int_max_str_digits), not a JSONDecodeError
+        return FileError(str(path), "not a notebook mpfix can read: its JSON holds a number too long to read")
     if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
         return FileError(str(path), "not a notebook: no list of cells (only nbformat 4 notebooks are checked)")
     if not isinstance(raw.get("nbformat"), int) or raw["nbformat"] < 4:

@@ -61,6 +61,8 @@ def decode(data: bytes) -> Source:
     body = data[len(codecs.BOM_UTF8):] if bom else data
     try:
         text = body.decode(encoding)
+    except LookupError as exc:  # a codec, but not bytes to text (rot13, hex, zlib_codec): CPython refuses it too
+        raise SourceError(f"cannot read encoding declaration: {encoding!r} is not a text encoding") from exc
     except UnicodeDecodeError as exc:
         line = body[: exc.start].count(b"\n") + 1
         column = exc.start - (body.rfind(b"\n", 0, exc.start) + 1) + 1

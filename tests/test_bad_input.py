@@ -67,6 +67,11 @@ BROKEN = [
     ("binary.py", b"\x7fELF\x02\x01\x01\x00\x00experimental_relax_shapes\x00\xff", ["not a Python source file", "NUL bytes"]),
     ("latin.py", DEPRECATED.encode() + b"name = 'caf\xe9'\n", ["cannot decode as utf-8", "0xe9", "latin.py:10:12"]),
     ("cookie.py", b"# -*- coding: klingon -*-\n" + DEPRECATED.encode(), ["MP000", "klingon"]),
+    # Codecs that exist but do not decode bytes to text (CPython: "'rot13' is not a text encoding"): an MP000
+    # "internal error ... please report it" before, from the LookupError of bytes.decode.
+    ("rot13.py", "# coding: rot13\n" + DEPRECATED,
+     ["rot13.py:1:1: MP000 cannot read encoding declaration: 'rot13' is not a text encoding"]),
+    ("hexcodec.py", "# -*- coding: hex -*-\n" + DEPRECATED, ["hexcodec.py:1:1: MP000 ", "'hex' is not a text encoding"]),
 ]
 
 
@@ -80,7 +85,16 @@ def test_unreadable_sources(folder: Path, command: str):
     result = mpfix(command, "--unsafe-fixes", *(b[0] for b in BROKEN), cwd=folder)
     assert_clean_failure(result, *(m for _, _, messages in BROKEN for m in messages))
     assert result.stdout.count(": MP000 ") == len(BROKEN)
+    assert "internal error" not in result.stdout
     assert snapshot(folder) == before
+
+
+@pytest.mark.parametrize("codec", ["rot13", "hex", "zlib_codec", "base64"])
+def test_instrument_refuses_a_coding_line_that_is_not_a_text_encoding(folder: Path, codec: str):
+    (folder / "train.py").write_text(f"# coding: {codec}\n" + DEPRECATED)
+    result = mpfix("instrument", "train.py", cwd=folder)
+    assert_clean_failure(result, f"train.py:1:1: error: cannot read: cannot read encoding declaration: "
+                                 f"'{codec}' is not a text encoding")
 
 
 @pytest.mark.parametrize("newline,bom", [("\r\n", False), ("\n", True), ("\r\n", True)], ids=["crlf", "bom", "crlf+bom"])
