@@ -87,6 +87,14 @@ def triggered(triggers: tuple[Trigger, ...], source: str | bytes) -> bool:
     return any((t in source) if isinstance(t, str) else t.search(source) is not None for t in triggers)
 
 
+def required(requirement: str | tuple[str, ...], source: str | bytes) -> bool:
+    """An ``also_requires`` element is met: its substring (or, for a tuple, any of its substrings) occurs."""
+    alternatives = (requirement,) if isinstance(requirement, str) else requirement
+    if isinstance(source, bytes):
+        return any(a.encode() in source for a in alternatives)
+    return any(a in source for a in alternatives)
+
+
 @dataclass(frozen=True)
 class Valid:
     """Code the rule must leave alone."""
@@ -228,8 +236,9 @@ class Rule(cst.BatchableCSTVisitor):
     # Substrings (or compiled regexes) of which one must appear in a file for the rule to
     # run: the prefilter that keeps most files from being parsed at all. Keep them specific.
     triggers: ClassVar[tuple[Trigger, ...]]
-    # Substrings that must ALL appear as well (e.g. "def call" for rules about Layer.call).
-    also_requires: ClassVar[tuple[str, ...]] = ()
+    # Substrings that must ALL appear as well (e.g. "def call" for rules about Layer.call); an element that is
+    # a tuple of substrings is met when ANY of them appears (("def call", "concat("): a layer, or an accumulator).
+    also_requires: ClassVar[tuple[str | tuple[str, ...], ...]] = ()
     # The facts the rule queries (``Fact``); None: not declared yet.
     uses: ClassVar[frozenset[Fact] | None] = None
     # Only run where float16 compute is reachable (a mixed_float16 policy in play).
@@ -321,10 +330,7 @@ class Rule(cst.BatchableCSTVisitor):
     @classmethod
     def may_match(cls, source: str | bytes) -> bool:
         """The prefilter: can this rule find anything in ``source``?"""
-        if isinstance(source, bytes):
-            if not all(s.encode() in source for s in cls.also_requires):
-                return False
-        elif not all(s in source for s in cls.also_requires):
+        if not all(required(s, source) for s in cls.also_requires):
             return False
         return triggered(cls.triggers, source)
 

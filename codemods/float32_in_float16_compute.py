@@ -19,6 +19,8 @@ class HardcodedFloat32InFloat16Compute(Rule):
     messages = {
         "mix": ("`{expression}` is {dtype} and meets a float16 tensor under mixed_float16 (InvalidArgumentError: no "
                 "implicit promotion); use `self.compute_dtype`"),
+        "model_mix": ("`{expression}` is {dtype} and meets `{model}`, the float16 output of a Keras model under "
+                      "mixed_float16 (InvalidArgumentError: no implicit promotion); cast one to the other's dtype"),
     }
     fix_safety = FixSafety.UNSAFE
     fix_availability = FixAvailability.SOMETIMES
@@ -26,7 +28,9 @@ class HardcodedFloat32InFloat16Compute(Rule):
     # Generated from the one table of ops (facts.ops: creators and casts), so the
     # prefilter and the inference cannot disagree.
     triggers = (*FLOAT32_TRIGGERS, "sqrt")
-    also_requires = ("def call",)  # only layer methods: call and what it calls
+    # Layer methods (call and what it calls), or a float32 accumulator that meets a Keras model's output in a
+    # function handed the model (research DELF: `descriptors = tf.concat([descriptors, net(x)], 0)`).
+    also_requires = (("def call", "concat(", "+="),)
     explanation = """
         ## What it does
         Inside a layer's `call` (and the methods it calls), finds arithmetic between a tensor
@@ -36,6 +40,12 @@ class HardcodedFloat32InFloat16Compute(Rule):
         every floating argument of `call`, tf_keras only the first; float32 with float32 (a rotary
         embedding's `arange(...) / cast(dim, "float32")`) is a deliberate float32 island, and a
         fix that would turn such an island into a mix is not offered.
+
+        Also, in a function handed a Keras model (a caller passes one, or the function reads an
+        attribute only the project's Keras model class defines, `net.meta`), a float32 tensor that
+        meets the model's output: `tf.concat([descriptors, net(x)], 0)` with `descriptors =
+        tf.zeros(...)`. There no fix is offered: such a function has no `self.compute_dtype`, and a
+        float16 accumulator would only move the mix (and float16 sums) further down.
 
         ## Why is this bad?
         Under `mixed_float16` the layer's inputs are float16, and TensorFlow never promotes:
@@ -130,11 +140,40 @@ class HardcodedFloat32InFloat16Compute(Rule):
             """,
             policy="mixed_float16",
         ),
+        # A function handed the model (``net.meta``: only GlobalNet defines it): reported, no fix.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            class GlobalNet(tf.keras.Model):
+                def __init__(self, dim):
+                    super().__init__()
+                    self.dense = tf.keras.layers.Dense(dim)
+                    self.meta = {"outputdim": dim}
+
+                def call(self, x):
+                    return self.dense(x)
+
+            def extract(net, images):
+                descriptors = tf.zeros((0, net.meta["outputdim"]))
+                for image in images:
+                    descriptors = tf.concat([descriptors, net(image)], 0)
+                return descriptors
+            """,
+            policy="mixed_float16",
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
         facts = dtype_facts(self.context)
         for mix in facts.mixes():
+            place = facts.place(mix.node)
+            if place is not None and not place.layer_method:
+                # A module function handed a Keras model: no `self.compute_dtype` there, and a float16
+                # accumulator would move the mix (and float16 sums) downstream: reported without a fix.
+                self.report(mix.wide, "model_mix", expression=self.context.code(mix.wide),
+                            dtype=mix.wide_dtype.value, model=self.context.code(mix.float16))
+                continue
             self.report(mix.wide, "mix", expression=self.context.code(mix.wide), dtype=mix.wide_dtype.value,
                         fix=self._fix(facts, mix),
                         description="Use the layer's compute dtype")

@@ -92,7 +92,9 @@ class Table:
                 else:
                     _, pattern, flags = trigger
                     compiled.append(re.compile(pattern.encode(), flags & ~re.UNICODE))
-            self._rules[code] = (tuple(compiled), tuple(a.encode() for a in also))
+            # An element of also_requires that is a tuple is met by any of its substrings (``Rule.also_requires``).
+            self._rules[code] = (tuple(compiled), tuple(tuple(x.encode() for x in ((a,) if isinstance(a, str) else a))
+                                                        for a in also))
 
     def may_match(self, codes, data: bytes) -> bool:
         return any(self.matches(code, data) for code in codes)
@@ -100,7 +102,7 @@ class Table:
     def matches(self, code: str, data: bytes) -> bool:
         """``Rule.may_match`` of rule ``code`` on raw bytes (triggers are ASCII)."""
         triggers, also = self._rules[code]
-        if not all(a in data for a in also):
+        if not all(any(x in data for x in a) for a in also):
             return False
         return any((t in data) if isinstance(t, bytes) else t.search(data) is not None for t in triggers)
 

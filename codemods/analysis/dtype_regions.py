@@ -19,6 +19,7 @@ from mpfix.codemods.analysis.bindings import BindingKind, decompose
 from mpfix.codemods.analysis.dtype_syntax import blocks, walk_calls
 from mpfix.codemods.analysis.dtype_lattice import Dtype, number
 from mpfix.codemods.analysis.loss_calls import reached_by_compiled_losses
+from mpfix.codemods.analysis.param_types import structural_layer_params
 from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.names import dotted_name
 
@@ -321,6 +322,12 @@ class RegionFinder:
             if call.float16 or call.keras_instances:
                 seeds.append((func, "helper", None))
                 inherits[func] = inherits.get(func, True) and not call.float16
+        # Parameters typed by what the function reads of them (``param_types``: ``net.meta``, an attribute only
+        # this file's Keras model class defines): the same regions, nobody's call needed.
+        for func, params in structural_layer_params(self.functions, self.classes, self.resolve).items():
+            layer_params[func] = layer_params.get(func, frozenset()) | params
+            seeds.append((func, "helper", None))
+            inherits[func] = inherits.get(func, True)
         return layer_params
 
     def _add_region(self, region: Region) -> None:

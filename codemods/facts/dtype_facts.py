@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from mpfix.codemods.analysis.dtype_regions import Region, RegionKind
+from mpfix.codemods.analysis.param_types_flow import accumulated_dtype, from_layer_params
 from mpfix.codemods.analysis.dtype_syntax import walk_calls
 from mpfix.codemods.analysis.dtypes import (
     F16, UNK, Dtype, DtypeAnalysis, argument, dtype_analysis, first_arg, spelled_dtype,
@@ -313,7 +314,8 @@ class DtypeFacts:
         return self._source(first, region, depth + 1, sensitive or spec.has(*op_table.RANGE_SENSITIVE))
 
     def mixes(self) -> list[Mix]:
-        """Every float16/float32 mix in a layer's ``call`` and the methods it calls (raises at run time).
+        """Every float16/float32 mix in a layer's ``call`` and the methods it calls (raises at run time), and in
+        functions handed a Keras layer/model instance where the float16 side is its output (``param_types_flow``).
 
         Names are read flow-insensitively here (``dtype_insensitive``): a float32 known only where a name is read
         (``x = tf.cast(x, tf.float32)`` after float16 assignments) met float16 that rested on a guess (a sublayer
@@ -324,7 +326,8 @@ class DtypeFacts:
         a = self._a
         found: list[Mix] = []
         for node, region in list(a.region_of.items()):
-            if not region.layer_method:
+            plain = not region.layer_method
+            if plain and not region.layer_params:
                 continue
             node_type = type(node)
             if node_type is cst.BinaryOperation or node_type is cst.AugAssign:
@@ -338,6 +341,13 @@ class DtypeFacts:
             if len(operands) < 2:
                 continue
             dtypes = [a.dtype_insensitive(o, region) for o in operands]
+            if plain:
+                # A function handed a Keras instance (``param_types_flow``): float16 only from calling it; its
+                # float32 accumulators read as on their first pass.
+                dtypes = [accumulated_dtype(a, o, region, self._same_dtype_operands)
+                          if d is UNK and type(o) is cst.Name else d for o, d in zip(operands, dtypes)]
+                dtypes = [d if d is not F16 or from_layer_params(a, o, region) else UNK
+                          for o, d in zip(operands, dtypes)]
             f16 = next((i for i, d in enumerate(dtypes) if d is F16), None)
             wide = next((i for i, d in enumerate(dtypes) if d.wide), None)
             if f16 is None or wide is None:

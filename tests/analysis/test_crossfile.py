@@ -188,9 +188,10 @@ def test_a_new_caller_in_another_file_invalidates_the_cached_result(project: Pat
 
 def test_a_function_handed_a_project_model_sees_its_float16_outputs(project: Path):
     """C33 (N16): ``net`` is a GlobalNet (a tf.keras.Model) built in train.py and passed on through
-    ``extract_all``; ``tf.pow(net(x), 3)`` of its float16 output overflows."""
+    ``extract_all``; ``tf.pow(net(x), 3)`` of its float16 output overflows, and adding it to the float32
+    ``descriptors`` raises (MP206, turn 7)."""
     _write(project, {"pkg/__init__.py": "", "pkg/net.py": NET, "pkg/extract.py": EXTRACT, "train.py": TRAIN})
-    assert _check(project) == ["pkg/extract.py:7:MP204"]
+    assert _check(project) == ["pkg/extract.py:7:MP204", "pkg/extract.py:7:MP206"]
     calls = project_facts.file_facts(project / "pkg" / "extract.py").cross_calls
     assert {c.function: c.keras_instances for c in calls} == {"extract_all": frozenset({"net"}),
                                                              "extract_multi_scale": frozenset({"net"})}
@@ -214,8 +215,8 @@ def test_a_plain_object_passed_is_no_model(project: Path):
 def test_a_caller_that_stops_passing_a_model_invalidates_the_cached_result(project: Path):
     """The Keras-instance fact is in the key too: extract.py is untouched, train.py changes what it passes."""
     _write(project, {"pkg/__init__.py": "", "pkg/net.py": NET, "pkg/extract.py": EXTRACT, "train.py": TRAIN})
-    assert _check(project, cache=True) == ["pkg/extract.py:7:MP204"]
-    assert _check(project, cache=True) == ["pkg/extract.py:7:MP204"]  # served from the cache
+    assert _check(project, cache=True) == ["pkg/extract.py:7:MP204", "pkg/extract.py:7:MP206"]
+    assert _check(project, cache=True) == ["pkg/extract.py:7:MP204", "pkg/extract.py:7:MP206"]  # served from the cache
     (project / "train.py").write_text(TRAIN.replace("net = GlobalNet()", "net = lambda x: tf.cast(x, tf.float32)"))
     policies.forget_projects()
     assert _check(project, cache=True) == []
