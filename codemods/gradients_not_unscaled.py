@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods.analysis.gradient_path import SCALED, training_steps
+from mpfix.codemods.analysis.gradient_path import SCALED, OptimizerKind, training_steps
 from mpfix.codemods._loss_scaling_support import K2_SCALE, unscale_call
 from mpfix.codemods.base import Fact, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
@@ -18,7 +18,10 @@ class GradientsNotUnscaled(Rule):
                "`get_unscaled_gradients`; every update is multiplied by the loss scale")
     messages = {"not_unscaled": "Gradients of `{optimizer}.get_scaled_loss(...)` reach `apply_gradients` without "
                                 "`{optimizer}.get_unscaled_gradients(...)`: Keras 2 applies them multiplied by the "
-                                "loss scale"}
+                                "loss scale",
+                "kept_by_object": "Gradients of `{scaler}.get_scaled_loss(...)` taken in `{taken}` and kept by an object "
+                                  "reach `{optimizer}.apply_gradients` without `get_unscaled_gradients(...)`: Keras 2 "
+                                  "applies them multiplied by the loss scale"}
     fix_safety = FixSafety.SAFE
     triggers = ("get_scaled_loss",)
     keras_generations = (2,)
@@ -74,6 +77,41 @@ class GradientsNotUnscaled(Rule):
         """),
     ]
     INVALID = [
+        # Scaled gradients kept by an accumulator and applied by its other method: no fix (two functions).
+        Invalid(
+            """
+            import tensorflow as tf
+            import tf_keras
+
+            optimizer = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.01))
+
+
+            class Accumulator:
+                def __init__(self, variables):
+                    self.variables = variables
+                    self.sums = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
+
+                def add(self, grads):
+                    for total, g in zip(self.sums, grads):
+                        total.assign_add(g)
+
+                def apply(self, opt):
+                    opt.apply_gradients(zip(self.sums, self.variables))
+
+
+            accumulator = Accumulator(model.trainable_variables)
+
+
+            def micro_step(x, y):
+                with tf.GradientTape() as tape:
+                    scaled_loss = optimizer.get_scaled_loss(loss_fn(y, model(x)))
+                accumulator.add(tape.gradient(scaled_loss, model.trainable_variables))
+
+
+            accumulator.apply(optimizer)
+            """,
+            keras=2,
+        ),
         # Two optimizers on one persistent tape (a GAN): both forget to unscale.
         Invalid(
             """
@@ -140,3 +178,16 @@ class GradientsNotUnscaled(Rule):
                 fix={call: unscale_call(flow.optimizer, call)},
                 description="Unscale the gradients with get_unscaled_gradients",
             )
+        # Gradients an object keeps for another method (an accumulator's `apply`): no fix, the unscale
+        # belongs in whichever function the user keeps the scale's owner.
+        seen = {id(f.apply.call) for f in analysis.flows}
+        for flow in analysis.cross_flows:
+            if flow.user_managed or flow.scale is None or flow.scale.method != K2_SCALE \
+                    or flow.kind is not OptimizerKind.LSO or SCALED not in flow.path.states:
+                continue
+            if id(flow.apply.call) in seen:
+                continue
+            seen.add(id(flow.apply.call))
+            taken = next((s.name for s, g in analysis.gradients if g is flow.gradient), "another function")
+            self.report(flow.apply.call, "kept_by_object", scaler=flow.scale.optimizer, taken=taken,
+                        optimizer=flow.optimizer)

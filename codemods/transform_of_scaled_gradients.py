@@ -199,17 +199,20 @@ class TransformOfScaledGradients(Rule):
         # the other generation's API (MP303's).
         analysis = training_steps(self.context)
         flows = [f for f in analysis.flows if not foreign_api(self.context, f)]
+        # Gradients an object keeps for another method (an accumulator's `step`): the same transforms
+        # on the same states, reported without a fix (the clip and the scaling are in different functions).
+        cross = [f for f in analysis.cross_flows if not foreign_api(self.context, f)]
         seen: set[int] = set()
-        for flow in flows:
+        for flow in flows + cross:
             if flow.scale is None or SCALED not in flow.path.states | frozenset().union(
                     *(e.states for e in flow.path.events)):
                 continue
             if self.context.keras == 2:
-                self._keras2(analysis, flow, seen)
+                self._keras2(analysis, flow, seen, flow in cross)
             else:
-                self._keras3(analysis, flow, flows, seen)
+                self._keras3(analysis, flow, flows, seen, flow in cross)
 
-    def _keras2(self, analysis, flow: Flow, seen: set[int]) -> None:
+    def _keras2(self, analysis, flow: Flow, seen: set[int], cross: bool = False) -> None:
         events = flow.path.events
         for index, unscale in enumerate(events):
             if unscale.kind != UNSCALE:
@@ -223,14 +226,16 @@ class TransformOfScaledGradients(Rule):
                 "before_unscale",
                 transform=describe(before[0]),
                 optimizer=unscale.optimizer,
-                fix=move_unscale_changes(self.context, analysis, flow, unscale),
+                fix=None if cross else move_unscale_changes(self.context, analysis, flow, unscale),
                 description="Unscale the gradients before transforming them")
             return
 
-    def _keras3(self, analysis, flow: Flow, flows: list[Flow], seen: set[int]) -> None:
+    def _keras3(self, analysis, flow: Flow, flows: list[Flow], seen: set[int], cross: bool = False) -> None:
         if flow.scale.method != K3_SCALE or flow.kind is OptimizerKind.PLAIN:
             return  # a plain Keras 3 optimizer's scale_loss does not scale (MP111 covers other updaters)
-        if flow.scale.optimizer != flow.optimizer:
+        # Across functions the optimizer is spelled by each scope (`self.optimizer`, a parameter): there
+        # the update must be by an optimizer that scales (a traced LSO), whatever its spelling.
+        if flow.scale.optimizer != flow.optimizer if not cross else flow.kind is not OptimizerKind.LSO:
             return
         events = [e for e in flow.path.sensitive_on(SCALED) if id(e.node) not in seen]
         if not events:
@@ -238,7 +243,7 @@ class TransformOfScaledGradients(Rule):
         seen.update(id(e.node) for e in events)
         fix = None
         build = flow.build
-        if build is not None:
+        if build is not None and not cross:
             inner = analysis.inner_build(build) if build.is_lso else build.call if build.has_loss_scale_factor \
                 else None
             same = [f for f in flows if f.build is not None and f.build.call is build.call]
