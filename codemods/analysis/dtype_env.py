@@ -414,9 +414,13 @@ class NameDtypes:
             # `for x in inputs[1:]`: an element of a floating tensor, or of a structure of them (a merge layer's
             # autocast inputs), has its dtype.
             # Only a structure the region holds (a name, attribute or slice of one): a call's result (`for v in
-            # self._freeze_vars()`) is whatever the call returns, often variables (mp2's 19:01 MP203 FP).
-            found = {self.dtype(source, region) for source in region.iterated.get(name, ())
-                     if isinstance(source, (cst.Name, cst.Attribute, cst.Subscript))}
+            # self._freeze_vars()`) is whatever the call returns, often variables (mp2's 19:01 MP203 FP);
+            # except an op whose elements the op table knows (`for t in tf.split(qkv, 3, -1)`: gen, unseen).
+            found = {self.dtype(source, region) if not isinstance(source, cst.Call) else
+                     self.element_dtype(source, 0, region) for source in region.iterated.get(name, ())
+                     if isinstance(source, (cst.Name, cst.Attribute, cst.Subscript)) or
+                     (isinstance(source, cst.Call) and getattr(specs.lookup(self.resolve(source.func)), "elements",
+                                                               None) is specs.Elements.SAME)}
             return found.pop() if len(found) == 1 and next(iter(found)) in (F16, F32) else UNK
         return self.dtype(value, region)
 

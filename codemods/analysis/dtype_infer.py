@@ -244,6 +244,9 @@ class ExpressionDtypes:
             if index < len(elements) and not isinstance(elements[index], cst.StarredElement):
                 return self.dtype(elements[index].value, region, depth + 1)
             return UNK
+        if isinstance(source, (cst.ListComp, cst.GeneratorExp)):
+            # `q, k, v = [t for t in tf.split(qkv, 3, -1)]`: every element is the comprehension's `elt`.
+            return self.dtype(source.elt, region, depth + 1)
         if isinstance(source, (cst.Name, cst.Attribute, cst.Subscript)):
             # `mean, log_var = inputs`: a structure of tensors autocast as a whole (tf_keras
             # autocasts the nested structure of its first argument).
