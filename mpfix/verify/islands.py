@@ -86,10 +86,26 @@ class _Style:
         return cst.Call(func=func, args=[cst.Arg(expr), cst.Arg(dtype)])
 
 
+def _positions(wrapper: MetadataWrapper):
+    """``PositionProvider``'s ranges; a RecursionError however LibCST surfaces it. Its provider records a
+    compound statement's end from its body's in a ``finally``: recursion running out inside the body
+    before the body is recorded makes that lookup a KeyError, and each enclosing statement's another
+    (fuzz seed 71: 3,000 adjacent strings in a ``with`` in a ``def``, a left-nested ``ConcatenatedString``)."""
+    try:
+        return wrapper.resolve(PositionProvider)
+    except KeyError as exc:
+        cause: BaseException | None = exc
+        while isinstance(cause, KeyError):  # one KeyError per enclosing compound statement
+            cause = cause.__context__
+        if isinstance(cause, RecursionError):
+            raise RecursionError("nested too deeply for LibCST's position metadata") from None
+        raise
+
+
 def _find(wrapper: MetadataWrapper, line: int, column: int, op: str):
     """The expression node of ``op`` starting at ``line``:``column`` (1-based column)."""
     names = OP_NAMES.get(op, ())
-    positions = wrapper.resolve(PositionProvider)
+    positions = _positions(wrapper)
     best = None
     for node, pos in positions.items():
         if not isinstance(node, (cst.Call, cst.BinaryOperation)):
@@ -236,7 +252,7 @@ def _layer_float32(text: str, line: int, class_name: str | None = None) -> str |
     if module is None:
         return None
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    positions = wrapper.resolve(PositionProvider)
+    positions = _positions(wrapper)
     calls = [n for n, p in positions.items() if isinstance(n, cst.Call) and p.start.line == line]
     named = [c for c in calls if class_name and _call_name(c) == class_name]
     if named:
