@@ -340,17 +340,14 @@ def plain_sites(summary: FileSummary, data: bytes, is_project_module: Callable[[
     return [site for name, func in nodes.items() for site in collector.collect(func, CallContext.PLAIN, name)]
 
 
-def function_node(data: bytes, name: str):
-    """The top-level function ``name`` of a file's text (a later pass walks its body), or None."""
+def function_nodes(data: bytes) -> dict:
+    """The top-level functions of a file's text by name (the last definition wins, like the summary's dict):
+    a later pass walks their bodies."""
     try:
         tree = ast.parse(data)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    found = None
-    for stmt in tree.body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
-            found = stmt  # the last definition wins, like the summary's dict
-    return found
+        return {}
+    return {stmt.name: stmt for stmt in tree.body if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
 def float32_classes(data: bytes) -> frozenset[str]:

@@ -31,10 +31,11 @@ from pathlib import Path
 from mpfix import safe_read
 from mpfix.project.crosscall_records import ArgKind, CallContext, CrossCall
 from mpfix.project.crosscall_summary import (_CALL, KERAS_LAYER_BASES, FileSummary, Flow, Ref, Site, _Collector,
-                                             float32_classes, function_node, keras_base, plain_sites, summarise)
+                                             float32_classes, function_nodes, keras_base, plain_sites, summarise)
 from mpfix.project.structural import StructuralSummary
 
 _MAX_BYTES = 2_000_000
+_UNSEEN = object()
 _CLASS = re.compile(rb"^class[ \t]+([A-Za-z_]\w*)[ \t]*\(", re.MULTILINE)
 # A top-level class statement (at a line start; a form feed may precede it; a BOM at the file start).
 _TOP_CLASS = re.compile(rb"^(?:\xef\xbb\xbf)?\f*class\b", re.MULTILINE)
@@ -77,6 +78,7 @@ class CrossCallScan:
         # walked only if a caller hands them one (read again then).
         self._class_names: set[str] = set()
         self._texts: dict[str, bytes] = {}  # scanned files read but not parsed yet
+        self._static: dict[int, tuple | None] = {}  # id(site) -> its arguments judged once (``_judge``)
         self._called: dict[str, frozenset[str]] = {}
 
     # -- files and names ----------------------------------------------------------
@@ -199,6 +201,7 @@ class CrossCallScan:
         calls of a third file's functions are float16 calls (``CallContext.HELPER``), with those parameters as
         its activations; ``hops`` files deep."""
         walked: set[tuple[str, str]] = set()
+        nodes: dict[str, dict] = {}
         frontier = [(self.summaries[path], self._sites[path]) for path in order if self._sites.get(path)]
         for _ in range(hops):
             active: dict[tuple[str, str], set[str]] = {}
@@ -216,8 +219,10 @@ class CrossCallScan:
                 if (path, name) in walked or callee is None or name not in callee.functions:
                     continue
                 walked.add((path, name))
-                data = self._read(path)
-                func = function_node(data, name) if data is not None else None
+                if path not in nodes:  # the file's module functions, parsed once for every hop
+                    data = self._read(path)
+                    nodes[path] = function_nodes(data) if data is not None else {}
+                func = nodes[path].get(name)
                 if func is None:
                     continue
                 collected = _Collector(callee, self.by_suffix.__contains__).collect(
@@ -300,6 +305,20 @@ class CrossCallScan:
         return ArgKind.UNKNOWN
 
     def _args(self, file: FileSummary, site: Site, keras_params: set) -> tuple[tuple[str, ArgKind], ...] | None:
+        """What the site passes each parameter of its callee (None: no such project function). Only a caller's
+        parameter that receives a Keras instance changes between the rounds: the rest is judged once."""
+        static = self._static.get(id(site), _UNSEEN)
+        if static is _UNSEEN:
+            static = self._static[id(site)] = self._judge(file, site)
+        if static is None:
+            return None
+        if site.caller is None or not keras_params:
+            return tuple((name, kind) for name, kind, _ in static)
+        return tuple((name, ArgKind.KERAS_INSTANCE if held is not None and (file.path, f"{site.caller}.{held}")
+                      in keras_params else kind) for name, kind, held in static)
+
+    def _judge(self, file: FileSummary, site: Site):
+        """(parameter, kind with no Keras parameters known, the Name passed or None) per argument; None: no callee."""
         target = self._target(file, site)
         callee_file = self._file(target[0]) if target is not None else None
         func = callee_file.functions.get(target[1]) if callee_file is not None else None
@@ -310,10 +329,11 @@ class CrossCallScan:
         for i, value in enumerate(site.positional):
             if isinstance(value, ast.Starred) or i >= len(names):
                 break
-            found.append((names[i], self._kind(file, site, value, keras_params)))
+            found.append((names[i], value))
         known = set(names) | set(func.kwonly)
-        found += [(k, self._kind(file, site, v, keras_params)) for k, v in site.keywords.items() if k in known]
-        return tuple(found)
+        found += [(k, v) for k, v in site.keywords.items() if k in known]
+        return tuple((name, self._kind(file, site, value, set()), value.id if isinstance(value, ast.Name) else None)
+                     for name, value in found)
 
     def run(self) -> dict[str, frozenset[CrossCall]]:
         # The bytes first: every file's called names and class names (cheap). Only a file with a top-level
@@ -378,7 +398,7 @@ class CrossCallScan:
                 if (site.context.float16 and cross) or keras:
                     context = site.context if cross else CallContext.PLAIN
                     found.setdefault(target[0], set()).add(CrossCall(target[1], context, args))
-        self._sites, self._texts = {}, {}
+        self._sites, self._texts, self._static = {}, {}, {}
         return {path: frozenset(calls) for path, calls in found.items()}
 
 
