@@ -100,3 +100,22 @@ def test_unreadable_file_error_line(hostile: Path, command: tuple[str, ...]):
     output = _run(*command, ".")
     assert f"{SHOWN}:10:6: MP000 cannot decode" in output
     _assert_clean(output)
+
+
+@pytest.mark.parametrize("content", [DEPRECATED + "def broken(:\n", "# coding: klingon\n"])
+def test_instrument_error_lines(hostile: Path, content: str):
+    from mpfix.verify.instrument import instrument
+
+    (hostile / NAME).write_text(content)
+    result = CliRunner().invoke(instrument, [NAME])
+    assert result.exit_code == 2 and result.output.startswith(f"{SHOWN}:"), result.output
+    _assert_clean(result.output)
+
+
+def test_instrument_diff_headers(hostile: Path):
+    from mpfix.verify.instrument import instrument
+
+    (hostile / NAME).write_text("import tensorflow as tf\n\nwith tf.GradientTape() as tape:\n    loss = model(x)\n"
+                                "scaled = optimizer.get_scaled_loss(loss)\n")
+    output = CliRunner().invoke(instrument, [NAME]).output
+    _assert_clean(output)

@@ -34,37 +34,39 @@ def instrument(script: Path, mode: str, output: Path | None, keras: str) -> None
     import libcst
 
     from mpfix import safe_read
+    from mpfix.display import display_path
     from mpfix.parsing import TooComplex
     from mpfix.source import SourceError, decode
     from mpfix.verify.instrument_transform import instrument_source
 
+    shown = display_path(str(script))  # control characters escaped, as every path printed
     try:  # a FIFO or a device named as SCRIPT is refused, never read (it could block forever)
         data = safe_read.read_bytes(script, follow_outside=True)
     except OSError as exc:
-        click.echo(f"mpfix instrument: error: {script}: cannot read: {exc}", err=True)
+        click.echo(f"mpfix instrument: error: {shown}: cannot read: {exc}", err=True)
         sys.exit(EXIT_ERROR)
     try:  # as Python reads it: a PEP 263 coding line, a UTF-8 BOM (the copy keeps both)
         decoded = decode(data)
     except SourceError as exc:
-        click.echo(f"{script}:{exc.line}:{exc.column}: error: cannot read: {exc.message}", err=True)
+        click.echo(f"{shown}:{exc.line}:{exc.column}: error: cannot read: {exc.message}", err=True)
         sys.exit(EXIT_ERROR)
     source = decoded.text
     try:
         new, changed = instrument_source(source, keras=int(keras))
     except TooComplex as exc:  # LibCST's native parser could crash on it (mpfix.parsing)
-        click.echo(f"{script}:{exc.line}:{exc.column}: error: cannot instrument: {exc.message}", err=True)
+        click.echo(f"{shown}:{exc.line}:{exc.column}: error: cannot instrument: {exc.message}", err=True)
         sys.exit(EXIT_ERROR)
     except libcst.ParserSyntaxError as exc:
-        click.echo(f"{script}:{exc.editor_line}:{exc.editor_column}: error: cannot parse: {exc.message}", err=True)
+        click.echo(f"{shown}:{exc.editor_line}:{exc.editor_column}: error: cannot parse: {exc.message}", err=True)
         sys.exit(EXIT_ERROR)
     except SyntaxError as exc:
-        click.echo(f"{script}:{exc.lineno or 1}:{exc.offset or 1}: error: cannot parse: {exc.msg}", err=True)
+        click.echo(f"{shown}:{exc.lineno or 1}:{exc.offset or 1}: error: cannot parse: {exc.msg}", err=True)
         sys.exit(EXIT_ERROR)
     except (RecursionError, MemoryError):
-        click.echo(f"{script}:1:1: error: cannot instrument: an expression is nested too deeply", err=True)
+        click.echo(f"{shown}:1:1: error: cannot instrument: an expression is nested too deeply", err=True)
         sys.exit(EXIT_ERROR)
     if not changed:
-        click.echo(f"mpfix instrument: {script}: no GradientTape training step found (or already instrumented)", err=True)
+        click.echo(f"mpfix instrument: {shown}: no GradientTape training step found (or already instrumented)", err=True)
     if output is None and mode == "write":
         output = script.with_name(script.stem + "_instrumented.py")
     if output is not None:
@@ -73,13 +75,13 @@ def instrument(script: Path, mode: str, output: Path | None, keras: str) -> None
         except OSError as exc:
             click.echo(f"mpfix instrument: error: {output}: cannot write: {exc}", err=True)
             sys.exit(EXIT_ERROR)
-        click.echo(f"wrote {output} ({changed} training step(s) instrumented)")
+        click.echo(f"wrote {display_path(str(output))} ({changed} training step(s) instrumented)")
         return
     diff = difflib.unified_diff(
         source.splitlines(keepends=True),
         new.splitlines(keepends=True),
-        fromfile=str(script),
-        tofile=f"{script} (instrumented)",
+        fromfile=shown,
+        tofile=f"{shown} (instrumented)",
     )
     sys.stdout.writelines(diff)
 
