@@ -107,8 +107,9 @@ def _cross_calls(root: Path, reached_only: bool) -> dict[str, frozenset[CrossCal
     """The cross-file calls of the project: from the files float16 reaches (``reached_only``: the
     entry points decide), or from every file (a configured policy reaches them all)."""
     from mpfix.project import store
-    from mpfix.project.crosscalls import cross_calls
+    from mpfix.project.crosscalls import scan_project
     from mpfix.project.files import project_files
+    from mpfix.project.structural_scan import structural_calls
 
     files = project_files(root)
     if reached_only:
@@ -123,7 +124,10 @@ def _cross_calls(root: Path, reached_only: bool) -> dict[str, frozenset[CrossCal
                 return {path: frozenset(CrossCall.from_json(c) for c in calls) for path, calls in data.items()}
             except (TypeError, ValueError):
                 pass  # damaged: scan again
-    found = cross_calls(root, files)
+    found, scan = scan_project(root, files)
+    # Structural typing (c33): functions whose parameters only a project Keras class's attributes fit.
+    for path, calls in structural_calls(scan, files, project_files(root)).items():
+        found[path] = found.get(path, frozenset()) | calls
     if stamp:
         store.save(kind, root, stamp, {path: [c.to_json() for c in sorted(calls)] for path, calls in found.items()})
     return found

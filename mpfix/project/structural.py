@@ -78,25 +78,42 @@ def _self_targets(node: ast.expr, found: set[str]) -> None:
             _self_targets(element, found)
 
 
-def _class(node: ast.ClassDef, imports: Mapping[str, str]) -> ClassSummary:
+def _statements(body: list[ast.stmt], defines: set[str]) -> None:
+    """``self.x = ...`` targets in a statement list and the blocks inside it (statements only: an attribute is
+    assigned by a statement, never inside an expression); nested classes are their own."""
+    for stmt in body:
+        if isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                _self_targets(target, defines)
+        elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+            _self_targets(stmt.target, defines)
+        elif not isinstance(stmt, ast.ClassDef):
+            for field in ("body", "orelse", "finalbody"):
+                block = getattr(stmt, field, None)
+                if isinstance(block, list):
+                    _statements(block, defines)
+            for handler in getattr(stmt, "handlers", ()):
+                _statements(handler.body, defines)
+            for case in getattr(stmt, "cases", ()):
+                _statements(case.body, defines)
+
+
+def _spells_float32(node: ast.ClassDef) -> bool:
+    return any((isinstance(sub, ast.Attribute) and sub.attr == "float32") or
+               (isinstance(sub, ast.Constant) and sub.value == "float32") for sub in ast.walk(node))
+
+
+def _class(node: ast.ClassDef, imports: Mapping[str, str], float32_text: bool,
+           lines: list[bytes] | None) -> ClassSummary:
     defines: set[str] = set()
-    spells = False
     for stmt in node.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             defines.add(stmt.name)
+            _statements(stmt.body, defines)
         elif isinstance(stmt, ast.Assign):
             defines.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
         elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
             defines.add(stmt.target.id)
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Assign):
-            for target in sub.targets:
-                _self_targets(target, defines)
-        elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)):
-            _self_targets(sub.target, defines)
-        elif (isinstance(sub, ast.Attribute) and sub.attr == "float32") or \
-                (isinstance(sub, ast.Constant) and sub.value == "float32"):
-            spells = True
     bases = []
     for base in node.bases:
         dotted = _dotted(base)
@@ -105,6 +122,12 @@ def _class(node: ast.ClassDef, imports: Mapping[str, str]) -> ClassSummary:
         head, _, rest = dotted.partition(".")
         target = imports.get(head)
         bases.append(f"{target}.{rest}" if target and rest else target or dotted)
+    if not float32_text:
+        spells = False
+    elif lines is not None:  # its source lines spell float32 (a comment too: withdraws the fact, never adds one)
+        spells = any(b"float32" in line for line in lines[node.lineno - 1:node.end_lineno or node.lineno])
+    else:
+        spells = _spells_float32(node)
     return ClassSummary(node.name, tuple(bases), frozenset(defines), spells)
 
 
@@ -144,18 +167,31 @@ def _reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, fro
 
 
 def summarize(tree: ast.Module, imports: Mapping[str, str], functions: bool = True,
-              classes: bool | None = True) -> StructuralSummary:
+              classes: bool | None = True, called: frozenset[str] | None = None,
+              float32_text: bool = True, source: bytes | None = None) -> StructuralSummary:
     """One file's summary: its module functions' parameter reads (``functions``) and top-level classes
-    (``classes``; None: only where a function reads something); ``imports``: local name -> dotted target."""
+    (``classes``; None: only where a function reads something); ``imports``: local name -> dotted target.
+    Cost cuts a caller that has the file's bytes can give: ``called``, every name the file calls (``name(``
+    in its bytes: a function none of whose parameters is among them is not walked); ``float32_text``, False
+    where the bytes never spell ``float32`` (no class body is walked for it); ``source``, the file's bytes (a
+    class's lines are searched for ``float32`` instead of walking its body)."""
     reads = []
     for stmt in tree.body if functions else ():
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if called is not None:
+                args = stmt.args
+                if not any(a.arg in called for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]):
+                    continue
             found = _reads(stmt)
             if found:
                 reads.append((stmt.name, found))
     if classes is None:
         classes = bool(reads)
-    shapes = [_class(stmt, imports) for stmt in tree.body if isinstance(stmt, ast.ClassDef)] if classes else []
+    if source is not None:
+        float32_text = float32_text and b"float32" in source
+    lines = source.splitlines() if source is not None and float32_text and classes else None
+    shapes = [_class(stmt, imports, float32_text, lines) for stmt in tree.body if isinstance(stmt, ast.ClassDef)] \
+        if classes else []
     return StructuralSummary(tuple(shapes), tuple(reads))
 
 
@@ -181,10 +217,14 @@ def records(summaries: Mapping[str, StructuralSummary], keras_class: Callable[[s
             defines[ref] = frozenset(found)
         return defines[ref]
 
+    read = {a for s in summaries.values() for _, params in s.reads for _, attrs in params for a in attrs}
     shapes = []
     for ref, summary in by_ref.items():
+        names = inherited(ref)
+        if names.isdisjoint(read):
+            continue  # defines nothing a function reads: neither evidence nor a rival (no base resolution)
         keras = keras_class(*ref)
-        shapes.append(ClassShape(summary.name, inherited(ref), keras, keras and not summary.spells_float32))
+        shapes.append(ClassShape(summary.name, names, keras, keras and not summary.spells_float32))
     if not any(s.float16 for s in shapes):
         return {}
     index = class_index(shapes)
