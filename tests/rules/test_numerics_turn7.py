@@ -163,3 +163,24 @@ def test_a_model_output_cast_to_float32_is_no_mix():
 def test_without_a_mixed_policy_nothing_is_reported():
     result = lint_snippet(model(), "MP206", keras=3, policy=None, fix=False, filename="global_model.py")
     assert result.findings == []
+
+
+def test_the_prefilter_needs_a_layer_or_an_accumulator_as_well_as_a_float32_creator():
+    """MP206's ``also_requires`` holds an any-of element: ``def call``, ``concat(`` or ``+=`` (a layer, or an
+    accumulator), with a float32 trigger; the generated table reads it the same way (raw bytes)."""
+    from mpfix.codemods import all_rules
+    from mpfix.trigger_table import Table, _entry
+
+    rule = next(r for r in all_rules() if r.code == "MP206")
+    table = Table([_entry(rule)])
+    texts = {
+        "acc = tf.zeros((0, 8))\nacc = tf.concat([acc, net(x)], 0)\n": True,
+        "acc = tf.zeros((8,))\nacc += net(x)\n": True,
+        "class L(tf.keras.layers.Layer):\n    def call(self, x):\n        return x * tf.ones(3)\n": True,
+        "acc = tf.zeros((8,))\nreturn acc * net(x)\n": False,  # no layer, no accumulation
+        "acc = tf.concat([acc, net(x)], 0)\n": False,  # no float32 trigger
+    }
+    for text, expected in texts.items():
+        assert rule.may_match(text) is expected, text
+        assert rule.may_match(text.encode()) is expected, text
+        assert table.matches("MP206", text.encode()) is expected, text
