@@ -322,7 +322,7 @@ def summarise(path: str, data: bytes, module: str, is_project_module: Callable[[
             summary.plain_sites += collector.collect(func, CallContext.PLAIN, name)
         functions[name] = FunctionSummary(name, params, kwonly, func.lineno)
     summary.classes, summary.functions = classes, functions
-    summary.structural = structural.summarize(tree, summary.imports)
+    summary.structural = structural.summarize(tree, summary.imports, called=called, source=data)
     return summary
 
 
