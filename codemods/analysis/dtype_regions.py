@@ -324,7 +324,11 @@ class RegionFinder:
                 inherits[func] = inherits.get(func, True) and not call.float16
         # Parameters typed by what the function reads of them (``param_types``: ``net.meta``, an attribute only
         # this file's Keras model class defines): the same regions, nobody's call needed.
+        vetoed = {(call.function, name) for call in getattr(self, "cross_calls", ()) for name in call.not_keras}
         for func, params in structural_layer_params(self.functions, self.classes, self.resolve).items():
+            params = frozenset(p for p in params if (func.name.value, p) not in vetoed)  # a plain class elsewhere
+            if not params:
+                continue
             layer_params[func] = layer_params.get(func, frozenset()) | params
             seeds.append((func, "helper", None))
             inherits[func] = inherits.get(func, True)

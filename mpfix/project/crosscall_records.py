@@ -31,6 +31,9 @@ class ArgKind(str, enum.Enum):
     NUMBER = "number"  # a literal
     UNKNOWN = "unknown"  # an attribute (`self.act_type`), a subscript: the scan cannot judge it
     KERAS_INSTANCE = "keras-instance"  # an instance of a project Keras layer/model class
+    # Structural typing (``mpfix.project.structural``): what the function reads of the parameter a plain project
+    # class defines too, so no class of its own file may type it a Keras instance (the project's answer wins).
+    NOT_KERAS = "not-keras"
 
 
 @dataclass(frozen=True, order=True)
@@ -53,6 +56,10 @@ class CrossCall:
     @property
     def keras_instances(self) -> frozenset[str]:
         return self.passes(ArgKind.KERAS_INSTANCE)
+
+    @property
+    def not_keras(self) -> frozenset[str]:
+        return self.passes(ArgKind.NOT_KERAS)
 
     @property
     def tensors(self) -> frozenset[str]:

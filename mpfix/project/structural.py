@@ -199,7 +199,8 @@ def summarize(tree: ast.Module, imports: Mapping[str, str], functions: bool = Tr
 def records(summaries: Mapping[str, StructuralSummary], keras_class: Callable[[str, str], bool],
             base_of: Callable[[str, str], tuple[str, str] | None]) -> dict[str, frozenset[CrossCall]]:
     """``CrossCall(function, PLAIN, ((param, KERAS_INSTANCE),))`` for each module function's parameter that the
-    project's classes type as a float16 Keras instance. ``keras_class(path, name)``: a Keras layer/model class
+    project's classes type as a float16 Keras instance (``NOT_KERAS`` for one its own file's classes would type
+    but the project's do not). ``keras_class(path, name)``: a Keras layer/model class
     (bases resolved through the project); ``base_of(path, dotted)``: the project class a base names, or None."""
     by_ref = {(path, c.name): c for path, s in summaries.items() for c in s.classes}
     if not by_ref or not any(s.reads for s in summaries.values()):
@@ -230,11 +231,17 @@ def records(summaries: Mapping[str, StructuralSummary], keras_class: Callable[[s
     index = class_index(shapes)
     found: dict[str, frozenset[CrossCall]] = {}
     for path, summary in summaries.items():
+        # What this file's own classes define: where they could type a parameter the project does not, the
+        # record says NOT_KERAS (the per-file pass sees only its file's classes; a rival elsewhere withdraws it).
+        own = {n for c in summary.classes for n in inherited((path, c.name))} if summary.reads else set()
         calls = set()
         for function, params in summary.reads:
-            typed = typed_parameters(dict(params), index)
-            if typed:
-                calls.add(CrossCall(function, CallContext.PLAIN, tuple((p, ArgKind.KERAS_INSTANCE) for p in sorted(typed))))
+            reads = dict(params)
+            typed = typed_parameters(reads, index)
+            args = [(p, ArgKind.KERAS_INSTANCE if p in typed else ArgKind.NOT_KERAS) for p, attrs in sorted(reads.items())
+                    if p in typed or any(a in index and a in own for a in attrs)]
+            if args:
+                calls.add(CrossCall(function, CallContext.PLAIN, tuple(args)))
         if calls:
             found[path] = frozenset(calls)
     return found

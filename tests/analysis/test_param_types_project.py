@@ -190,3 +190,26 @@ def test_the_summary_s_cost_cuts_keep_its_answer():
     assert dict(plain.reads)["extract_descriptors_from_image_paths"] == (("net", frozenset({"meta"})),)
     assert {c.name: c.spells_float32 for c in cut.classes} == {"GlobalFeatureNet": False, "Head": True}
     assert summarize(tree, {}, called=frozenset({"super"})).reads == ()
+
+
+def test_a_plain_class_in_another_file_withdraws_the_in_file_fact_too(project: Path):
+    """N15's shape (the function beside the model class): the file's own classes type ``net``; a plain class of
+    another file assigning ``meta`` too makes the project's answer NOT_KERAS, and that answer wins."""
+    extract = GLOBAL_MODEL.replace("(base.RetrievalNet)", "(tf.keras.Model)") + textwrap.dedent("""
+
+
+        def extract_global_descriptors_from_list(net, images):
+            descriptors = tf.zeros((0, net.meta["outputdim"]))
+            for image in images:
+                descriptors = tf.concat([descriptors, net(image)], 0)
+            return descriptors
+    """)
+    (project / "pkg" / "model" / "global_model.py").write_text(extract)
+    (project / "train.py").write_text(ENTRY.replace("from pkg.datasets import tuples", "from pkg.model import global_model"))
+    assert "pkg/model/global_model.py:20:MP206" in _check(project)
+    (project / "pkg" / "datasets" / "dataset.py").write_text(PLAIN)
+    policies.forget_projects()
+    assert [f for f in _check(project) if "global_model" in f] == []
+    calls = project_facts.file_facts(project / "pkg" / "model" / "global_model.py").cross_calls
+    assert calls == (CrossCall("extract_global_descriptors_from_list", CallContext.PLAIN,
+                               (("net", ArgKind.NOT_KERAS),)),)
