@@ -325,7 +325,7 @@ class RegionFinder:
         # Parameters typed by what the function reads of them (``param_types``: ``net.meta``, an attribute only
         # this file's Keras model class defines): the same regions, nobody's call needed.
         vetoed = {(call.function, name) for call in getattr(self, "cross_calls", ()) for name in call.not_keras}
-        for func, params in structural_layer_params(self.functions, self.classes, self.resolve).items():
+        for func, params in structural_layer_params(self.functions, self.classes, self.resolve, self.all_calls).items():
             params = frozenset(p for p in params if (func.name.value, p) not in vetoed)  # a plain class elsewhere
             if not params:
                 continue

@@ -22,7 +22,7 @@ This module decides it within one file (the class is in the file), with the proj
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import libcst as cst
 
@@ -159,11 +159,15 @@ def parameter_reads(func: cst.FunctionDef) -> dict[str, frozenset[str]]:
 
 
 def structural_layer_params(functions: Mapping[str, cst.FunctionDef], classes: Mapping[str, cst.ClassDef],
-                            resolve: Callable[[cst.CSTNode], str | None]) -> dict[cst.FunctionDef, frozenset[str]]:
-    """The module functions' parameters this file's classes type as float16 Keras instances."""
+                            resolve: Callable[[cst.CSTNode], str | None],
+                            calls: Iterable[cst.Call] | None = None) -> dict[cst.FunctionDef, frozenset[str]]:
+    """The module functions' parameters this file's classes type as float16 Keras instances (``calls``: the
+    module's calls, when known: a function none of whose parameters is called by name anywhere is not walked)."""
     if not classes or not functions:
         return {}
-    reads = {func: found for func in functions.values() if (found := parameter_reads(func))}
+    called = None if calls is None else {c.func.value for c in calls if type(c.func) is cst.Name}
+    reads = {func: found for func in functions.values()
+             if (called is None or not called.isdisjoint(_parameters(func))) and (found := parameter_reads(func))}
     if not reads:
         return {}  # no function calls a parameter it reads attributes on: the classes need no look
     index = class_index(class_shapes(classes, resolve))
