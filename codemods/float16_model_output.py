@@ -31,7 +31,9 @@ class Float16ModelOutput(Rule):
     requires_float16 = True
     # `Model(` as a whole word (keras.Model(, models.Model(): "Model(" alone let every
     # `BertModel(`/`build_model(`-style call through; an aliased import (`Model as M`) still counts.
-    triggers = ("Sequential", re.compile(r"Model\((?<!\wModel\()"), "Model as ", re.compile(r"__init__\(\s*inputs"))
+    # `Model):` is a subclassed model's class line (`class Net(keras.Model):`): its head is what `call` returns.
+    triggers = ("Sequential", re.compile(r"Model\((?<!\wModel\()"), "Model as ", re.compile(r"__init__\(\s*inputs"),
+                "Model):")
     explanation = """
         ## What it does
         Finds the last layer of a `Sequential` model (list or `model.add` chain) or of a
@@ -223,6 +225,11 @@ class Float16ModelOutput(Rule):
         facts = model_facts(self.context)
         for form, layer, where, returned, model, function in facts.heads:
             seen = (model is not None and model in facts.trained) or (function is not None and function in facts.trained_factories)
+            # Every training step casts the model's output to float32 first: no loss sees float16 logits
+            # (a fused softmax/sigmoid is still computed in float16: reported as for a model trained elsewhere).
+            cast_first = model is not None and model in facts.cast_first and not returned
+            if cast_first:
+                seen, returned = False, True
             if not (returned or seen):
                 continue  # no loss in this file sees the head, and no caller gets the model
             if function is not None and function in self.context.project.test_helpers:
@@ -252,7 +259,8 @@ class Float16ModelOutput(Rule):
         safety = FixSafety.SAFE if activation in _SAFE_HEADS else FixSafety.UNSAFE
         head = f"{activation} head" if activation != "linear" else "linear (regression/logits) head"
         message, fields = "output_layer", {"layer": self.context.code(layer.func), "head": head}
-        fused = kind != "Activation" and kind != "Softmax" and activation != "linear" and activation_arg is not None \
+        fused = form != "subclass" and kind != "Activation" and kind != "Softmax" and activation != "linear" \
+            and activation_arg is not None \
             and not (isinstance(activation_arg.value, cst.Name) and activation_arg.value.value == "None")
         fix: dict = {}
         if fused and isinstance(layer.func, cst.Attribute):

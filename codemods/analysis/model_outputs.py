@@ -7,7 +7,9 @@ import re
 import libcst as cst
 
 from mpfix.codemods._float16_scope import argument, dtype_analysis
-from mpfix.codemods._walk import Visitor, nodes_by_type
+from mpfix.codemods._walk import Visitor, nodes_by_type, walk
+from mpfix.codemods.analysis.dtype_lattice import Dtype, spelled_dtype
+from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.names import dotted_name
 
 
@@ -215,15 +217,30 @@ def _is_super_init_with_inputs(call: cst.Call) -> bool:
 _TRAIN_METHODS = {"compile", "fit", "train_on_batch", "fit_generator"}
 
 
-def _trained(context, index) -> tuple[set[str], set[str]]:
-    """Names of models the file trains, and of the functions whose result it trains."""
+def _cast_to_float32(context, analysis, call: cst.Call) -> bool:
+    """``tf.cast(call, tf.float32)``: the call's result goes straight into a cast to float32."""
+    arg = analysis.parent.get(call)
+    cast = analysis.parent.get(arg) if isinstance(arg, cst.Arg) and arg.keyword is None else None
+    if not isinstance(cast, cst.Call) or not cast.args or cast.args[0] is not arg:
+        return False
+    spec = op_table.lookup(context.resolve(cast.func))
+    dtype = argument(cast, "dtype", 1)
+    return spec is not None and spec.is_cast and dtype is not None and \
+        spelled_dtype(dtype.value, context.resolve) is Dtype.FLOAT32
+
+
+def _trained(context, index) -> tuple[set[str], set[str], set[str]]:
+    """Names of models the file trains, of the functions whose result it trains, and of the trained
+    models whose every call in a training step is cast to float32 at once (no loss sees float16)."""
     trained: set[str] = set()
+    uncast: set[str] = set()
     for call in index.get(cst.Call, ()):
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value in _TRAIN_METHODS:
             name = dotted_name(func.value)
             if name:
                 trained.add(name)
+                uncast.add(name)
     analysis = dtype_analysis(context)
     for region in analysis.regions:
         if region.kind in ("train-step", "tf-function", "loss"):
@@ -231,6 +248,8 @@ def _trained(context, index) -> tuple[set[str], set[str]]:
                 name = dotted_name(call.func)
                 if name and "." not in name.replace("self.", ""):
                     trained.add(name)
+                    if not _cast_to_float32(context, analysis, call):
+                        uncast.add(name)
     factories: set[str] = set()
     for assign in index.get(cst.Assign, ()):
         if isinstance(assign.value, cst.Call) and any(dotted_name(t.target) in trained for t in assign.targets):
@@ -239,7 +258,8 @@ def _trained(context, index) -> tuple[set[str], set[str]]:
                 factories.add(name.split(".")[-1])
     # `self.model = build()` … `self.model.fit(...)`: the short names count too.
     trained |= {name.split(".")[-1] for name in trained}
-    return trained, factories
+    uncast |= {name.split(".")[-1] for name in uncast}
+    return trained, factories, trained - uncast
 
 
 def _used_as_layer(name: str, frame: dict) -> bool:
@@ -304,7 +324,15 @@ class _ModelFacts:
                 self.float16_heads.append(layer)
         # Which models the file trains (compile/fit, or calls in a training step or loss), and the
         # factories that build them: their heads feed a loss here.
-        self.trained, self.trained_factories = _trained(context, index) if self.heads else (set(), set())
+        subclassed = _subclass_heads(context, index)
+        self.trained, self.trained_factories, self.cast_first = _trained(context, index) \
+            if self.heads or subclassed else (set(), set(), set())
+        for cls, layer in subclassed:
+            # The class's own train_step calls `self(...)`, or an instance of it is trained here.
+            if _trains_itself(cls) or any(name in self.trained for name, values in self.assigned.items()
+                                          if any(_constructs(v, cls) for v in values)):
+                self.trained.add(cls.name.value)
+            self.heads.append(("subclass", layer, layer, False, cls.name.value, None))
         # A layer built with dtype="float32" anywhere: the author put the output in float32.
         self.says_float32 = False
         for call in dtype_analysis(context).all_calls:
@@ -313,6 +341,57 @@ class _ModelFacts:
                     (context.resolve(call.func) or "").startswith("keras.layers."):
                 self.says_float32 = True
                 break
+
+
+_MODEL_BASES = ("keras.Model", "keras.models.Model")
+
+
+def _subclass_heads(context, index) -> list[tuple[cst.ClassDef, cst.Call]]:
+    """``class Net(keras.Model)`` whose ``call`` returns ``self.head(...)`` on every path, with ``self.head``
+    built once in ``__init__`` as a Keras layer: that layer is the model's output layer."""
+    heads = []
+    for cls in index.get(cst.ClassDef, ()):
+        if not any(context.resolve(base.value) in _MODEL_BASES for base in cls.bases):
+            continue
+        methods = {f.name.value: f for f in cls.body.body if isinstance(f, cst.FunctionDef)}
+        call, init = methods.get("call"), methods.get("__init__")
+        if call is None or init is None:
+            continue
+        returned = {_self_layer(n.value) for n in walk(call.body) if isinstance(n, cst.Return)}
+        if len(returned) != 1 or None in returned:
+            continue  # a dict, a tuple, a plain tensor, or different layers on different paths
+        attr = returned.pop()
+        built = [small.value for n in walk(init.body) if isinstance(n, cst.SimpleStatementLine)
+                 for small in n.body if isinstance(small, cst.Assign)
+                 for target in small.targets if _self_layer_target(target.target) == attr]
+        if len(built) == 1 and isinstance(built[0], cst.Call) and \
+                (context.resolve(built[0].func) or "").startswith("keras.layers."):
+            heads.append((cls, built[0]))
+    return heads
+
+
+def _self_layer(value: cst.BaseExpression | None) -> str | None:
+    """``self.head(h)`` -> ``"head"``."""
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        return _self_layer_target(value.func)
+    return None
+
+
+def _self_layer_target(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+        return node.attr.value
+    return None
+
+
+def _trains_itself(cls: cst.ClassDef) -> bool:
+    """A ``train_step`` override that calls ``self(...)``: its loss sees the model's output."""
+    step = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "train_step"), None)
+    return step is not None and any(isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "self"
+                                    for n in walk(step.body))
+
+
+def _constructs(value: cst.BaseExpression, cls: cst.ClassDef) -> bool:
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == cls.name.value
 
 
 def model_facts(context) -> _ModelFacts:
