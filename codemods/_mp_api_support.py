@@ -48,8 +48,8 @@ class ApiDriftRule(Rule):
         guards = version_guards.of(self.context)
         if guards:
             guard = guards.guard_of(node)
-            if guard is not None and guard.side is not version_guards.Side.NEW:
-                return
+            if guard is not None and (guard.side is not version_guards.Side.NEW or guard.kind == "hasattr"):
+                return  # the old side; either side of a probe (`hasattr`, try/except): it runs where its API exists
             changed = fix.changes if fix is not None and not isinstance(fix, dict) else fix or {}
             touched = guard or next((g for g in map(guards.guard_of, changed) if g is not None), None)
             if touched is not None and fix is not None:

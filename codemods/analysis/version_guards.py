@@ -68,10 +68,12 @@ def _api_names() -> tuple[frozenset[str], frozenset[str]]:
 
     old = {change.old_last for change in table.API_CHANGES}
     new = {target.rpartition(".")[2] for change in table.API_CHANGES for target in change.new.values() if target}
-    old |= {"experimental", "get_scaled_loss", "get_unscaled_gradients", "experimental_relax_shapes",
-            "experimental_run_functions_eagerly", "experimental_compile"}
-    new |= {"scale_loss", "reduce_retracing", "run_functions_eagerly", "jit_compile", "set_global_policy"}
-    return frozenset(old - new), frozenset(new - old)
+    # The table translates both ways between the Keras generations (`scale_loss` <-> `get_scaled_loss`), so
+    # such names are on both sides there and drop out; these decide which generation's they are.
+    known_old = {"experimental", "get_scaled_loss", "get_unscaled_gradients", "experimental_relax_shapes",
+                 "experimental_run_functions_eagerly", "experimental_compile"}
+    known_new = {"scale_loss", "reduce_retracing", "run_functions_eagerly", "jit_compile", "set_global_policy"}
+    return frozenset((old - new - known_new) | known_old), frozenset((new - old - known_old) | known_new)
 
 
 class VersionGuards:
@@ -81,7 +83,7 @@ class VersionGuards:
         self._resolve = resolve
         self._guard: dict[int, VersionGuard] = {}
         self._version_names: set[str] = set()
-        self._flags: dict[str, Side] = {}
+        self._flags: dict[str, tuple[str, Side]] = {}  # module-level names bound to a guard test: (kind, side)
         self._old_names, self._new_names = _api_names()
         self._module_names(module)
         self._walk(module.body)
@@ -120,7 +122,7 @@ class VersionGuards:
                     return found[0], found[1] if isinstance(test.operator, cst.And) else Side.EITHER
             return None
         if isinstance(test, cst.Name) and test.value in self._flags:
-            return "compare", self._flags[test.value]
+            return self._flags[test.value]
         if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
             target = test.comparisons[0]
             left_version, right_version = self._is_version(test.left), self._is_version(target.comparator)
@@ -163,7 +165,7 @@ class VersionGuards:
                 name = small.targets[0].target.value
                 found = self.side_of_test(small.value)
                 if found is not None:
-                    self._flags[name] = found[1]
+                    self._flags[name] = found
                 elif self._is_version(small.value):
                     self._version_names.add(name)
 
