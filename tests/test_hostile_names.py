@@ -119,3 +119,15 @@ def test_instrument_diff_headers(hostile: Path):
                                 "scaled = optimizer.get_scaled_loss(loss)\n")
     output = CliRunner().invoke(instrument, [NAME]).output
     _assert_clean(output)
+
+
+def test_repair_diff_headers(tmp_path: Path):
+    """``mpfix repair`` prints its edits as a diff of the project's files, whose names a stranger chose."""
+    from types import SimpleNamespace
+
+    from mpfix.verify import report_repair
+
+    result = SimpleNamespace(texts={tmp_path / NAME: ("x = 1\n", "x = 2\n")})
+    output = report_repair.diff(result, tmp_path)
+    assert f"--- a/{SHOWN}" in output and f"+++ b/{SHOWN}" in output
+    _assert_clean(output)

@@ -12,12 +12,15 @@ from mpfix.verify.report_json import clean
 
 
 def _rel(path, root: Path) -> str:
+    """``path`` below ``root`` as printed (control characters escaped: ``mpfix.display.printable``)."""
     import os
 
+    from mpfix.display import printable
+
     try:
-        return os.path.relpath(path, root)
+        return printable(os.path.relpath(path, root))
     except ValueError:
-        return str(path)
+        return printable(str(path))
 
 
 def diff(result, root: Path | None = None) -> str:
