@@ -10,6 +10,7 @@ import click
 
 from mpfix import config as config_mod
 from mpfix.cli import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, unified_diff
+from mpfix.display import printable
 from mpfix.output import FORMATS, Report, display_path, render
 from mpfix.output.text import summary
 
@@ -153,14 +154,14 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
         report.targets = targets_of(files, settings.keras)
         if verbose:
             for line in describe(report.targets):
-                click.echo(f"mpfix: {line}", err=True)
+                click.echo(f"mpfix: {printable(line)}", err=True)
     if verbose or fmt in ("json-run", "sarif"):
         report.declared_unreadable = _declared_unreadable(files)
     if verbose:
         from mpfix.policy import describe as describe_policies
 
         for line in describe_policies(files, settings.policy):
-            click.echo(f"mpfix: {line}", err=True)
+            click.echo(f"mpfix: {printable(line)}", err=True)
     return results, report
 
 
@@ -247,7 +248,7 @@ def check(paths, fmt, quiet, exit_zero, add_noqa, statistics, **kwargs):
 
 def _echo_errors(report: Report) -> None:
     for e in report.errors:
-        click.echo(f"{display_path(e.filename)}:{e.line}:{e.column}: {e.code} {e.message}", err=True)
+        click.echo(f"{display_path(e.filename)}:{e.line}:{e.column}: {e.code} {printable(e.message)}", err=True)
 
 
 def _add_noqa(results, report: Report) -> int:
@@ -257,9 +258,9 @@ def _add_noqa(results, report: Report) -> int:
     outcome = add_noqa(results)
     _echo_errors(report)
     for message in outcome.messages:
-        click.echo(f"mpfix: {message}", err=True)
+        click.echo(f"mpfix: {printable(message)}", err=True)
     for e in outcome.errors:
-        click.echo(f"{display_path(e.filename)}: {e.code} {e.message}", err=True)
+        click.echo(f"{display_path(e.filename)}: {e.code} {printable(e.message)}", err=True)
     click.echo(f"Added {outcome.added} noqa directive{'s' if outcome.added != 1 else ''}.", err=True)
     return EXIT_ERROR if report.errors or outcome.errors else EXIT_CLEAN
 
@@ -273,7 +274,7 @@ def diff(paths, fmt, quiet, exit_zero, **kwargs):
     for r in changed:
         click.echo(unified_diff(display_path(str(r.path)), r.original, r.fixed), nl=False)
     for e in report.errors:
-        click.echo(f"{display_path(e.filename)}:{e.line}:{e.column}: {e.code} {e.message}", err=True)
+        click.echo(f"{display_path(e.filename)}:{e.line}:{e.column}: {e.code} {printable(e.message)}", err=True)
     if not quiet:
         fixes = sum(r.applied for r in changed)
         click.echo(f"Would fix {fixes} finding{'s' if fixes != 1 else ''} in {len(changed)} "

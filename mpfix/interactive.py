@@ -14,6 +14,7 @@ import difflib
 import click
 
 from mpfix.findings import Finding
+from mpfix.display import printable
 from mpfix.output import display_path, location_label
 
 _ANSWERS = {"y": "yes", "n": "no", "a": "all", "q": "quit"}
@@ -62,7 +63,7 @@ class Reviewer:
 
     def _ask(self, finding: Finding, before: str, after: str) -> bool:
         label = location_label(finding.filename, finding.line, finding.column, finding.cell)
-        click.echo(f"{click.style(label, bold=True)}: {click.style(finding.code, fg='red', bold=True)} {finding.message}")
+        click.echo(f"{click.style(label, bold=True)}: {click.style(finding.code, fg='red', bold=True)} {printable(finding.message)}")
         if finding.fix is not None:
             click.echo(f"fix ({finding.fix.safety}): {finding.fix.description}")
         click.echo(coloured_diff(display_path(finding.filename), before, after))

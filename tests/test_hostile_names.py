@@ -131,3 +131,28 @@ def test_repair_diff_headers(tmp_path: Path):
     output = report_repair.diff(result, tmp_path)
     assert f"--- a/{SHOWN}" in output and f"+++ b/{SHOWN}" in output
     _assert_clean(output)
+
+
+@pytest.mark.parametrize("command", [("check",), ("check", "--format", "full"), ("check", "--format", "github"),
+                                     ("apply", "--fix-only"), ("diff",), ("check", "--add-noqa")])
+def test_a_symlink_target_in_an_error_message_cannot_forge_a_line(project: Path, command: tuple[str, ...]):
+    """MP000 messages quote what a stranger chose too: 'symbolic link to <target> outside the project'
+    printed the link's target raw, so a target holding a newline forged a 'path:line:col: CODE' line."""
+    (project / "evil.py").symlink_to(str(project.parent / "out\nfake.py:1:1: MP999 forged\x1b]0;x\x07.py"))
+    (project / "ok.py").write_text(DEPRECATED)
+    output = _run(*command, ".")
+    assert "evil.py" in output and "MP000" in output
+    assert "out\\nfake.py:1:1: MP999 forged\\x1b]0;x\\x07.py" in output
+    _assert_clean(output)
+    assert "\x07" not in output
+
+
+def test_verbose_why_naming_a_hostile_entry_point(project: Path):
+    """The policy line's reason names the project's entry points, whose names a stranger chose."""
+    (project / NAME).write_text("from tensorflow.keras import mixed_precision\n"
+                                "mixed_precision.set_global_policy('mixed_float16')\n"
+                                "if __name__ == '__main__':\n    pass\n")
+    (project / "lib.py").write_text(DEPRECATED)
+    output = _run("check", "--verbose", ".")
+    assert SHOWN in output
+    _assert_clean(output)

@@ -34,7 +34,7 @@ def render(report: Report) -> str:
         label = location_label(e.filename, e.line, e.column, e.cell)
         lines.append(
             f"::error title={_escape_property(f'mpfix ({e.code})')},file={_file_property(e.filename)},"
-            f"line={start.line},col={start.column}::{_escape_data(f'{label}: {e.code} {e.message}')}"
+            f"line={start.line},col={start.column}::{_escape_data(f'{label}: {e.code} {printable(e.message)}')}"
         )
     for f in report.findings:
         # A notebook's annotation goes on the line of the .ipynb file; its text names the cell's line.
@@ -43,7 +43,7 @@ def render(report: Report) -> str:
         lines.append(
             f"::error title={_escape_property(f'mpfix ({f.code})')},file={_file_property(f.filename)},"
             f"line={start.line},col={start.column},endLine={end.line},endColumn={end.column}"
-            f"::{_escape_data(f'{label}: {f.code} {f.message}')}"
+            f"::{_escape_data(f'{label}: {f.code} {printable(f.message)}')}"
         )
     if report.unchecked is not None:
         # A notice, not an error: the run's outcome and exit code do not change.

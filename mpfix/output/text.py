@@ -6,6 +6,7 @@ import difflib
 
 import click
 
+from mpfix.display import printable
 from mpfix.findings import Edit, FixSafety
 from mpfix.output.report import Report, location_label
 
@@ -41,11 +42,11 @@ def render(report: Report, *, full: bool) -> str:
     out: list[str] = []
     for error in report.errors:
         out.append(f"{location_label(error.filename, error.line, error.column, error.cell)}: "
-                   f"{click.style(error.code, fg='red', bold=True)} {error.message}")
+                   f"{click.style(error.code, fg='red', bold=True)} {printable(error.message)}")
     for finding in report.findings:
         marker = " [*]" if finding.fixable(report.unsafe_fixes) else ""
         out.append(f"{location_label(finding.filename, finding.line, finding.column, finding.cell)}: "
-                   f"{click.style(finding.code, fg='red', bold=True)}{marker} {finding.message}")
+                   f"{click.style(finding.code, fg='red', bold=True)}{marker} {printable(finding.message)}")
         if full:
             # A notebook's text is its JSON while cell findings count lines within the cell.
             text = report.texts.get(finding.filename) if finding.cell is None else None
