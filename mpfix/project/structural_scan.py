@@ -97,10 +97,8 @@ def structural_calls(scan, scanned, files) -> dict[str, frozenset[CrossCall]]:
     attribute name those functions read on a parameter they call."""
     summaries: dict[str, StructuralSummary] = {}
     names: set[str] = set()
-    read = getattr(scan, "summaries", {})  # the files the scan has parsed already: their summaries cost nothing
-    called = getattr(scan, "_called", {})  # per file, the names its bytes call
     for path in (str(f) for f in scanned if str(f).endswith(".py")):
-        if read.get(path) is None and not _calls_a_parameter(path, called.get(path)):
+        if not scan.parsed(path) and not _calls_a_parameter(path, scan.called_names(path)):
             continue  # not parsed by the scan, and no parameter its bytes call and read: no read to find
         summary = scan.structural_of(path)
         if summary is None:
