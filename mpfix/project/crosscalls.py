@@ -174,6 +174,14 @@ class CrossCallScan:
         file = self._file(str(path))
         return file.structural if file is not None else None
 
+    def parsed(self, path: str) -> bool:
+        """The scan has parsed ``path`` already (``structural_of`` costs nothing more there)."""
+        return self.summaries.get(str(path)) is not None
+
+    def called_names(self, path: str) -> frozenset[str] | None:
+        """Every name the file's bytes call (``name(``), where the scan read them."""
+        return getattr(self, "_called", {}).get(str(path))
+
     def keras_class(self, path: str, name: str) -> bool:
         """A class of a scanned file whose bases resolve to a Keras layer or model (through project classes)."""
         return self.is_keras_class((str(path), name))
