@@ -79,6 +79,7 @@ class CrossCallScan:
         self._class_names: set[str] = set()
         self._texts: dict[str, bytes] = {}  # scanned files read but not parsed yet
         self._static: dict[int, tuple | None] = {}  # id(site) -> its arguments judged once (``_judge``)
+        self._finished = False  # after ``run``: a file read for ``structural_of`` needs no call sites
         self._called: dict[str, frozenset[str]] = {}
 
     # -- files and names ----------------------------------------------------------
@@ -97,7 +98,8 @@ class CrossCallScan:
             data = self._read(path)
         if data is not None:
             self.summaries[path] = summarise(path, data, _module_name(path, self.root), self.by_suffix.__contains__,
-                                             sites=path in self.scan_set, plain=self._class_names.__and__,
+                                             sites=path in self.scan_set and not self._finished,
+                                             plain=self._class_names.__and__,
                                              called=self._called.get(path))
         return self.summaries[path]
 
@@ -407,6 +409,7 @@ class CrossCallScan:
                     context = site.context if cross else CallContext.PLAIN
                     found.setdefault(target[0], set()).add(CrossCall(target[1], context, args))
         self._sites, self._texts, self._static = {}, {}, {}
+        self._finished = True
         return {path: frozenset(calls) for path, calls in found.items()}
 
 
