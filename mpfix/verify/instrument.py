@@ -34,12 +34,12 @@ def instrument(script: Path, mode: str, output: Path | None, keras: str) -> None
     import libcst
 
     from mpfix import safe_read
-    from mpfix.display import display_path
+    from mpfix.display import printable
     from mpfix.parsing import TooComplex
     from mpfix.source import SourceError, decode
     from mpfix.verify.instrument_transform import instrument_source
 
-    shown = display_path(str(script))  # control characters escaped, as every path printed
+    shown = printable(str(script))  # as given, control characters escaped (mpfix.display)
     try:  # a FIFO or a device named as SCRIPT is refused, never read (it could block forever)
         data = safe_read.read_bytes(script, follow_outside=True)
     except OSError as exc:
@@ -75,7 +75,7 @@ def instrument(script: Path, mode: str, output: Path | None, keras: str) -> None
         except OSError as exc:
             click.echo(f"mpfix instrument: error: {output}: cannot write: {exc}", err=True)
             sys.exit(EXIT_ERROR)
-        click.echo(f"wrote {display_path(str(output))} ({changed} training step(s) instrumented)")
+        click.echo(f"wrote {printable(str(output))} ({changed} training step(s) instrumented)")
         return
     diff = difflib.unified_diff(
         source.splitlines(keepends=True),
