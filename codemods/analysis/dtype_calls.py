@@ -7,10 +7,31 @@ import libcst as cst
 from mpfix.codemods.analysis.dtype_lattice import (
     BOOL, CPLX, F16, F32, INT, PY, PYTHON_FUNCS, UNK, Dtype, all_integers, arith, argument, join_all,
 )
+from mpfix.codemods._walk import walk
 from mpfix.codemods.analysis.dtype_regions import Region
+from mpfix.codemods.analysis.dtype_syntax import assignments
 from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.facts import ops as specs
 from mpfix.codemods.names import dotted_name
+
+
+def _keeps_dtype_of(value: cst.BaseExpression, param: str, bound: dict[str, list[cst.BaseExpression]], resolve,
+                    depth: int = 0) -> bool:
+    """``value`` is ``param`` passed through ops that keep their argument's dtype (the op table's PRESERVES:
+    reshape, transpose, squeeze...), through names bound once: ``return tf.transpose(tf.reshape(t, s), p)``."""
+    if depth > 12:
+        return False
+    if isinstance(value, cst.Name):
+        if value.value == param:
+            return True
+        values = bound.get(value.value, [])
+        return len(values) == 1 and _keeps_dtype_of(values[0], param, bound, resolve, depth + 1)
+    if isinstance(value, cst.Call):
+        spec = specs.known(resolve(value.func))
+        first = next((a.value for a in value.args if a.keyword is None and not a.star), None)
+        return spec is not None and spec.result is specs.Result.PRESERVES and first is not None and \
+            _keeps_dtype_of(first, param, bound, resolve, depth + 1)
+    return False
 
 
 class CallDtypes:
@@ -299,6 +320,37 @@ class CallDtypes:
         if joined is BOOL and not spec.keeps_bool:
             return UNK
         return joined
+
+
+    def mapped_element(self, call: cst.Call, index: int, region: Region, depth: int) -> Dtype:
+        """Element ``index`` of ``map(f, seq)``: ``f`` of that element of ``seq``, when ``f`` is an op that keeps its
+        argument's dtype or a same-file function returning its parameter through such ops; UNK otherwise."""
+        if len(call.args) != 2 or any(a.keyword is not None or a.star for a in call.args):
+            return UNK
+        func, seq = call.args[0].value, call.args[1].value
+        element = self.element_dtype(seq, index, region, depth + 1)
+        spec = specs.known(self.resolve(func))
+        if element is UNK or (spec is not None and spec.result is not specs.Result.PRESERVES):
+            return UNK
+        if spec is not None:
+            return element
+        callee = self._same_file_function(cst.Call(func=func), region)
+        if callee is None:
+            return UNK
+        function = callee[0]
+        params = [p.name.value for p in function.params.params]
+        if params[:1] in (["self"], ["cls"]) and isinstance(func, cst.Attribute):
+            params = params[1:]
+        bound: dict[str, list[cst.BaseExpression]] = {}
+        for assign in assignments(function):
+            for target in assign.targets:
+                if isinstance(target.target, cst.Name):
+                    bound.setdefault(target.target.value, []).append(assign.value)
+        returns = [n.value for n in walk(function.body) if isinstance(n, cst.Return)]
+        if not params or not returns or any(r is None or not _keeps_dtype_of(r, params[0], bound, self.resolve)
+                                            for r in returns):
+            return UNK
+        return element
 
 
 R = specs.Result

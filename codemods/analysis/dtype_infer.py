@@ -244,6 +244,8 @@ class ExpressionDtypes:
             if index < len(elements) and not isinstance(elements[index], cst.StarredElement):
                 return self.dtype(elements[index].value, region, depth + 1)
             return UNK
+        if isinstance(source, cst.Call) and dotted_name(source.func) == "map" and "map" not in self.functions:
+            return self.mapped_element(source, index, region, depth + 1)  # `q, k, v = map(self.split_heads, (q, k, v))`
         if isinstance(source, (cst.ListComp, cst.GeneratorExp)):
             # `q, k, v = [t for t in tf.split(qkv, 3, -1)]`: every element is the comprehension's `elt`.
             return self.dtype(source.elt, region, depth + 1)

@@ -61,3 +61,42 @@ def test_a_comprehension_that_casts_its_elements_to_float32_is_left_alone():
     unpack = "q, k, v = [tf.cast(t, tf.float32) for t in tf.split(self.proj(x), 3, axis=-1)]"
     # float32 logits: -1e9 is safe, the sum of squares is float32.
     assert found(_attention(3, unpack), 3) == []
+
+
+MAPPED = """
+    {import_keras}
+    import tensorflow as tf
+
+
+    class SplitHeadAttention(keras.layers.Layer):
+        def __init__(self, dim, heads, **kwargs):
+            super().__init__(**kwargs)
+            self.heads, self.dim = heads, dim
+            self.wq, self.wk, self.wv = keras.layers.Dense(dim), keras.layers.Dense(dim), keras.layers.Dense(dim)
+
+        def split_heads(self, t):
+            batch = tf.shape(t)[0]
+            t = tf.reshape(t, (batch, -1, self.heads, self.dim // self.heads))
+            return tf.transpose(t, (0, 2, 1, 3))
+
+        def call(self, x, mask):
+            q, k, v = {mapped}
+            scores = tf.einsum("bhqd,bhkd->bhqk", q, k)
+            scores = tf.where(mask[:, None, None, :], scores, -1e9)
+            return tf.einsum("bhqk,bhkd->bhqd", tf.nn.softmax(scores), v)
+"""
+
+
+@BOTH
+@pytest.mark.parametrize("mapped", [
+    "map(self.split_heads, (self.wq(x), self.wk(x), self.wv(x)))",
+    "map(tf.squeeze, tf.split(tf.stack([self.wq(x), self.wk(x), self.wv(x)]), 3))",
+])
+def test_map_of_a_dtype_keeping_function_over_float16_values_unpacks_float16(keras, mapped):
+    assert found(MAPPED.format(import_keras=_IMPORT[keras], mapped=mapped), keras) == [("MP201", 19)]
+
+
+def test_map_of_a_function_that_casts_to_float32_is_left_alone():
+    code = MAPPED.format(import_keras=_IMPORT[3], mapped="map(self.split_heads, (self.wq(x), self.wk(x), self.wv(x)))")
+    code = code.replace("return tf.transpose(t, (0, 2, 1, 3))", "return tf.cast(tf.transpose(t, (0, 2, 1, 3)), tf.float32)")
+    assert found(code, 3) == []
