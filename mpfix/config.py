@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from mpfix.safe_read import DEFAULT_LIMIT
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
@@ -19,7 +21,7 @@ class ConfigError(Exception):
     """A setting that cannot be used (exit code 2)."""
 
 
-DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
+DEFAULT_MAX_FILE_BYTES = DEFAULT_LIMIT
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ def find_pyproject(start: Path) -> Path | None:
 
 
 def _toml(path: Path) -> dict:
-    """``path`` read as TOML: OSError when it cannot be read (a FIFO, a device or a file over 10 MB:
+    """``path`` read as TOML: OSError when it cannot be read (a FIFO, a device or a file over 2 MiB:
     ``safe_read``), ConfigError (exit 2) when it is not UTF-8 or not TOML, or nests too deeply for
     ``tomllib`` (a RecursionError there)."""
     from mpfix import safe_read

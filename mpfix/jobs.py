@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mpfix.engine import Options
 from mpfix.findings import FileError, Finding
+from mpfix.safe_read import DEFAULT_LIMIT
 
 
 class Mode(str, Enum):
@@ -47,4 +48,4 @@ class Job:
     options: Options
     mode: Mode
     want_edits: bool = False
-    max_file_bytes: int = 10 * 1024 * 1024
+    max_file_bytes: int = DEFAULT_LIMIT

@@ -239,10 +239,11 @@ def _project_root(path: Path) -> Path:
 def _project_mentions_float16(root: Path, cache: dict) -> bool:
     if root not in cache:
         from mpfix.discovery import discover
+        from mpfix.safe_read import DEFAULT_LIMIT
 
         found = False
         for file in discover([root]):
-            data = _read_regular(file, 10 * 1024 * 1024)
+            data = _read_regular(file, DEFAULT_LIMIT)
             if data is None:
                 continue
             found = _mentions_float16(data)

@@ -89,6 +89,19 @@ def test_unreadable_sources(folder: Path, command: str):
     assert snapshot(folder) == before
 
 
+def test_the_default_size_limit_is_2_mib_and_the_setting_raises_it(folder: Path):
+    # 10 MB of short lines could need ~15 GB in LibCST (1.2 MB of them: 1.8 GB), so the default is
+    # 2 MiB; a project that wants bigger files says so.
+    path = folder / "generated.py"
+    path.write_bytes(b"x = 1\n" * (3 * 1024 * 1024 // 6))
+    result = mpfix("check", "generated.py", cwd=folder)
+    assert_clean_failure(result, "file is too large (3.1 MB > 2.1 MB)", "max-file-size")
+    (folder / "pyproject.toml").write_text("[tool.mpfix]\nmax-file-size = 4194304\n")
+    result = mpfix("check", "generated.py", cwd=folder)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "too large" not in result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("codec", ["rot13", "hex", "zlib_codec", "base64"])
 def test_instrument_refuses_a_coding_line_that_is_not_a_text_encoding(folder: Path, codec: str):
     (folder / "train.py").write_text(f"# coding: {codec}\n" + DEPRECATED)
@@ -118,7 +131,7 @@ def test_a_20_mb_file_is_refused_without_reading_it_all(folder: Path):
     before = snapshot(folder)
     started = time.monotonic()
     result = mpfix("apply", "huge.py", cwd=folder)
-    assert_clean_failure(result, "file is too large (21.0 MB > 10.5 MB)", "max-file-size")
+    assert_clean_failure(result, "file is too large (21.0 MB > 2.1 MB)", "max-file-size")
     assert time.monotonic() - started < 30  # refused before parsing (a parse would take minutes)
     assert snapshot(folder) == before
 
