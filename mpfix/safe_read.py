@@ -28,6 +28,9 @@ import stat
 # source (a realistic 1.9 MB file: 0.69 GB peak; 200,000 short lines in 1.2 MB: 1.8 GB, 2026-12-02),
 # so 10 MB could need 15 GB; no file of TF/Keras/tf-models or site-packages' ML code is over 1 MB.
 DEFAULT_LIMIT = 2 * 1024 * 1024
+# A notebook's bytes are mostly its outputs (plots as base64): it may be this large whatever the
+# setting says (the old default; its code cells are what LibCST parses).
+NOTEBOOK_LIMIT = 10 * 1024 * 1024
 
 
 class Reason(str, enum.Enum):
@@ -116,13 +119,16 @@ def check_inside(path: str | os.PathLike, root: str | os.PathLike | None = None)
 
 def read_bytes(path: str | os.PathLike, limit: int = DEFAULT_LIMIT, root: str | os.PathLike | None = None,
                *, follow_outside: bool = False) -> bytes:
-    """The bytes of the regular file ``path`` (at most ``limit``); Refused or OSError otherwise.
+    """The bytes of the regular file ``path`` (at most ``limit``, a notebook at least
+    ``NOTEBOOK_LIMIT``); Refused or OSError otherwise.
 
     ``follow_outside``: skip the symlink check (a file the user named outside any project,
     such as ``$MPFIX_CACHE_DIR``).
     """
     if not follow_outside:
         check_inside(path, root)
+    if os.fspath(path).endswith(".ipynb"):
+        limit = max(limit, NOTEBOOK_LIMIT)
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
     try:
         fd = os.open(path, flags)

@@ -102,6 +102,20 @@ def test_the_default_size_limit_is_2_mib_and_the_setting_raises_it(folder: Path)
     assert "too large" not in result.stdout + result.stderr
 
 
+def test_a_notebook_with_big_outputs_is_read_under_the_2_mib_default(folder: Path):
+    # Most of a notebook's bytes are its outputs (a plot is ~100 KB of base64): up to 10 MiB is read.
+    import json
+
+    plot = {"output_type": "display_data", "data": {"image/png": "A" * (3 * 1024 * 1024)}, "metadata": {}}
+    cell = {"cell_type": "code", "execution_count": 1, "metadata": {}, "outputs": [plot],
+            "source": ["import tensorflow as tf\n", "x = tf.constant(1.0)\n"]}
+    notebook = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (folder / "plots.ipynb").write_text(json.dumps(notebook))
+    result = mpfix("check", "plots.ipynb", cwd=folder)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "too large" not in result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("codec", ["rot13", "hex", "zlib_codec", "base64"])
 def test_instrument_refuses_a_coding_line_that_is_not_a_text_encoding(folder: Path, codec: str):
     (folder / "train.py").write_text(f"# coding: {codec}\n" + DEPRECATED)
