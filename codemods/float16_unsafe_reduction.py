@@ -65,9 +65,30 @@ def _attention_scores(context, call: cst.Call, spec: op_table.OpSpec) -> bool:
         parts = inputs.split(",")
         return len(parts) == 2 and all(parts) and parts[0][-1] == parts[1][-1] and parts[0][-1] not in output \
             and context.code(operands[1]) != context.code(operands[2])
-    return len(operands) == 2 and context.code(operands[0]) != context.code(operands[1]) and any(
+    if len(operands) != 2:
+        return False
+    keys = _transposed_key(context, operands[1])
+    if keys is not None:  # matmul(q, transpose(k, (0, 1, 3, 2))): the transpose spelled as an op
+        return context.code(operands[0]) != context.code(keys)
+    return context.code(operands[0]) != context.code(operands[1]) and any(
         a.keyword is not None and a.keyword.value in ("transpose_b", "adjoint_b") and isinstance(a.value, cst.Name)
         and a.value.value == "True" for a in call.args)
+
+
+def _transposed_key(context, node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``transpose(k, (0, 1, 3, 2))`` (a literal permutation swapping the last two axes only): ``k``."""
+    if not isinstance(node, cst.Call):
+        return None
+    spec = op_table.known(context.resolve(node.func))
+    positional = [a.value for a in node.args if a.keyword is None and not a.star]
+    perm = next((a.value for a in node.args if a.keyword is not None and a.keyword.value in ("perm", "axes")),
+                positional[1] if len(positional) > 1 else None)
+    if spec is None or spec.short != "transpose" or not positional or not isinstance(perm, (cst.Tuple, cst.List)):
+        return None
+    axes = [number(e.value) for e in perm.elements]
+    n = len(axes)
+    swapped = list(range(n - 2)) + [n - 1, n - 2]
+    return positional[0] if n >= 2 and axes == swapped else None
 
 
 def _from_weight(facts: DtypeFacts, context, node: cst.BaseExpression, depth: int = 0) -> bool:
