@@ -196,15 +196,13 @@ def summarize(tree: ast.Module, imports: Mapping[str, str], functions: bool = Tr
 
 
 # -- the project's records ------------------------------------------------------------------------------
-def records(summaries: Mapping[str, StructuralSummary], keras_class: Callable[[str, str], bool],
-            base_of: Callable[[str, str], tuple[str, str] | None]) -> dict[str, frozenset[CrossCall]]:
-    """``CrossCall(function, PLAIN, ((param, KERAS_INSTANCE),))`` for each module function's parameter that the
-    project's classes type as a float16 Keras instance (``NOT_KERAS`` for one its own file's classes would type
-    but the project's do not). ``keras_class(path, name)``: a Keras layer/model class
-    (bases resolved through the project); ``base_of(path, dotted)``: the project class a base names, or None."""
+def _shapes(summaries: Mapping[str, StructuralSummary], keras_class: Callable[[str, str], bool],
+            base_of: Callable[[str, str], tuple[str, str] | None]):
+    """The ``ClassShape`` of every class that defines (or inherits) a name some function reads, and the
+    ``inherited(ref)`` lookup behind them; None where there is no class or no read."""
     by_ref = {(path, c.name): c for path, s in summaries.items() for c in s.classes}
     if not by_ref or not any(s.reads for s in summaries.values()):
-        return {}
+        return None
     defines: dict[tuple[str, str], frozenset[str]] = {}
 
     def inherited(ref: tuple[str, str], depth: int = 0) -> frozenset[str]:
@@ -226,8 +224,26 @@ def records(summaries: Mapping[str, StructuralSummary], keras_class: Callable[[s
             continue  # defines nothing a function reads: neither evidence nor a rival (no base resolution)
         keras = keras_class(*ref)
         shapes.append(ClassShape(summary.name, names, keras, keras and not summary.spells_float32))
-    if not any(s.float16 for s in shapes):
+    return shapes, inherited
+
+
+def has_float16_shape(summaries: Mapping[str, StructuralSummary], keras_class: Callable[[str, str], bool],
+                      base_of: Callable[[str, str], tuple[str, str] | None]) -> bool:
+    """Some class defining a name a function reads is a float16 Keras class (else ``records`` is empty)."""
+    shaped = _shapes(summaries, keras_class, base_of)
+    return shaped is not None and any(s.float16 for s in shaped[0])
+
+
+def records(summaries: Mapping[str, StructuralSummary], keras_class: Callable[[str, str], bool],
+            base_of: Callable[[str, str], tuple[str, str] | None]) -> dict[str, frozenset[CrossCall]]:
+    """``CrossCall(function, PLAIN, ((param, KERAS_INSTANCE),))`` for each module function's parameter that the
+    project's classes type as a float16 Keras instance (``NOT_KERAS`` for one its own file's classes would type
+    but the project's do not). ``keras_class(path, name)``: a Keras layer/model class
+    (bases resolved through the project); ``base_of(path, dotted)``: the project class a base names, or None."""
+    shaped = _shapes(summaries, keras_class, base_of)
+    if shaped is None or not any(s.float16 for s in shaped[0]):
         return {}
+    shapes, inherited = shaped
     index = class_index(shapes)
     found: dict[str, frozenset[CrossCall]] = {}
     for path, summary in summaries.items():

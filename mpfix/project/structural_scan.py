@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mpfix import safe_read
 from mpfix.project.crosscall_records import CrossCall
-from mpfix.project.structural import StructuralSummary, records
+from mpfix.project.structural import StructuralSummary, has_float16_shape, records
 from mpfix.keras_spellings import fold_keras
 from mpfix.project.structural_types import KERAS_CLASS_BASES, KERAS_MEMBERS
 
@@ -23,6 +23,11 @@ _MAX_BYTES = 2_000_000
 _DEF = re.compile(rb"\bdef[ \t]+\w+[ \t]*\(([^)]*)\)")
 _PARAM = re.compile(rb"([A-Za-z_]\w*)\s*(?=[,:=]|$)")
 _CALLED = re.compile(rb"\b([A-Za-z_]\w*)[ \t]*\(")
+# Where a class can define a name (``structural._class``): ``def name``, ``self.name`` targets (any ``.name``),
+# class-level ``name = ...``/``name: T``; gaps may hold whitespace, continuations, comments, parentheses.
+_GAP = rb"(?:[\s\\]|#[^\r\n]*[\r\n])*"  # a comment runs to its newline: one way to match, no backtracking blow-up
+_DEFINING = rb"(?:\bdef|\.)" + _GAP + rb"{}\b|\b{}(?:[\s\\)]|#[^\r\n]*[\r\n])*(?:=(?!=)|:)"
+_WORD = rb"\b{}\b"
 
 
 def _module_name(path: str, root: str) -> str:
@@ -110,6 +115,7 @@ def structural_calls(scan, scanned, files) -> dict[str, frozenset[CrossCall]]:
         return {}
     modules = _Modules(scan, Path(scan.root), files)
     needles = [n.encode() for n in names]
+    candidates: dict[str, bytes] = {}
     for path in modules.files:
         if path in summaries:
             continue
@@ -118,9 +124,54 @@ def structural_calls(scan, scanned, files) -> dict[str, frozenset[CrossCall]]:
         except (OSError, ValueError):
             continue
         if b"class " in data and any(n in data for n in needles):
-            summary = scan.structural_of(path)
-            if summary is not None:
-                summaries[path] = StructuralSummary(summary.classes, ())  # its classes only: not a scanned file
+            candidates[path] = data
+    # Parse first the candidates that can define a read name (spell it where a class defines a name: ``def
+    # name``, ``.name``, ``name =``/``name:``; non-ASCII: NFKC identifiers) or subclass a class that does (spell
+    # its name), to a fixed point; the others define none and inherit none, so they only matter when no
+    # float16 class is found without them (records' early exit).
+    todo = _spelling(candidates, names, _DEFINING, ascii_only=False)
+    while todo:
+        for path in todo:
+            _add_classes(scan, summaries, path)
+            del candidates[path]
+        todo = _spelling(candidates, _definers(summaries, names, _bases(modules, summaries)), _WORD,
+                         ascii_only=True)
+    if candidates and not has_float16_shape(summaries, modules.keras_class, _bases(modules, summaries)):
+        for path in candidates:
+            _add_classes(scan, summaries, path)
+    return records(summaries, modules.keras_class, _bases(modules, summaries))
+
+
+def _add_classes(scan, summaries: dict[str, StructuralSummary], path: str) -> None:
+    summary = scan.structural_of(path)
+    if summary is not None:
+        summaries[path] = StructuralSummary(summary.classes, ())  # its classes only: not a scanned file
+
+
+def _bases(modules: _Modules, summaries: dict[str, StructuralSummary]):
+    """``base_of`` over ``summaries``' classes (a base named without a dot is a class of the same file)."""
     local = {path: frozenset(c.name for c in s.classes) for path, s in summaries.items()}
-    return records(summaries, modules.keras_class,
-                   lambda path, dotted: modules.base_of(path, dotted, local.get(path, frozenset())))
+    return lambda path, dotted: modules.base_of(path, dotted, local.get(path, frozenset()))
+
+
+def _spelling(candidates: dict[str, bytes], words, form: bytes, ascii_only: bool) -> list[str]:
+    """The candidates whose bytes spell one of ``words`` in ``form`` (``_DEFINING``, ``_WORD``; ``{}`` stands
+    for the alternatives), or hold a non-ASCII byte (unless ``ascii_only``)."""
+    pattern = re.compile(form.replace(b"{}", b"(?:" + b"|".join(re.escape(w.encode()) for w in sorted(words)) + b")")) \
+        if words else None
+    return [path for path, data in candidates.items()
+            if (not ascii_only and not data.isascii()) or (pattern is not None and pattern.search(data))]
+
+
+def _definers(summaries: dict[str, StructuralSummary], names: set[str], base_of) -> set[str]:
+    """Names of the classes of ``summaries`` that define one of ``names`` or inherit one (any depth)."""
+    by_ref = {(path, c.name): c for path, s in summaries.items() for c in s.classes}
+    hit = {ref for ref, c in by_ref.items() if not c.defines.isdisjoint(names)}
+    grew = True
+    while grew:
+        grew = False
+        for ref, c in by_ref.items():
+            if ref not in hit and any(base_of(ref[0], b) in hit for b in c.bases):
+                hit.add(ref)
+                grew = True
+    return {name for _, name in hit}

@@ -213,3 +213,34 @@ def test_a_plain_class_in_another_file_withdraws_the_in_file_fact_too(project: P
     calls = project_facts.file_facts(project / "pkg" / "model" / "global_model.py").cross_calls
     assert calls == (CrossCall("extract_global_descriptors_from_list", CallContext.PLAIN,
                                (("net", ArgKind.NOT_KERAS),)),)
+
+
+def test_a_subclass_in_a_file_that_only_mentions_the_attribute_is_still_a_rival(project: Path):
+    """The project pass parses first the files that spell a read attribute where a class defines it, then the
+    files that spell the name of a class that defines it (a subclass inherits it): this float32 subclass of
+    the model spells ``meta`` only in its docstring, and still withdraws the fact."""
+    (project / "pkg" / "model" / "head.py").write_text(textwrap.dedent("""
+        import tensorflow as tf
+
+        from pkg.model import global_model
+
+
+        class Float32Net(global_model.GlobalFeatureNet):
+            \"\"\"Same meta, float32 descriptors.\"\"\"
+
+            def call(self, x, training=False):
+                return tf.cast(super().call(x, training), tf.float32)
+    """).lstrip("\n"))
+    assert _check(project) == []
+
+
+def test_where_a_class_may_define_a_name_is_read_from_the_bytes():
+    from mpfix.project.structural_scan import _DEFINING, _spelling
+
+    defining = {"method": b"class A:\n    async def  meta(self): ...\n", "self": b"self.meta = 1\n",
+                "tuple": b"self.a, self . meta = 1, 2\n", "attr": b"    meta = {}\n", "annotated": b"    meta: dict\n",
+                "parenthesised": b"(self.  # why\n   meta) = 1\n", "continued": b"def \\\n  meta(self):\n",
+                "comment, CR": b"(meta  # c\r) = 1\n", "unicode": "x = 'ｍeta'\n".encode()}
+    mentions = {"string": b"mode = 'meta'\n", "comment": b"# meta data\n", "compare": b"if meta == 1: pass\n",
+                "longer": b"self.metadata = 1\nmeta_x = 2\n", "call": b"meta(1)\n"}
+    assert sorted(_spelling({**defining, **mentions}, {"meta"}, _DEFINING, ascii_only=False)) == sorted(defining)
