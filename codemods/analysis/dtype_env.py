@@ -93,6 +93,16 @@ class NameDtypes:
                 # tf_keras: a bare call of this file on float16 predictions (a custom loop) runs it in float16.
                 learnt.update({name: F16 for name, ds in dtypes.items() if F16 in ds and
                                region.param_dtypes.get(name) is self.predictions and name in region.caller_params})
+            passed = {name for name, ds in dtypes.items() if ds == {F16} and region.param_dtypes.get(name) is F16
+                      and region.env.get(name) is F32} - region.passed_float16
+            stale = {name for name in region.passed_float16 if dtypes.get(name) != {F16}}
+            if passed or stale:
+                # `reparameterize(mean, log_var)` called with float16 encoder outputs: float32-by-use had made
+                # them float32 because they meet `tf.random.normal`'s float32 noise, the very mix that is the bug.
+                region.passed_float16 = (region.passed_float16 | passed) - stale
+                learnt.update(dict.fromkeys(passed, F16))
+                learnt.update({name: region.params.get(name, F16) for name in stale})
+                passed_on = True
             if region.callers_decide or region.caller_params:
                 decided = {name: next(iter(ds)) for name, ds in dtypes.items() if len(ds) == 1
                            and next(iter(ds)).floating_tensor and region.env.get(name) is UNK}
@@ -452,7 +462,7 @@ class NameDtypes:
             return
         deeper = depth + 1
         if isinstance(node, cst.Name):
-            if node.value in marked or region.env.get(node.value) is not F16:
+            if node.value in marked or node.value in region.passed_float16 or region.env.get(node.value) is not F16:
                 return
             marked.add(node.value)
             region.env[node.value] = F32

@@ -67,6 +67,9 @@ class Region:
     param_dtypes: dict[str, Dtype] = field(default_factory=dict)
     # A Keras loss's parameters its callers decide (tf_keras y_true/y_pred, every loss's options): learnt below.
     caller_params: set[str] = field(default_factory=set)
+    # Parameters every call site in the file passes float16: float32-by-use (a guess for parameters nobody
+    # passes) does not override them; their mix with a float32 tensor is the bug, not evidence.
+    passed_float16: set[str] = field(default_factory=set)
     spelled: dict[str, Dtype] = field(default_factory=dict)  # `dtype` parameters: what every caller spells
     # The region of the function this one is a closure of: names it reads but does not bind are that one's.
     enclosing: "Region | None" = None
