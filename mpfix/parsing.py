@@ -71,24 +71,16 @@ def check_depth(text: str) -> None:
     (``nonlocal`` at module level, a duplicate parameter): such a file is measured again with
     ``PyCF_ONLY_AST``, as before. Other syntax errors are left to the engine, which reports them
     with CPython's message and place, once LibCST's parse of the file is seen to end
-    (``PARSE_PROBE_SECONDS``).
+    (``PARSE_PROBE_SECONDS``). Where other threads run (the editor server) the recursion limit, one
+    per process, is left alone: ``_measure_by_ast``.
     """
-    frame, depth = sys._getframe(), 0
-    while frame is not None:
-        frame, depth = frame.f_back, depth + 1
-    previous = sys.getrecursionlimit()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SyntaxWarning/DeprecationWarning: not the user's concern here
-            sys.setrecursionlimit(depth + MAX_DEPTH // 3 + 10)
-            try:
-                try:
-                    symtable.symtable(text, "<mpfix>", "exec")
-                except SyntaxError:  # a parse error, or a scoping error the parser alone accepts
-                    compile(text, "<mpfix>", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
-                            dont_inherit=True)
-            finally:
-                sys.setrecursionlimit(previous)
+            if threading.active_count() > 1:
+                _measure_by_ast(text)
+            else:
+                _measure_by_symtable(text)
     except SyntaxError as exc:
         if exc.msg.startswith(("too many nested parentheses", "too many levels of indentation")):
             raise TooComplex(f"SyntaxError: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
@@ -100,6 +92,37 @@ def check_depth(text: str) -> None:
                          "mpfix's parser would crash or take minutes on it, so the file is not checked") from None
     except ValueError:  # NUL bytes: LibCST reports the file as it always did
         pass
+
+
+def _measure_by_symtable(text: str) -> None:
+    frame, depth = sys._getframe(), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(depth + MAX_DEPTH // 3 + 10)
+    try:
+        try:
+            symtable.symtable(text, "<mpfix>", "exec")
+        except SyntaxError:  # a parse error, or a scoping error the parser alone accepts
+            compile(text, "<mpfix>", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+                    dont_inherit=True)
+    finally:
+        sys.setrecursionlimit(previous)
+
+
+def _measure_by_ast(text: str) -> None:
+    """The same limit where other threads run, without touching the recursion limit: it is one per
+    process, and lowering it made another thread's deep call fail (a TensorFlow import beside a
+    linting thread in the test suite raised RecursionError, 2026-12-02). The tree's depth is
+    counted without recursion; it matches symtable's stop within a few levels."""
+    tree = compile(text, "<mpfix>", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+                   dont_inherit=True)
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise RecursionError("nested too deeply")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
 
 
 # What is known of LibCST's parse of a text CPython rejects, by the text's digest: it did not end in

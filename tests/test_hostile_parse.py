@@ -45,6 +45,35 @@ def test_the_pre_check_keeps_the_recursion_limit():
     assert sys.getrecursionlimit() == before
 
 
+def test_with_another_thread_running_the_pre_check_never_lowers_the_recursion_limit(monkeypatch):
+    # The limit is one per process: lowered here, it made a TensorFlow import in the main thread raise
+    # RecursionError while a linting thread measured a file (the whole test suite, 2026-12-02).
+    import threading
+
+    calls = []
+    real = sys.setrecursionlimit
+    monkeypatch.setattr(sys, "setrecursionlimit", lambda n: (calls.append(n), real(n)))
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        for name, text in PATHOLOGICAL.items():
+            with pytest.raises(TooComplex):
+                check_depth(text)
+        check_depth("x = a" + ".b" * 300 + "\ny = " + "(" * 150 + "1" + ")" * 150 + "\n")  # ordinary: passes
+        check_depth("def broken(:\n")
+        with pytest.raises(TooComplex):  # the same limit as without threads, within a few levels
+            check_depth("x = " + "a + " * (MAX_DEPTH + 10) + "a\n")
+        check_depth("x = " + "a + " * (MAX_DEPTH - 10) + "a\n")
+    finally:
+        release.set()
+        other.join()
+    assert calls == []
+    with pytest.raises(TooComplex):  # alone again: the symtable measure, which lowers and restores it
+        check_depth(PATHOLOGICAL["additions.py"])
+    assert calls and sys.getrecursionlimit() == calls[-1]
+
+
 def test_a_pathological_file_is_an_mp000_and_the_run_goes_on(tmp_path: Path):
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     for name, text in PATHOLOGICAL.items():
