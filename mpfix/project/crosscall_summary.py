@@ -25,7 +25,7 @@ from typing import Callable
 from mpfix.project.crosscall_records import CallContext
 from mpfix.keras_spellings import fold_keras
 from mpfix.project import structural
-from mpfix.project.structural import StructuralSummary
+from mpfix.project.structural import StructuralSummary, dotted_name
 
 KERAS_MODEL_HOOKS = frozenset({"train_step", "test_step", "predict_step"})
 # Keras base classes whose subclasses' ``call`` runs under the compute dtype (resolved spellings,
@@ -118,17 +118,6 @@ class FileSummary:
     def ref(self, node: ast.expr) -> Ref:
         local = node.id if isinstance(node, ast.Name) and node.id in self.classes else None
         return Ref(local, self.resolve(node))
-
-
-def dotted_name(node: ast.expr) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
 
 
 def _imports(summary: FileSummary, tree: ast.Module) -> None:

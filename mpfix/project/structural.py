@@ -59,7 +59,8 @@ class StructuralSummary:
                    tuple((str(f), tuple((str(p), frozenset(map(str, a))) for p, a in params)) for f, params in reads))
 
 
-def _dotted(node: ast.expr) -> str | None:
+def dotted_name(node: ast.expr) -> str | None:
+    """``a.b.c`` of a Name/Attribute chain, else None (also the cross-file scan's)."""
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
@@ -116,7 +117,7 @@ def _class(node: ast.ClassDef, imports: Mapping[str, str], float32_text: bool,
             defines.add(stmt.target.id)
     bases = []
     for base in node.bases:
-        dotted = _dotted(base)
+        dotted = dotted_name(base)
         if dotted is None:
             continue
         head, _, rest = dotted.partition(".")
