@@ -89,13 +89,61 @@ async def _server_first_diagnostics(size: int) -> float:
             await client.stop()
 
 
+def rejected_with_threads(count: int) -> None:
+    """Where threads run (the editor server), a text CPython rejects is parsed by LibCST in the reused
+    helper process, bounded by PARSE_PROBE_SECONDS; before turn 8, in-process with no bound. Each text is
+    a real file with one syntax error at a different line, as an editor sends mid-edit."""
+    import threading
+
+    import libcst as cst
+
+    from mpfix import parse_probe, parsing
+
+    source = (ROOT / "samples" / "tf24_era_training.py").read_text(encoding="utf-8").splitlines(keepends=True)
+    source = source * max(1, 400 // len(source))  # about 400 lines, a sizeable module
+    texts = []
+    for i in range(count):
+        lines = list(source)
+        lines.insert(1 + i * (len(lines) - 2) // count, f"broken_{i} = foo(\n")
+        texts.append("".join(lines))
+    release = threading.Event()
+    threading.Thread(target=release.wait, daemon=True).start()
+    try:
+        started = time.perf_counter()
+        parse_probe.warm()
+        parse_probe.probe("x = (\n", 60)  # waits for the helper's start
+        start_cost = time.perf_counter() - started
+        inside, helper = [], []
+        probe = parsing._libcst_probe
+        for text in texts:
+            for way, times in ((lambda text, seconds: None, inside), (probe, helper)):
+                parsing._libcst_probe = way  # None: nothing known, LibCST parses in-process (turn 7)
+                parsing._PROBED.clear()
+                began = time.perf_counter()
+                try:
+                    parsing.parse_module(text)
+                except cst.ParserSyntaxError:
+                    pass
+                times.append(time.perf_counter() - began)
+    finally:
+        parsing._libcst_probe = probe
+        release.set()
+    a, b = statistics.median(inside), statistics.median(helper)
+    print(f"rejected text with threads ({count} texts of {len(source)} lines): in-process LibCST {a * 1e3:.0f} ms, "
+          f"through the helper {b * 1e3:.0f} ms ({b / a:.2f}x), helper start once {start_cost:.2f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=24)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-server", action="store_true")
     parser.add_argument("--skip-scaling", action="store_true")
+    parser.add_argument("--only-rejected", action="store_true", help="only the rejected-text-with-threads measure")
     options = parser.parse_args()
+    rejected_with_threads(20)
+    if options.only_rejected:
+        return
     json_vs_text(options.copies, options.repeat)
     json_vs_text(options.copies, options.repeat, "1")
     if not options.skip_scaling:

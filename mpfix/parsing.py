@@ -13,18 +13,14 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import json
-import os
-import signal
 import symtable
 import sys
 import threading
-import time
 import warnings
 
 import libcst as cst
 
-from mpfix.lifeline import die_with_parent
+from mpfix import parse_probe
 
 # The hook is LibCST's internal detail: a version without it gets the plain parse.
 _VALIDATING_INIT = cst.CSTNode.__dict__.get("__post_init__")
@@ -45,8 +41,9 @@ MAX_DEPTH = 1000
 
 # A file CPython rejects is parsed by LibCST only to report it, and LibCST's error recovery can
 # take minutes on a long call chain in the wrong place (``a()()...(`` 8,000 calls inside a ``def``'s
-# parameters: 30 s+; the time grows ~4.5x per doubling). Its parse of such a file is tried in a
-# forked child first and given this long; past it the file is an MP000 with CPython's message.
+# parameters: 30 s+; the time grows ~4.5x per doubling). Its parse of such a file is tried outside this
+# process first (``mpfix.parse_probe``: a forked child, or where threads run a reused helper process)
+# and given this long; past it the file is an MP000 with CPython's message.
 PARSE_PROBE_SECONDS = 10.0
 
 
@@ -84,9 +81,12 @@ def check_depth(text: str) -> None:
     except SyntaxError as exc:
         if exc.msg.startswith(("too many nested parentheses", "too many levels of indentation")):
             raise TooComplex(f"SyntaxError: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
-        if _probe(text) is _DID_NOT_END:
-            raise TooComplex(f"{type(exc).__name__}: {exc.msg} (mpfix's parser did not finish on this file "
-                             f"within {PARSE_PROBE_SECONDS:g} s)", exc.lineno or 1, max(1, exc.offset or 1)) from None
+        seen = _probe(text)
+        if seen is _DID_NOT_END or seen is _CRASHED:
+            why = (f"did not finish on this file within {PARSE_PROBE_SECONDS:g} s" if seen is _DID_NOT_END
+                   else "crashed on this file")
+            raise TooComplex(f"{type(exc).__name__}: {exc.msg} (mpfix's parser {why})",
+                             exc.lineno or 1, max(1, exc.offset or 1)) from None
     except (RecursionError, MemoryError):
         raise TooComplex(f"an expression is nested or chained more than about {MAX_DEPTH} levels deep; "
                          "mpfix's parser would crash or take minutes on it, so the file is not checked") from None
@@ -127,12 +127,12 @@ def _measure_by_ast(text: str) -> None:
 
 # What is known of LibCST's parse of a text CPython rejects, by the text's digest: it did not end in
 # time, it ended (None: parsed, or not known), or LibCST's syntax error (message, line, column), seen by
-# the forked probe or by ``parse_module`` itself (in a process with threads running, the editor server,
-# the probe is skipped: forking there is unsafe). The verify side parses one user's text up to four
+# the probe or by ``parse_module`` itself (when the probe knew nothing). The verify side parses one user's text up to four
 # times (instrument, two island edits, the write validation) and the server on every request; fuzz
 # input mutated-5 (a 66-line file whose error recovery takes LibCST ~8 s) cost a probe plus a parse each
 # time, 48 s in all. A known error is raised again without parsing. Threads share the table: ``_TABLE``.
-_DID_NOT_END = "did not end"
+_DID_NOT_END = parse_probe.DID_NOT_END
+_CRASHED = parse_probe.CRASHED
 _PROBED: dict[bytes, object] = {}
 _PROBED_MAX = 64
 _TABLE = threading.Lock()
@@ -173,48 +173,10 @@ def _known_error(text: str) -> cst.ParserSyntaxError | None:
 
 
 def _libcst_probe(text: str, seconds: float) -> object:
-    """Whether LibCST's parser ends on ``text`` within ``seconds``, tried in a forked child: ``_DID_NOT_END``,
-    its syntax error as (message, line, column), or None (it parsed; or forking is unsafe: not Linux, or
-    threads running, as in the editor server)."""
-    if not sys.platform.startswith("linux") or threading.active_count() > 1:
-        return None
-    parent = os.getpid()
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            os.close(read_end)
-            die_with_parent(parent, signal.SIGKILL)
-            try:
-                cst.parse_module(text)
-            except cst.ParserSyntaxError as exc:
-                os.write(write_end, json.dumps([exc.message, exc.raw_line, exc.raw_column]).encode()[:60_000])
-        except BaseException:
-            pass
-        os._exit(0)
-    os.close(write_end)
-    try:
-        deadline = time.monotonic() + seconds
-        delay = 0.001
-        while time.monotonic() < deadline:
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                return _error_from(os.read(read_end, 65_536))
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        return _DID_NOT_END
-    finally:
-        os.close(read_end)
-
-
-def _error_from(data: bytes) -> tuple[str, int, int] | None:
-    try:
-        message, line, column = json.loads(data) if data else (None, 0, 0)
-    except ValueError:
-        return None
-    ok = isinstance(message, str) and isinstance(line, int) and isinstance(column, int)
-    return (message, line, column) if ok else None
+    """Whether LibCST's parser ends on ``text`` within ``seconds``, tried outside this process (a forked
+    child; where threads run, the reused helper process): ``_DID_NOT_END``, ``_CRASHED``, its syntax
+    error as (message, line, column), or None (it parsed, or nothing is known)."""
+    return parse_probe.probe(text, seconds)
 
 
 def parse_module(text: str) -> cst.Module:

@@ -105,12 +105,13 @@ def test_a_rejected_file_libcst_would_take_minutes_on_is_an_mp000_with_cpythons_
 
 
 def test_a_rejected_text_is_parsed_once_where_other_threads_run_too(monkeypatch):
-    """The editor server runs threads, so the forked probe is skipped there (forking a threaded process is
+    """The editor server runs threads, so no child is forked there (forking a threaded process is
     unsafe); LibCST's error for a rejected text was then computed again on every parse (a fuzzed 66-line
-    file: ~8 s each). The error is remembered by the text's digest whoever parsed it, and raised again."""
+    file: ~8 s each). The error is remembered by the text's digest, and raised again. Since turn 8 the
+    one parse runs in the reused helper process (``parse_probe``), bounded in time, not in this one."""
     import threading
 
-    from mpfix import parsing
+    from mpfix import parse_probe
 
     text = "import tensorflow as tf\n\nthreaded = [1,\ndef f(:\n    pass\n"
     expected = None
@@ -122,6 +123,9 @@ def test_a_rejected_text_is_parsed_once_where_other_threads_run_too(monkeypatch)
     calls = []
     real = cst.parse_module
     monkeypatch.setattr(cst, "parse_module", lambda source, *a, **k: calls.append(source) or real(source, *a, **k))
+    asked = []
+    helper = parse_probe._HELPER.probe
+    monkeypatch.setattr(parse_probe._HELPER, "probe", lambda source, seconds: asked.append(source) or helper(source, seconds))
     release = threading.Event()
     other = threading.Thread(target=release.wait, daemon=True)  # as the server's threads
     other.start()
@@ -136,7 +140,8 @@ def test_a_rejected_text_is_parsed_once_where_other_threads_run_too(monkeypatch)
         release.set()
         other.join()
     assert seen == [expected] * 3
-    assert calls == [text]  # one LibCST parse, in this process (no fork with threads running)
+    assert asked == [text]  # one LibCST parse, in the helper (no fork with threads running)
+    assert calls == []  # none in this process
 
 
 def test_threads_parsing_rejected_texts_at_once_get_their_own_errors():
