@@ -369,4 +369,10 @@ def create_server() -> MpfixServer:
 
 
 def serve() -> None:
+    from mpfix import parse_probe
+
+    # Texts the client sends mid-edit rarely compile; LibCST's parse of each is bounded in a helper
+    # process (this server runs threads, so it cannot fork one per text). Started now, not on the
+    # first such keystroke.
+    parse_probe.warm()
     create_server().start_io()
