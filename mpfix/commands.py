@@ -69,7 +69,7 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
     try:
         settings = _settings(paths, config_path, select, extend_select, ignore, unsafe_fixes, keras, policy)
     except config_mod.ConfigError as exc:
-        click.echo(f"mpfix: error: {exc}", err=True)
+        click.echo(f"mpfix: error: {printable(str(exc))}", err=True)
         sys.exit(EXIT_ERROR)
     paths = list(paths) or [Path(".")]
     errors: list[FileError] = []
@@ -84,7 +84,7 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
             files, settings, dict(select=_split_codes(select), extend_select=_split_codes(extend_select),
                                   ignore=_split_codes(ignore), unsafe_fixes=unsafe_fixes, keras=keras, policy=policy))
     except config_mod.ConfigError as exc:
-        click.echo(f"mpfix: error: {exc}", err=True)
+        click.echo(f"mpfix: error: {printable(str(exc))}", err=True)
         sys.exit(EXIT_ERROR)
     kept = {f for _, group in groups for f in group}  # a nearer [tool.mpfix]'s exclude may drop some
     files = [f for f in files if f in kept]
@@ -121,7 +121,7 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
         try:
             rules = selection.select(group_settings.select, group_settings.ignore, group_settings.extend_select)
         except config_mod.ConfigError as exc:
-            click.echo(f"mpfix: error: {exc}", err=True)
+            click.echo(f"mpfix: error: {printable(str(exc))}", err=True)
             sys.exit(EXIT_ERROR)
         base = group_settings.config_file.parent if group_settings.config_file else Path.cwd()
         ignored_for = {f: selection.ignored_for_file(f, group_settings.per_file_ignores, base) for f in group_files}

@@ -94,7 +94,7 @@ def find_pyproject(start: Path) -> Path | None:
                 data = _toml(candidate)
             except OSError:
                 continue
-            if "mpfix" in data.get("tool", {}):
+            if "mpfix" in _tool(data, candidate):
                 return candidate
     return None
 
@@ -114,6 +114,15 @@ def _toml(path: Path) -> dict:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{path}: not TOML mpfix can read: a value is nested too deeply") from None
+
+
+def _tool(data: dict, path: Path) -> dict:
+    """The ``[tool]`` table; ConfigError when ``tool`` is something else (``tool = 5``): the file is not a
+    ``pyproject.toml`` anyone can read settings from (Ruff refuses it too)."""
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{path}: [tool] must be a table, not {type(tool).__name__}")
+    return tool
 
 
 def _codes(value: Any, key: str) -> tuple[str, ...]:
@@ -169,7 +178,7 @@ def load(pyproject: Path | None) -> Settings:
         data = _toml(pyproject)
     except OSError as exc:
         raise ConfigError(f"{pyproject}: cannot read [tool.mpfix]: {exc}") from None
-    table = data.get("tool", {}).get("mpfix", {})
+    table = _tool(data, pyproject).get("mpfix", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{pyproject}: [tool.mpfix] must be a table")
     unknown = sorted(set(table) - _KEYS)

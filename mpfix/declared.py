@@ -93,6 +93,8 @@ def _pyproject(path: Path, evidence: Evidence, root: Path) -> None:
         return  # reported by the settings loader when it matters
     where = _rel(path, root)
     project = data.get("project", {})
+    if not isinstance(project, dict):  # `project = 5`: not a table, so no dependencies to read
+        project = {}
     for item in _strings(project.get("dependencies")):
         evidence.add_requirement(item, where)
     optional = project.get("optional-dependencies", {})
@@ -100,7 +102,8 @@ def _pyproject(path: Path, evidence: Evidence, root: Path) -> None:
         for items in optional.values():
             for item in _strings(items):
                 evidence.add_requirement(item, where, optional=True)
-    poetry = data.get("tool", {}).get("poetry", {})
+    tool = data.get("tool", {})
+    poetry = tool.get("poetry", {}) if isinstance(tool, dict) else None
     if isinstance(poetry, dict):
         _poetry_table(poetry.get("dependencies"), evidence, where, optional=False)
         _poetry_table(poetry.get("dev-dependencies"), evidence, where, optional=True)
