@@ -127,8 +127,8 @@ class CallDtypes:
                     # A float16 region of this file that returns float32 all the same (`tf.cast(m, dtype)` with the
                     # dtype its callers spell, float32): float32 whatever it is passed.
                     produced = join_all(self.dtype(v, own, depth + 1) for v in own.returns)
-                    if produced.wide:
-                        return produced
+                    if produced.wide or (own.closure and produced.floating_tensor):
+                        return produced  # a closure's returns: computed on what the function around it passes
                 closure = region.nested.get(callee[0].name.value) is callee[0]
                 if callee[1] is not None and node.args and not closure:
                     # A method of this class follows its tensor arguments (float32 gradients in, float32 out),

@@ -7,7 +7,8 @@ import libcst as cst
 from mpfix.codemods.analysis.dtype_lattice import (
     BITWISE, F16, F32, INT, PY, UNK, Dtype, argument, join_all, spelled_dtype,
 )
-from mpfix.codemods.analysis.dtype_regions import ELEMENT, Region
+from mpfix.codemods.analysis.dtype_regions import ELEMENT, Region, closures_of
+from mpfix.codemods.analysis.dtype_tables import own
 from mpfix.codemods.analysis.loss_calls import compiled_loss_targets
 from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.facts import ops as specs
@@ -24,7 +25,7 @@ class NameDtypes:
         without this, every loss term in ``build_losses`` looked float16. A call site outside
         the regions (whose arguments we cannot judge) keeps the parameter as it was.
         """
-        by_function = {r.node: r for r in self.regions if isinstance(r.node, cst.FunctionDef)}
+        by_function = {r.node: r for r in self.regions if isinstance(r.node, cst.FunctionDef) and not r.closure}
         if not by_function:
             return
         self._learn_layer_arguments(by_function)
@@ -250,7 +251,9 @@ class NameDtypes:
                 if pname in ("self", "cls"):
                     region.env[pname] = UNK
                     continue
-                if param.default is not None and not isinstance(param.default, cst.Name):
+                if region.closure:
+                    dtype = region.params.get(pname, UNK)  # what the enclosing function passes (`_closure_params`)
+                elif param.default is not None and not isinstance(param.default, cst.Name):
                     dtype = PY
                 elif param.annotation is not None and self.module.code_for_node(param.annotation.annotation) in (
                         "int", "float", "bool", "str"):
@@ -306,9 +309,17 @@ class NameDtypes:
                     region.env[pname] = UNK if region.layer_method else F32
         region.param_dtypes = dict(region.env)
         self._assign_dtypes(region)
-        self._closure_params(region)
+        self._closure_params(region)  # the closures read this region's names, and this region their returns
+        seen = dict(region.env)
+        if region.nested:
+            # A second pass (as when closures' parameters were this table's): a name whose value reads it back
+            # (`mean = smart_cond(training, lambda: mean, ...)`) settles on what the first pass found.
+            region.memo.clear()
+            self._assign_dtypes(region)
         if not region.layer_method and region.kind not in ("module", "shadow"):
             self._float32_by_use(region)
+        if region.env != seen:
+            self._closure_params(region)
 
     def _used_as_indices(self, region: Region) -> set[str]:
         """Names the region uses as indices (``tf.gather(self.embeddings, ids)``, ``tf.one_hot(ids, n)``),
@@ -347,26 +358,26 @@ class NameDtypes:
         return found
 
     def _closure_params(self, region: Region) -> None:
-        """Parameters of functions nested in the region: the join of what its calls pass them."""
-        for name, func in region.nested.items():
-            sites = [c for c in region.calls if isinstance(c.func, cst.Name) and c.func.value == name]
+        """Parameters of the nested defs walked with the region (``Region.closures``): the join of what the calls
+        of the region and of its closures pass them; then the closures' own names."""
+        if not region.closures:
+            return
+        sites = [(call, member) for member in closures_of(region) for call in member.calls]
+        for child in region.closures:
+            func = child.node
+            calls = [(c, m) for c, m in sites if isinstance(c.func, cst.Name) and c.func.value == func.name.value]
             names = [p.name.value for p in [*func.params.posonly_params, *func.params.params]]
+            child.params = {}
             for i, pname in enumerate(names):
                 passed = set()
-                for call in sites:
+                for call, member in calls:
                     arg = argument(call, pname, i)
-                    passed.add(self.dtype(arg.value, region) if arg is not None else UNK)
-                dtype = join_all(passed) if passed and UNK not in passed else UNK
-                if pname in region.assigned or (pname in region.env and region.env[pname] is not dtype):
-                    dtype = UNK  # the name means two things in one flow-insensitive table
-                region.env[pname] = dtype
-                region.memo.clear()
-        if region.nested:
-            region.memo.clear()
-            self._assign_dtypes(region)
+                    passed.add(self.dtype(arg.value, member) if arg is not None else UNK)
+                child.params[pname] = join_all(passed) if passed and UNK not in passed else UNK
+            self._compute_env(child)
 
     def _assign_dtypes(self, region: Region, fixed: frozenset[str] | set[str] = frozenset()) -> None:
-        for name, values in region.assigned.items():
+        for name, values in own(region.assigned).items():  # a closure's own names (the enclosing ones are that region's)
             if name in fixed:
                 continue
             region.env.setdefault(name, UNK)

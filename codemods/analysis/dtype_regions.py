@@ -9,198 +9,19 @@ calls, binary operations and the assignment table the inference reads. No scope 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from enum import Enum
+from collections import ChainMap
 
 import libcst as cst
 
-from mpfix.codemods._walk import Visitor, walk
-from mpfix.codemods.analysis.bindings import BindingKind, decompose
 from mpfix.codemods.analysis.dtype_syntax import blocks, walk_calls
-from mpfix.codemods.analysis.dtype_lattice import Dtype, number
+from mpfix.codemods.analysis.dtype_lattice import number
+from mpfix.codemods.analysis.dtype_tables import (  # noqa: F401  (the tables, re-exported)
+    ELEMENT, FLOAT32_VARIABLE, Region, RegionKind, _Collector,
+)
 from mpfix.codemods.analysis.loss_calls import reached_by_compiled_losses
 from mpfix.codemods.analysis.param_types import structural_layer_params
 from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.names import dotted_name
-
-
-class RegionKind(str, Enum):
-    """What a function is to the float16 analysis (a ``str``: compares equal to its value)."""
-
-    LAYER_CALL = "layer-call"  # a Keras layer's ``call`` (autocast inputs)
-    TRAIN_STEP = "train-step"
-    LOSS = "loss"
-    TF_FUNCTION = "tf-function"
-    HELPER = "helper"  # a function or method a float16 region calls
-    MODULE_CALL = "module-call"  # a ``tf.Module``'s ``__call__``: no autocast
-    MODULE_HELPER = "module-helper"
-    MODULE = "module"  # top-level code: never float16 compute
-    SHADOW = "shadow"  # a function float16 does not reach, analysed for its return dtype
-
-
-@dataclass
-class Region:
-    """A function body (or the module's top-level code) float16 tensors can reach."""
-
-    node: cst.CSTNode
-    kind: RegionKind
-    in_class: bool = False  # a method: ``self.compute_dtype`` is available
-    owner: cst.ClassDef | None = None
-    # A method of a Keras layer/model class (``call`` and what it calls): inputs are autocast to
-    # the compute dtype, so a hand-made float32 tensor there is a bug (MP206), not evidence.
-    layer_method: bool = False
-    dtype_aware: bool = False  # tests a dtype against float16 somewhere: its constants are guarded
-    env: dict[str, Dtype] = field(default_factory=dict)
-    assigned: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
-    binops: list[cst.BinaryOperation] = field(default_factory=list)
-    calls: list[cst.Call] = field(default_factory=list)  # in source order, nested classes excluded
-    params: dict[str, Dtype] = field(default_factory=dict)  # dtypes learnt from the file's call sites
-    nested: dict[str, cst.FunctionDef] = field(default_factory=dict)  # closures defined inside
-    unpacked: dict[str, list[tuple[cst.BaseExpression, int]]] = field(default_factory=dict)
-    iterated: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)  # `for x in value`: x's values
-    returns: list[cst.BaseExpression] = field(default_factory=list)
-    memo: dict[int, Dtype] = field(default_factory=dict)
-    augmented: set[int] = field(default_factory=set)  # values of `x += value`: x keeps its dtype too
-    # Parameters are what this file's callers pass (unknown without one): a library's loss helpers
-    # and tf.functions get whatever their callers elsewhere made of the model outputs (often float32).
-    callers_decide: bool = False
-    param_dtypes: dict[str, Dtype] = field(default_factory=dict)
-    # A Keras loss's parameters its callers decide (tf_keras y_true/y_pred, every loss's options): learnt below.
-    caller_params: set[str] = field(default_factory=set)
-    # Parameters every call site in the file passes float16: float32-by-use (a guess for parameters nobody
-    # passes) does not override them; their mix with a float32 tensor is the bug, not evidence.
-    passed_float16: set[str] = field(default_factory=set)
-    spelled: dict[str, Dtype] = field(default_factory=dict)  # `dtype` parameters: what every caller spells
-    # The region of the function this one is a closure of: names it reads but does not bind are that one's.
-    enclosing: "Region | None" = None
-    # Parameters some caller (this file or another: ``ProjectFileFacts.cross_calls``) hands an instance of a
-    # project Keras layer/model class: calling one returns the compute dtype.
-    layer_params: frozenset[str] = frozenset()
-
-    def __post_init__(self) -> None:
-        self.kind = RegionKind(self.kind)
-
-    @property
-    def name(self) -> str:
-        return self.node.name.value if isinstance(self.node, cst.FunctionDef) else "<module>"
-
-
-# Placeholder values in a region's assignment table.
-FLOAT32_VARIABLE = cst.Name("__float32_variable__")
-ELEMENT = cst.Name("__element__")
-
-
-class _Collector(Visitor):
-    """One walk of a region: parents, guarded nodes, assignments (nested classes excluded)."""
-
-    def __init__(self, analysis: "RegionFinder", region: Region, register: bool = True) -> None:
-        super().__init__()
-        self.analysis = analysis
-        self.region = region
-        self.register = register
-        self.guard_depth = 0
-        self.nested_depth = 0
-        self.guard_nodes: list[cst.CSTNode] = []
-        self.path: list[cst.CSTNode] = []  # the nodes being visited, root first: parents for free
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        # Exact type tests: LibCST node classes are ABCs, and isinstance on them costs 4x `is`.
-        analysis = self.analysis
-        region = self.region
-        node_type = type(node)
-        path = self.path
-        if self.register and path:
-            analysis.parent[node] = path[-1]
-        path.append(node)  # on_leave pops it, also for a skipped subtree
-        if node is not region.node:
-            if node_type is cst.ClassDef:
-                return False
-            if node_type is cst.FunctionDef:
-                self.nested_depth += 1  # its returns are its own (on_leave undoes it, also when skipped)
-                if region.kind == "module":
-                    return False
-                region.nested[node.name.value] = node
-        if self.register:
-            analysis.region_of[node] = region
-            analysis.order[node] = len(analysis.order)
-            if self.guard_depth:
-                analysis.guarded.add(node)
-        if node_type is cst.Call:
-            region.calls.append(node)
-        elif node_type is cst.BinaryOperation:
-            region.binops.append(node)
-        elif node_type is cst.Return:
-            if node.value is not None and not self.nested_depth:
-                region.returns.append(node.value)
-        elif node_type is cst.If or node_type is cst.IfExp or node_type is cst.While:
-            test = node.test
-            if heuristics.GUARD.search(analysis.module.code_for_node(test)):
-                self.guard_depth += 1
-                self.guard_nodes.append(node)
-                if node_type is cst.If and heuristics.FLOAT16_TEST.search(analysis.module.code_for_node(test)):
-                    region.dtype_aware = True
-        elif node_type is cst.Assign:
-            for target in node.targets:
-                self._bind(target.target, node.value, node, BindingKind.ASSIGN)
-        elif (node_type is cst.AnnAssign or node_type is cst.AugAssign) and node.value is not None:
-            self._bind(node.target, node.value, node,
-                       BindingKind.AUGMENTED if node_type is cst.AugAssign else BindingKind.ANNOTATED)
-            if node_type is cst.AugAssign:
-                region.augmented.add(id(node.value))
-        elif node_type is cst.For:
-            self._bind(node.target, node.iter, node, BindingKind.FOR)
-        elif node_type is cst.CompFor:
-            self._bind(node.target, node.iter, node, BindingKind.COMPREHENSION)
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self.path.pop()
-        if type(original_node) is cst.FunctionDef and original_node is not self.region.node:
-            self.nested_depth -= 1
-        if self.guard_nodes and self.guard_nodes[-1] is original_node:
-            self.guard_nodes.pop()
-            self.guard_depth -= 1
-
-    def _returns_variables(self, value: cst.BaseExpression) -> bool:
-        """``self._freeze_vars()``: a same-class method every ``return`` of which is variables by the same test
-        as an iterable's own text (``self.trainable_variables``, ``[v for v in self.trainable_variables if ...]``)."""
-        owner = self.region.owner
-        if owner is None or not isinstance(value, cst.Call) or not isinstance(value.func, cst.Attribute) or \
-                not isinstance(value.func.value, cst.Name) or value.func.value.value != "self":
-            return False
-        method = self.analysis.methods.get(owner, {}).get(value.func.attr.value)
-        if method is None:
-            return False
-        module = self.analysis.module
-        returns = [n.value for n in walk(method) if isinstance(n, cst.Return)]
-        return bool(returns) and all(r is not None and heuristics.VARIABLES_ITERABLE.search(module.code_for_node(r))
-                                     for r in returns)
-
-    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression, statement: cst.CSTNode,
-              kind: BindingKind) -> None:
-        """The region's tables from the target's ``Binding`` records (``bindings.decompose``, the one
-        decomposition): plain names of a target's top level only (attributes, subscripts and nested
-        tuples are not recorded); an unpacked name is an ``ELEMENT`` of the whole value at its index."""
-        region = self.region
-        assigned = region.assigned
-        iterating = kind is BindingKind.FOR or kind is BindingKind.COMPREHENSION
-        for binding in decompose(target, value, statement, (), kind):
-            name, path = binding.name, binding.path
-            if "." in name or len(path) > 1 or (not path and binding.starred):
-                continue
-            if path:
-                assigned.setdefault(name, []).append(ELEMENT)
-                if not iterating and not binding.starred:
-                    region.unpacked.setdefault(name, []).append((binding.source, path[0]))
-            elif iterating:
-                # for v in model.trainable_variables: float32 variables, safe to reduce.
-                code = self.analysis.module.code_for_node(value)
-                variables = heuristics.VARIABLES_ITERABLE.search(code) or self._returns_variables(value)
-                assigned.setdefault(name, []).append(FLOAT32_VARIABLE if variables else ELEMENT)
-                if not variables:
-                    region.iterated.setdefault(name, []).append(value)
-            else:
-                assigned.setdefault(name, []).append(value)
 
 
 class RegionFinder:
@@ -208,6 +29,7 @@ class RegionFinder:
 
     def _find_regions(self) -> None:
         functions, methods = self.functions, self.methods
+        self._seeded: set[cst.FunctionDef] = set()
         seeds: list[tuple[cst.FunctionDef, str, cst.ClassDef | None]] = []
         counts: dict[str, int] = {}
         for stmt in self.module.body:
@@ -269,12 +91,13 @@ class RegionFinder:
         # helpers: iou_loss -> _iou_per_anchor) get what those pass, not float16 (mp2, turn 5).
         inherits: dict[cst.FunctionDef, bool] = {}
         layer_params = self._cross_file_seeds(seeds, inherits)
+        self._seeded = {func for func, _, _ in seeds}  # nested seeds are regions of their own, not closures
         seen: set[cst.FunctionDef] = set()
         queue = list(seeds)
         while queue:
             func, kind, owner = queue.pop(0)
-            if func in seen:
-                continue
+            if func in seen or getattr(self._region_by_func.get(func), "closure", False):
+                continue  # a closure is analysed with the function around it
             seen.add(func)
             region = Region(node=func, kind=kind, in_class=owner is not None, owner=owner,
                             layer_method=owner is not None and kind in ("layer-call", "helper")
@@ -283,15 +106,17 @@ class RegionFinder:
                             layer_params=layer_params.get(func, frozenset()))
             outer = closure_of.get(func)
             if outer is not None:
-                region.enclosing = self._region_by_func.get(outer) or self.region_for(outer, owner)
+                enclose(region, self._region_by_func.get(outer) or self.region_for(outer, owner))
             self._add_region(region)
+            family = [*closures_of(region)]  # the region and the nested defs walked with it
             # Helpers called from a region see the same tensors.
-            for call in region.calls:
+            for call in (call for member in family for call in member.calls):
                 target = None
                 if isinstance(call.func, cst.Name):
                     # A closure of this function is analysed with it (its parameters are what the region
                     # passes, `_closure_params`); a sibling method's closure of the same name is not it.
-                    target = functions.get(call.func.value) if call.func.value not in region.nested else None
+                    target = functions.get(call.func.value) if all(
+                        call.func.value not in member.nested for member in family) else None
                 elif (isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
                       and call.func.value.value == "self" and owner is not None):
                     target = methods[owner].get(call.func.attr.value)
@@ -303,7 +128,7 @@ class RegionFinder:
             if region.layer_method or kind == "layer-call":
                 # Module functions handed on by a layer (`functools.partial(_probability_fn, ...)`,
                 # `tf.map_fn(step, x)`) run on its tensors too.
-                for call in region.calls:
+                for call in (call for member in family for call in member.calls):
                     for arg in call.args:
                         target = functions.get(arg.value.value) if isinstance(arg.value, cst.Name) else None
                         if target is not None and target not in seen:
@@ -341,8 +166,32 @@ class RegionFinder:
         self.regions.append(region)
         if isinstance(region.node, cst.FunctionDef):
             self._region_by_func[region.node] = region
-        _Collector(self, region).walk(region.node)
+        self._walk(region, register=True)
+
+    def _walk(self, region: Region, register: bool) -> None:
+        """One walk of the region (its closures walked with it), then its names' dtypes (theirs after)."""
+        _Collector(self, region, register=register).walk(region.node)
+        family = list(closures_of(region))
+        if any(member.dtype_aware for member in family):  # tests a dtype somewhere: the whole function guards
+            for member in family:
+                member.dtype_aware = True
         self._compute_env(region)
+
+    def _closure_region(self, func: cst.FunctionDef, outer: Region, register: bool) -> Region | None:
+        """The region of a nested def the walk of ``outer`` meets: a scope of its own whose tables read through to
+        ``outer``'s, analysed as ``outer`` is (None: it is a region of its own, a seed, walked as that one)."""
+        key = func if self._region_by_func.get(outer.node) is outer else ("shadow", func)
+        existing = self._region_by_func.get(key)  # type: ignore[call-overload]
+        if (func in self._seeded and key is func) or (existing is not None and not (register and existing.kind == "shadow")):
+            return None
+        child = Region(node=func, kind=outer.kind, in_class=outer.in_class, owner=outer.owner,
+                       layer_method=outer.layer_method, layer_params=outer.layer_params, closure=True,
+                       augmented=outer.augmented)
+        enclose(child, outer)
+        self._region_by_func[key] = child  # type: ignore[index]
+        if register:
+            self.regions.append(child)
+        return child
 
     def region_for(self, func: cst.FunctionDef, owner: cst.ClassDef | None = None) -> Region:
         """The region of ``func``; a *shadow* one (params unknown, nothing registered) if float16 does not reach it."""
@@ -351,10 +200,12 @@ class RegionFinder:
             region = Region(node=func, kind="shadow", in_class=owner is not None, owner=owner)
             outer = self._closure_of.get(func)
             if outer is not None:  # a closure's free names are the enclosing function's
-                region.enclosing = self._region_by_func.get(outer) or self.region_for(outer, owner)
+                enclose(region, self._region_by_func.get(outer) or self.region_for(outer, owner))
+            found = self._region_by_func.get(func)
+            if found is not None:  # made while the enclosing one was walked
+                return found
             self._region_by_func[func] = region
-            _Collector(self, region, register=False).walk(func)
-            self._compute_env(region)
+            self._walk(region, register=False)
         return region
 
     def _owner_of(self, func: cst.FunctionDef) -> cst.ClassDef | None:
@@ -446,8 +297,27 @@ class RegionFinder:
             region = Region(node=func, kind="shadow", in_class=owner is not None, owner=owner)
             outer = self._closure_of.get(func)
             if outer is not None:  # a closure's free names are the enclosing function's
-                region.enclosing = self._region_by_func.get(outer) or self._shadow(outer, owner)
+                enclose(region, self._region_by_func.get(outer) or self._shadow(outer, owner))
+            found = self._region_by_func.get(key)  # type: ignore[call-overload]
+            if found is not None:  # made while the enclosing one was walked
+                return found
             self._region_by_func[key] = region  # type: ignore[index]
-            _Collector(self, region, register=False).walk(func)
-            self._compute_env(region)
+            self._walk(region, register=False)
         return region
+
+
+def enclose(region: Region, outer: Region) -> None:
+    """``region`` is a function nested in ``outer``'s: a name it does not bind is ``outer``'s (lexical scoping), so
+    its tables read through to ``outer``'s (a ``ChainMap`` writes to its own first map)."""
+    region.enclosing = outer
+    region.assigned = ChainMap({}, outer.assigned)  # type: ignore[assignment]
+    region.unpacked = ChainMap({}, outer.unpacked)  # type: ignore[assignment]
+    region.iterated = ChainMap({}, outer.iterated)  # type: ignore[assignment]
+    region.nested = ChainMap({}, outer.nested)  # type: ignore[assignment]
+
+
+def closures_of(region: Region):
+    """``region`` and the nested defs walked with it, outermost first."""
+    yield region
+    for child in region.closures:
+        yield from closures_of(child)
