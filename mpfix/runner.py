@@ -20,6 +20,7 @@ from pathlib import Path
 from mpfix import safe_read, unchecked
 from mpfix.engine import Engine
 from mpfix.jobs import FileResult, Job, Mode  # re-exported: callers import them from here
+from mpfix.pools import stop_workers
 from mpfix.findings import FileError
 from mpfix.source import SourceError, decode, decode_notebook
 from mpfix.writer import ChangedError, ReadOnlyError, write_atomic
@@ -425,12 +426,18 @@ def _lookup(paths, job, ignored_for, store, results, bar) -> list[int]:
     return todo
 
 
-def _scan_projects(paths, todo, job) -> None:
+def _scan_projects(paths, todo, job, workers: int) -> None:
     """Scan the projects for float16 entry points once, before forking, so that workers inherit
-    the result instead of each scanning them again (only for runs big enough to need it)."""
+    the result instead of each scanning them again (only for runs big enough to need it).
+
+    The scan's per-file summaries and the callers index are made in ``workers`` short-lived helper
+    processes meanwhile (``facts.prepare``): the same facts, on every core instead of one."""
     if (len(todo) < 32 or _pool_context().get_start_method() != "fork"
             or not any(r.requires_float16 for r in rules_for(job))):
         return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     from mpfix import policy as policies
     from mpfix.project.facts import prepare
 
@@ -439,9 +446,31 @@ def _scan_projects(paths, todo, job) -> None:
         folder = paths[i].parent
         if folder not in roots:
             roots[folder] = policies.project_root(paths[i])
-    for root in set(roots.values()):
-        # The project facts each file's key and rules read (mpfix.project.facts): reach, callers index.
-        prepare(root, consult_project=job.options.policy is None and job.options.project_policy)
+    earlier = {child.pid for child in multiprocessing.active_children()}
+    # Forked at its first task (none where every fact comes from the store).
+    helpers = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_init_helper,
+                                  initargs=(os.getpid(),))
+    helpers._mpfix_earlier = earlier
+    try:
+        for root in set(roots.values()):
+            # The project facts each file's key and rules read (mpfix.project.facts): reach, callers index.
+            prepare(root, consult_project=job.options.policy is None and job.options.project_policy, pool=helpers)
+    except BaseException:
+        stop_workers(helpers, grace=0.0)
+        raise
+    if getattr(helpers, "_broken", False):
+        stop_workers(helpers, grace=0.0)  # a helper died: prepare computed its part here
+    helpers.shutdown(wait=True)  # its manager thread gone: the workers below may fork
+
+
+def _init_helper(parent: int) -> None:
+    # The parent's handlers came with the fork: Ctrl-C is the parent's to handle, and SIGTERM (from
+    # stop_workers, or the lifeline when the parent dies) ends a helper at once: it writes nothing.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    from mpfix.lifeline import die_with_parent
+
+    die_with_parent(parent)
 
 
 def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> None:
@@ -453,7 +482,7 @@ def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> No
     from dataclasses import replace
 
     engine_for(job)  # built before forking, inherited by every worker
-    _scan_projects(paths, todo, job)
+    _scan_projects(paths, todo, job, workers)
     keyer = None
     if store is not None:
         keyer = replace(store.keyer, clean=frozenset())  # lookups are done; workers only compute keys
@@ -477,7 +506,7 @@ def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> No
     except BrokenProcessPool:
         # The survivors may be blocked on a queue lock the dead worker left behind: a SIGTERM
         # handler cannot reach them there, and the executor would wait for them at exit forever.
-        _stop_workers(executor, grace=0.0)
+        stop_workers(executor, grace=0.0)
         from mpfix.lifeline import run_isolated
 
         for i in todo:
@@ -492,58 +521,10 @@ def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> No
     except BaseException:
         # Ctrl-C or SIGTERM in the parent: stop the workers now. SIGTERM makes each
         # one unwind its current file (no temp file left) and exit.
-        _stop_workers(executor, grace=5.0)
+        stop_workers(executor, grace=5.0)
         raise
     else:
         executor.shutdown(wait=True)
-
-
-def _stop_workers(executor, grace: float) -> None:
-    """Stop every worker: SIGTERM and ``grace`` seconds to unwind, then SIGKILL; no process outlives the run."""
-    import multiprocessing
-    import time
-
-    _quiet_manager_thread_crash()  # before any worker dies: the manager thread reacts at once
-    # The executor's own table may already be cleared once it knows it is broken; the
-    # processes it started are still our children, so find them there too.
-    known = list((getattr(executor, "_processes", None) or {}).values())
-    earlier = getattr(executor, "_mpfix_earlier", set())
-    ours = [c for c in multiprocessing.active_children() if c.pid not in earlier]
-    processes = [p for p in {*known, *ours} if p.is_alive()]
-    if grace > 0:
-        for process in processes:
-            process.terminate()
-        deadline = time.monotonic() + grace
-        for process in processes:
-            process.join(max(0.0, deadline - time.monotonic()))
-    for process in processes:
-        if process.is_alive():
-            process.kill()
-            process.join(1.0)
-    executor.shutdown(wait=False, cancel_futures=True)
-
-
-def _quiet_manager_thread_crash() -> None:
-    """Keep the executor's manager thread from printing a traceback as the pool is torn down.
-
-    Once workers are killed, CPython 3.11's manager thread fails the pending futures and
-    raises InvalidStateError on those ``map`` already cancelled (fixed in later versions);
-    it is harmless, as the run is stopping, but users would see a traceback.
-    """
-    from concurrent.futures import InvalidStateError
-    from concurrent.futures.process import _ExecutorManagerThread
-
-    previous = threading.excepthook
-    if getattr(previous, "_mpfix_quiet", False):
-        return
-
-    def hook(args):
-        if isinstance(args.thread, _ExecutorManagerThread) and issubclass(args.exc_type, InvalidStateError):
-            return
-        previous(args)
-
-    hook._mpfix_quiet = True
-    threading.excepthook = hook
 
 
 def _install_signal_handlers(defer_sigint: bool = True):

@@ -128,7 +128,7 @@ def test_the_runner_prepares_the_callers_index_before_forking_and_workers_agree(
     from mpfix.runner import _pool_context
 
     if _pool_context().get_start_method() == "fork":  # spawned workers (other threads alive) inherit nothing
-        assert project_facts._helpers.cache_info().currsize == 1  # computed here, in the parent
+        assert [k for k in project_facts._MEMO if k[0] == "callers"] == [("callers", project)]  # computed here, in the parent
     _write(project, {"train.py": TRAIN})
     policies.forget_projects()
     files = sorted(p for p in project.rglob("*.py") if ".mpfix_cache" not in p.parts)

@@ -26,7 +26,9 @@ import ast
 import gc
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mpfix import safe_read
 from mpfix.project.crosscall_records import ArgKind, CallContext, CrossCall
@@ -34,7 +36,11 @@ from mpfix.project.crosscall_summary import (_CALL, KERAS_LAYER_BASES, FileSumma
                                              float32_classes, function_nodes, keras_base, plain_sites, summarise)
 from mpfix.project.structural import StructuralSummary
 
+if TYPE_CHECKING:
+    from concurrent.futures import Executor, Future
+
 _MAX_BYTES = 2_000_000
+_CHUNKS = 8  # the eager summaries go to helper processes in this many tasks
 _UNSEEN = object()
 _CLASS = re.compile(rb"^class[ \t]+([A-Za-z_]\w*)[ \t]*\(", re.MULTILINE)
 # A top-level class statement (at a line start; a form feed may precede it; a BOM at the file start).
@@ -187,6 +193,46 @@ class CrossCallScan:
     def keras_class(self, path: str, name: str) -> bool:
         """A class of a scanned file whose bases resolve to a Keras layer or model (through project classes)."""
         return self.is_keras_class((str(path), name))
+
+    # -- the eager summaries in helper processes -----------------------------------
+    def _queue(self, pool: Executor | None, eager: list[str]) -> list[tuple[list[str], Future | None]]:
+        """Hand the eager files' summaries to ``pool`` in chunks of about equal bytes (in file order).
+        ``summarise`` is a function of its arguments, and they are the ones ``_file`` passes here
+        (a scanned file, the scan not finished: sites gathered), so the summaries are the same."""
+        if pool is None or len(eager) < _CHUNKS:
+            return []
+        modules, classes = frozenset(self.by_suffix), frozenset(self._class_names)
+        target = sum(len(self._texts[p]) for p in eager) // _CHUNKS + 1
+        chunks: list[list[str]] = [[]]
+        size = 0
+        for path in eager:
+            if size >= target:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(path)
+            size += len(self._texts[path])
+        pending: list[tuple[list[str], Future | None]] = []
+        for chunk in chunks:
+            items = [(path, self._texts[path], self._called[path]) for path in chunk]
+            try:
+                pending.append((chunk, pool.submit(_summaries, self.root, items, modules, classes)))
+            except Exception:  # a broken pool: ``_file`` summarises them here
+                pending.append((chunk, None))
+        return pending
+
+    def _collect(self, pending: list[tuple[list[str], Future | None]]) -> None:
+        """The summaries the helper processes made; a chunk that failed (a process died, pickling a deep
+        tree raised) is left to ``_file``, which computes the same here."""
+        for chunk, future in pending:
+            try:
+                found = future.result() if future is not None else None
+            except Exception:
+                found = None
+            if found is None:
+                continue
+            for path, summary in zip(chunk, found):
+                self.summaries[path] = summary
+                del self._texts[path]
 
     # -- call sites ----------------------------------------------------------------
     def _float16_sites(self, file: FileSummary) -> None:
@@ -345,7 +391,10 @@ class CrossCallScan:
         return tuple((name, self._kind(file, site, value, set()), value.id if isinstance(value, ast.Name) else None)
                      for name, value in found)
 
-    def run(self) -> dict[str, frozenset[CrossCall]]:
+    def run(self, pool: Executor | None = None,
+            then: Callable[[], None] | None = None) -> dict[str, frozenset[CrossCall]]:
+        """The records; ``pool``: helper processes make the eager files' summaries (``_queue``), ``then`` is
+        called once they are queued."""
         # The bytes first: every file's called names and class names (cheap). Only a file with a top-level
         # class statement can hold a Keras class (float16 sites, the Keras names); the others are parsed
         # when a later pass asks for them (a callee's parameters, a module functions' walk, a re-export).
@@ -362,6 +411,10 @@ class CrossCallScan:
             if _TOP_CLASS.search(data):
                 eager.append(path)
         self._called = called
+        pending = self._queue(pool, eager)
+        if then is not None:
+            then()
+        self._collect(pending)
         for path in eager:
             self._file(path)
         keras_names = {name for path in eager if (f := self.summaries[path]) is not None
@@ -413,14 +466,30 @@ class CrossCallScan:
         return {path: frozenset(calls) for path, calls in found.items()}
 
 
+def _summaries(root: str, items: list[tuple[str, bytes, frozenset[str]]], modules: frozenset[str],
+               classes: frozenset[str]) -> list[FileSummary | None]:
+    """``CrossCallScan._file``'s summaries of ``items`` ((path, bytes, called names)), in a helper process."""
+    enabled = gc.isenabled()
+    gc.disable()  # as in ``scan_project``: the trees hold no cycles
+    try:
+        return [summarise(path, data, _module_name(path, root), modules.__contains__, sites=True,
+                          plain=classes.__and__, called=called) for path, data, called in items]
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def cross_calls(root: Path, files: tuple[Path, ...]) -> dict[str, frozenset[CrossCall]]:
     """For each file of the project: the calls other files make of its functions from float16 code,
     and the calls anywhere that hand its functions a Keras layer/model instance (absolute path -> calls)."""
     return scan_project(root, files)[0]
 
 
-def scan_project(root: Path, files: tuple[Path, ...]) -> tuple[dict[str, frozenset[CrossCall]], CrossCallScan]:
-    """``cross_calls`` and the scan that found them (its per-file summaries, ``structural_of``, ``keras_class``)."""
+def scan_project(root: Path, files: tuple[Path, ...], pool: Executor | None = None,
+                 then: Callable[[], None] | None = None) -> tuple[dict[str, frozenset[CrossCall]], CrossCallScan]:
+    """``cross_calls`` and the scan that found them (its per-file summaries, ``structural_of``, ``keras_class``).
+    ``pool``: helper processes for the summaries of the files parsed up front; ``then``: called once
+    they are queued (the caller queues more work behind them)."""
     # Each file's syntax tree is alive while it is summarised: the cyclic collector would traverse the
     # millions of nodes the scan allocates again and again (most of the scan's time on tf-models). They
     # hold no cycles; refcounts free each tree when its summary is done.
@@ -428,7 +497,7 @@ def scan_project(root: Path, files: tuple[Path, ...]) -> tuple[dict[str, frozens
     gc.disable()
     try:
         scan = CrossCallScan(root, files)
-        return scan.run(), scan
+        return scan.run(pool, then), scan
     finally:
         if enabled:
             gc.enable()

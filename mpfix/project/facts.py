@@ -16,7 +16,7 @@ the project allows (``mpfix.declared``).
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +28,8 @@ from mpfix.project.kinds import Policy
 from mpfix.project.reach import project_reach
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor, Future
+
     from mpfix.project.reachability import ProjectReach, Reach
 
 
@@ -84,8 +86,27 @@ def project_facts(root: Path, *, callers: bool, reached_only: bool = True) -> Pr
                         calls=_cross_calls(root, reached_only) if callers else None)
 
 
-@functools.lru_cache(maxsize=32)
-def _helpers(root: Path) -> dict[str, frozenset[str]]:
+# Computed facts per (kind, root[, reached_only]), oldest dropped past _MEMO_SIZE (the editor server sees
+# many projects); ``forget`` clears them.
+_MEMO: dict[tuple, dict] = {}
+_MEMO_SIZE = 64
+
+
+def _memo(key: tuple, compute: Callable[[], dict]) -> dict:
+    if key not in _MEMO:
+        value = compute()
+        while len(_MEMO) >= _MEMO_SIZE:
+            _MEMO.pop(next(iter(_MEMO)))
+        _MEMO[key] = value
+    return _MEMO[key]
+
+
+def _helpers(root: Path, pending: Future | None = None) -> dict[str, frozenset[str]]:
+    """The callers index (``pending``: the same computed in a helper process, ``prepare``)."""
+    return _memo(("callers", root), lambda: _compute_helpers(root, pending))
+
+
+def _compute_helpers(root: Path, pending: Future | None) -> dict[str, frozenset[str]]:
     from mpfix.project import store
     from mpfix.project.callers import test_helpers
     from mpfix.project.files import project_files
@@ -96,16 +117,35 @@ def _helpers(root: Path) -> dict[str, frozenset[str]]:
         data = store.load("callers", root, stamp)
         if data is not None and all(isinstance(v, list) for v in data.values()):
             return {path: frozenset(names) for path, names in data.items()}
-    found = test_helpers(files)
+    found = _result(pending)
+    if found is None:
+        found = test_helpers(files)
     if stamp:
         store.save("callers", root, stamp, {path: sorted(names) for path, names in found.items()})
     return found
 
 
-@functools.lru_cache(maxsize=32)
-def _cross_calls(root: Path, reached_only: bool) -> dict[str, frozenset[CrossCall]]:
+def _result(pending: Future | None):
+    """A helper process's answer; None where there is none (not asked, the process died, it raised):
+    the caller computes the same here (every task is a function of its arguments)."""
+    if pending is None:
+        return None
+    try:
+        return pending.result()
+    except Exception:  # BrokenProcessPool, a RecursionError pickling a deep tree, ...
+        return None
+
+
+def _cross_calls(root: Path, reached_only: bool, pool: Executor | None = None,
+                 then: Callable[[], None] | None = None) -> dict[str, frozenset[CrossCall]]:
     """The cross-file calls of the project: from the files float16 reaches (``reached_only``: the
-    entry points decide), or from every file (a configured policy reaches them all)."""
+    entry points decide), or from every file (a configured policy reaches them all). ``pool``: helper
+    processes for the scan's per-file summaries; ``then``: called once they are queued there."""
+    return _memo(("crosscalls", root, reached_only), lambda: _compute_cross_calls(root, reached_only, pool, then))
+
+
+def _compute_cross_calls(root: Path, reached_only: bool, pool: Executor | None,
+                         then: Callable[[], None] | None) -> dict[str, frozenset[CrossCall]]:
     from mpfix.project import store
     from mpfix.project.crosscalls import scan_project
     from mpfix.project.files import project_files
@@ -124,7 +164,7 @@ def _cross_calls(root: Path, reached_only: bool) -> dict[str, frozenset[CrossCal
                 return {path: frozenset(CrossCall.from_json(c) for c in calls) for path, calls in data.items()}
             except (TypeError, ValueError):
                 pass  # damaged: scan again
-    found, scan = scan_project(root, files)
+    found, scan = scan_project(root, files, pool=pool, then=then)
     # Structural typing (c33): functions whose parameters only a project Keras class's attributes fit.
     for path, calls in structural_calls(scan, files, project_files(root)).items():
         found[path] = found.get(path, frozenset()) | calls
@@ -163,16 +203,31 @@ def file_facts(path: Path, *, consult_project: bool = True, float16_rules: bool 
                             tf_max=bound, cross_calls=facts.cross_calls_of(path))
 
 
-def prepare(root: Path, *, consult_project: bool) -> None:
+def prepare(root: Path, *, consult_project: bool, pool: Executor | None = None) -> None:
     """Compute a project's facts before the per-file run (the runner does, before forking its
     workers, so that each inherits them): the reach, and the callers index where float16 can
-    reach the project (or no scan decides: a configured policy)."""
+    reach the project (or no scan decides: a configured policy).
+
+    ``pool`` (the runner's short-lived helper processes): the cross-file scan's per-file summaries
+    are made there, and the callers index is queued behind them, so that it runs while this process
+    finishes the scan; every such task is a function of its arguments, so the facts are the same."""
     if not consult_project or project_reach(root).policy is Policy.FLOAT16:
-        _helpers(root)
-        _cross_calls(root, consult_project)
+        queued: list[Future] = []
+
+        def queue_helpers() -> None:
+            if pool is not None and ("callers", root) not in _MEMO:
+                from mpfix.project.callers import test_helpers
+                from mpfix.project.files import project_files
+
+                try:
+                    queued.append(pool.submit(test_helpers, project_files(root)))
+                except Exception:  # a broken pool: computed here
+                    pass
+
+        _cross_calls(root, consult_project, pool, queue_helpers)
+        _helpers(root, queued[0] if queued else None)
 
 
 def forget() -> None:
-    """Forget every project's callers index (files were created or saved)."""
-    _helpers.cache_clear()
-    _cross_calls.cache_clear()
+    """Forget every project's callers index and cross-file calls (files were created or saved)."""
+    _MEMO.clear()

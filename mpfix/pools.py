@@ -1,0 +1,57 @@
+"""Tearing down a process pool: every worker stopped, none left behind, no traceback from the executor.
+
+The runner's pools (the per-file workers, the project pass's helpers) end here when a worker died or
+the run is interrupted.
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+def stop_workers(executor, grace: float) -> None:
+    """Stop every worker: SIGTERM and ``grace`` seconds to unwind, then SIGKILL; no process outlives the run."""
+    import multiprocessing
+    import time
+
+    quiet_manager_thread_crash()  # before any worker dies: the manager thread reacts at once
+    # The executor's own table may already be cleared once it knows it is broken; the
+    # processes it started are still our children, so find them there too.
+    known = list((getattr(executor, "_processes", None) or {}).values())
+    earlier = getattr(executor, "_mpfix_earlier", set())
+    ours = [c for c in multiprocessing.active_children() if c.pid not in earlier]
+    processes = [p for p in {*known, *ours} if p.is_alive()]
+    if grace > 0:
+        for process in processes:
+            process.terminate()
+        deadline = time.monotonic() + grace
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join(1.0)
+    executor.shutdown(wait=False, cancel_futures=True)
+
+
+def quiet_manager_thread_crash() -> None:
+    """Keep the executor's manager thread from printing a traceback as the pool is torn down.
+
+    Once workers are killed, CPython 3.11's manager thread fails the pending futures and
+    raises InvalidStateError on those ``map`` already cancelled (fixed in later versions);
+    it is harmless, as the run is stopping, but users would see a traceback.
+    """
+    from concurrent.futures import InvalidStateError
+    from concurrent.futures.process import _ExecutorManagerThread
+
+    previous = threading.excepthook
+    if getattr(previous, "_mpfix_quiet", False):
+        return
+
+    def hook(args):
+        if isinstance(args.thread, _ExecutorManagerThread) and issubclass(args.exc_type, InvalidStateError):
+            return
+        previous(args)
+
+    hook._mpfix_quiet = True
+    threading.excepthook = hook
