@@ -34,6 +34,9 @@ class Float16ModelOutput(Rule):
     # `Model):` is a subclassed model's class line (`class Net(keras.Model):`): its head is what `call` returns.
     triggers = ("Sequential", re.compile(r"Model\((?<!\wModel\()"), "Model as ", re.compile(r"__init__\(\s*inputs"),
                 "Model):")
+    # A report needs an output layer: its class name (`_OUTPUT_LAYERS`, what visit_Module checks `kind` against) is
+    # the last part of what `resolve` returns, so the file spells it at the call or in an import (`import Dense as D`).
+    also_requires = (tuple(sorted(_OUTPUT_LAYERS)),)
     explanation = """
         ## What it does
         Finds the last layer of a `Sequential` model (list or `model.add` chain) or of a
