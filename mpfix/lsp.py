@@ -369,10 +369,13 @@ def create_server() -> MpfixServer:
 
 
 def serve() -> None:
+    import sys
+
     from mpfix import parse_probe
+    from mpfix.lsp_stream import Realigned
 
     # Texts the client sends mid-edit rarely compile; LibCST's parse of each is bounded in a helper
     # process (this server runs threads, so it cannot fork one per text). Started now, not on the
     # first such keystroke.
     parse_probe.warm()
-    create_server().start_io()
+    create_server().start_io(stdin=Realigned(sys.stdin.buffer))

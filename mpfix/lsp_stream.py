@@ -1,0 +1,48 @@
+"""The editor server's input stream, realigned after a malformed message.
+
+pygls reads a header line, and only a line that is exactly ``Content-Length: N`` starts a message.
+One broken message (a header without a length, a length shorter than its body, garbage) leaves the
+next header glued to the end of the previous body on one line, so no header matched again: the
+server stayed up but never answered another request (turn 8 audit). A length far beyond any real
+message (``Content-Length: 99999999999999``) made it wait for bytes that never come, then exit with
+a traceback. ``Realigned`` wraps stdin for pygls: a header line with text before ``Content-Length:``
+is read from the header on, and an absurd length is dropped (the bytes after it are then skipped
+up to the next header). At most the broken message and the one it overlaps are lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import BinaryIO
+
+HEADER = b"Content-Length:"
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # a 30 MB didOpen is served; a buffer over 256 KB is not linted anyway
+_LENGTH = re.compile(rb"Content-Length: *(\d+)\r\n")
+
+logger = logging.getLogger(__name__)
+
+
+class Realigned:
+    """``readline``/``read`` over ``raw`` (the two calls pygls' stdin reader makes)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+
+    def readline(self) -> bytes:
+        line = self.raw.readline()
+        start = line.find(HEADER)
+        if start > 0:
+            logger.warning("mpfix server: skipped %d bytes of a malformed message", start)
+            line = line[start:]
+        match = _LENGTH.fullmatch(line)
+        if match is None:
+            return line
+        length = int(match.group(1))
+        if length > MAX_MESSAGE_BYTES:
+            logger.warning("mpfix server: ignored a message announced as %d bytes", length)
+            return b"X-Mpfix-Ignored: too long\r\n"
+        return b"Content-Length: %d\r\n" % length  # the one spelling pygls matches
+
+    def read(self, size: int = -1) -> bytes:
+        return self.raw.read(size)
