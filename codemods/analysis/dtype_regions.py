@@ -15,6 +15,7 @@ import libcst as cst
 
 from mpfix.codemods.analysis.dtype_syntax import blocks, walk_calls
 from mpfix.codemods.analysis.dtype_lattice import number
+from mpfix.codemods.analysis.gradient_syntax import taped_functions
 from mpfix.codemods.analysis.dtype_tables import (  # noqa: F401  (the tables, re-exported)
     ELEMENT, FLOAT32_VARIABLE, Region, RegionKind, _Collector,
 )
@@ -32,6 +33,7 @@ class RegionFinder:
         self._seeded: set[cst.FunctionDef] = set()
         seeds: list[tuple[cst.FunctionDef, str, cst.ClassDef | None]] = []
         counts: dict[str, int] = {}
+        self._taped = taped_functions(self.module, self.resolve, self.index)  # called in a GradientTape block
         for stmt in self.module.body:
             if isinstance(stmt, cst.SimpleStatementLine):
                 for small in stmt.body:
@@ -94,7 +96,11 @@ class RegionFinder:
         self._seeded = {func for func, _, _ in seeds}  # nested seeds are regions of their own, not closures
         seen: set[cst.FunctionDef] = set()
         queue = list(seeds)
-        while queue:
+        # Last, module functions a GradientTape block calls that no region reached: losses, whatever their name.
+        late = [(functions[name], "loss", None) for name in sorted(self._taped) if name in functions]
+        while queue or late:
+            if not queue:
+                queue, late = late, []
             func, kind, owner = queue.pop(0)
             if func in seen or getattr(self._region_by_func.get(func), "closure", False):
                 continue  # a closure is analysed with the function around it

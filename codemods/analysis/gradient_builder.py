@@ -13,7 +13,7 @@ from mpfix.codemods.analysis.gradient_records import (
 from mpfix.codemods.analysis.gradient_records import _LSO_NAMES, _encloses
 from mpfix.codemods.analysis.gradient_syntax import (
     _header_calls, _is_optimizer_constructor, _is_tape, _is_true, _keyword, _optimizer_classes, _scopes,
-    assigned_targets, calls_in,
+    assigned_targets, calls_in, returned_tapes, tape_from_call,
 )
 from mpfix.codemods.analysis.gradient_tracer import _PathTracer
 from mpfix.codemods.analysis.gradient_values import _Helpers, _Registry, _merge, _scale_of
@@ -91,9 +91,11 @@ def _analyse(context: FileView) -> Analysis:
     optimizer_classes = _optimizer_classes(module)
 
     # Pass 2: per scope, tapes, gradient calls, applies, scaling calls, data flow.
+    tapes_returned = returned_tapes(module, resolve)
     for scope in scopes:
         calls = per_scope_calls[id(scope.node)]
         tapes: dict[str, Tape] = {}
+        closed: set[str] = set()
         # A tape handed in by the caller (`def minimize(tape, optimizer, loss, ...)`, tf-models' grad_utils).
         for param in scope.params:
             if param == "tape" or param.endswith("_tape"):
@@ -113,6 +115,10 @@ def _analyse(context: FileView) -> Analysis:
                 if isinstance(target, cst.Name) and isinstance(value, cst.Call) and _is_tape(resolve, value.func):
                     tape = tapes.setdefault(target.value, Tape(target.value))
                     tape.persistent |= _is_true(getattr(_keyword(value, "persistent"), "value", None))
+                returned = tape_from_call(target, value, tapes_returned)
+                if returned is not None:  # a tape another function's block recorded on: closed, no `with` here
+                    tapes.setdefault(returned, Tape(returned))
+                    closed.add(returned)
         # `tape = tf.GradientTape()` then `with tape:` (the With came before we knew the name).
         for st in scope.statements:
             if isinstance(st.node, cst.With):
@@ -178,6 +184,8 @@ def _analyse(context: FileView) -> Analysis:
                 grad = by_index[index]
                 flow = _flow(context, scope, scopes, grad, apply, builds, compiled_models,
                              local_scales, isinstance_guard)
+                if grad.tape in closed and flow.scale is None:
+                    flow.user_managed = True  # the loss comes with the tape: its scaling happened out of sight
                 flow.path = paths.get((id(apply.call), index)) or GradientPath(
                     [], frozenset({SCALED if flow.scale is not None else UNSCALED}))
                 flows.append(flow)

@@ -234,3 +234,73 @@ def _header_calls(stmt: cst.BaseStatement) -> list[tuple[cst.Call, bool]]:
     if isinstance(stmt, (cst.If, cst.While)):
         return calls_in(stmt.test)
     return []
+
+
+
+def taped_calls(module: cst.Module, resolve, index: dict | None = None) -> tuple[list[cst.Call], dict]:
+    """The calls inside a ``with tf.GradientTape()`` block anywhere in the module (a ``main()`` loop or
+    module-level code included: the tape records what they compute, so the block is a training step), and
+    the parent of each node under those blocks."""
+    withs = index.get(cst.With, []) if index is not None else [n for n in walk(module) if isinstance(n, cst.With)]
+    calls: list[cst.Call] = []
+    parents: dict[cst.CSTNode, cst.CSTNode] = {}
+    for node in withs:
+        if not any(isinstance(item.item, cst.Call) and _is_tape(resolve, item.item.func) for item in node.items):
+            continue
+        stack: list[cst.CSTNode] = [node.body]
+        while stack:
+            current = stack.pop()
+            if isinstance(current, cst.Call):
+                calls.append(current)
+            for child in children(current):
+                parents[child] = current
+                stack.append(child)
+    return calls, parents
+
+
+def taped_functions(module: cst.Module, resolve, index: dict | None = None) -> frozenset[str]:
+    """Names of the functions called by name inside a ``with tf.GradientTape()`` block (``taped_calls``): each
+    is a loss or a forward pass whatever its name (``nt_xent(z1, z2)``: held-out scripts, wave 4)."""
+    return frozenset(c.func.value for c in taped_calls(module, resolve, index)[0] if isinstance(c.func, cst.Name))
+
+
+def returned_tapes(module: cst.Module, resolve, index: dict | None = None) -> dict[str, int | None]:
+    """Functions that return a tape their own ``with tf.GradientTape() as t`` block recorded on, by name: the
+    position of the tape in the returned tuple (None: returned alone). The caller's tape no longer records."""
+    found: dict[str, int | None] = {}
+    functions = index.get(cst.FunctionDef, []) if index is not None else \
+        [n for n in walk(module) if isinstance(n, cst.FunctionDef)]
+    for func in functions:
+        names = {item.asname.name.value for node in walk(func) if isinstance(node, cst.With) for item in node.items
+                 if item.asname is not None and isinstance(item.asname.name, cst.Name)
+                 and isinstance(item.item, cst.Call) and _is_tape(resolve, item.item.func)}
+        if not names:
+            continue
+        for node in walk(func):
+            value = node.value if isinstance(node, cst.Return) else None
+            if isinstance(value, cst.Name) and value.value in names:
+                found[func.name.value] = None
+            elif isinstance(value, cst.Tuple):
+                for position, element in enumerate(value.elements):
+                    if isinstance(element.value, cst.Name) and element.value.value in names:
+                        found[func.name.value] = position
+    return found
+
+
+def tape_from_call(target: cst.BaseExpression, value: cst.BaseExpression | None, tapes_returned: dict) -> str | None:
+    """The name ``target`` binds to a returned tape (``tape, loss = self.forward(x)``), if ``value`` calls such a
+    function (by name, or a ``self.`` method) and the target takes the tape's position."""
+    if not isinstance(value, cst.Call):
+        return None
+    func = value.func
+    name = func.value if isinstance(func, cst.Name) else func.attr.value if (
+        isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self") else None
+    if name is None or name not in tapes_returned:
+        return None
+    position = tapes_returned[name]
+    if position is None:
+        return target.value if isinstance(target, cst.Name) else None
+    if isinstance(target, (cst.Tuple, cst.List)) and position < len(target.elements):
+        element = target.elements[position].value
+        return element.value if isinstance(element, cst.Name) else None
+    return None

@@ -9,11 +9,13 @@ import libcst as cst
 from mpfix.codemods._float16_scope import argument, dtype_analysis
 from mpfix.codemods._walk import Visitor, nodes_by_type, walk
 from mpfix.codemods.analysis.dtype_lattice import Dtype, spelled_dtype
+from mpfix.codemods.analysis.gradient_syntax import taped_calls
+from mpfix.codemods.facts import keras_layers
 from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.names import dotted_name
 
 
-_OUTPUT_LAYERS = {"Dense", "EinsumDense", "Activation", "Softmax", "Conv1D", "Conv2D", "Conv3D", "Conv2DTranspose"}
+_OUTPUT_LAYERS = keras_layers.OUTPUT_LAYERS
 _SAFE_HEADS = {"softmax", "log_softmax"}
 
 
@@ -217,10 +219,10 @@ def _is_super_init_with_inputs(call: cst.Call) -> bool:
 _TRAIN_METHODS = {"compile", "fit", "train_on_batch", "fit_generator"}
 
 
-def _cast_to_float32(context, analysis, call: cst.Call) -> bool:
+def _cast_to_float32(context, parents: dict, call: cst.Call) -> bool:
     """``tf.cast(call, tf.float32)``: the call's result goes straight into a cast to float32."""
-    arg = analysis.parent.get(call)
-    cast = analysis.parent.get(arg) if isinstance(arg, cst.Arg) and arg.keyword is None else None
+    arg = parents.get(call)
+    cast = parents.get(arg) if isinstance(arg, cst.Arg) and arg.keyword is None else None
     if not isinstance(cast, cst.Call) or not cast.args or cast.args[0] is not arg:
         return False
     spec = op_table.lookup(context.resolve(cast.func))
@@ -248,8 +250,16 @@ def _trained(context, index) -> tuple[set[str], set[str], set[str]]:
                 name = dotted_name(call.func)
                 if name and "." not in name.replace("self.", ""):
                     trained.add(name)
-                    if not _cast_to_float32(context, analysis, call):
+                    if not _cast_to_float32(context, analysis.parent, call):
                         uncast.add(name)
+    # A tape's block is a training step wherever it is (an eager loop in main() or at module level).
+    taped, parents = taped_calls(context.module, context.resolve, index)
+    for call in taped:
+        name = dotted_name(call.func)
+        if name and "." not in name.replace("self.", ""):
+            trained.add(name)
+            if not _cast_to_float32(context, parents, call):
+                uncast.add(name)
     factories: set[str] = set()
     for assign in index.get(cst.Assign, ()):
         if isinstance(assign.value, cst.Call) and any(dotted_name(t.target) in trained for t in assign.targets):

@@ -42,8 +42,11 @@ _COMMON = (
     LayerSpec("SyncBatchNormalization", computes_float32=True),
     *(LayerSpec(n, output_head=True) for n in ("Dense", "EinsumDense", "Activation", "Softmax", "Conv1D", "Conv2D",
                                                "Conv3D", "Conv2DTranspose")),
+    # Rescaling computes `cast(inputs, compute_dtype) * scale + offset` (both generations): the last layer of a
+    # model whose float16 head it scales (a box head times the image size, wave 4) is its output layer.
+    LayerSpec("Rescaling", autocasts=False, output_head=True),
     *(LayerSpec(n, autocasts=False) for n in (
-        "Rescaling", "Normalization", "Resizing", "Discretization", "Hashing", "StringLookup", "IntegerLookup",
+        "Normalization", "Resizing", "Discretization", "Hashing", "StringLookup", "IntegerLookup",
         "CategoryEncoding", "TextVectorization", "CenterCrop", "RandomCrop", "RandomFlip", "RandomRotation",
         "RandomZoom", "RandomContrast", "RandomTranslation", "HashedCrossing", "MelSpectrogram")),
 )
@@ -52,6 +55,9 @@ LAYERS: dict[int, dict[str, LayerSpec]] = {
     2: _table(*_COMMON),
     3: _table(*_COMMON, LayerSpec("GroupNormalization", computes_float32=True)),
 }
+
+# Layers that may be a model's output layer (MP205's candidates, and where model_outputs stops looking).
+OUTPUT_LAYERS = frozenset(name for table in LAYERS.values() for name, spec in table.items() if spec.output_head)
 
 
 def layer(qualified: str, keras: int) -> LayerSpec | None:
