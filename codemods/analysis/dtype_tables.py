@@ -90,6 +90,7 @@ class Region:
 # Placeholder values in a region's assignment table.
 FLOAT32_VARIABLE = cst.Name("__float32_variable__")
 ELEMENT = cst.Name("__element__")
+ENTERED = cst.Name("__entered__")  # `with cm as x`: what `cm.__enter__()` returns (a tape, a scope): no tensor
 
 
 class _Collector(Visitor):
@@ -159,6 +160,10 @@ class _Collector(Visitor):
             self._bind(node.target, node.iter, node, BindingKind.FOR)
         elif node_type is cst.CompFor:
             self._bind(node.target, node.iter, node, BindingKind.COMPREHENSION)
+        elif node_type is cst.With:
+            for item in node.items:
+                if item.asname is not None:
+                    self._bind(item.asname.name, item.item, node, BindingKind.WITH)
         elif node_type is cst.Nonlocal:
             self.declared_nonlocal.update(n.name.value for n in node.names)
         return True
@@ -189,20 +194,23 @@ class _Collector(Visitor):
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression, statement: cst.CSTNode,
               kind: BindingKind) -> None:
         """The region's tables from the target's ``Binding`` records (``bindings.decompose``, the one
-        decomposition): plain names of a target's top level only (attributes, subscripts and nested
-        tuples are not recorded); an unpacked name is an ``ELEMENT`` of the whole value at its index."""
+        decomposition): every plain name the scope binds (attributes and subscripts are the class's or
+        the object's); an unpacked name is an ``ELEMENT`` of the whole value at its index (one deeper in
+        nested tuples: an ``ELEMENT`` nobody indexes), a ``with ... as`` name what ``__enter__`` gave."""
         region = self.region
         iterating = kind is BindingKind.FOR or kind is BindingKind.COMPREHENSION
         for binding in decompose(target, value, statement, (), kind):
             name, path = binding.name, binding.path
-            if "." in name or len(path) > 1 or (not path and binding.starred):
+            if "." in name or (not path and binding.starred):
                 continue
             # `nonlocal x` in a closure: x is the enclosing function's (a ChainMap writes to its first map).
             tables = region.enclosing if name in self.declared_nonlocal and region.closure else region
             assigned = own(tables.assigned)
-            if path:
+            if kind is BindingKind.WITH:
+                assigned.setdefault(name, []).append(ENTERED)
+            elif path:
                 assigned.setdefault(name, []).append(ELEMENT)
-                if not iterating and not binding.starred:
+                if not iterating and not binding.starred and len(path) == 1:
                     own(tables.unpacked).setdefault(name, []).append((binding.source, path[0]))
             elif iterating:
                 # for v in model.trainable_variables: float32 variables, safe to reduce.

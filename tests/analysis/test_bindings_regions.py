@@ -2,8 +2,8 @@
 
 The dtype inference reads per-region tables (``Region.assigned/unpacked/iterated/augmented``) that
 ``dtype_regions._Collector`` fills from the ``Binding`` records ``decompose`` makes; these tests pin
-both the records and the tables' semantics (top-level plain names only; an unpacked name is an
-``ELEMENT`` of the whole value at its index; a starred one is an element that is not unpacked).
+both the records and the tables' semantics (every plain name; an unpacked name is an ``ELEMENT`` of the
+whole value at its index; a starred one, or one inside a nested tuple, is an element that is not unpacked).
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def test_region_tables_keep_their_semantics():
     module, region = _region()
     code = module.code_for_node
     assert region.assigned["a"] == [ELEMENT] and [(code(v), i) for v, i in region.unpacked["a"]] == [("pair", 0)]
-    assert "b" not in region.assigned and "c" not in region.assigned  # nested tuples are not recorded
+    # nested tuples: elements nobody indexes (before, not recorded at all)
+    assert region.assigned["b"] == [ELEMENT] and region.assigned["c"] == [ELEMENT] and "b" not in region.unpacked
     assert region.assigned["rest"] == [ELEMENT] and "rest" not in region.unpacked  # starred: no index
     assert [(code(v), i) for v, i in region.unpacked["second"]] == [("t, t", 1)]  # the whole value, not paired
     assert region.assigned["var"] == [FLOAT32_VARIABLE] and "var" not in region.iterated
