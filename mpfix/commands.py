@@ -77,8 +77,11 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
         if not p.exists() and not p.is_symlink():
             errors.append(FileError(str(p), "no such file or directory"))
     # A dangling or looping symlink named explicitly is read (and reported as such), not skipped.
+    unlisted: list[tuple[Path, str]] = []
     files = list(discover([p for p in paths if p.exists() or p.is_symlink()], exclude=settings.exclude,
-                          base=settings.config_file.parent if settings.config_file is not None else None))
+                          base=settings.config_file.parent if settings.config_file is not None else None,
+                          unreadable=unlisted))
+    errors += [FileError(str(folder), why) for folder, why in unlisted]
     try:  # each file gets the [tool.mpfix] closest to it (Ruff), unless --config names one for all
         groups = [(settings, files)] if config_path is not None else config_mod.by_closest_config(
             files, settings, dict(select=_split_codes(select), extend_select=_split_codes(extend_select),

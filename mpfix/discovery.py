@@ -197,7 +197,8 @@ def _git_root(path: Path) -> Path | None:
     return None
 
 
-def discover(paths: Iterable[Path], exclude: tuple[str, ...] = (), base: Path | None = None) -> Iterator[Path]:
+def discover(paths: Iterable[Path], exclude: tuple[str, ...] = (), base: Path | None = None,
+             unreadable: list[tuple[Path, str]] | None = None) -> Iterator[Path]:
     """Yield the ``.py``/``.ipynb`` files under ``paths``, each once, in a stable order.
 
     Files named explicitly are always yielded (pre-commit passes exactly the
@@ -207,6 +208,8 @@ def discover(paths: Iterable[Path], exclude: tuple[str, ...] = (), base: Path | 
     ``base``: the folder of the configuration that holds ``exclude``; its globs match a path below it
     as the path below it (Ruff), so a folder above the project (``/home/me/build/proj``) matches no
     ``build/**`` (None: the path as given).
+    ``unreadable``: where a folder that cannot be listed (permission denied) is recorded with the
+    reason, so the caller can say that its files were not checked (Ruff's E902); None: skipped.
     """
     seen: set[str] = set()
     base = _identity(base) if base is not None else None
@@ -218,7 +221,7 @@ def discover(paths: Iterable[Path], exclude: tuple[str, ...] = (), base: Path | 
             ignores = _GitIgnores(git_root) if git_root is not None else None
             if ignores is not None and root != git_root and ignores.ignored(root, is_dir=True):
                 ignores = _GitIgnores(root)
-            for found, key in _walk(given, root, ignores, exclude, base):
+            for found, key in _walk(given, root, ignores, exclude, base, unreadable):
                 if key not in seen:
                     seen.add(key)
                     yield found
@@ -242,18 +245,31 @@ def _below(resolved: Path, base: Path | None) -> Path | None:
 
 
 def _walk(folder: Path, resolved: Path, ignores: _GitIgnores | None, exclude: tuple[str, ...],
-          base: Path | None = None) -> Iterator[tuple[Path, str]]:
+          base: Path | None = None, unreadable: list | None = None) -> Iterator[tuple[Path, str]]:
     """(file, its identity) under ``folder``: a folder's files first, then its subfolders, sorted.
 
     Symlinked folders are not entered (no loops, no files seen twice); a
     symlinked file is yielded (reading it reports a broken link or a loop).
     Identities come from the resolved folder, so only symlinks cost a realpath.
+    The walk keeps its own stack: a tree 1,500 folders deep was a RecursionError (turn 8).
     """
+    stack = [(folder, resolved)]
+    while stack:
+        folder, resolved = stack.pop()
+        subfolders = yield from _files_of(folder, resolved, ignores, exclude, base, unreadable)
+        stack.extend(reversed(subfolders))
+
+
+def _files_of(folder: Path, resolved: Path, ignores: _GitIgnores | None, exclude: tuple[str, ...],
+              base: Path | None, unreadable: list | None):
+    """Yield one folder's files; return its subfolders to walk, sorted."""
     try:
         with os.scandir(folder) as scan:
             entries = sorted(scan, key=lambda e: e.name)
-    except OSError:
-        return
+    except OSError as exc:
+        if unreadable is not None and not isinstance(exc, FileNotFoundError):  # gone meanwhile: nothing to say
+            unreadable.append((folder, f"cannot list this folder: {exc.strerror or exc}; its files were not checked"))
+        return []
     subfolders = []
     for entry in entries:
         name = entry.name
@@ -278,5 +294,4 @@ def _walk(folder: Path, resolved: Path, ignores: _GitIgnores | None, exclude: tu
             if ignores is not None and ignores.ignored(os.path.join(resolved, name), is_dir=False):
                 continue
             yield file, (str(_identity(file)) if is_link else os.path.join(resolved, name))
-    for sub, sub_resolved in subfolders:
-        yield from _walk(sub, sub_resolved, ignores, exclude, base)
+    return subfolders
