@@ -146,7 +146,10 @@ def _error_diagnostic(message: str, lines: Lines, line: int = 1, column: int = 1
 
 class MpfixServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__("mpfix", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        from mpfix.lsp_stream import AfterShutdown
+
+        super().__init__("mpfix", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+                         protocol_cls=AfterShutdown)
         self.linted: dict[str, Linted] = {}
         self.pending: dict[str, asyncio.TimerHandle] = {}
 

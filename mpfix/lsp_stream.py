@@ -1,4 +1,4 @@
-"""The editor server's input stream, realigned after a malformed message.
+"""The editor server's message stream: realigned after a malformed message; answered after shutdown.
 
 pygls reads a header line, and only a line that is exactly ``Content-Length: N`` starts a message.
 One broken message (a header without a length, a length shorter than its body, garbage) leaves the
@@ -8,6 +8,9 @@ message (``Content-Length: 99999999999999``) made it wait for bytes that never c
 a traceback. ``Realigned`` wraps stdin for pygls: a header line with text before ``Content-Length:``
 is read from the header on, and an absurd length is dropped (the bytes after it are then skipped
 up to the next header). At most the broken message and the one it overlaps are lost.
+
+A request after ``shutdown`` gets the InvalidRequest error the LSP specification asks for
+(``AfterShutdown``): pygls dropped it, so a client waiting for its answer waited forever.
 """
 
 from __future__ import annotations
@@ -15,6 +18,10 @@ from __future__ import annotations
 import logging
 import re
 from typing import BinaryIO
+
+from pygls.exceptions import JsonRpcInvalidRequest
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.json_rpc import RPCRequest
 
 HEADER = b"Content-Length:"
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # a 30 MB didOpen is served; a buffer over 256 KB is not linted anyway
@@ -46,3 +53,12 @@ class Realigned:
 
     def read(self, size: int = -1) -> bytes:
         return self.raw.read(size)
+
+
+class AfterShutdown(LanguageServerProtocol):
+    def handle_message(self, message) -> None:
+        if self._shutdown and isinstance(message, RPCRequest) and message.method != "exit":
+            error = JsonRpcInvalidRequest(message="the mpfix server was shut down; it answers no more requests")
+            self._send_response(message.id, error=error.to_response_error())
+            return
+        super().handle_message(message)

@@ -104,3 +104,19 @@ def test_the_server_answers_again_after_a_malformed_message(name: str):
         assert server.process.poll() is None
     finally:
         server.close()
+
+
+def test_a_request_after_shutdown_gets_an_error_not_silence():
+    """LSP: "If a server receives requests after a shutdown request those requests should error with
+    InvalidRequest." pygls dropped them: the client's request never got an answer."""
+    server = _Server()
+    try:
+        assert server.request("initialize", {"processId": None, "rootUri": None, "capabilities": {}}) is not None
+        server.send(_message(method="initialized", params={}))
+        assert server.request("shutdown", None) == {"jsonrpc": "2.0", "id": server.next_id, "result": None}
+        answer = server.hover()
+        assert answer is not None and answer["error"]["code"] == -32600, answer
+        server.send(_message(method="exit"))
+        assert server.process.wait(timeout=CEILING_S) == 0
+    finally:
+        server.close()
