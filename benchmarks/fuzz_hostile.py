@@ -152,7 +152,7 @@ def mutated(count: int, seed: int) -> list[bytes]:
     return out
 
 
-COMMANDS = [["check", "--format", "json"], ["check", "--format", "sarif"], ["apply"]]
+COMMANDS = [["check", "--format", "json"], ["check", "--format", "sarif"], ["diff"], ["apply"]]
 JOBS = "1"
 
 # ``--verify-side``: what verify/repair/instrument do with a user's file, without TensorFlow: ``mpfix
