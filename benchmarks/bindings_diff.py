@@ -7,7 +7,7 @@ For every function region of the dtype analysis (registered and shadow ones), th
 * ``closure``: a name the table has that only a nested ``def`` binds (the closure walked into the outer table);
 * ``table-only``: any other name the table has and the scope does not bind;
 * ``with``, ``nested-tuple``, ``bindings-only``: names the scope binds that the table lacks (by the binding's kind);
-* ``paired``: ``a, b = x, y``: the table holds an ``ELEMENT`` of the tuple where the binding has the element;
+* ``paired``: ``a, b = x, y``: the table lacks the element the binding has (before: an ``ELEMENT`` of the tuple);
 * ``count``: both have the name, with a different number of values.
 
     python benchmarks/bindings_diff.py [CORPUS_DIR ...]   # default: tf_keras, keras, tfm under $MPFIX_CORPORA
@@ -25,8 +25,7 @@ from pathlib import Path
 import libcst as cst
 
 from mpfix.codemods.analysis.bindings import Bindings, BindingKind
-from mpfix.codemods.analysis.dtype_regions import ELEMENT
-from mpfix.codemods.analysis.dtype_tables import own
+from mpfix.codemods.analysis.dtype_tables import own as own_table
 from mpfix.codemods.analysis.dtypes import DtypeAnalysis
 from mpfix.codemods.analysis.gradient_records import _encloses
 from mpfix.codemods.analysis.gradient_syntax import _scopes
@@ -54,7 +53,7 @@ def compare(path: Path, counts: collections.Counter, examples: dict[str, str]) -
         own = {n: bs for n, bs in bindings.of(scope).names.items()
                if "." not in n and any(b.kind is not BindingKind.PARAMETER for b in bs)}
         nested = [s for s in scopes if s.node is not region.node and _encloses(region.node, s.node)]
-        table = own(region.assigned)  # a closure's own names (its table reads through to the enclosing one's)
+        table = own_table(region.assigned)  # a closure's own names (its table reads through to the enclosing one's)
         where = f"{path}:{region.name}"
 
         def note(kind: str, name: str) -> None:
@@ -67,9 +66,9 @@ def compare(path: Path, counts: collections.Counter, examples: dict[str, str]) -
                 note("closure" if inner else "table-only", name)
                 continue
             found = [b for b in own[name] if b.kind is not BindingKind.PARAMETER]
-            if any(b.path and b.element is None and not b.starred for b in found) and \
-                    any(v is ELEMENT for v in values):
-                note("paired", name)
+            if any(b.path and b.element is None and not b.starred and not any(v is b.value for v in values)
+                   for b in found):
+                note("paired", name)  # the table lacks the element a paired binding has
             elif len(found) != len(values):
                 note("count", name)
         for name, found in own.items():

@@ -169,8 +169,9 @@ class Bindings:
 def decompose(target: cst.BaseExpression, value: cst.BaseExpression | None, statement: cst.CSTNode | None,
               branch: tuple, kind: BindingKind) -> list[Binding]:
     """The bindings one target makes, in source order: a name or ``self.x`` binds the value; a tuple/list
-    target binds each element to the value's element at its index (``a, b = x, y``) or, for any other
-    value, to the index it takes (``element``); a starred element is bound like its inner target."""
+    target binds each element to the value's element at its index (``a, b = x, y``: as many elements, none
+    starred) or, for any other value, to the index it takes (``element``); a starred element is bound like
+    its inner target."""
     found: list[Binding] = []
     _decompose(found, target, value, statement, branch, kind, None, (), False, value)
     return found
@@ -182,7 +183,10 @@ def _decompose(found: list[Binding], target: cst.BaseExpression, value: cst.Base
     # A module function, not a recursive closure: a closure that refers to itself is a reference cycle
     # that would keep the parsed tree alive until the cyclic collector runs (tests/test_tree_release.py).
     if isinstance(target, (cst.Tuple, cst.List)):
-        values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
+        values = value.elements if isinstance(value, (cst.Tuple, cst.List)) and kind not in _ITERATING else None
+        if values is not None and (len(values) != len(target.elements) or any(
+                isinstance(e, cst.StarredElement) for e in (*values, *target.elements))):
+            values = None  # `a, *b = x, y, z`, `a, b = *xs,`: elements are not paired by position
         for index, el in enumerate(target.elements):
             inner = values[index].value if values is not None and index < len(values) else value
             _decompose(found, el.value, inner, statement, branch,
@@ -198,6 +202,8 @@ def _decompose(found: list[Binding], target: cst.BaseExpression, value: cst.Base
         found.append(Binding(name, value, statement, branch, kind, element, source, path, starred))
 
 
+# `for a, b in (x, y)`: a and b are parts of each element in turn, not x and y.
+_ITERATING = frozenset({BindingKind.FOR, BindingKind.COMPREHENSION})
 # Final node classes: a type lookup, not isinstance against LibCST's abstract bases (5x the cost).
 _COMPREHENSIONS = frozenset({cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp})
 

@@ -225,7 +225,12 @@ class ExpressionDtypes:
             if not (isinstance(node, cst.Name) and len(region.assigned.get(node.value, [])) > 1):
                 break
             where = self.order.get(at, -1)
-            before = [v for v in region.assigned[node.value] if -1 < self.order.get(v, -1) < where]
+            # Plain assignments only: an unpacked name (`a, b = None, None` too, whose table value is the element)
+            # is left to the joined table, as for `a, b = f()`.
+            paired = {id(s.elements[i].value) for s, i in region.unpacked.get(node.value, ())
+                      if isinstance(s, (cst.Tuple, cst.List)) and i < len(s.elements)}
+            before = [v for v in region.assigned[node.value]
+                      if -1 < self.order.get(v, -1) < where and id(v) not in paired]
             if not before:
                 break
             value = before[-1]

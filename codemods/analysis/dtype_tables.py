@@ -195,8 +195,10 @@ class _Collector(Visitor):
               kind: BindingKind) -> None:
         """The region's tables from the target's ``Binding`` records (``bindings.decompose``, the one
         decomposition): every plain name the scope binds (attributes and subscripts are the class's or
-        the object's); an unpacked name is an ``ELEMENT`` of the whole value at its index (one deeper in
-        nested tuples: an ``ELEMENT`` nobody indexes), a ``with ... as`` name what ``__enter__`` gave."""
+        the object's); a name paired with an element of a literal tuple (``a, b = x, y``) is that element
+        (and still unpacked from the tuple); another unpacked name is an ``ELEMENT`` of the whole value at
+        its index (one deeper in nested tuples: an ``ELEMENT`` nobody indexes); a ``with ... as`` name is
+        what ``__enter__`` gave."""
         region = self.region
         iterating = kind is BindingKind.FOR or kind is BindingKind.COMPREHENSION
         for binding in decompose(target, value, statement, (), kind):
@@ -208,6 +210,10 @@ class _Collector(Visitor):
             assigned = own(tables.assigned)
             if kind is BindingKind.WITH:
                 assigned.setdefault(name, []).append(ENTERED)
+            elif path and binding.element is None and not binding.starred:
+                assigned.setdefault(name, []).append(binding.value)  # `a, b = x, y`: a is x (``decompose`` pairs them)
+                if len(path) == 1:  # and element 0 of `x, y` (``unpacked_from``), as before
+                    own(tables.unpacked).setdefault(name, []).append((binding.source, path[0]))
             elif path:
                 assigned.setdefault(name, []).append(ELEMENT)
                 if not iterating and not binding.starred and len(path) == 1:

@@ -2,8 +2,9 @@
 
 The dtype inference reads per-region tables (``Region.assigned/unpacked/iterated/augmented``) that
 ``dtype_regions._Collector`` fills from the ``Binding`` records ``decompose`` makes; these tests pin
-both the records and the tables' semantics (every plain name; an unpacked name is an ``ELEMENT`` of the
-whole value at its index; a starred one, or one inside a nested tuple, is an element that is not unpacked).
+both the records and the tables' semantics (every plain name; a name paired with a literal tuple's element is
+that element; another unpacked name is an ``ELEMENT`` of the whole value at its index; a starred one, or one
+inside a nested tuple, is an element that is not unpacked).
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def test_region_tables_keep_their_semantics():
     # nested tuples: elements nobody indexes (before, not recorded at all)
     assert region.assigned["b"] == [ELEMENT] and region.assigned["c"] == [ELEMENT] and "b" not in region.unpacked
     assert region.assigned["rest"] == [ELEMENT] and "rest" not in region.unpacked  # starred: no index
-    assert [(code(v), i) for v, i in region.unpacked["second"]] == [("t, t", 1)]  # the whole value, not paired
+    assert [code(v) for v in region.assigned["second"]] == ["t"]  # paired: the element, and still unpacked:
+    assert [(code(v), i) for v, i in region.unpacked["second"]] == [("t, t", 1)]
     assert region.assigned["var"] == [FLOAT32_VARIABLE] and "var" not in region.iterated
     assert region.assigned["i"] == [ELEMENT] and "i" not in region.unpacked and "i" not in region.iterated
     assert region.assigned["z"] == [ELEMENT] and [code(v) for v in region.iterated["z"]] == ["xs"]
