@@ -83,7 +83,7 @@ def find_pyproject(start: Path) -> Path | None:
 
     A ``pyproject.toml`` on the way that is not valid TOML is a ConfigError (exit 2), as in
     Ruff: it may hold the settings the user expects, and skipping it silently would check
-    with others.
+    with others. The same holds for one that cannot be read (over 2 MiB, no permission).
     """
     start = start.resolve()
     folder = start if start.is_dir() else start.parent
@@ -92,8 +92,14 @@ def find_pyproject(start: Path) -> Path | None:
         if candidate.is_file():
             try:
                 data = _toml(candidate)
-            except OSError:
-                continue
+            except OSError as exc:
+                # Unreadable (over safe_read's 2 MiB, no permission) is exit 2 like invalid TOML:
+                # skipping it silently would check with other settings than the user wrote.
+                from mpfix import safe_read
+
+                why = ("over the 2 MiB limit" if getattr(exc, "reason", None) is safe_read.Reason.TOO_LARGE
+                       else exc.strerror or str(exc))
+                raise ConfigError(f"{candidate}: cannot be read ({why})") from None
             if "mpfix" in _tool(data, candidate):
                 return candidate
     return None

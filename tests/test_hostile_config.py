@@ -58,3 +58,13 @@ def test_control_characters_in_a_configuration_error_are_escaped(tmp_path: Path)
     assert done.returncode == 2
     assert "\x1b" not in done.stderr and "\\x1b[31mred\\nfake.py" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_settings_file_too_large_to_read_is_a_configuration_error_not_skipped(tmp_path: Path):
+    # Skipped silently, a 3 MB pyproject.toml's [tool.mpfix] (here: ignore MP301) was not used.
+    (tmp_path / "pyproject.toml").write_text('[tool.mpfix]\nignore = ["MP3"]\n' + "# pad\n" * 500_000)
+    (tmp_path / "a.py").write_text(DEPRECATED)
+    done = _check(tmp_path)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("mpfix: error: ") and "pyproject.toml: cannot be read (over the 2 MiB limit)" in done.stderr
