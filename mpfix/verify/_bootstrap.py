@@ -99,9 +99,7 @@ def _frames(tb) -> list[dict]:
 
 
 def _main_stack(user_root: str | None) -> dict:
-    """Where the main thread is now (a hang: a timeout or a halt by the parent): its
-    innermost frames, the innermost one of the user's code, and whether it waits inside
-    TensorFlow/Keras (a collective, a step) rather than in the user's own code."""
+    """Where the main thread is now (a hang: a timeout or a halt by the parent)."""
     frame = sys._current_frames().get(threading.main_thread().ident)
     if frame is None:
         return {}
@@ -110,7 +108,21 @@ def _main_stack(user_root: str | None) -> dict:
         for f in traceback.extract_stack(frame)
     ]
     here = os.path.dirname(os.path.abspath(__file__))
-    frames = [f for f in frames if not f["file"].startswith(here)]
+    return _place(user_root, [f for f in frames if not f["file"].startswith(here)])
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def _place(user_root: str | None, frames: list[dict]) -> dict:
+    """Innermost ``frames``, the innermost one of the user's code, and whether the
+    innermost waits inside TensorFlow/Keras (a collective, a step) rather than in the
+    user's own code."""
     user = [f for f in frames if user_root and f["file"].startswith(user_root) and "site-packages" not in f["file"]]
     inner = frames[-1]["file"] if frames else ""
     return {
@@ -226,12 +238,7 @@ class _Watchdog(threading.Thread):
                 self.finish({"event": "end", "status": "timeout", **_main_stack(self.user_root)})
                 _kill_own_group()
             if self.halt and os.path.exists(self.halt):
-                try:
-                    with open(self.halt, encoding="utf-8") as fh:
-                        reason = fh.read().strip()
-                except OSError:
-                    reason = ""
-                self.finish({"event": "end", "status": "halted", "reason": reason, **_main_stack(self.user_root)})
+                self.finish({"event": "end", "status": "halted", "reason": _read_text(self.halt), **_main_stack(self.user_root)})
                 _kill_own_group()
             rec = self.recorder
             if rec is not None:
@@ -460,7 +467,19 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(code, (int, type(None))):
             status["message"] = str(code)[:2000]
     except BaseException as exc:  # the script's own failure is a verdict, not our error
-        if config.get("locate") and _is_numerics_error(exc):
+        halt = config.get("halt")
+        if halt and os.path.exists(halt):
+            # --workers: the parent asked this worker to stop (a peer hangs or failed) and a
+            # peer's exit broke the collective this one waited in before its watchdog saw the
+            # request (it looks every 0.2 s): the error is the halt's effect, not a failure.
+            status = {
+                "event": "end",
+                "status": "halted",
+                "reason": _read_text(halt),
+                "raised": f"{type(exc).__name__}: {str(exc)[:300]}",
+                **_place(watchdog.user_root, _frames(exc.__traceback__)),
+            }
+        elif config.get("locate") and _is_numerics_error(exc):
             emit({"event": "numerics", "message": _numerics_summary(str(exc)), "frames": _frames(exc.__traceback__)})
             status = {"event": "end", "status": "located"}
         else:
