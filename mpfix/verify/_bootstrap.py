@@ -98,6 +98,15 @@ def _frames(tb) -> list[dict]:
     return out
 
 
+def _syntax_frame(exc: BaseException) -> list[dict]:
+    """A SyntaxError's own place (the file and line that do not compile): its traceback
+    ends in runpy, so without this the crash has no user frame."""
+    if not isinstance(exc, SyntaxError) or not exc.filename or not exc.lineno:
+        return []
+    code = (exc.text or "").strip()
+    return [{"file": os.path.abspath(exc.filename), "line": exc.lineno, "function": "<module>", "code": code}]
+
+
 def _main_stack(user_root: str | None) -> dict:
     """Where the main thread is now (a hang: a timeout or a halt by the parent)."""
     frame = sys._current_frames().get(threading.main_thread().ident)
@@ -489,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
                     "type": type(exc).__name__,
                     "module": getattr(exc, "name", None) if isinstance(exc, ImportError) else None,
                     "message": str(exc)[:8000],
-                    "frames": _frames(exc.__traceback__),
+                    "frames": _frames(exc.__traceback__) + _syntax_frame(exc),
                 }
             )
             status = {"event": "end", "status": "crashed"}
