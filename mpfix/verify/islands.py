@@ -7,7 +7,9 @@
   an op that *overflows* (a matmul, a sum, an exp) is useless alone, since casting its
   result back to float16 gives the same inf. So it grows to the nearest enclosing call that
   brings values back into range (``RANGE_REDUCING``: softmax, log, a division...), else to
-  the whole expression of the statement. An op that fails on its *domain* (``log`` of a
+  the whole expression of the statement; or it stops inside the user's own cast to float32
+  (``tf.cast(reduce_mean(exp(x)), tf.float32)``), which then takes the island's float32
+  result with no cast back. An op that fails on its *domain* (``log`` of a
   probability that underflowed to 0) keeps its node, whose operands then include the
   producer on the same line (``log(softmax(x))``: ``x`` is cast).
   Written as the module's Keras generation needs: ``keras.ops.cast(x, "float32")`` in a
@@ -117,21 +119,39 @@ def _find(wrapper: MetadataWrapper, line: int, column: int, op: str):
     return best
 
 
+def _casts_to_float32(call) -> bool:
+    """``tf.cast(x, tf.float32)`` / ``ops.cast(x, "float32")`` / ``cast(x, dtype="float32")``."""
+    if _call_name(call) != "cast" or len(call.args) < 2:
+        return False
+    dtype = call.args[1].value
+    if isinstance(dtype, cst.SimpleString):
+        return dtype.evaluated_value == "float32"
+    return isinstance(dtype, cst.Attribute) and dtype.attr.value == "float32"
+
+
 def _root(node, parents, op: str):
-    """Where the island ends: see the module docstring."""
+    """Where the island ends, and whether the code around it already wants float32 (a cast
+    to float32: the island's float32 result goes in as it is, no cast back). See the module
+    docstring."""
     if op not in OVERFLOWING:
-        return node
+        return node, False
     current, last_expr = node, node
     while True:
         parent = parents.get(current)
+        if isinstance(parent, cst.Arg):
+            call = parents.get(parent)
+            if isinstance(call, cst.Call) and call.args and call.args[0] is parent and _casts_to_float32(call):
+                # `tf.cast(reduce_mean(exp(x)), tf.float32)`: the user already leaves float16 here;
+                # growing past the cast could only wrap it (and find no operand to cast).
+                return current, True
         if parent is None or isinstance(parent, (cst.BaseSmallStatement, cst.BaseCompoundStatement,
                                                  cst.IndentedBlock, cst.Module, cst.Lambda)):
-            return last_expr
+            return last_expr, False
         if isinstance(parent, cst.BaseExpression):
             last_expr = parent
             name = _spelling(parent)
             if name in RANGE_REDUCING or name == "/":
-                return parent
+                return parent, False
         current = parent
 
 
@@ -219,19 +239,21 @@ def _float32_island(text: str, line: int, column: int, op: str) -> str | None:
     if node is None:
         return None
     parents = wrapper.resolve(ParentNodeProvider)
-    root = _root(node, parents, op)
+    root, into_float32 = _root(node, parents, op)
     style = _Style(module)
     caster = _CastLeaves(style)
     computed = caster.island(root)
     if caster.count == 0:
         return None
-    if _in_method(root, parents):
+    if into_float32:
+        back = None
+    elif _in_method(root, parents):
         back = cst.parse_expression("self.compute_dtype")
     elif caster.first is not None:
         back = cst.Attribute(value=caster.first, attr=cst.Name("dtype"))
     else:
         return None
-    new = style.cast(computed, back)
+    new = computed if back is None else style.cast(computed, back)
     if isinstance(root, cst.BinaryOperation) or isinstance(parents.get(root), cst.BinaryOperation):
         new = new.with_changes(lpar=root.lpar, rpar=root.rpar) if root.lpar else new
     result = module.visit(_Replace(root, new)).code

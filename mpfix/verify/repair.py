@@ -290,8 +290,11 @@ class Repairer:
                 offered = candidates_mod.for_verdict(
                     current.verdict, current.run, found, _ran_text, self._files(workspace, current.run),
                     lambda p: self.to_original(workspace, p))
+                tried = len(result.trials)
                 better = self._try(workspace, tmp, baseline, current, kept, offered, result)
                 if better is None:
+                    if len(result.trials) == tried:
+                        result.notes.append(_nothing_to_try(found))
                     break
                 current, kept = better
             if current.verdict.name == "healthy" and len(kept) > 1:
@@ -427,6 +430,13 @@ def _with_static_codes(run) -> list:
     if found:
         found = evidence.findings(run, evidence.static_codes(sorted({f.file for f in found})))
     return found
+
+
+def _nothing_to_try(found) -> str:
+    """Why a round ended without a trial: no candidate change could be written."""
+    where = [f"{Path(f.file).name}:{f.line}:{f.column} (`{f.op}`)" for f in found[:2] if f.line]
+    at = f" at {', '.join(where)}" if where else ""
+    return f"no candidate change could be written{at}: that line needs a fix by hand"
 
 
 def _ran_text(path: Path) -> str | None:

@@ -51,6 +51,29 @@ def test_island_of_a_log_keeps_its_node_and_casts_the_producer_operand_in_a_back
     assert "tf." not in out
 
 
+@pytest.mark.parametrize("cast, spelled", [
+    ("tf.cast({}, tf.float32)", "tf.cast(tf.reduce_mean(tf.exp(tf.cast(feats, tf.float32) * 5.0)), tf.float32)"),
+    ("tf.cast({}, dtype=\"float32\")",
+     'tf.cast(tf.reduce_mean(tf.exp(tf.cast(feats, tf.float32) * 5.0)), dtype="float32")'),
+])
+def test_island_of_an_exp_stops_at_the_users_own_cast_to_float32_with_no_cast_back(cast, spelled):
+    # Growing past the cast found no operand to cast (the whole cast was one): no change was
+    # written and repair ended with only the static fixes tried.
+    expr = cast.format("tf.reduce_mean(tf.exp(feats * 5.0))")
+    text = f"import tensorflow as tf\ndef energy(feats):\n    reg = {expr}\n    return reg\n"
+    col, _ = op_column(text.splitlines()[2], "Exp")
+    out = islands.float32_island(text, 3, col, "Exp")
+    assert out is not None and out.splitlines()[2].strip() == f"reg = {spelled}"
+    _compiles(out)
+
+
+def test_island_of_an_exp_in_a_cast_to_float16_still_casts_back():
+    text = "import tensorflow as tf\ndef f(h):\n    return tf.cast(tf.exp(h) / 2.0, tf.float16)\n"
+    col, _ = op_column(text.splitlines()[2], "Exp")
+    out = islands.float32_island(text, 3, col, "Exp")
+    assert "tf.cast(tf.exp(tf.cast(h, tf.float32)) / 2.0, h.dtype)" in out
+
+
 def test_island_leaves_keyword_and_literal_arguments_alone():
     text = "import tensorflow as tf\ndef f(h, n):\n    e = tf.reduce_mean(tf.pow(h, 2), axis=n)\n"
     col, _ = op_column(text.splitlines()[2], "Pow")
@@ -293,3 +316,13 @@ def test_loss_scaling_candidates_and_the_fixed_scale_only_for_a_misbehaving_dyna
     assert kinds(trend, run(True))[-1] == (ChangeKind.FIXED_SCALE, "mixed_float16", "3", 1024.0)
     # No dynamic scale (nothing misbehaved): no fixed scale.
     assert ChangeKind.FIXED_SCALE not in [k for k, *_ in kinds(Verdict("stalled", "s"), run(False))]
+
+
+def test_a_round_with_no_writable_change_says_where_the_user_must_fix_it(tmp_path):
+    from mpfix.verify.evidence import RuntimeFinding
+    from mpfix.verify.repair import _nothing_to_try
+
+    found = [RuntimeFinding("MP204", "float16 `Exp` gave inf/NaN", str(tmp_path / "loop.py"), 15, 34,
+                            Kind.NONFINITE, "Exp", step=0)]
+    note = _nothing_to_try(found)
+    assert "loop.py:15:34 (`Exp`)" in note and "by hand" in note
