@@ -39,7 +39,7 @@ def train_step(images, tags):
 
 if __name__ == "__main__":
     rng = np.random.default_rng(12)
-    images = rng.uniform(0, 255, size=(128, 48, 48, 3)).astype("float32")
+    images = rng.uniform(0, 1, size=(128, 48, 48, 3)).astype("float32")
     tags = (rng.uniform(size=(128, N_TAGS)) < 0.1).astype("float32")
     for step in range(8):
         sl = slice(16 * step, 16 * step + 16)
