@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 import statistics
 
@@ -171,6 +172,9 @@ def explain(verdict, mixed: RunResult, baseline: RunResult | None, script):
         if worker is not None:
             verdict.summary = f"worker {worker}: {verdict.summary}"
             verdict.evidence["worker"] = worker
+        hint = keras3_fit_hint(mixed)
+        if hint:
+            verdict.notes.append(hint)
     elif verdict.name == "timeout":
         last = _last_nonfinite(mixed)
         hang = (mixed.halted or "").startswith("hang")
@@ -185,6 +189,21 @@ def explain(verdict, mixed: RunResult, baseline: RunResult | None, script):
     if baseline is not None and baseline.workers and baseline.halted:
         verdict.notes.append(f"the float32 workers were halted ({baseline.halted})")
     return verdict
+
+
+def keras3_fit_hint(group: RunResult) -> str | None:
+    """Keras 3's ``fit`` fails under MultiWorkerMirroredStrategy before its first step: it
+    hands a ``PerReplica`` batch to a conversion (keras-team/keras#20585, open since Keras
+    3.0; TensorFlow's multi-worker Keras tutorial fails the same way). Not a float16 problem:
+    say what trains instead."""
+    crash = group.crash or {}
+    frames = crash.get("frames") or []
+    keras3 = f"{os.sep}keras{os.sep}src{os.sep}"
+    if "PerReplica" not in (crash.get("message") or "") or not any(keras3 in f.get("file", "") for f in frames):
+        return None
+    return ("Keras 3's `fit` does not run under MultiWorkerMirroredStrategy (keras-team/keras#20585): "
+            "train with tf_keras (`pip install tf_keras`, TF_USE_LEGACY_KERAS=1) or a custom training loop "
+            "under `strategy.run`, then verify again")
 
 
 def launcher_hint(launches: list[dict]) -> str | None:

@@ -110,6 +110,15 @@ def test_nan_on_one_worker_keras3_hangs_and_is_reported_as_a_hang():
     assert elapsed < HANG_AFTER + 120
 
 
+def test_keras3_fit_under_multi_worker_strategy_crashes_with_what_trains_instead():
+    """Keras 3's `fit` gives a PerReplica batch to a conversion under MWMS (keras-team/keras#20585):
+    a crash that is not float16's, so the verdict says what to use instead."""
+    report, _ = scenario(2, script=SCRIPTS / "workers" / "keras3_fit.py")
+    v = report.verdict
+    assert v.name == "crashed" and "PerReplica" in v.summary, v.summary
+    assert any(n.startswith("Keras 3's `fit` does not run under MultiWorkerMirroredStrategy") for n in v.notes), v.notes
+
+
 def test_underflow_on_every_worker():
     report, _ = scenario(2, "--fault", "underflow", baseline=True, steps=6)
     assert report.verdict.name == "underflow", report.verdict.summary
