@@ -24,6 +24,9 @@ KERAS3 = 3
 MIXED_PRECISION = "keras.mixed_precision"
 EXPERIMENTAL = "keras.mixed_precision.experimental"
 LSO = "keras.mixed_precision.LossScaleOptimizer"
+# Every stable spelling of the LossScaleOptimizer class: Keras 3 also exports it as
+# ``keras.optimizers.LossScaleOptimizer`` (the same class; ``tf.keras.optimizers`` too under Keras 3).
+LSO_SPELLINGS = frozenset({LSO, "keras.optimizers.LossScaleOptimizer"})
 REMOVE_CALL = "<remove the call, keep its argument>"
 
 

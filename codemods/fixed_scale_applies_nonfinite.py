@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods.analysis.gradient_path import LSO
+from mpfix.codemods._api_table import LSO_SPELLINGS
 from mpfix.codemods.base import Fact, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
@@ -57,7 +57,7 @@ class FixedScaleAppliesNonFinite(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.context.resolve(node.func) not in (LSO, "keras.mixed_precision.experimental.LossScaleOptimizer"):
+        if self.context.resolve(node.func) not in (*LSO_SPELLINGS, "keras.mixed_precision.experimental.LossScaleOptimizer"):
             return
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value == "dynamic" \

@@ -15,7 +15,7 @@ from mpfix.codemods.base import Fact, Invalid, Valid
 from mpfix.codemods._mp_api_support import ApiDriftRule, bool_value, find_arg, number_value, rewrite_args, string_value
 from mpfix.findings import FixSafety
 
-_LSO_NAMES = (table.LSO, f"{table.EXPERIMENTAL}.LossScaleOptimizer")
+_LSO_NAMES = (*table.LSO_SPELLINGS, f"{table.EXPERIMENTAL}.LossScaleOptimizer")
 
 
 class LegacyLossScaleArguments(ApiDriftRule):

@@ -10,6 +10,7 @@ from typing import Protocol
 
 import libcst as cst
 
+from mpfix.codemods._api_table import LSO, LSO_SPELLINGS
 from mpfix.codemods._walk import walk
 from mpfix.codemods.names import dotted_name
 
@@ -25,8 +26,7 @@ class GradientKind(str, enum.Enum):
         return self.value
 
 
-LSO = "keras.mixed_precision.LossScaleOptimizer"
-_LSO_NAMES = {LSO, "keras.mixed_precision.experimental.LossScaleOptimizer"}
+_LSO_NAMES = {*LSO_SPELLINGS, "keras.mixed_precision.experimental.LossScaleOptimizer"}
 SCALE_METHODS = ("scale_loss", "get_scaled_loss")
 UNSCALE_METHOD = "get_unscaled_gradients"
 APPLY_METHODS = ("apply_gradients", "apply")
