@@ -8,10 +8,9 @@ import libcst as cst
 
 from mpfix.codemods._float16_scope import argument, dtype_analysis
 from mpfix.codemods._walk import Visitor, nodes_by_type, walk
-from mpfix.codemods.analysis.dtype_lattice import Dtype, spelled_dtype
+from mpfix.codemods.analysis.cast_consumers import consumed_as_float32, is_float32_cast
 from mpfix.codemods.analysis.gradient_syntax import taped_calls
 from mpfix.codemods.facts import keras_layers
-from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.names import dotted_name
 
 
@@ -219,16 +218,14 @@ def _is_super_init_with_inputs(call: cst.Call) -> bool:
 _TRAIN_METHODS = {"compile", "fit", "train_on_batch", "fit_generator"}
 
 
-def _cast_to_float32(context, parents: dict, call: cst.Call) -> bool:
-    """``tf.cast(call, tf.float32)``: the call's result goes straight into a cast to float32."""
+def _cast_to_float32(context, parents: dict, call: cst.Call, assigned: dict) -> bool:
+    """``tf.cast(call, tf.float32)``: the call's result goes straight into a cast to float32, or into a
+    same-file function or layer that casts that parameter to float32 before any other use."""
     arg = parents.get(call)
     cast = parents.get(arg) if isinstance(arg, cst.Arg) and arg.keyword is None else None
-    if not isinstance(cast, cst.Call) or not cast.args or cast.args[0] is not arg:
-        return False
-    spec = op_table.lookup(context.resolve(cast.func))
-    dtype = argument(cast, "dtype", 1)
-    return spec is not None and spec.is_cast and dtype is not None and \
-        spelled_dtype(dtype.value, context.resolve) is Dtype.FLOAT32
+    if isinstance(cast, cst.Call) and cast.args and cast.args[0] is arg and is_float32_cast(context, cast):
+        return True
+    return consumed_as_float32(context, parents, call, assigned)
 
 
 def _trained(context, index) -> tuple[set[str], set[str], set[str]]:
@@ -236,6 +233,7 @@ def _trained(context, index) -> tuple[set[str], set[str], set[str]]:
     models whose every call in a training step is cast to float32 at once (no loss sees float16)."""
     trained: set[str] = set()
     uncast: set[str] = set()
+    assigned = _bindings(index)[0]
     for call in index.get(cst.Call, ()):
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value in _TRAIN_METHODS:
@@ -250,7 +248,7 @@ def _trained(context, index) -> tuple[set[str], set[str], set[str]]:
                 name = dotted_name(call.func)
                 if name and "." not in name.replace("self.", ""):
                     trained.add(name)
-                    if not _cast_to_float32(context, analysis.parent, call):
+                    if not _cast_to_float32(context, analysis.parent, call, assigned):
                         uncast.add(name)
     # A tape's block is a training step wherever it is (an eager loop in main() or at module level).
     taped, parents = taped_calls(context.module, context.resolve, index)
@@ -258,7 +256,7 @@ def _trained(context, index) -> tuple[set[str], set[str], set[str]]:
         name = dotted_name(call.func)
         if name and "." not in name.replace("self.", ""):
             trained.add(name)
-            if not _cast_to_float32(context, parents, call):
+            if not _cast_to_float32(context, parents, call, assigned):
                 uncast.add(name)
     factories: set[str] = set()
     for assign in index.get(cst.Assign, ()):
