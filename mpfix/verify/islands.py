@@ -7,7 +7,10 @@
   an op that *overflows* (a matmul, a sum, an exp) is useless alone, since casting its
   result back to float16 gives the same inf. So it grows to the nearest enclosing call that
   brings values back into range (``RANGE_REDUCING``: softmax, log, a division...), else to
-  the whole expression of the statement; or it stops inside the user's own cast to float32
+  the whole expression of the statement, and on to the next statement when that is where the
+  value is brought back (``scores = matmul(q, k^T)`` then ``weights = softmax(scores)``, the
+  name read there only: the scores stay float32 in between, the cast back follows the
+  softmax); or it stops inside the user's own cast to float32
   (``tf.cast(reduce_mean(exp(x)), tf.float32)``), which then takes the island's float32
   result with no cast back. An op that fails on its *domain* (``log`` of a
   probability that underflowed to 0) keeps its node, whose operands then include the
@@ -158,13 +161,18 @@ def _root(node, parents, op: str):
 class _CastLeaves(cst.CSTTransformer):
     """Inside the island: cast each tensor operand to float32."""
 
-    def __init__(self, style: _Style) -> None:
+    def __init__(self, style: _Style, float32_names: frozenset[str] = frozenset()) -> None:
         self.style = style
+        # Names the island already made float32 (a statement before computed them).
+        self.float32_names = float32_names
         self.first: cst.BaseExpression | None = None
         self.count = 0
 
     def _leaf(self, expr: cst.BaseExpression) -> cst.BaseExpression:
         if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString, cst.Imaginary)):
+            return expr
+        if isinstance(expr, cst.Name) and expr.value in self.float32_names:
+            self.count += 1
             return expr
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.expression, (cst.Integer, cst.Float)):
             return expr
@@ -206,11 +214,11 @@ def _in_method(node, parents) -> bool:
 
 
 class _Replace(cst.CSTTransformer):
-    def __init__(self, old, new) -> None:
-        self.old, self.new = old, new
+    def __init__(self, replacements: dict) -> None:
+        self.replacements = replacements
 
     def on_leave(self, original_node, updated_node):
-        return self.new if original_node is self.old else updated_node
+        return self.replacements.get(original_node, updated_node)
 
 
 def _parsed(text: str) -> cst.Module | None:
@@ -253,11 +261,75 @@ def _float32_island(text: str, line: int, column: int, op: str) -> str | None:
         back = cst.Attribute(value=caster.first, attr=cst.Name("dtype"))
     else:
         return None
-    new = computed if back is None else style.cast(computed, back)
-    if isinstance(root, cst.BinaryOperation) or isinstance(parents.get(root), cst.BinaryOperation):
-        new = new.with_changes(lpar=root.lpar, rpar=root.rpar) if root.lpar else new
-    result = module.visit(_Replace(root, new)).code
+    later = _later_reducer(root, parents) if back is not None and op in OVERFLOWING else None
+    if later is not None:
+        # `scores = matmul(q, k^T)` then `weights = softmax(scores)`: scores stay float32 between
+        # the two statements, and the cast back comes after the softmax.
+        name, reducer = later
+        again = _CastLeaves(style, frozenset({name}))
+        replacements = {root: computed, reducer: _parenthesised(reducer, style.cast(again.island(reducer), back), parents)}
+    else:
+        new = computed if back is None else style.cast(computed, back)
+        replacements = {root: _parenthesised(root, new, parents)}
+    result = module.visit(_Replace(replacements)).code
     return result if result != text else None
+
+
+def _parenthesised(old, new, parents):
+    if isinstance(old, cst.BinaryOperation) or isinstance(parents.get(old), cst.BinaryOperation):
+        return new.with_changes(lpar=old.lpar, rpar=old.rpar) if old.lpar else new
+    return new
+
+
+class _Names(cst.CSTVisitor):
+    def __init__(self, name: str) -> None:
+        self.name, self.found = name, []
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.name:
+            self.found.append(node)
+
+
+def _later_reducer(root, parents):
+    """``(name, call)`` when ``root`` is the whole value of ``name = ...`` and ``name`` is read
+    once more in its function, by a later plain statement of the same block, inside a call that
+    brings values back into range (``RANGE_REDUCING``, or a division); else None. Any other read
+    (a second use, a loop, a nested function, a `self.name` attribute) leaves the island alone."""
+    assign = parents.get(root)
+    if not (isinstance(assign, cst.Assign) and assign.value is root and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)):
+        return None
+    target = assign.targets[0].target
+    line, block = parents.get(assign), parents.get(parents.get(assign))
+    if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        return None
+    scope = block
+    while scope is not None and not isinstance(scope, (cst.FunctionDef, cst.Module)):
+        scope = parents.get(scope)
+    if scope is None:
+        return None
+    names = _Names(target.value)
+    scope.visit(names)
+    uses = [n for n in names.found if n is not target]
+    if len(uses) != 1:
+        return None
+    current, reducer = uses[0], None
+    while True:
+        parent = parents.get(current)
+        if parent is None or isinstance(parent, (cst.Lambda, cst.BaseComp, cst.FunctionDef, cst.ClassDef,
+                                                 cst.BaseCompoundStatement)):
+            return None
+        if isinstance(parent, cst.SimpleStatementLine):
+            break
+        if reducer is None and isinstance(parent, cst.BaseExpression) and (
+                _spelling(parent) in RANGE_REDUCING or _spelling(parent) == "/"):
+            reducer = parent
+        current = parent
+    body = list(getattr(block, "body", ()))
+    order = {id(stmt): k for k, stmt in enumerate(body)}
+    if reducer is None or parents.get(parent) is not block or order.get(id(parent), -1) <= order.get(id(line), -1):
+        return None
+    return target.value, reducer
 
 
 def layer_float32(text: str, line: int, class_name: str | None = None) -> str | None:
@@ -304,5 +376,5 @@ def _layer_float32(text: str, line: int, class_name: str | None = None) -> str |
                 args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
             args.append(cst.Arg(keyword=cst.Name("dtype"), value=value,
                                 equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-    result = module.visit(_Replace(target, target.with_changes(args=args))).code
+    result = module.visit(_Replace({target: target.with_changes(args=args)})).code
     return result if result != text else None

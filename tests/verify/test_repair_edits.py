@@ -326,3 +326,48 @@ def test_a_round_with_no_writable_change_says_where_the_user_must_fix_it(tmp_pat
                             Kind.NONFINITE, "Exp", step=0)]
     note = _nothing_to_try(found)
     assert "loop.py:15:34 (`Exp`)" in note and "by hand" in note
+
+
+ATTENTION = (
+    "import tensorflow as tf\n"
+    "class A(tf.keras.layers.Layer):\n"
+    "    def call(self, q, k, v):\n"
+    "        scores = tf.matmul(q, k, transpose_b=True)\n"
+    "{between}"
+    "        weights = tf.nn.softmax(scores, axis=-1)\n"
+    "        return tf.matmul(weights, v){after}\n"
+)
+
+
+def _attention_island(between: str = "", after: str = "") -> str | None:
+    text = ATTENTION.format(between=between, after=after)
+    col, _ = op_column(text.splitlines()[3], "BatchMatMulV2")
+    return islands.float32_island(text, 4, col, "BatchMatMulV2")
+
+
+def test_island_of_scores_reaches_the_softmax_of_the_next_statement():
+    # Cast back right after the matmul, the scores were inf again (repair kept a useless island,
+    # then needed dtype="float32" on the whole layer).
+    out = _attention_island(between="        k = k\n")
+    lines = out.splitlines()
+    assert lines[3].strip() == "scores = tf.matmul(tf.cast(q, tf.float32), tf.cast(k, tf.float32), transpose_b=True)"
+    assert lines[5].strip() == "weights = tf.cast(tf.nn.softmax(scores, axis=-1), self.compute_dtype)"
+    _compiles(out)
+
+
+def test_island_of_scores_read_twice_stays_in_its_own_statement():
+    out = _attention_island(after=" + scores")
+    lines = out.splitlines()
+    assert lines[3].strip() == ("scores = tf.cast(tf.matmul(tf.cast(q, tf.float32), tf.cast(k, tf.float32), "
+                                "transpose_b=True), self.compute_dtype)")
+    assert lines[4].strip() == "weights = tf.nn.softmax(scores, axis=-1)"
+
+
+def test_island_of_scores_read_in_a_branch_stays_in_its_own_statement():
+    text = ATTENTION.format(between="", after="").replace(
+        "        weights = tf.nn.softmax(scores, axis=-1)\n",
+        "        if self.causal:\n            weights = tf.nn.softmax(scores, axis=-1)\n")
+    col, _ = op_column(text.splitlines()[3], "BatchMatMulV2")
+    out = islands.float32_island(text, 4, col, "BatchMatMulV2")
+    assert "self.compute_dtype)" in out.splitlines()[3]
+    assert "weights = tf.nn.softmax(scores, axis=-1)" in out
