@@ -114,6 +114,18 @@ class ExpressionDtypes:
         finally:
             self._attribute_stack.discard(key)
 
+    def keras_variable(self, node: cst.BaseExpression, region: Region) -> bool:
+        """``self.w`` of a layer whose every binding is ``self.add_weight(...)``: a Keras variable object (its
+        Python operators follow ``keras_layers.VARIABLE_OPERATORS_PROMOTE``), not a tensor."""
+        if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name) or \
+                node.value.value != "self" or region.owner is None:
+            return False
+        values = through_builders(self.attribute_values(region.owner, node.attr.value))
+        return bool(values) and all(
+            isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute) and
+            isinstance(v.func.value, cst.Name) and v.func.value.value == "self" and
+            v.func.attr.value in keras_layers.WEIGHT_BUILDERS for _func, v in values)
+
     def _autocast_weight(self, value: cst.BaseExpression, func: cst.FunctionDef, cls: cst.ClassDef) -> bool:
         """``self.add_weight(...)`` of a floating dtype, autocast (the default) in a layer that autocasts: an
         AutoCastVariable (tf_keras) / a KerasVariable read under the autocast scope (Keras 3)."""

@@ -135,6 +135,14 @@ WEIGHT_BUILDERS = frozenset({"add_weight", "add_variable"})
 # A variable made directly (`self.w = tf.Variable(...)` on a layer or model, not add_weight) is a plain variable in
 # both generations: never an AutoCastVariable, read in its own dtype (its initial value's or its `dtype=`) inside
 # `call` too (C35; TF 2.21: float32 under mixed_float16 in tf_keras and Keras 3). Keras 3's `keras.Variable` autocasts.
+# Python operators on a Keras 3 variable (``add_weight``) are keras.ops, which promote float16 with float32:
+# the variable's own operator runs when it is on the left, and on the right of these operators TensorFlow's
+# tensor operator gives way to it when the dtypes differ (``x + w`` does not: it raises in eager mode).
+# Measured TF 2.21 / keras 3.15; tf_keras variables are tf.Variables: every mix raises. By CST operator class.
+VARIABLE_OPERATORS_PROMOTE = {
+    3: {"left": frozenset({"Add", "Subtract", "Multiply", "Divide"}),
+        "right": frozenset({"Subtract", "Multiply", "Divide"})},
+}
 PLAIN_VARIABLES = frozenset({"tensorflow.Variable", "tensorflow.compat.v1.Variable", "tensorflow.compat.v2.Variable"})
 # Initializer classes: an instance called with a shape (`GlorotUniform()(shape=[d, n])`) makes a tensor of its
 # `dtype` argument (position 1), floatx (float32) by default, never the compute dtype.
