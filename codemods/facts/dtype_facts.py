@@ -333,6 +333,8 @@ class DtypeFacts:
             if node_type is cst.BinaryOperation or node_type is cst.AugAssign:
                 if isinstance(node.operator, _NOT_ARITHMETIC):
                     continue
+                if node_type is cst.BinaryOperation and self._variable_promotes(node, region):
+                    continue  # Keras 3: the variable's operator is keras.ops, which promotes
                 operands = [node.left, node.right] if node_type is cst.BinaryOperation else [node.target, node.value]
             elif node_type is cst.Call:
                 operands = self._same_dtype_operands(node)
@@ -357,6 +359,14 @@ class DtypeFacts:
                              text.strip() if node_type is cst.AugAssign else text, wide < f16))
         self._mixes = found
         return found
+
+    def _variable_promotes(self, node: cst.BinaryOperation, region: Region) -> bool:
+        """``x * self.w`` / ``self.w + x`` on a Keras 3 ``add_weight`` variable: no mix (keras_layers table)."""
+        table = keras_layers.VARIABLE_OPERATORS_PROMOTE.get(self.keras)
+        operator = type(node.operator).__name__
+        return table is not None and (
+            operator in table["left"] and self._a.keras_variable(node.left, region) or
+            operator in table["right"] and self._a.keras_variable(node.right, region))
 
     def _same_dtype_operands(self, call: cst.Call) -> list[cst.BaseExpression]:
         """The operands a TensorFlow op needs in one dtype: ``tf.concat([a, b])``'s elements, ``tf.add(a, b)``."""
