@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mpfix.codemods._gradient_fixes import pass_through, single_assign
-from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, K3_SCALE, step_flows
+from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, K3_SCALE, foreign_api, step_flows
 from mpfix.codemods.analysis.gradient_path import MANUAL, MANUAL_UNSCALE, SCALED, UNSCALE, UNSCALED, Flow, OptimizerKind
 from mpfix.codemods.base import Fact, Invalid, Rule, Valid
 from mpfix.codemods.names import dotted_name
@@ -149,14 +149,17 @@ class DoubleUnscale(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         analysis, flows = step_flows(self.context)
+        # Gradients an object or a closure keeps and another function applies (accumulation): reported
+        # without a fix (the division and the update are in different functions).
+        cross = [f for f in analysis.cross_flows if not f.user_managed and not foreign_api(self.context, f)]
         seen: set[int] = set()
-        for flow in flows:
+        for flow in flows + cross:
             if self.context.keras == 2:
-                self._keras2(flow, seen)
+                self._keras2(flow, seen, flow in cross)
             else:
-                self._keras3(flow, seen)
+                self._keras3(flow, seen, flow in cross)
 
-    def _keras2(self, flow: Flow, seen: set[int]) -> None:
+    def _keras2(self, flow: Flow, seen: set[int], cross: bool = False) -> None:
         for event in flow.path.events:
             if event.kind != UNSCALE or id(event.node) in seen or not (event.states & {MANUAL, UNSCALED}):
                 continue
@@ -164,7 +167,7 @@ class DoubleUnscale(Rule):
                 continue  # nothing was ever scaled: not this rule's business
             seen.add(id(event.node))
             self.report(event.node, "unscaled_twice", optimizer=event.optimizer or "the optimizer",
-                        fix=self._drop_unscale(event), description="Drop the second unscale")
+                        fix=None if cross else self._drop_unscale(event), description="Drop the second unscale")
 
     def _drop_unscale(self, event) -> dict | None:
         call = event.node
@@ -178,9 +181,10 @@ class DoubleUnscale(Rule):
             return {event.statement.node: pass_through(self.context, event.statement.node, target, source)}
         return {call: call.args[0].value}
 
-    def _keras3(self, flow: Flow, seen: set[int]) -> None:
+    def _keras3(self, flow: Flow, seen: set[int], cross: bool = False) -> None:
+        # Across functions the optimizer is spelled by each scope: there the update must be by an LSO.
         if flow.scale is None or flow.scale.method != K3_SCALE or flow.kind is OptimizerKind.PLAIN \
-                or flow.scale.optimizer != flow.optimizer \
+                or (flow.kind is not OptimizerKind.LSO if cross else flow.scale.optimizer != flow.optimizer) \
                 or MANUAL not in flow.path.states or flow.apply.call.func.attr.value not in ("apply_gradients", "apply"):
             return
         events = flow.path.events
@@ -191,7 +195,7 @@ class DoubleUnscale(Rule):
         event = events[index]
         seen.add(id(event.node))
         fix = None
-        if not any(e.sensitive for e in events[index + 1:]):
+        if not cross and not any(e.sensitive for e in events[index + 1:]):
             fix = self._drop_division(event)
         self.report(event.node, "keras3_by_hand", optimizer=flow.optimizer,
                     fix=fix, description="Drop the manual unscale")

@@ -258,7 +258,11 @@ def _trace(context, scope: Scope, scopes: list[Scope], optimizer: str, builds: l
         if matches:
             return matches[-1], False
         # Keras sets self.optimizer in compile(); under mixed_float16 it is a LossScaleOptimizer.
-        return None, optimizer == "self.optimizer" and bool(compiled_models or scope.name == "train_step")
+        # A closure inside `train_step` (handed to `tf.cond`) sees the same `self.optimizer`.
+        in_step = scope.name == "train_step" or any(
+            s.name == "train_step" and s.class_name == scope.class_name and _encloses(s.node, scope.node)
+            for s in scopes)
+        return None, optimizer == "self.optimizer" and bool(compiled_models or in_step)
     if attr == "optimizer" and head in compiled_models:
         return None, True
     local = [b for b in builds if b.target == optimizer and b.scope is scope]

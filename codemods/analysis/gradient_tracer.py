@@ -39,6 +39,8 @@ class _PathTracer:
         # Loop targets that stand for the elements of a container: `for total, g in zip(self.sums, grads)`
         # makes `total.assign_add(g)` accumulate into `self.sums`.
         self._aliases: dict[str, str] = {}
+        # Local names bound to a read of the loss scale (`scale = opt.dynamic_scale`): name -> its optimizer.
+        self._scale_names: dict[str, str] = {}
         self.apply_values: dict[int, dict] = {}
         self.by_call: dict[int, tuple[int, frozenset]] = {}
         for g in gradients:
@@ -127,6 +129,13 @@ class _PathTracer:
             kind = type(small)
             if kind is cst.Assign:
                 value = self.eval(small.value, {})
+                owner = _scale_read(small.value)
+                for target in small.targets:
+                    if isinstance(target.target, cst.Name):
+                        if owner is None:
+                            self._scale_names.pop(target.target.value, None)
+                        else:
+                            self._scale_names[target.target.value] = owner
                 for target in small.targets:
                     self._bind(target.target, value, strong)
             elif kind is cst.AugAssign:
@@ -365,6 +374,8 @@ class _PathTracer:
         operator = type(node.operator)
         if operator is cst.Divide and left and not right:
             owner = _scale_read(node.right)
+            if owner is None and isinstance(node.right, cst.Name):
+                owner = self._scale_names.get(node.right.value)
             if owner is not None:
                 return self._event(MANUAL_UNSCALE, node, left, owner or None, state=_AFTER_MANUAL)
         if operator in (cst.Add, cst.Subtract) and (left or right):
