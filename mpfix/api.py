@@ -15,7 +15,11 @@ def check_paths(paths: list[Path | str], *, select: tuple[str, ...] = ("ALL",), 
     from mpfix.engine import Options
     from mpfix.runner import Job, Mode, process_all
 
+    from mpfix import policy, project
+
     rules = selection.select(select, ())
+    if project.set_scope(project.scope_of(paths)):  # no marker: the project facts read what is named
+        policy.forget_projects()
     files = list(discover([Path(p) for p in paths]))
     job = Job(rule_codes=tuple(r.code for r in rules), options=Options(keras=keras, policy=policy), mode=Mode.CHECK)
     return [f for result in process_all(files, job) for f in result.findings]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 
@@ -76,6 +77,7 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
     for p in paths:
         if not p.exists() and not p.is_symlink():
             errors.append(FileError(str(p), "no such file or directory"))
+    _bound_projects(p for p in paths if p.exists() or p.is_symlink())
     # A dangling or looping symlink named explicitly is read (and reported as such), not skipped.
     unlisted: list[tuple[Path, str]] = []
     files = list(discover([p for p in paths if p.exists() or p.is_symlink()], exclude=settings.exclude,
@@ -168,16 +170,29 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
     return results, report
 
 
+def _bound_projects(paths) -> None:
+    """Without a project marker, the project facts read what the run names, not the whole working
+    directory (``mpfix.project``'s docstring); the configuration is still looked up from it."""
+    from mpfix import project
+
+    if project.set_scope(project.scope_of(paths)):
+        from mpfix.policy import forget_projects
+
+        forget_projects()  # facts computed for another scope (an earlier run in this process)
+
+
 def _declared_unreadable(files) -> tuple:
     """Dependency declarations that could not be read, for the run metadata (one lookup per folder)."""
     from mpfix import declared
     from mpfix.output.run_notes import Declaration
-    from mpfix.policy import project_root
+    from mpfix.project import root_of_folder
 
     found = {}
     for path in {Path(f).parent: Path(f) for f in files}.values():
+        folder = os.path.abspath(path.parent)
         for item in declared.unreadable(path):
-            file = str(project_root(path) / item.where)
+            # ``where`` is relative to the folder declared's lookup stops at (configuration's root).
+            file = os.path.join(root_of_folder(folder) or folder, item.where)
             found[(file, item.text)] = Declaration(file, item.where, item.text)
     return tuple(found.values())
 

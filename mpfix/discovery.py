@@ -198,7 +198,7 @@ def _git_root(path: Path) -> Path | None:
 
 
 def discover(paths: Iterable[Path], exclude: tuple[str, ...] = (), base: Path | None = None,
-             unreadable: list[tuple[Path, str]] | None = None) -> Iterator[Path]:
+             unreadable: list[tuple[Path, str]] | None = None, flat: bool = False) -> Iterator[Path]:
     """Yield the ``.py``/``.ipynb`` files under ``paths``, each once, in a stable order.
 
     Files named explicitly are always yielded (pre-commit passes exactly the
@@ -210,6 +210,7 @@ def discover(paths: Iterable[Path], exclude: tuple[str, ...] = (), base: Path | 
     ``build/**`` (None: the path as given).
     ``unreadable``: where a folder that cannot be listed (permission denied) is recorded with the
     reason, so the caller can say that its files were not checked (Ruff's E902); None: skipped.
+    ``flat``: a folder's own files only, not its subfolders' (a project of loose scripts).
     """
     seen: set[str] = set()
     base = _identity(base) if base is not None else None
@@ -221,7 +222,9 @@ def discover(paths: Iterable[Path], exclude: tuple[str, ...] = (), base: Path | 
             ignores = _GitIgnores(git_root) if git_root is not None else None
             if ignores is not None and root != git_root and ignores.ignored(root, is_dir=True):
                 ignores = _GitIgnores(root)
-            for found, key in _walk(given, root, ignores, exclude, base, unreadable):
+            walk = _files_of(given, root, ignores, exclude, base, unreadable) if flat else \
+                _walk(given, root, ignores, exclude, base, unreadable)
+            for found, key in walk:
                 if key not in seen:
                     seen.add(key)
                     yield found

@@ -182,6 +182,7 @@ class MpfixServer(LanguageServer):
             linted = self.linted[uri] = Linted(text, lines, findings, diagnostics)
             return linted
         try:
+            self.bound_projects()
             result = api.lint_text(text, path)
         except ConfigError as exc:
             diagnostics.append(_error_diagnostic(f"mpfix: {exc}", lines))
@@ -195,6 +196,18 @@ class MpfixServer(LanguageServer):
             diagnostics += [_error_diagnostic(e.message, lines, e.line, e.column) for e in result.errors]
         linted = self.linted[uri] = Linted(text, lines, findings, diagnostics)
         return linted
+
+    def bound_projects(self) -> None:
+        """Without a project marker, a document's project facts read the workspace folder holding it
+        (what the editor opened), else the document's own folder, flat: never the server's working
+        directory, which an editor may start anywhere (``mpfix.project``)."""
+        from mpfix import policy, project
+
+        folders = [_path_of(f.uri) for f in self.workspace.folders.values()]
+        if not folders and self.workspace.root_path:
+            folders = [Path(self.workspace.root_path)]
+        if project.set_scope(project.scope_of(f for f in folders if f.is_dir())):
+            policy.forget_projects()
 
     def publish_soon(self, uri: str) -> None:
         """Publish after a short pause in typing: a burst of changes costs one lint, of the last text."""

@@ -21,6 +21,7 @@ from mpfix import safe_read, unchecked
 from mpfix.engine import Engine
 from mpfix.jobs import FileResult, Job, Mode  # re-exported: callers import them from here
 from mpfix.pools import stop_workers
+from mpfix.project import current_scope, set_scope
 from mpfix.findings import FileError
 from mpfix.source import SourceError, decode, decode_notebook
 from mpfix.writer import ChangedError, ReadOnlyError, write_atomic
@@ -229,7 +230,7 @@ def _note_worker_stop(signum, frame):
 _WORKER: dict = {}
 
 
-def _init_worker(job: Job, keyer, parent: int | None = None) -> None:
+def _init_worker(job: Job, keyer, parent: int | None = None, scope=None) -> None:
     # Ctrl-C reaches the whole process group; the parent alone handles it and
     # stops the workers with SIGTERM, so workers print no tracebacks.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -240,6 +241,7 @@ def _init_worker(job: Job, keyer, parent: int | None = None) -> None:
         die_with_parent(parent)  # SIGTERM when the parent dies, even by SIGKILL
     _WORKER["job"] = job
     _WORKER["keyer"] = keyer
+    set_scope(scope)  # a spawned worker's project roots are its parent's (mpfix.project)
     engine_for(job)  # once per process (already built in the parent when forked)
     _tune_collector()  # a spawned worker's own imports (forked ones inherit the parent's setting)
 
@@ -490,7 +492,7 @@ def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> No
     tasks = [[(paths[i], ignored_for.get(paths[i], ())) for i in batch] for batch in batches]
     earlier = {child.pid for child in multiprocessing.active_children()}
     executor = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_init_worker,
-                                   initargs=(job, keyer, os.getpid()))
+                                   initargs=(job, keyer, os.getpid(), current_scope()))
     executor._mpfix_earlier = earlier  # children that are not this pool's workers
     try:
         # In completion order, not submission order: the first batches hold the largest files, and

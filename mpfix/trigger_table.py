@@ -230,19 +230,18 @@ def _mentions_float16(data: bytes) -> bool:
 
 
 def _project_root(path: Path) -> Path:
-    from mpfix.project import root_of_folder
+    from mpfix.project import project_root
 
-    folder = os.path.dirname(os.path.abspath(path))
-    return Path(root_of_folder(folder) or folder)
+    return project_root(path)  # the project facts' root: bounded by the run's scope without a marker
 
 
 def _project_mentions_float16(root: Path, cache: dict) -> bool:
     if root not in cache:
-        from mpfix.discovery import discover
+        from mpfix.project.files import iter_project_files
         from mpfix.safe_read import DEFAULT_LIMIT
 
         found = False
-        for file in discover([root]):
+        for file in iter_project_files(root):  # the files the project facts would read
             data = _read_regular(file, DEFAULT_LIMIT)
             if data is None:
                 continue

@@ -58,11 +58,22 @@ def path_forms(path: str | os.PathLike) -> tuple[str, ...]:
 
 
 def project_files(root: Path) -> tuple[Path, ...]:
-    """Every file discovery finds under ``root`` (``.py`` and ``.ipynb``).
+    """Every file discovery finds in the project ``root`` (``.py`` and ``.ipynb``): the whole tree
+    for a root with a marker, else what the run's scope bounds (``mpfix.project.walk_paths``).
 
     Not memoized here: each project fact is, per root, and a test or the editor server that
     forgets one of them must see new files at the next walk.
     """
-    from mpfix.discovery import discover  # local: discovery imports the configuration
+    return tuple(dict.fromkeys(iter_project_files(root)))
 
-    return tuple(discover([root], exclude=()))
+
+def iter_project_files(root: Path):
+    """``project_files`` as it is walked (a caller that stops at the first match walks no further);
+    a file may come twice."""
+    from mpfix.discovery import discover  # local: discovery imports the configuration
+    from mpfix.project import walk_paths
+
+    whole, flat = walk_paths(Path(root))
+    if flat:
+        yield from discover(flat, exclude=(), flat=True)
+    yield from discover(whole, exclude=())
