@@ -117,6 +117,12 @@ GRAPH_REWRITE_FUNCTION = "enable_mixed_precision_graph_rewrite"
 GRAPPLER_OPTION = "auto_mixed_precision"
 
 
+# Reading a member as a Python number (`float(...)`, `int(...)`): what the target generation's member needs
+# first. Keras 3's `dynamic_scale` is a variable: float() of it fails once it is a MirroredVariable (built under
+# a distribution strategy; TF 2.21 / keras 3.15), float() of its `.numpy()` works everywhere float() did.
+AS_NUMBER: dict[tuple[str, int], str] = {("LossScaleOptimizer.dynamic_scale", KERAS3): "numpy"}
+
+
 def member_target(member: str, keras: int) -> str | None:
     """The member name ``member`` becomes under ``keras``, or None if it stays."""
     change = MEMBER_CHANGES.get(member)

@@ -45,7 +45,10 @@ class LossScaleAttribute(ApiDriftRule):
 
         ## Fix safety
         Safe: the same value under its name in the target generation. Keras 3 creates
-        `dynamic_scale` when the optimizer is built (its first `apply_gradients`).
+        `dynamic_scale` when the optimizer is built (its first `apply_gradients`). It is a
+        variable: read as a number (`float(...)`, `int(...)`), the fix reads
+        `dynamic_scale.numpy()`, because `float()` of a variable built under a distribution
+        strategy fails.
     """
     VALID = [
         Valid("""
@@ -108,6 +111,7 @@ class LossScaleAttribute(ApiDriftRule):
     def __init__(self, context) -> None:
         super().__init__(context)
         self._skip: set[cst.CSTNode] = set()
+        self._as_number: set[cst.CSTNode] = set()  # the argument of float(...)/int(...)
         self._known_cache: set[str] | None = None
 
     @property
@@ -131,6 +135,8 @@ class LossScaleAttribute(ApiDriftRule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
+        if isinstance(func, cst.Name) and func.value in ("float", "int") and len(node.args) == 1:
+            self._as_number.add(node.args[0].value)
         if not (isinstance(func, cst.Attribute) and func.attr.value == "loss_scale" and not node.args):
             return
         if not is_optimizer_like(func.value, self._known):
@@ -148,5 +154,10 @@ class LossScaleAttribute(ApiDriftRule):
         if new is None:
             return
         old = node.attr.value
+        replacement: cst.BaseExpression = node.with_changes(attr=node.attr.with_changes(value=new))
+        method = table.AS_NUMBER.get((f"LossScaleOptimizer.{new}", self.context.keras))
+        if node in self._as_number and method is not None:
+            # `float(opt.dynamic_scale)` fails on a MirroredVariable; `float(opt.dynamic_scale.numpy())` does not.
+            replacement = cst.Call(cst.Attribute(replacement, cst.Name(method)))
         self.report(node, "renamed", old=old, new=new, keras=self.context.keras,
-                    fix={node.attr: node.attr.with_changes(value=new)}, description=f"Use `{new}`")
+                    fix={node: replacement}, description=f"Use `{new}`")
