@@ -7,214 +7,16 @@ import libcst as cst
 from mpfix.codemods.analysis.dtype_lattice import (
     BITWISE, F16, F32, INT, PY, UNK, Dtype, argument, join_all, spelled_dtype,
 )
+from mpfix.codemods.analysis.dtype_arguments import ParameterDtypes
 from mpfix.codemods.analysis.dtype_regions import ELEMENT, Region, closures_of
 from mpfix.codemods.analysis.dtype_tables import own
-from mpfix.codemods.analysis.loss_calls import compiled_loss_targets
 from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.facts import ops as specs
 
 
-class NameDtypes:
-    """Mixed into ``DtypeAnalysis``: fills each region's name table (``Region.env``)."""
-
-    def _learn_parameters(self, rounds: int = 3) -> None:
-        """Parameters every call site in the file passes the same known dtype: that dtype.
-
-        tf-models tasks cast the model's outputs with ``tf.nest.map_structure(lambda x:
-        tf.cast(x, tf.float32), outputs)`` before ``self.build_losses(model_outputs=outputs)``;
-        without this, every loss term in ``build_losses`` looked float16. A call site outside
-        the regions (whose arguments we cannot judge) keeps the parameter as it was.
-        """
-        by_function = {r.node: r for r in self.regions if isinstance(r.node, cst.FunctionDef) and not r.closure}
-        if not by_function:
-            return
-        self._learn_layer_arguments(by_function)
-        seen: dict[cst.FunctionDef, dict[str, set[Dtype]]] = {}
-        spellings: dict[cst.FunctionDef, dict[str, set[Dtype]]] = {}
-        for call in self.all_calls:
-            target = None
-            if isinstance(call.func, cst.Name):
-                target = self.functions.get(call.func.value)
-            elif isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and \
-                    call.func.value.value == "self":
-                name = call.func.attr.value
-                target = next((m[name] for m in self.methods.values() if name in m), None)
-            caller = self.region_of.get(call)
-            if target is None and caller is not None:
-                # `self.loss.get('class_loss')(y, outputs)`: the file's Loss classes that key may reach (mp2, turn 6).
-                for loss_call in compiled_loss_targets(self, call, caller.assigned):
-                    if loss_call in by_function:
-                        self._record_call(loss_call, call, caller, seen, spellings)
-            elif by_function.get(target) is not None:
-                self._record_call(target, call, caller, seen, spellings)
-        self._cross_file_arguments(by_function, seen, spellings)
-        passed_on = False
-        respelled = []
-        for target, names in spellings.items():
-            region = by_function[target]
-            learnt = {name: next(iter(ds)) for name, ds in names.items() if len(ds) == 1 and UNK not in ds
-                      and region.spelled.get(name) is not next(iter(ds))}
-            # A spelling learnt in an earlier round that the callers no longer agree on is forgotten.
-            stale = [name for name, ds in names.items() if name in region.spelled and (len(ds) != 1 or UNK in ds)]
-            for name in stale:
-                del region.spelled[name]
-            if learnt or stale:
-                region.spelled.update(learnt)
-                region.memo.clear()
-                respelled.append(region)
-        if respelled:
-            # Recomputed once every spelling is learnt, with the regions that call them: a caller computed before
-            # (`padding = get_padding(x, dtype)`) read the callee's stale return.
-            self._returns.clear()
-            nodes = {region.node for region in respelled}
-            callers = [r for r in by_function.values() if r not in respelled and any(
-                (found := self._same_file_function(call, r)) is not None and found[0] in nodes for call in r.calls)]
-            for region in [*respelled, *callers]:
-                region.memo.clear()
-                self._compute_env(region)
-            passed_on = True  # what the regions compute with it, they pass on (once more)
-        for target, dtypes in seen.items():
-            region = by_function[target]
-            # Every caller passes float32 (Python numbers too: they become tensors of what they meet, and a
-            # caller passing a float32 tensor says what that is: `momentum` as `self.momentum` or a tensor).
-            learnt = {name: F32 for name, ds in dtypes.items() if ds and any(d.wide for d in ds)
-                      and all(d.wide or d is PY for d in ds) and (region.env.get(name) is F16 or
-                                                                 name in self._assigned_variables(region))}
-            # Every caller passes a Python number (`self._assign_moving_average(var, mean, 0.99)`).
-            learnt.update({name: PY for name, ds in dtypes.items() if ds == {PY} and region.env.get(name) is F16})
-            if region.kind == "helper":
-                # A helper's parameter is float16 because float16 code calls it; when no caller in the file
-                # passes float16 (only unknown values, float32 or numbers), it is as unknown as they are.
-                learnt.update({name: UNK for name, ds in dtypes.items() if UNK in ds and F16 not in ds
-                               and region.env.get(name) is F16 and name not in learnt})
-            if self._loss_inputs_float32(region):
-                # A Keras 3 loss called bare in this file on float16 tensors computes in float16 (C24).
-                learnt.update({name: F16 for name, ds in dtypes.items() if F16 in ds and region.param_dtypes.get(name) is F32})
-            if self._loss_inputs_passed(region):
-                # tf_keras: a bare call of this file on float16 predictions (a custom loop) runs it in float16.
-                learnt.update({name: F16 for name, ds in dtypes.items() if F16 in ds and
-                               region.param_dtypes.get(name) is self.predictions and name in region.caller_params})
-            passed = {name for name, ds in dtypes.items() if ds == {F16} and region.param_dtypes.get(name) is F16
-                      and region.env.get(name) is F32} - region.passed_float16
-            stale = {name for name in region.passed_float16 if dtypes.get(name) != {F16}}
-            if passed or stale:
-                # `reparameterize(mean, log_var)` called with float16 encoder outputs: float32-by-use had made
-                # them float32 because they meet `tf.random.normal`'s float32 noise, the very mix that is the bug.
-                region.passed_float16 = (region.passed_float16 | passed) - stale
-                learnt.update(dict.fromkeys(passed, F16))
-                learnt.update({name: region.params.get(name, F16) for name in stale})
-                passed_on = True
-            if region.callers_decide or region.caller_params:
-                decided = {name: next(iter(ds)) for name, ds in dtypes.items() if len(ds) == 1
-                           and next(iter(ds)).floating_tensor and region.env.get(name) is UNK}
-                learnt.update(decided)
-                passed_on = passed_on or bool(decided)
-            if learnt:
-                # A float32 parameter is passed on as well (a closure's `var` to `_assign_moving_average`).
-                passed_on = passed_on or any(d is F32 and region.params.get(n) is not F32 for n, d in learnt.items())
-                region.params.update(learnt)
-                self._compute_env(region)
-        if rounds > 1 and passed_on:
-            # What a region learnt it passes on to the helpers it calls (iou_loss -> _iou_per_anchor): once more.
-            self._learn_parameters(rounds - 1)
-
-    def _record_call(self, target: cst.FunctionDef, call: cst.Call, caller: Region | None,
-                     seen: dict[cst.FunctionDef, dict[str, set[Dtype]]],
-                     spellings: dict[cst.FunctionDef, dict[str, set[Dtype]]]) -> None:
-        """What ``call`` passes to each parameter of ``target`` (its dtype, and a ``dtype`` argument's spelling)."""
-        names = [p.name.value for p in [*target.params.posonly_params, *target.params.params]]
-        if names and names[0] in ("self", "cls"):
-            names = names[1:]
-        dtypes = seen.setdefault(target, {})
-        for i, arg in enumerate(call.args):
-            if arg.star:
-                break
-            pname = arg.keyword.value if arg.keyword is not None else (names[i] if i < len(names) else None)
-            if pname is None:
-                continue
-            dtype = self.dtype_at(arg.value, call, caller) if caller is not None and caller.kind != "module" else UNK
-            dtypes.setdefault(pname, set()).add(dtype)
-            if pname in _DTYPE_PARAMETERS:  # `reduce_weighted_values(..., dtype=self.dtype)`
-                spelled = self.dtype_of_spelling(arg.value, caller) if caller is not None else UNK
-                spellings.setdefault(target, {}).setdefault(pname, set()).add(spelled)
-
-    def _cross_file_arguments(self, by_function: dict[cst.FunctionDef, Region],
-                              seen: dict[cst.FunctionDef, dict[str, set[Dtype]]],
-                              spellings: dict[cst.FunctionDef, dict[str, set[Dtype]]]) -> None:
-        """What other files' float16 code passes a function of this file (``ProjectFileFacts.cross_calls``): the
-        caller's float16 activations, a float32 cast, a number, or a value the scan cannot judge; a ``dtype``
-        parameter a caller leaves out is its default (``get_padding_bias(x, dtype=tf.float32)``)."""
-        for call in getattr(self, "cross_calls", ()):
-            target = self.functions.get(call.function)
-            if target not in by_function or not call.float16:
-                continue
-            dtypes = seen.setdefault(target, {})
-            for name in call.tensors | call.float32 | call.numbers | call.unknown:
-                dtype = F16 if name in call.tensors else F32 if name in call.float32 else \
-                    PY if name in call.numbers else UNK
-                dtypes.setdefault(name, set()).add(dtype)
-            passed = {name for name, _ in call.args}
-            for param in [*target.params.params, *target.params.kwonly_params]:
-                if param.name.value in _DTYPE_PARAMETERS and param.default is not None:
-                    spelled = UNK if param.name.value in passed else spelled_dtype(param.default, self.resolve) or UNK
-                    spellings.setdefault(target, {}).setdefault(param.name.value, set()).add(spelled)
-
-    def _learn_layer_arguments(self, by_function: dict[cst.FunctionDef, Region]) -> None:
-        """tf_keras autocasts only the first argument of a layer's ``call``: a later parameter of a layer class of
-        this file is float32 when every ``self.<layer>(...)`` call site of the file passes float32 (research
-        detr_lib.py: ``self._encoder_stack(inputs, training, pos_encoding)`` with a float32 position encoding,
-        C37). Keras 3 converts every floating argument, so there it stays the compute dtype."""
-        if self.keras != 2:
-            return
-        passed: dict[cst.FunctionDef, dict[str, set[Dtype]]] = {}
-        for call in self.all_calls:
-            func = call.func
-            caller = self.region_of.get(call)
-            if not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name) or \
-                    func.value.value != "self" or caller is None or caller.owner is None or caller.kind == "module":
-                continue
-            # An instance built with its own `dtype=` (tfm gaussian_process.py: `dtype=self.dtype`, a float32 layer)
-            # casts its first input unlike the class's `call` region models: nothing is learnt from it.
-            built = {self.module.code_for_node(v.func) if isinstance(v, cst.Call) and
-                     argument(v, "dtype", None) is None else None
-                     for _, v in self.attribute_values(caller.owner, func.attr.value)}
-            cls = self.classes.get(next(iter(built)) or "") if len(built) == 1 else None
-            target = self.methods.get(cls, {}).get("call") if cls is not None else None
-            region = by_function.get(target) if target is not None else None
-            if region is None or region.kind != "layer-call" or not self.is_layer_class(cls) or \
-                    not self.autocasts(cls):
-                continue
-            names = [p.name.value for p in [*target.params.posonly_params, *target.params.params]][1:]
-            for i, arg in enumerate(call.args):
-                if arg.star:
-                    break
-                pname = arg.keyword.value if arg.keyword is not None else (names[i] if i < len(names) else None)
-                if pname is not None and names and pname != names[0]:  # the first argument is autocast
-                    passed.setdefault(target, {}).setdefault(pname, set()).add(self.dtype_at(arg.value, call, caller))
-        for target, names in passed.items():
-            region = by_function[target]
-            learnt = {n: F32 for n, ds in names.items() if ds == {F32} and region.env.get(n) is UNK
-                      and region.params.get(n) is not F32}
-            if learnt:
-                region.params.update(learnt)
-                self._compute_env(region)
-
-    def _loss_inputs_float32(self, region: Region) -> bool:
-        """``region`` is a Keras loss (``fn(y_true, y_pred)``, or ``call`` of a ``Loss`` subclass) whose
-        inputs Keras converts to float32 before it runs (``keras_layers.LOSS_INPUTS``: Keras 3 only)."""
-        return keras_layers.LOSS_INPUTS.get(self.keras) == "float32" and self._keras_loss(region)
-
-    def _loss_inputs_passed(self, region: Region) -> bool:
-        """``region`` is a Keras loss that gets its inputs as its callers pass them (tf_keras: compile hands
-        it the model's predictions as they are, float32 behind a float32 head, and casts y_true to them)."""
-        return keras_layers.LOSS_INPUTS.get(self.keras) is None and self._keras_loss(region)
-
-    def _keras_loss(self, region: Region) -> bool:
-        """A Keras loss: ``fn(y_true, y_pred, *options)`` or a method of a ``Loss`` subclass with that signature."""
-        if not isinstance(region.node, cst.FunctionDef) or not self._keras_loss_signature(region.node):
-            return False
-        return region.owner is None or any(
-            (self.resolve(base.value) or "").startswith(keras_layers.LOSS_BASES) for base in region.owner.bases)
+class NameDtypes(ParameterDtypes):
+    """Mixed into ``DtypeAnalysis``: fills each region's name table (``Region.env``); what callers pass a region's
+    parameters is ``ParameterDtypes``' (``dtype_arguments``)."""
 
     def _signature(self, func: cst.FunctionDef) -> list[Dtype] | None:
         """Dtypes of ``@tf.function(input_signature=[tf.TensorSpec(shape, tf.float32), ...])``."""
@@ -385,11 +187,11 @@ class NameDtypes:
             # says what x is.
             plain = [v for v in values if id(v) not in region.augmented]
             if plain:
-                dtypes = {self.value_dtype(name, value, region) for value in plain}
+                dtypes = {d for value in plain for d in self.value_dtypes(name, value, region)}
             elif name in region.param_dtypes:
                 dtypes = {region.param_dtypes[name]}
             else:
-                dtypes = {self.value_dtype(name, value, region) for value in values}
+                dtypes = {d for value in values for d in self.value_dtypes(name, value, region)}
             if any(d.wide for d in dtypes) and F16 in dtypes:
                 # x = tf.cast(x, tf.float32) … x = tf.cast(x, dtype): flow matters, we cannot tell.
                 region.env[name] = UNK
@@ -409,7 +211,7 @@ class NameDtypes:
         def evaluated(assumed: Dtype) -> list[Dtype]:
             region.env[name] = assumed
             region.memo.clear()
-            return [self.value_dtype(name, value, region) for value in values]
+            return [_one(self.value_dtypes(name, value, region)) for value in values]
 
         as_f16, as_unknown = evaluated(F16), evaluated(UNK)
         independent = {a for a, b in zip(as_f16, as_unknown) if a is b}
@@ -427,23 +229,28 @@ class NameDtypes:
         region.env[name] = result
         region.memo.clear()
 
-    def value_dtype(self, name: str, value: cst.BaseExpression, region: Region) -> Dtype:
-        """The dtype ``value`` gives ``name`` (an element of a tuple unpacking by its source)."""
-        if value is ELEMENT:
-            for source, index in region.unpacked.get(name, ()):
-                return self.element_dtype(source, index, region)
-            # `for x in inputs[1:]`: an element of a floating tensor, or of a structure of them (a merge layer's
-            # autocast inputs), has its dtype.
-            # Only a structure the region holds (a name, attribute or slice of one): a call's result (`for v in
-            # self._freeze_vars()`) is whatever the call returns, often variables (mp2's 19:01 MP203 FP);
-            # except an op whose elements the op table knows (`for t in tf.split(qkv, 3, -1)`: gen, unseen).
-            found = {self.dtype(source, region) if not isinstance(source, cst.Call) else
-                     self.element_dtype(source, 0, region) for source in region.iterated.get(name, ())
-                     if isinstance(source, (cst.Name, cst.Attribute, cst.Subscript)) or
-                     (isinstance(source, cst.Call) and getattr(specs.lookup(self.resolve(source.func)), "elements",
-                                                               None) is specs.Elements.SAME)}
-            return found.pop() if len(found) == 1 and next(iter(found)) in (F16, F32) else UNK
-        return self.dtype(value, region)
+    def value_dtypes(self, name: str, value: cst.BaseExpression, region: Region) -> set[Dtype]:
+        """The dtypes ``value`` gives ``name``: an ``ELEMENT`` is every tuple unpacking that binds the name (each
+        element by its source and index, unknown where nobody indexes it), and every ``for`` loop over a structure."""
+        if value is not ELEMENT:
+            return {self.dtype(value, region)}
+        found = {UNK if index is None else self.element_dtype(source, index, region)
+                 for source, index in region.elements.get(name, ())}
+        if name in region.iterated:
+            found.add(self._iterated_dtype(name, region))
+        return found or {UNK}
+
+    def _iterated_dtype(self, name: str, region: Region) -> Dtype:
+        """``for x in inputs[1:]``: an element of a floating tensor, or of a structure of them (a merge layer's
+        autocast inputs), has its dtype. Only a structure the region holds (a name, attribute or slice of one): a
+        call's result (``for v in self._freeze_vars()``) is whatever the call returns, often variables (mp2's
+        19:01 MP203 FP); except an op whose elements the op table knows (``for t in tf.split(qkv, 3, -1)``)."""
+        found = {self.dtype(source, region) if not isinstance(source, cst.Call) else
+                 self.element_dtype(source, 0, region) for source in region.iterated.get(name, ())
+                 if isinstance(source, (cst.Name, cst.Attribute, cst.Subscript)) or
+                 (isinstance(source, cst.Call) and getattr(specs.lookup(self.resolve(source.func)), "elements",
+                                                           None) is specs.Elements.SAME)}
+        return found.pop() if len(found) == 1 and next(iter(found)) in (F16, F32) else UNK
 
     def _float32_by_use(self, region: Region) -> None:
         """Tensors that meet an explicit float32 tensor in arithmetic are float32 themselves.
@@ -500,4 +307,8 @@ class NameDtypes:
 
 
 _ASSIGNS = frozenset({"assign", "assign_add", "assign_sub"})
-_DTYPE_PARAMETERS = frozenset({"dtype", "compute_dtype"})  # parameters that name a dtype
+
+
+def _one(dtypes: set[Dtype]) -> Dtype:
+    """One dtype for a value that binds several (an ``ELEMENT`` of unpackings that disagree: float16 and float32)."""
+    return UNK if F16 in dtypes and any(d.wide for d in dtypes) else join_all(dtypes)

@@ -46,10 +46,11 @@ class FlowDtypes:
         where = self.order.get(node)
         if where is None or depth > 20 or name in region.iterated:
             return None
-        # (assigned value, or (source, index) of `a, b = source`), by the source position of the value
-        found: list[tuple[cst.BaseExpression, int | None]] = [(v, None) for v in region.assigned.get(name, [])
-                                                             if v is not ELEMENT]
-        found += [(source, index) for source, index in region.unpacked.get(name, ())]
+        # Every binding of the name, by the source position of its value: an assigned value (`a, b = x, y`: a is x),
+        # or (source, index) of an element of `a, b = source` (index None: nobody indexes it, `(a, b), c = v`).
+        found: list[tuple[cst.BaseExpression, int | None | bool]] = [(v, False) for v in region.assigned.get(name, [])
+                                                                    if v is not ELEMENT]
+        found += region.elements.get(name, [])
         if not found or any(self.order.get(v) is None for v, _ in found):
             return None
         chain = []
@@ -70,7 +71,7 @@ class FlowDtypes:
                 continue  # under a dtype test that is false here, or in the other branch
             if self._unknown_method(value):
                 return None  # `returns = returns.stack()[::-1]`: an unknown object's method is a guess, not a fact
-            dtypes.add(self.dtype(value, region, depth + 1) if index is None else
+            dtypes.add(self.dtype(value, region, depth + 1) if index is False else UNK if index is None else
                        self.element_dtype(value, index, region, depth + 1))
             if runs:
                 return self._reached(dtypes)

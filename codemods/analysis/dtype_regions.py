@@ -319,6 +319,7 @@ def enclose(region: Region, outer: Region) -> None:
     region.assigned = ChainMap({}, outer.assigned)  # type: ignore[assignment]
     region.unpacked = ChainMap({}, outer.unpacked)  # type: ignore[assignment]
     region.iterated = ChainMap({}, outer.iterated)  # type: ignore[assignment]
+    region.elements = ChainMap({}, outer.elements)  # type: ignore[assignment]
     region.nested = ChainMap({}, outer.nested)  # type: ignore[assignment]
 
 

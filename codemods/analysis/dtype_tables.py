@@ -56,6 +56,9 @@ class Region:
     nested: dict[str, cst.FunctionDef] = field(default_factory=dict)  # closures defined inside
     unpacked: dict[str, list[tuple[cst.BaseExpression, int]]] = field(default_factory=dict)
     iterated: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)  # `for x in value`: x's values
+    # One entry per ``ELEMENT`` a tuple target binds, in source order: (value, index) where the element is taken
+    # by position (`a, b = v`), (value, None) where nobody indexes it (`a, *b = v`, `(a, b), c = v`, `for a, b in v`).
+    elements: dict[str, list[tuple[cst.BaseExpression, int | None]]] = field(default_factory=dict)
     returns: list[cst.BaseExpression] = field(default_factory=list)
     memo: dict[int, Dtype] = field(default_factory=dict)
     augmented: set[int] = field(default_factory=set)  # values of `x += value`: x keeps its dtype too
@@ -118,6 +121,8 @@ class _Collector(Visitor):
         path.append(node)  # on_leave pops it, also for a skipped subtree
         if node is not region.node:
             if node_type is cst.ClassDef:
+                if region.kind != "module":
+                    self._class_nonlocals(node)
                 return False
             if node_type is cst.FunctionDef:
                 self.nested_depth += 1  # its returns are its own (on_leave undoes it, also when skipped)
@@ -191,8 +196,25 @@ class _Collector(Visitor):
         return bool(returns) and all(r is not None and heuristics.VARIABLES_ITERABLE.search(module.code_for_node(r))
                                      for r in returns)
 
+    def _class_nonlocals(self, cls: cst.ClassDef) -> None:
+        """A method of a class defined in this function that declares ``nonlocal x`` binds this function's x (as in
+        ``Bindings``): its assignments of x join this function's table (the class itself is walked nowhere here)."""
+        for method in cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ():
+            if not isinstance(method, cst.FunctionDef):
+                continue
+            names = {n.name.value for node in walk(method) if type(node) is cst.Nonlocal for n in node.names}
+            for node in walk(method) if names else ():
+                if type(node) is cst.Assign:
+                    for target in node.targets:
+                        self._bind(target.target, node.value, node, BindingKind.ASSIGN, names)
+                elif type(node) is cst.AugAssign or (type(node) is cst.AnnAssign and node.value is not None):
+                    if type(node) is cst.AugAssign and isinstance(node.target, cst.Name) and node.target.value in names:
+                        self.region.augmented.add(id(node.value))
+                    self._bind(node.target, node.value, node, BindingKind.AUGMENTED if type(node) is cst.AugAssign
+                               else BindingKind.ANNOTATED, names)
+
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression, statement: cst.CSTNode,
-              kind: BindingKind) -> None:
+              kind: BindingKind, only: set[str] | None = None) -> None:
         """The region's tables from the target's ``Binding`` records (``bindings.decompose``, the one
         decomposition): every plain name the scope binds (attributes and subscripts are the class's or
         the object's); a name paired with an element of a literal tuple (``a, b = x, y``) is that element
@@ -203,7 +225,7 @@ class _Collector(Visitor):
         iterating = kind is BindingKind.FOR or kind is BindingKind.COMPREHENSION
         for binding in decompose(target, value, statement, (), kind):
             name, path = binding.name, binding.path
-            if "." in name or (not path and binding.starred):
+            if "." in name or (not path and binding.starred) or (only is not None and name not in only):
                 continue
             # `nonlocal x` in a closure: x is the enclosing function's (a ChainMap writes to its first map).
             tables = region.enclosing if name in self.declared_nonlocal and region.closure else region
@@ -216,8 +238,10 @@ class _Collector(Visitor):
                     own(tables.unpacked).setdefault(name, []).append((binding.source, path[0]))
             elif path:
                 assigned.setdefault(name, []).append(ELEMENT)
-                if not iterating and not binding.starred and len(path) == 1:
+                indexed = not iterating and not binding.starred and len(path) == 1
+                if indexed:
                     own(tables.unpacked).setdefault(name, []).append((binding.source, path[0]))
+                own(tables.elements).setdefault(name, []).append((binding.source, path[0] if indexed else None))
             elif iterating:
                 # for v in model.trainable_variables: float32 variables, safe to reduce.
                 code = self.analysis.module.code_for_node(value)
