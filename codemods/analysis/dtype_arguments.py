@@ -11,7 +11,9 @@ import libcst as cst
 from mpfix.codemods.analysis.dtype_lattice import (
     BOOL, F16, F32, INT, PY, UNK, Dtype, argument, join_all, spelled_dtype,
 )
-from mpfix.codemods.analysis.dtype_regions import Region
+from mpfix.codemods.analysis.dtype_regions import Region, RegionKind, _Collector, enclose
+from mpfix.codemods.analysis.dtype_syntax import blocks, walk_calls
+from mpfix.codemods.analysis.gradient_syntax import _is_tape
 from mpfix.codemods.analysis.loss_calls import compiled_loss_targets
 from mpfix.codemods.facts import keras_layers
 
@@ -33,6 +35,7 @@ class ParameterDtypes:
         self._learn_layer_arguments(by_function)
         seen: dict[cst.FunctionDef, dict[str, set[Dtype]]] = {}
         spellings: dict[cst.FunctionDef, dict[str, set[Dtype]]] = {}
+        taped = self._tape_blocks()
         for call in self.all_calls:
             target = None
             if isinstance(call.func, cst.Name):
@@ -41,7 +44,9 @@ class ParameterDtypes:
                     call.func.value.value == "self":
                 name = call.func.attr.value
                 target = next((m[name] for m in self.methods.values() if name in m), None)
-            caller = self.region_of.get(call)
+            caller = taped.get(id(call)) or self.region_of.get(call)
+            if target is None and caller is not None and caller.node in self._tape_withs:
+                target = self._instance_method(call, caller)  # `gan.d_loss(...)` with `gan = GAN()`
             if target is None and caller is not None:
                 # `self.loss.get('class_loss')(y, outputs)`: the file's Loss classes that key may reach (mp2, turn 6).
                 for loss_call in compiled_loss_targets(self, call, caller.assigned):
@@ -122,6 +127,62 @@ class ParameterDtypes:
         if rounds > 1 and passed_on:
             # What a region learnt it passes on to the helpers it calls (iou_loss -> _iou_per_anchor): once more.
             self._learn_parameters(rounds - 1)
+
+    def _tape_blocks(self) -> dict[int, Region]:
+        """The calls of each ``with tf.GradientTape()`` block outside every float16 region (module-level code, a
+        ``main()`` loop), by id: the block is float16 compute under a mixed policy whatever scope it sits in, so
+        it is a training-step region of its own (``Region.node`` the ``With``) whose tables read through to its
+        scope's (the module's, or the function's shadow region): what it passes is what a train step passes."""
+        found = getattr(self, "_tape_calls", None)
+        if found is not None:
+            return found
+        found = self._tape_calls = {}
+        self._tape_withs: set[cst.CSTNode] = set()
+        todo: list[tuple[list, cst.FunctionDef | None, cst.ClassDef | None]] = [(self.module.body, None, None)]
+        while todo:
+            body, scope, owner = todo.pop()
+            for stmt in body:
+                if isinstance(stmt, cst.ClassDef):
+                    todo.extend((m.body.body, m, stmt) for m in stmt.body.body
+                                if isinstance(m, cst.FunctionDef) and isinstance(m.body, cst.IndentedBlock))
+                    continue
+                if isinstance(stmt, cst.FunctionDef):
+                    if isinstance(stmt.body, cst.IndentedBlock):
+                        todo.append((stmt.body.body, stmt, owner if scope is not None else None))
+                    continue
+                if isinstance(stmt, cst.With) and any(isinstance(item.item, cst.Call) and
+                                                      _is_tape(self.resolve, item.item.func) for item in stmt.items):
+                    outer = self._tape_scope(scope, owner)
+                    if outer is not None:
+                        tape = Region(node=stmt, kind=RegionKind.TRAIN_STEP, in_class=outer.in_class, owner=outer.owner)
+                        enclose(tape, outer)
+                        _Collector(self, tape, register=False).walk(stmt)
+                        self._compute_env(tape)
+                        self._tape_withs.add(stmt)
+                        found.update((id(call), tape) for call in walk_calls(stmt.body))
+                        continue
+                todo.extend((block, scope, owner) for block in blocks(stmt))
+        return found
+
+    def _tape_scope(self, scope: cst.FunctionDef | None, owner: cst.ClassDef | None) -> Region | None:
+        """The region whose names a tape block in ``scope`` reads: the module's, or a function's that float16 does
+        not reach (a shadow); None inside a float16 region (its own walk types the block)."""
+        if scope is None:
+            return next((r for r in self.regions if r.kind == "module"), None)
+        region = self._region_by_func.get(scope)
+        if region is not None:
+            return region if region.kind == "shadow" else None
+        return self.region_for(scope, owner)
+
+    def _instance_method(self, call: cst.Call, caller: Region) -> cst.FunctionDef | None:
+        """``obj.method(...)`` where ``obj`` is bound once, to an instance of a class of this file (``gan = GAN()``)."""
+        if not isinstance(call.func, cst.Attribute) or not isinstance(call.func.value, cst.Name):
+            return None
+        values = caller.assigned.get(call.func.value.value) or self.module_values.get(call.func.value.value, [])
+        if len(values) != 1 or not isinstance(values[0], cst.Call) or not isinstance(values[0].func, cst.Name):
+            return None
+        cls = self.classes.get(values[0].func.value)
+        return self.methods.get(cls, {}).get(call.func.attr.value) if cls is not None else None
 
     def _record_call(self, target: cst.FunctionDef, call: cst.Call, caller: Region | None,
                      seen: dict[cst.FunctionDef, dict[str, set[Dtype]]],
