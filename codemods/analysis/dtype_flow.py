@@ -62,11 +62,13 @@ class FlowDtypes:
             chain.append(ancestor)
         ids = {id(a) for a in chain}
         dtypes: set[Dtype] = set()
+        bound: dict[int, set[bool]] = {}  # the branches of an if/else found to bind the name, by the if
         for value, index in sorted((f for f in found if self.order[f[0]] < where), key=lambda f: self.order[f[0]],
                                    reverse=True):
             if id(value) in region.augmented or id(value) in ids:
                 continue  # `x op= v` keeps x's dtype; `x = f(x)` reads the x before it
-            runs = self._runs_before(value, ids, region)
+            forks: list = []
+            runs = self._runs_before(value, ids, region, forks)
             if runs is False:
                 continue  # under a dtype test that is false here, or in the other branch
             if self._unknown_method(value):
@@ -75,6 +77,13 @@ class FlowDtypes:
                        self.element_dtype(value, index, region, depth + 1))
             if runs:
                 return self._reached(dtypes)
+            if len(forks) == 1 and forks[0] is not None:
+                # Surely run on its branch of an if/else: once both branches bind the name, one of them surely
+                # ran, and the bindings before the if cannot reach (branches that disagree: `_reached` is None).
+                branches = bound.setdefault(forks[0][0], set())
+                branches.add(forks[0][1])
+                if len(branches) == 2:
+                    return self._reached(dtypes)
         if name not in region.param_dtypes:
             return None
         return self._reached(dtypes | {region.param_dtypes[name]})
@@ -94,9 +103,12 @@ class FlowDtypes:
             return None
         return join_all(dtypes)
 
-    def _runs_before(self, value: cst.BaseExpression, use_ancestors: set[int], region: Region) -> bool | None:
+    def _runs_before(self, value: cst.BaseExpression, use_ancestors: set[int], region: Region,
+                     forks: list | None = None) -> bool | None:
         """True: the statement assigning ``value`` surely ran before the use; False: it cannot have (a false dtype
-        test, or the other branch of an ``if`` the use is in); None: it may have."""
+        test, or the other branch of an ``if`` the use is in); None: it may have. ``forks`` gets why it may: the
+        branch of an ``if``/``else`` it sits on, ``(id of the if, taken)`` (``Binding.branch``'s pair), or None
+        for a step that may not run at all (a loop's or a try's body, an ``if`` with no ``else``, an ``elif``)."""
         node = value
         while node is not None and not isinstance(node, _STATEMENTS):
             node = self.parent.get(node)
@@ -118,10 +130,15 @@ class FlowDtypes:
                 if test is not None and test is not taken:
                     return False
                 surely = surely and test is taken
+                if test is None and forks is not None:
+                    exhaustive = isinstance(owner.orelse, cst.Else) and not isinstance(self.parent.get(owner), cst.If)
+                    forks.append((id(owner), taken) if exhaustive else None)
             elif isinstance(owner, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) or owner is None:
                 return None
             elif not isinstance(owner, cst.With):
                 surely = False  # a loop's or a try's body may run
+                if forks is not None:
+                    forks.append(None)
             node = owner
         return None
 
