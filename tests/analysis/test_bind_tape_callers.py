@@ -73,10 +73,20 @@ _MAIN_LOOP = """
 """
 
 
+def _tf_keras(code: str) -> str:
+    """The same script for tf_keras (Keras 2): its LossScaleOptimizer spelling and get_scaled_loss, tf.math ops."""
+    return code.replace("import keras\n", "import tf_keras as keras\n").replace(
+        "from keras import layers, ops", "from tf_keras import layers").replace("ops.", "tf.math.").replace(
+        "tf.math.mean", "tf.reduce_mean").replace("keras.optimizers.LossScaleOptimizer(", "keras.mixed_precision.LossScaleOptimizer(").replace(
+        "opt.scale_loss(loss)", "opt.get_scaled_loss(loss)")
+
+
+@pytest.mark.parametrize("keras", [2, 3])
 @pytest.mark.parametrize("loop", [_MODULE_LOOP, _MAIN_LOOP], ids=["module-level", "main"])
-def test_a_tape_block_outside_any_region_types_the_loss_it_calls(loop):
+def test_a_tape_block_outside_any_region_types_the_loss_it_calls(loop, keras):
     code = _K3.format(loop=loop)
-    result = lint_snippet(code, ("MP202",), keras=3, fix=False, filename="train_critic.py")
+    code = _tf_keras(code) if keras == 2 else code
+    result = lint_snippet(code, ("MP202",), keras=keras, fix=False, filename="train_critic.py")
     assert [(f.code, f.line) for f in result.findings] == [("MP202", 19), ("MP202", 19)]
 
 
