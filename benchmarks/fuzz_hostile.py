@@ -9,6 +9,10 @@ segfaulting), a **traceback** (any ``Traceback`` on stderr or stdout, or an exit
 * ``mutated``: real files (``samples/``, the tests' ``.py`` fixtures, the installed ``keras`` and
   ``tf_keras`` packages, found without importing them) cut, duplicated, spliced, truncated, given
   random bytes or deep nesting, with a seeded RNG (reproducible: ``--seed``).
+* ``notebooks`` (``--notebooks N``): ``.ipynb`` files whose code cells are mutated files, in a
+  structure that is itself mutated: cells that are not objects, sources that are lists of
+  non-strings or one string, missing or odd ``cell_type``, nbformat 3 worksheets, magics and shell
+  lines, another kernel's language, huge outputs, and byte-level damage to the JSON.
 
 Inputs run in batches through the real command line (``python -m mpfix check --format json``,
 ``--format sarif``, then ``apply`` on the same folder), as CI would; one in eight mutated inputs
@@ -152,6 +156,65 @@ def mutated(count: int, seed: int) -> list[bytes]:
     return out
 
 
+def notebook(code: bytes, rng: random.Random) -> bytes:
+    """A notebook holding ``code`` (mutated Python) in cells, with its structure mutated too."""
+    import json
+
+    text = code.decode("utf-8", "surrogateescape")
+    lines = text.splitlines(keepends=True)
+    cuts = sorted(rng.sample(range(len(lines) + 1), min(len(lines) + 1, rng.randrange(1, 5))))
+    chunks = ["".join(lines[a:b]) for a, b in zip([0, *cuts], [*cuts, len(lines)])]
+    cells: list = []
+    for chunk in chunks:
+        source: object = chunk.splitlines(keepends=True) if rng.randrange(2) else chunk
+        cell: dict = {"cell_type": "code", "metadata": {}, "source": source, "outputs": [], "execution_count": None}
+        kind = rng.randrange(14)
+        if kind == 0:
+            cell["cell_type"] = rng.choice(("markdown", "raw", "", None, 3, "CODE"))
+        elif kind == 1:
+            cell["source"] = rng.choice(([1, None, "x = 1\n"], {"a": 1}, None, 5, [["nested"]]))
+        elif kind == 2:
+            cell["source"] = ["%matplotlib inline\n", "!pip install tensorflow\n", "%%time\n", *chunk.splitlines(keepends=True)]
+        elif kind == 3:
+            del cell["source"]
+        elif kind == 4:
+            cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["x" * 1000] * 500}]
+        elif kind == 5:
+            cell = rng.choice((cell["source"], None, 7, "cell", [cell]))
+        elif kind == 6:
+            cell["source"] = "\r".join(chunk.splitlines())  # old-Mac newlines
+        cells.append(cell)
+    document: dict = {"cells": cells, "metadata": {"kernelspec": {"language": "python", "name": "python3"}},
+                      "nbformat": 4, "nbformat_minor": 5}
+    kind = rng.randrange(10)
+    if kind == 0:
+        document = {"worksheets": [{"cells": cells}], "nbformat": 3, "metadata": {}}
+    elif kind == 1:
+        document["metadata"]["kernelspec"]["language"] = rng.choice(("R", "julia", None, 5))
+    elif kind == 2:
+        document["cells"] = rng.choice(({"0": cells}, None, "cells", 1))
+    elif kind == 3:
+        document["nbformat"] = rng.choice((3, 5, "4", None, 10 ** 30))
+    elif kind == 4:
+        document = cells  # a bare list
+    data = json.dumps(document, indent=rng.choice((None, 1))).encode("utf-8", "surrogateescape")
+    if rng.randrange(4) == 0:
+        data = mutate(data, rng)  # damaged JSON
+    return data
+
+
+def notebooks(count: int, seed: int) -> list[bytes]:
+    rng = random.Random(seed + 3_000_017)
+    files = corpus()
+    out = []
+    while len(out) < count:
+        data = rng.choice(files).read_bytes()
+        for _ in range(rng.randrange(0, 3)):
+            data = mutate(data, rng) if data else data
+        out.append(notebook(TRIGGER.encode() + data, rng))
+    return out
+
+
 COMMANDS = [["check", "--format", "json"], ["check", "--format", "sarif"], ["diff"], ["apply"]]
 JOBS = "1"
 
@@ -194,31 +257,33 @@ def _run(folder: Path, command: list[str], timeout: float) -> tuple[str | None, 
     return None, output
 
 
-def run_batch(inputs: list[bytes], names: list[str], outcome: Outcome, timeout_per_file: float) -> None:
+def run_batch(inputs: list[bytes], names: list[str], outcome: Outcome, timeout_per_file: float,
+              suffix: str = ".py") -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "pyproject.toml").write_text("[project]\nname = 'fuzz'\n")
         for index, data in enumerate(inputs):
-            (folder / f"f{index:05d}.py").write_bytes(data)
+            (folder / f"f{index:05d}{suffix}").write_bytes(data)
         for command in COMMANDS:
             problem, _ = _run(folder, command, timeout_per_file * len(inputs) + 30)
             if problem is None:
                 continue
             if len(inputs) > 1:  # name the culprit(s): each file alone
                 for data, name in zip(inputs, names):
-                    run_batch([data], [name], outcome, timeout_per_file)
+                    run_batch([data], [name], outcome, timeout_per_file, suffix)
                 return
             getattr(outcome, {"crash": "crashes", "traceback": "tracebacks", "hang": "hangs"}[problem]).append(
                 f"{names[0]} ({' '.join(command)})")
             return
 
 
-def fuzz(name: str, inputs: list[bytes], batch: int, timeout_per_file: float, keep: Path | None) -> Outcome:
+def fuzz(name: str, inputs: list[bytes], batch: int, timeout_per_file: float, keep: Path | None,
+         suffix: str = ".py") -> Outcome:
     outcome = Outcome(inputs=len(inputs))
     names = [f"{name}-{i}" for i in range(len(inputs))]
     started = time.monotonic()
     for start in range(0, len(inputs), batch):
-        run_batch(inputs[start:start + batch], names[start:start + batch], outcome, timeout_per_file)
+        run_batch(inputs[start:start + batch], names[start:start + batch], outcome, timeout_per_file, suffix)
         done = min(start + batch, len(inputs))
         print(f"  {name}: {done} done, {len(outcome.crashes)} crashes, {len(outcome.tracebacks)} tracebacks, "
               f"{len(outcome.hangs)} hangs ({time.monotonic() - started:.0f} s)", flush=True)
@@ -226,7 +291,7 @@ def fuzz(name: str, inputs: list[bytes], batch: int, timeout_per_file: float, ke
         for label in outcome.crashes + outcome.tracebacks + outcome.hangs:
             index = int(label.split()[0].rsplit("-", 1)[1])
             keep.mkdir(parents=True, exist_ok=True)
-            (keep / f"{name}-{index}.py").write_bytes(inputs[index])
+            (keep / f"{name}-{index}{suffix}").write_bytes(inputs[index])
     print(outcome.line(name) + f" ({time.monotonic() - started:.0f} s)", flush=True)
     for label in outcome.crashes + outcome.tracebacks + outcome.hangs:
         print(f"  {label}")
@@ -237,6 +302,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--generated", type=int, default=1000)
     parser.add_argument("--mutated", type=int, default=1000)
+    parser.add_argument("--notebooks", type=int, default=0, help="mutated .ipynb files (structure and cells)")
     parser.add_argument("--seed", type=int, default=21)
     parser.add_argument("--batch", type=int, default=100)
     # A batch's limit is this many seconds per file (+30 s): LibCST takes ~1 s for a 60 KB file on a
@@ -259,6 +325,9 @@ def main() -> int:
     if options.mutated:
         outcomes.append(fuzz("mutated", mutated(options.mutated, options.seed), options.batch,
                              options.timeout_per_file, options.keep))
+    if options.notebooks:
+        outcomes.append(fuzz("notebooks", notebooks(options.notebooks, options.seed), options.batch,
+                             options.timeout_per_file, options.keep, ".ipynb"))
     if options.generated:
         outcomes.append(fuzz("generated", generated(options.generated, options.seed), options.batch,
                              options.timeout_per_file, options.keep))

@@ -275,7 +275,18 @@ def read_notebook(text: str, path: Path):
             kind = next(type(line).__name__ for line in source if not isinstance(line, str))
             return FileError(str(path), f"not a notebook mpfix can read: cell {index + 1}'s source holds a value "
                                         f"of type {kind} (nbformat 4 wants a string or a list of strings)")
+        if cell.get("cell_type") == "code":
+            # JSON may escape half of a UTF-16 pair ("\udce7"): no text holds it, CPython cannot compile
+            # it, and encoding the cell for the engine raised (an "internal error").
+            lone = _LONE_SURROGATE.search(cell_source(cell))
+            if lone is not None:
+                return FileError(str(path), f"not a notebook mpfix can read: cell {index + 1} holds a lone "
+                                            f"surrogate ({ascii(lone.group())[1:-1]}), half of a UTF-16 pair, "
+                                            "which is not text")
     return raw
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _layouts(text: str):

@@ -205,9 +205,9 @@ def notebook_code(data: bytes) -> bytes | None:
             if cell.get("cell_type") == "code":
                 source = cell.get("source", "")
                 parts.append("".join(source) if isinstance(source, list) else str(source))
-    except (ValueError, AttributeError, TypeError, UnicodeDecodeError, RecursionError):
+        return "\n".join(parts).encode("utf-8")
+    except (ValueError, AttributeError, TypeError, UnicodeError, RecursionError):  # a lone surrogate: UnicodeEncodeError
         return None
-    return "\n".join(parts).encode("utf-8")
 
 
 # Any of these anywhere in a project may put it under a mixed float16 policy (the policy name, the
