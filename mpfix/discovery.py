@@ -13,12 +13,14 @@ from mpfix import safe_read
 
 SUFFIXES = (".py", ".ipynb")
 
-# Folders no user wants linted: environments, builds, caches, VCS metadata.
+# Folders no user wants linted: environments, builds, caches, VCS metadata. Ruff's default
+# excludes are all here: without ``.pyenv``, ``mpfix check .`` from a home folder walked every
+# installed interpreter's standard library (15,000 files here), for the run and its project facts.
 SKIPPED_DIRS = frozenset({
-    ".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", "env", ".env",
-    "__pycache__", "site-packages", "dist-packages", "build", "dist",
-    ".mypy_cache", ".pytest_cache", ".ruff_cache", ".mpfix_cache", "node_modules",
-    ".ipynb_checkpoints", ".eggs",
+    ".git", ".hg", ".svn", ".bzr", ".git-rewrite", ".tox", ".nox", ".venv", "venv", "env", ".env",
+    ".direnv", ".pyenv", "__pypackages__", "__pycache__", "site-packages", "dist-packages", "build", "dist",
+    "_build", "buck-out", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".pytype", ".pants.d", ".mpfix_cache",
+    "node_modules", ".ipynb_checkpoints", ".eggs", ".vscode",
 })
 
 

@@ -176,3 +176,18 @@ def test_a_spawned_worker_gets_its_parents_scope(crowded: Path, monkeypatch):
         for signum, handler in saved.items():  # the worker's handlers, undone
             signal.signal(signum, handler)
     assert project.current_scope() == scope
+
+
+def test_checking_a_home_folder_skips_the_python_installations_in_it(tmp_path: Path):
+    # `mpfix check .` from $HOME with no marker: the run (and so the project facts) walked
+    # ~/.pyenv's interpreters (15,000 files here). Ruff's default excludes skip them; so does mpfix.
+    from mpfix.discovery import discover
+
+    for folder in (".pyenv/versions/3.11.7/lib/python3.11", ".direnv/python-3.11/lib", "__pypackages__/3.11/lib",
+                   "_build/html/_static", "buck-out/gen", ".vscode", ".pytype/pyi", ".pants.d/run", ".bzr",
+                   ".git-rewrite/t"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "mod.py").write_text(SETS)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "train.py").write_text(SETS)
+    assert [p.relative_to(tmp_path).as_posix() for p in discover([tmp_path])] == ["work/train.py"]
