@@ -191,3 +191,28 @@ def test_checking_a_home_folder_skips_the_python_installations_in_it(tmp_path: P
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "train.py").write_text(SETS)
     assert [p.relative_to(tmp_path).as_posix() for p in discover([tmp_path])] == ["work/train.py"]
+
+
+def test_the_editor_server_bounds_projects_by_its_workspace_folders(crowded: Path):
+    # An editor may start the server anywhere (here: the crowded folder); a document's project
+    # facts read the workspace folder holding it, and a document outside every workspace folder
+    # is a script among its siblings.
+    pytest.importorskip("pygls")
+    from lsprotocol import types
+    from pygls.workspace import Workspace
+
+    from mpfix.lsp import MpfixServer
+
+    server = MpfixServer()
+    tiny = crowded / "tiny"
+    server.protocol._workspace = Workspace(None, workspace_folders=[
+        types.WorkspaceFolder(uri=tiny.as_uri(), name="tiny")])
+    server.bound_projects()
+    assert project.project_root(tiny / "sub" / "model.py") == tiny.resolve()
+    assert {p.name for p in project_files(tiny.resolve())} >= {"model.py", "healthy_training.py"}
+    stray = crowded / "other" / "pkg1" / "mod0.py"
+    assert project.project_root(stray) == stray.parent.resolve()
+    assert len(project_files(stray.parent.resolve())) == 5  # its folder, flat
+    server.protocol._workspace = Workspace(tiny.as_uri())  # an older client: rootUri only
+    server.bound_projects()
+    assert project.current_scope() == project.scope_of([tiny])
