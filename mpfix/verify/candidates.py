@@ -14,12 +14,16 @@ For ``underflow`` and ``stalled`` (and skipped steps that keep growing): the los
 rules' fixes (MP1xx) on the files the run used; a fixed loss scale only as the last resort
 when the run had a dynamic scale that misbehaved (collapsed, or kept skipping).
 For ``diverged``: the static MP205 fix, then ``dtype="float32"`` on the model's output layer.
+For ``crashed`` on a float16/float32 mix (``mix_crash``): a cast at each expression of the
+crash's line that spells the mixed op, the float16 operand to float32 first (the float32
+operand to the float16 one's dtype first inside a layer's method, as MP206 writes it).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from mpfix.verify import mix_crash
 from mpfix.verify.changes import Change, ChangeKind, static_findings
 from mpfix.verify.evidence import Kind, RuntimeFinding
 from mpfix.verify.frames import notebook_place
@@ -170,3 +174,41 @@ def for_verdict(verdict, run, found: list[RuntimeFinding], texts, files: list[Pa
             seen.add(key)
             unique.append(change)
     return unique
+
+
+def crash_mix(verdict) -> mix_crash.Mix | None:
+    """The float16/float32 mix a crashed verdict's error describes (None: another crash)."""
+    if verdict.name != "crashed":
+        return None
+    return mix_crash.read(verdict.evidence.get("message") or "")
+
+
+def for_crash(verdict, texts, to_original) -> list[Change]:
+    """Casts at the expression whose float16/float32 mix crashed the run, best first."""
+    mix = crash_mix(verdict)
+    frame = verdict.evidence.get("frame") or {}
+    if mix is None or not frame.get("file") or not frame.get("line"):
+        return []
+    ran = Path(frame["file"])
+    text = texts(ran)
+    original = to_original(ran)
+    if text is None or original.suffix == ".ipynb":
+        return []
+    line = int(frame["line"])
+    lines = text.splitlines()
+    if not 0 < line <= len(lines):
+        return []
+    anchor = lines[line - 1].strip()
+    in_method = mix_crash.in_method_at(text, line)
+    evidence = f"{original.name}:{line}: {verdict.summary}"
+    out = []
+    for index, site in enumerate(mix_crash.sites(text, line, mix)):
+        up = Change(ChangeKind.CAST, original, f"`{site.float16}` cast to float32 where it meets `{site.float32}`",
+                    evidence, anchor=anchor, line=line, op=mix.op,
+                    extra={"float16_input": mix.float16_input, "site": index, "upcast": True})
+        to = "the layer's compute dtype" if in_method else f"`{site.float16}`'s dtype"
+        down = Change(ChangeKind.CAST, original, f"`{site.float32}` cast to {to} where it meets `{site.float16}`",
+                      evidence, anchor=anchor, line=line, op=mix.op,
+                      extra={"float16_input": mix.float16_input, "site": index, "upcast": False})
+        out += [down, up] if in_method else [up, down]
+    return out

@@ -14,7 +14,9 @@ Kinds, in the order ``candidates.py`` offers them for one op:
 * ``LOSS_SCALING``: the loss-scaling rules' (MP1xx) fixes, for underflow and stall verdicts,
   with the dtype policy the run used forced on the static analysis (a policy set in an
   imported module is then seen);
-* ``FIXED_SCALE``: the same with a fixed loss scale (``--loss-scale``), the last resort.
+* ``FIXED_SCALE``: the same with a fixed loss scale (``--loss-scale``), the last resort;
+* ``CAST``: for a run that crashed on a float16/float32 mix, one cast at the expression that
+  mixed them (``mix_crash.cast_at``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mpfix.verify import islands
+from mpfix.verify import islands, mix_crash
 
 
 class ChangeKind(str, enum.Enum):
@@ -32,6 +34,7 @@ class ChangeKind(str, enum.Enum):
     LAYER = "float32 layer"
     LOSS_SCALING = "loss scaling"
     FIXED_SCALE = "fixed loss scale"
+    CAST = "cast at a dtype mix"
 
     def __str__(self) -> str:
         return self.value
@@ -77,6 +80,9 @@ class Change:
             return islands.float32_island(text, line, indent + self.column, self.op)
         if self.kind is ChangeKind.LAYER:
             return islands.layer_float32(text, line, self.class_name)
+        if self.kind is ChangeKind.CAST:
+            mix = mix_crash.Mix(self.op, self.extra["float16_input"])
+            return mix_crash.cast_at(text, line, mix, self.extra["site"], self.extra["upcast"])
         return None
 
     def to_json(self) -> dict:

@@ -266,8 +266,10 @@ def _float32_island(text: str, line: int, column: int, op: str) -> str | None:
         # `scores = matmul(q, k^T)` then `weights = softmax(scores)`: scores stay float32 between
         # the two statements, and the cast back comes after the softmax.
         name, reducer = later
-        again = _CastLeaves(style, frozenset({name}))
-        replacements = {root: computed, reducer: _parenthesised(reducer, style.cast(again.island(reducer), back), parents)}
+        replacements = {root: computed}
+        if reducer is not None:
+            again = _CastLeaves(style, frozenset({name}))
+            replacements[reducer] = _parenthesised(reducer, style.cast(again.island(reducer), back), parents)
     else:
         new = computed if back is None else style.cast(computed, back)
         replacements = {root: _parenthesised(root, new, parents)}
@@ -293,7 +295,8 @@ class _Names(cst.CSTVisitor):
 def _later_reducer(root, parents):
     """``(name, call)`` when ``root`` is the whole value of ``name = ...`` and ``name`` is read
     once more in its function, by a later plain statement of the same block, inside a call that
-    brings values back into range (``RANGE_REDUCING``, or a division); else None. Any other read
+    brings values back into range (``RANGE_REDUCING``, or a division), or as the value a cast to
+    float32 takes (``(name, None)``: nothing to change there); else None. Any other read
     (a second use, a loop, a nested function, a `self.name` attribute) leaves the island alone."""
     assign = parents.get(root)
     if not (isinstance(assign, cst.Assign) and assign.value is root and len(assign.targets) == 1
@@ -313,7 +316,7 @@ def _later_reducer(root, parents):
     uses = [n for n in names.found if n is not target]
     if len(uses) != 1:
         return None
-    current, reducer = uses[0], None
+    current, reducer, into_float32 = uses[0], None, False
     while True:
         parent = parents.get(current)
         if parent is None or isinstance(parent, (cst.Lambda, cst.BaseComp, cst.FunctionDef, cst.ClassDef,
@@ -321,15 +324,20 @@ def _later_reducer(root, parents):
             return None
         if isinstance(parent, cst.SimpleStatementLine):
             break
+        if current is uses[0] and isinstance(parent, cst.Arg):
+            call = parents.get(parent)
+            # `tf.cast(reg, tf.float32)`: that statement wants the float32 value as it is.
+            into_float32 = isinstance(call, cst.Call) and call.args[0] is parent and _casts_to_float32(call)
         if reducer is None and isinstance(parent, cst.BaseExpression) and (
                 _spelling(parent) in RANGE_REDUCING or _spelling(parent) == "/"):
             reducer = parent
         current = parent
     body = list(getattr(block, "body", ()))
     order = {id(stmt): k for k, stmt in enumerate(body)}
-    if reducer is None or parents.get(parent) is not block or order.get(id(parent), -1) <= order.get(id(line), -1):
+    if (reducer is None and not into_float32) or parents.get(parent) is not block \
+            or order.get(id(parent), -1) <= order.get(id(line), -1):
         return None
-    return target.value, reducer
+    return target.value, None if into_float32 else reducer
 
 
 def layer_float32(text: str, line: int, class_name: str | None = None) -> str | None:

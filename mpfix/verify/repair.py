@@ -26,6 +26,7 @@ deadline itself and its whole process group is killed when it ends.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -272,7 +273,8 @@ class Repairer:
         result.findings = [self._user_finding(f, workspace) for f in _with_static_codes(mixed)]
         if first.verdict.name == "healthy":
             return result
-        if first.verdict.name in ("crashed", "timeout", "no-steps"):
+        mix = candidates_mod.crash_mix(first.verdict)
+        if first.verdict.name in ("crashed", "timeout", "no-steps") and mix is None:
             result.notes.append(f"nothing to repair: the script's verdict is {first.verdict.name}")
             return result
         if baseline is None or not _usable(baseline):
@@ -287,9 +289,9 @@ class Repairer:
             while current.verdict.name != "healthy" and rounds < self.max_rounds:
                 rounds += 1
                 found = _with_static_codes(current.run)
-                offered = candidates_mod.for_verdict(
-                    current.verdict, current.run, found, _ran_text, self._files(workspace, current.run),
-                    lambda p: self.to_original(workspace, p))
+                to_original = functools.partial(self.to_original, workspace)
+                offered = candidates_mod.for_crash(current.verdict, _ran_text, to_original) + candidates_mod.for_verdict(
+                    current.verdict, current.run, found, _ran_text, self._files(workspace, current.run), to_original)
                 tried = len(result.trials)
                 better = self._try(workspace, tmp, baseline, current, kept, offered, result)
                 if better is None:
@@ -381,10 +383,13 @@ class Repairer:
             better = outcome.rank > current.rank
             moved = not better and outcome.verdict.name == current.verdict.name == "non-finite" and \
                 moved_downstream(current.run, outcome.run)
-            if (better and agrees) or moved:
+            # A cast that ends a dtype-mix crash is progress even before the loss agrees: the
+            # next round repairs what the run then shows (an overflow the crash hid).
+            uncrashed = change.kind is ChangeKind.CAST and better and outcome.verdict.name not in ("timeout", "no-steps")
+            if (better and agrees) or moved or uncrashed:
                 change.verdict = outcome.verdict.name
-                why = "verdict improved" if better else "the op that created the first NaN/Inf no longer does; " \
-                                                        "the next one is later in the step"
+                why = ("verdict improved" if agrees else "the run no longer crashes") if better else \
+                    "the op that created the first NaN/Inf no longer does; the next one is later in the step"
                 result.trials.append(Trial(change, outcome.verdict.name, True, why))
                 return outcome, [*kept, change]
             why = "the final loss differs from float32's" if better else "the verdict did not improve"
@@ -435,8 +440,10 @@ def _with_static_codes(run) -> list:
 def _nothing_to_try(found) -> str:
     """Why a round ended without a trial: no candidate change could be written."""
     where = [f"{Path(f.file).name}:{f.line}:{f.column} (`{f.op}`)" for f in found[:2] if f.line]
-    at = f" at {', '.join(where)}" if where else ""
-    return f"no candidate change could be written{at}: that line needs a fix by hand"
+    if not where:
+        return ("the run located no op to change (ops are measured one by one inside tf.function and "
+                "Keras steps): `mpfix verify --locate` finds the first op that gave NaN/Inf")
+    return f"no candidate change could be written at {', '.join(where)}: that line needs a fix by hand"
 
 
 def _ran_text(path: Path) -> str | None:

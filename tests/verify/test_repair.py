@@ -62,6 +62,19 @@ def test_repair_writes_a_float32_island_around_overflowing_attention_scores(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attention_scores.py", "repair.json"]
 
 
+def test_repair_ends_a_dtype_mix_crash_then_the_overflow_it_hid(tmp_path):
+    """A float16 regulariser added to a float32 loss crashes the traced step; the cast that ends
+    the crash leaves exp's overflow, which the next round keeps float32 into the loss."""
+    script = _copy(tmp_path, "dtype_mix_loss.py")
+    result = _mpfix("repair", script.name, "--steps", "6", "--device", "cpu", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "dtype_mix_loss.py: crashed -> healthy (exit 0)" in result.stdout, result.stdout
+    assert "cast at a dtype mix: `reg` cast to float32 where it meets" in result.stdout
+    lines = [line.strip() for line in script.read_text().splitlines()]
+    assert "reg = tf.reduce_mean(tf.exp(tf.cast(feats, tf.float32) * 5.0))" in lines
+    assert "return tf.reduce_mean(tf.square(y - pred)) + 1e-6 * tf.cast(reg, tf.float32)" in lines
+
+
 def test_repair_never_changes_a_healthy_script(tmp_path):
     script = tmp_path / "healthy_loop.py"
     shutil.copy(SCRIPTS / "healthy_loop.py", script)
