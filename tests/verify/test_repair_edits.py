@@ -371,3 +371,13 @@ def test_island_of_scores_read_in_a_branch_stays_in_its_own_statement():
     out = islands.float32_island(text, 4, col, "BatchMatMulV2")
     assert "self.compute_dtype)" in out.splitlines()[3]
     assert "weights = tf.nn.softmax(scores, axis=-1)" in out
+
+
+def test_island_needs_no_cast_back_when_the_next_statement_casts_the_value_to_float32():
+    text = ("import tensorflow as tf\ndef energy_loss(y, pred, feats):\n"
+            "    reg = tf.reduce_mean(tf.exp(feats * 5.0))\n"
+            "    return tf.reduce_mean(tf.square(y - pred)) + 1e-6 * tf.cast(reg, tf.float32)\n")
+    col, _ = op_column(text.splitlines()[2], "Exp")
+    out = islands.float32_island(text, 3, col, "Exp")
+    assert out.splitlines()[2] == "    reg = tf.reduce_mean(tf.exp(tf.cast(feats, tf.float32) * 5.0))"
+    assert out.splitlines()[3] == text.splitlines()[3]
