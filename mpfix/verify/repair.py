@@ -289,6 +289,8 @@ class Repairer:
             while current.verdict.name != "healthy" and rounds < self.max_rounds:
                 rounds += 1
                 found = _with_static_codes(current.run)
+                if not found and current.verdict.name == "non-finite":
+                    found = self._located(workspace, tmp)
                 to_original = functools.partial(self.to_original, workspace)
                 offered = candidates_mod.for_crash(current.verdict, _ran_text, to_original) + candidates_mod.for_verdict(
                     current.verdict, current.run, found, _ran_text, self._files(workspace, current.run), to_original)
@@ -346,6 +348,14 @@ class Repairer:
                 if original not in found and workspace.text(original) is not None:
                     found.append(original)
         return found
+
+    def _located(self, workspace, tmp) -> list:
+        """An eager step has no per-op evidence: the op ``--locate``'s re-run finds."""
+        from mpfix.verify.repair_locate import located
+
+        self.progress("locating the first op that gave NaN/Inf (an eager re-run)")
+        run = self._run(workspace, tmp, [("mixed", True)])[0]
+        return located(run, workspace.mirror(self.script), _ran_text)
 
     def _static_stage(self, workspace, tmp, baseline, current, kept, result):
         policy = candidates_mod.policy_of(current.run)

@@ -62,14 +62,17 @@ def test_repair_writes_a_float32_island_around_overflowing_attention_scores(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attention_scores.py", "repair.json"]
 
 
-def test_repair_ends_a_dtype_mix_crash_then_the_overflow_it_hid(tmp_path):
-    """A float16 regulariser added to a float32 loss crashes the traced step; the cast that ends
-    the crash leaves exp's overflow, which the next round keeps float32 into the loss."""
+def test_repair_ends_a_dtype_mix_crash_then_the_overflow_it_hid_in_an_eager_loop(tmp_path):
+    """A float16 regulariser added to a float32 loss crashes the step; the cast that ends the
+    crash leaves exp's overflow, which the next round keeps float32 into the loss. Eager: no op
+    is traced, so that round's op comes from a --locate re-run (the traced form of the same
+    script is benchmarks/repair_scripts.py's)."""
     script = _copy(tmp_path, "dtype_mix_loss.py")
-    result = _mpfix("repair", script.name, "--steps", "6", "--device", "cpu", cwd=tmp_path)
+    result = _mpfix("repair", script.name, "--steps", "6", "--device", "cpu", "--", "--eager", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "dtype_mix_loss.py: crashed -> healthy (exit 0)" in result.stdout, result.stdout
     assert "cast at a dtype mix: `reg` cast to float32 where it meets" in result.stdout
+    assert "first NaN/Inf of an eager re-run" in result.stdout
     lines = [line.strip() for line in script.read_text().splitlines()]
     assert "reg = tf.reduce_mean(tf.exp(tf.cast(feats, tf.float32) * 5.0))" in lines
     assert "return tf.reduce_mean(tf.square(y - pred)) + 1e-6 * tf.cast(reg, tf.float32)" in lines

@@ -5,8 +5,11 @@ regulariser `1e-6 * reg` is float16 and `tf.reduce_mean(tf.square(y - pred))` fl
 the traced step raises `TypeError: Input 'y' of 'AddV2' Op has type float16 that does not
 match type float32 of argument 'x'`. Behind the crash, `exp(5 * feats)` overflows float16
 (inf from 11.1 up) while float32 holds it. The fix a person writes: `exp` of float32
-features, kept float32 into the loss.
+features, kept float32 into the loss. `--eager`: the same step without `tf.function` (the
+error is then `cannot compute AddV2 as input #1(zero-based) ...`, and no op is traced).
 """
+
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -27,7 +30,6 @@ def energy_loss(y, pred, feats):
     return tf.reduce_mean(tf.square(y - pred)) + 1e-6 * reg
 
 
-@tf.function
 def train_step(x, y):
     with tf.GradientTape() as tape:
         feats = model.layers[0](x)
@@ -39,6 +41,8 @@ def train_step(x, y):
     return loss
 
 
+if "--eager" not in sys.argv:
+    train_step = tf.function(train_step)
 rng = np.random.default_rng(0)
 x = (rng.random((256, 16)) * 3).astype("float32")
 y = rng.random((256, 1)).astype("float32")
