@@ -258,8 +258,9 @@ def _trace(context, scope: Scope, scopes: list[Scope], optimizer: str, builds: l
         if matches:
             return matches[-1], False
         # Keras sets self.optimizer in compile(); under mixed_float16 it is a LossScaleOptimizer.
-        # A closure inside `train_step` (handed to `tf.cond`) sees the same `self.optimizer`.
-        in_step = scope.name == "train_step" or any(
+        # A closure inside a Keras model's `train_step` (handed to `tf.cond`) sees the same `self.optimizer`
+        # (not any class's `train_step`: an orbit trainer's optimizer is its constructor's argument).
+        in_step = scope.name == "train_step" or _keras_model_class(context, scope.class_name) and any(
             s.name == "train_step" and s.class_name == scope.class_name and _encloses(s.node, scope.node)
             for s in scopes)
         return None, optimizer == "self.optimizer" and bool(compiled_models or in_step)
@@ -280,6 +281,16 @@ def _trace(context, scope: Scope, scopes: list[Scope], optimizer: str, builds: l
         return enclosing[-1], False
     return None, False
 
+
+
+_MODEL_BASES = ("keras.Model", "keras.models.Model")
+
+
+def _keras_model_class(context, name: str | None) -> bool:
+    """A module-level class ``name`` whose base is a Keras ``Model``."""
+    return any(isinstance(stmt, cst.ClassDef) and stmt.name.value == name and
+               any(context.resolve(base.value) in _MODEL_BASES for base in stmt.bases)
+               for stmt in context.module.body)
 
 
 def _trace_argument(context, scope, scopes, optimizer, builds, compiled_models):

@@ -108,3 +108,30 @@ def test_scale_read_into_a_local_name(keras):
     code = DIRECT[keras]
     assert findings(code, keras) == [("MP110", line_of(code, "g / scale"), True)] if keras == 3 else \
         [("MP110", line_of(code, "get_unscaled_gradients(grads)"), True)]
+
+
+ORBIT_LIKE = """
+    import tensorflow as tf
+
+
+    class SingleTaskTrainer:
+        def __init__(self, model, loss_fn, optimizer):
+            self.model, self.loss_fn, self.optimizer = model, loss_fn, optimizer
+            self.strategy = tf.distribute.get_strategy()
+
+        def train_step(self, iterator):
+            def train_fn(inputs):
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_mean(self.loss_fn(inputs["y"], self.model(inputs, training=True)))
+                gradients = tape.gradient(loss, self.model.trainable_variables)
+                self.optimizer.apply_gradients(zip(gradients, self.model.trainable_variables))
+
+            self.strategy.run(train_fn, args=(next(iterator),))
+"""
+
+
+def test_closure_in_a_non_keras_train_step_is_not_a_compiled_optimizer():
+    # An orbit-style trainer: its optimizer is the constructor's argument, not Keras compile's LSO, so the
+    # unscaled loss is not "scaled by the optimizer" (MP102); under a forced policy it is MP101's question.
+    result = lint_snippet(ORBIT_LIKE, ("MP101", "MP102"), keras=3, policy="mixed_float16", filename="train.py")
+    assert [f.code for f in result.findings] == ["MP101"]
