@@ -220,23 +220,68 @@ class Visitor:
 
     def walk(self, root: cst.CSTNode) -> None:
         trivia = self._uses_trivia()
-        on_visit = self.on_visit
-        on_leave = self.on_leave
+        table = _ALL_FIELDS if trivia else _SYNTAX_FIELDS
+        is_node = _IS_NODE
         stack: list = [root]
         pop = stack.pop
         push = stack.append
+        extend = stack.extend
+        cls = type(self)
+        if cls.on_visit is Visitor.on_visit and cls.on_leave is Visitor.on_leave:
+            # The default dispatch, looked up once per node type and walk instead of once per node;
+            # a node type without ``leave_`` gets no leave marker (the default on_leave does nothing).
+            dispatch: dict[type, tuple] = {}
+            while stack:
+                item = pop()
+                node_type = type(item)
+                if node_type is tuple:
+                    item[1](item[0])
+                    continue
+                entry = dispatch.get(node_type)
+                if entry is None:
+                    name = node_type.__name__
+                    entry = dispatch[node_type] = (getattr(self, "visit_" + name, None),
+                                                   getattr(self, "leave_" + name, None))
+                visit, leave = entry
+                if visit is not None and visit(item) is False:
+                    if leave is not None:
+                        leave(item)
+                    continue
+                if leave is not None:
+                    push((item, leave))
+                fields = table.get(node_type)
+                if fields is None:
+                    fields = _fields(node_type, trivia)
+                for name in reversed(fields):  # children last-first: they pop in source order
+                    value = getattr(item, name)
+                    value_type = type(value)
+                    if value_type is tuple or value_type is list:
+                        extend(reversed(value))
+                    elif is_node.get(value_type) or (value_type not in is_node and _is_node_type(value_type)):
+                        push(value)
+            return
+        on_visit = self.on_visit
+        on_leave = self.on_leave
         while stack:
             item = pop()
-            if type(item) is tuple:
+            node_type = type(item)
+            if node_type is tuple:
                 on_leave(item[0])
                 continue
             if not on_visit(item):
                 on_leave(item)
                 continue
             push((item,))
-            kids = children(item, trivia)
-            kids.reverse()
-            stack.extend(kids)
+            fields = table.get(node_type)
+            if fields is None:
+                fields = _fields(node_type, trivia)
+            for name in reversed(fields):  # as ``children(item, trivia)`` reversed, without the list
+                value = getattr(item, name)
+                value_type = type(value)
+                if value_type is tuple or value_type is list:
+                    extend(reversed(value))
+                elif is_node.get(value_type) or (value_type not in is_node and _is_node_type(value_type)):
+                    push(value)
 
 
 def visit_batched(wrapper: "cst.MetadataWrapper", visitors: list) -> None:
@@ -256,6 +301,15 @@ def visit_batched(wrapper: "cst.MetadataWrapper", visitors: list) -> None:
     if any(getattr(v, "METADATA_DEPENDENCIES", ()) for v in visitors) or not all(
             isinstance(getattr(cst, n, None), type) and issubclass(getattr(cst, n), cst.CSTNode) for n in type_names):
         wrapper.visit_batched(visitors)
+        return
+    if all(name == "visit_Module" or name == "leave_Module" for name in methods):
+        # Only the root has methods (most float16 rules query their facts from visit_Module): walking
+        # the rest of the tree would call nothing. Visits, then leaves, each in the visitors' order.
+        module = wrapper.module
+        for method in methods.get("visit_Module", ()):
+            method(module)
+        for method in methods.get("leave_Module", ()):
+            method(module)
         return
     trivia = any(_is_trivia_name(n) for n in type_names)
     table = _ALL_FIELDS if trivia else _SYNTAX_FIELDS

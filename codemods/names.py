@@ -89,20 +89,34 @@ def bound_names(module: cst.Module) -> set[str]:
 
 
 def _statements(body: Iterable[cst.CSTNode]) -> Iterator[cst.CSTNode]:
-    """Walk statements (not expressions) of every nested block: cheap."""
-    for stmt in body:
+    """Walk statements (not expressions) of every nested block: cheap.
+
+    Pre-order: a statement, then its block's statements, its ``orelse``, ``finalbody`` and handlers,
+    each walked the same way. A stack of iterators, not nested generators (``yield from`` passed every
+    statement up through each level of nesting)."""
+    stack = [iter(body)]
+    while stack:
+        stmt = next(stack[-1], _END)
+        if stmt is _END:
+            stack.pop()
+            continue
         yield stmt
+        parts: list = []
         inner = getattr(stmt, "body", None)
         if isinstance(inner, cst.BaseSuite):
-            yield from _statements(getattr(inner, "body", ()))
+            parts.extend(getattr(inner, "body", ()))
         elif isinstance(inner, (list, tuple)):
-            yield from _statements(inner)
+            parts.extend(inner)
         for attr in ("orelse", "finalbody"):
             other = getattr(stmt, attr, None)
             if other is not None:
-                yield from _statements([other] if not isinstance(other, (list, tuple)) else other)
-        for handler in getattr(stmt, "handlers", ()) or ():
-            yield from _statements([handler])
+                parts.extend([other] if not isinstance(other, (list, tuple)) else other)
+        parts.extend(getattr(stmt, "handlers", ()) or ())
+        if parts:
+            stack.append(iter(parts))
+
+
+_END = object()
 
 
 class ImportTable:

@@ -268,8 +268,19 @@ def returned_tapes(module: cst.Module, resolve, index: dict | None = None) -> di
     """Functions that return a tape their own ``with tf.GradientTape() as t`` block recorded on, by name: the
     position of the tape in the returned tuple (None: returned alone). The caller's tape no longer records."""
     found: dict[str, int | None] = {}
-    functions = index.get(cst.FunctionDef, []) if index is not None else \
-        [n for n in walk(module) if isinstance(n, cst.FunctionDef)]
+    if index is not None:
+        functions, withs = index.get(cst.FunctionDef, []), index.get(cst.With, [])
+    else:
+        functions, withs = [], []
+        for n in walk(module):
+            if isinstance(n, cst.FunctionDef):
+                functions.append(n)
+            elif isinstance(n, cst.With):
+                withs.append(n)
+    # No `with` in the module binds a tape (the test below, on every With): each function's names are empty.
+    if not any(item.asname is not None and isinstance(item.asname.name, cst.Name) and isinstance(item.item, cst.Call)
+               and _is_tape(resolve, item.item.func) for node in withs for item in node.items):
+        return found
     for func in functions:
         names = {item.asname.name.value for node in walk(func) if isinstance(node, cst.With) for item in node.items
                  if item.asname is not None and isinstance(item.asname.name, cst.Name)

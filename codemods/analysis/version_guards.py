@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from mpfix.codemods._walk import find_all
 from mpfix.codemods.names import canonical, dotted_name
 
 _VERSION_ATTRIBUTES = frozenset({"__version__", "VERSION"})
@@ -198,13 +199,8 @@ class VersionGuards:
 
     def _conditional_expressions(self, module: cst.Module) -> None:
         """``a if <version test> else b``: ``a`` and ``b`` are the two branches."""
-        found_nodes: list[cst.IfExp] = []
-
-        class _IfExps(cst.CSTVisitor):
-            def visit_IfExp(self, node: cst.IfExp) -> None:
-                found_nodes.append(node)
-
-        module.visit(_IfExps())
+        # The fast walk's pre-order is LibCST's visit order (tests/test_walk.py), without rebuilding the tree.
+        found_nodes: list[cst.IfExp] = list(find_all(module, cst.IfExp))
         for node in found_nodes:  # outer first (visit order), so an inner guard overwrites
             found = self.side_of_test(node.test)
             if found is not None:

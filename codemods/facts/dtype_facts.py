@@ -144,8 +144,13 @@ class DtypeFacts:
 
     def nodes(self, types: type | tuple[type, ...], module_level: bool = False) -> Iterator[cst.CSTNode]:
         """Nodes of ``types`` in source order in the analysed code (module level too if asked)."""
+        matches: dict[type, bool] = {}  # issubclass once per node type (LibCST's classes are ABCs: isinstance is slow)
         for node, region in list(self._a.region_of.items()):
-            if isinstance(node, types) and (module_level or region.kind != "module"):
+            node_type = type(node)
+            found = matches.get(node_type)
+            if found is None:
+                found = matches[node_type] = issubclass(node_type, types)
+            if found and (module_level or region.kind != "module"):
                 yield node
 
     def float16_nodes(self, types: type | tuple[type, ...]) -> Iterator[cst.CSTNode]:
