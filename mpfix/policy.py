@@ -85,6 +85,25 @@ def describe(files, configured: str | None = None, shown: int = 50) -> list[str]
     if unreached:
         lines.append(f"  {len(unreached)} file{'s' if len(unreached) != 1 else ''} with no mixed policy: "
                      f"{unreached[0][1].why}")
+    return lines + _unmarked_projects(files)
+
+
+def _unmarked_projects(files) -> list[str]:
+    """A line per project with no marker above it: what its facts read (``mpfix.project``)."""
+    from mpfix import project
+    from mpfix.display import display_path
+    from mpfix.project.files import project_files
+
+    if project.current_scope() is None:
+        return []
+    lines = []
+    for root in sorted({project_root(Path(path)) for path in files}):
+        if not project.is_project_root(str(root)):
+            whole, flat = project.walk_paths(root)
+            how = "walked whole" if not flat else "its own files and the paths named below it"
+            lines.append(f"project {display_path(str(root))}: no pyproject.toml, setup.py or .git at or above it, so "
+                         f"its float16 reach and callers read what the run names ({how}: "
+                         f"{len(project_files(root))} files), not the working directory")
     return lines
 
 

@@ -216,3 +216,14 @@ def test_the_editor_server_bounds_projects_by_its_workspace_folders(crowded: Pat
     server.protocol._workspace = Workspace(tiny.as_uri())  # an older client: rootUri only
     server.bound_projects()
     assert project.current_scope() == project.scope_of([tiny])
+
+
+def test_verbose_says_what_a_marker_free_project_reads(crowded: Path):
+    done = _check("--verbose", "tiny", cwd=crowded)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert ("mpfix: project tiny: no pyproject.toml, setup.py or .git at or above it, so its float16 reach and "
+            "callers read what the run names (walked whole: 4 files), not the working directory") in done.stderr
+    done = _check("--verbose", "tiny/healthy_training.py", cwd=crowded)
+    assert "(its own files and the paths named below it: 3 files)" in done.stderr, done.stderr
+    (crowded / "tiny" / "pyproject.toml").write_text("[project]\nname = 'tiny'\n")
+    assert "no pyproject.toml" not in _check("--verbose", "tiny", cwd=crowded).stderr
