@@ -85,8 +85,10 @@ BROKEN = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(BROKEN))
-def test_the_server_answers_again_after_a_malformed_message(name: str):
+@pytest.fixture(scope="module")
+def opened():
+    """One server for every broken message, in turn (each test still needs an answer after its own):
+    a server per message cost ~3 s of start-up each."""
     server = _Server()
     try:
         started = server.request("initialize", {"processId": None, "rootUri": None, "capabilities": {}})
@@ -95,18 +97,25 @@ def test_the_server_answers_again_after_a_malformed_message(name: str):
         server.send(_message(method="textDocument/didOpen", params={"textDocument": {
             "uri": URI, "languageId": "python", "version": 1, "text": TEXT}}))
         assert server.hover() is not None
-        server.send(BROKEN[name])
-        # The message the broken one overlaps may be lost with it (the stream has no other framing), so
-        # it is sent without waiting for its answer (waiting cost the whole ceiling, 60 s, when a length
-        # longer than the body swallowed it); the one after must be answered.
-        server.next_id += 1
-        server.send(_message(id=server.next_id, method="textDocument/hover", params=HOVER))
-        answer = server.hover()
-        assert answer is not None and "result" in answer, (name, answer)
-        assert "MP306" in answer["result"]["contents"]["value"]
-        assert server.process.poll() is None
+        yield server
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_the_server_answers_again_after_a_malformed_message(opened: _Server, name: str):
+    server = opened
+    assert server.hover() is not None  # answering before this test's broken message
+    server.send(BROKEN[name])
+    # The message the broken one overlaps may be lost with it (the stream has no other framing), so
+    # it is sent without waiting for its answer (waiting cost the whole ceiling, 60 s, when a length
+    # longer than the body swallowed it); the one after must be answered.
+    server.next_id += 1
+    server.send(_message(id=server.next_id, method="textDocument/hover", params=HOVER))
+    answer = server.hover()
+    assert answer is not None and "result" in answer, (name, answer)
+    assert "MP306" in answer["result"]["contents"]["value"]
+    assert server.process.poll() is None
 
 
 def test_a_request_after_shutdown_gets_an_error_not_silence():
