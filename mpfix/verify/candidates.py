@@ -205,10 +205,11 @@ def for_crash(verdict, texts, to_original) -> list[Change]:
     for index, site in enumerate(mix_crash.sites(text, line, mix)):
         up = Change(ChangeKind.CAST, original, f"`{site.float16}` cast to float32 where it meets `{site.float32}`",
                     evidence, anchor=anchor, line=line, op=mix.op,
-                    extra={"float16_input": mix.float16_input, "site": index, "upcast": True})
+                    extra={"float16_input": mix.float16_input, "elements": mix.elements, "site": index, "upcast": True})
         to = "the layer's compute dtype" if in_method else f"`{site.float16}`'s dtype"
         down = Change(ChangeKind.CAST, original, f"`{site.float32}` cast to {to} where it meets `{site.float16}`",
                       evidence, anchor=anchor, line=line, op=mix.op,
-                      extra={"float16_input": mix.float16_input, "site": index, "upcast": False})
+                      extra={"float16_input": mix.float16_input, "elements": mix.elements, "site": index,
+                             "upcast": False})
         out += [down, up] if in_method else [up, down]
     return out

@@ -81,7 +81,7 @@ class Change:
         if self.kind is ChangeKind.LAYER:
             return islands.layer_float32(text, line, self.class_name)
         if self.kind is ChangeKind.CAST:
-            mix = mix_crash.Mix(self.op, self.extra["float16_input"])
+            mix = mix_crash.Mix(self.op, self.extra["float16_input"], tuple(self.extra.get("elements", ())))
             return mix_crash.cast_at(text, line, mix, self.extra["site"], self.extra["upcast"])
         return None
 

@@ -100,7 +100,12 @@ def crash_head(message: str, kind: str | None = None) -> str:
             index = plain[-1]
             head = lines[index]
     if head.startswith("Exception encountered when calling") and index + 1 < len(lines):
-        head = f"{head} {lines[index + 1]}"
+        reason = lines[index + 1]
+        if reason.endswith("Error encountered:") and index + 2 < len(lines):
+            # Keras 3 while building: "Could not automatically infer the output shape / dtype
+            # of ... Error encountered:", then the error itself.
+            reason = lines[index + 2]
+        head = f"{head} {reason}"
     return head
 
 

@@ -41,22 +41,38 @@ SPELLINGS: dict[str, tuple[str | None, frozenset[str]]] = {
     "SquaredDifference": (None, frozenset({"squared_difference"})),
     "Pow": ("**", frozenset({"pow"})),
 }
+# TF op -> function names taking a list of tensors (``tf.concat([a, b], axis)``).
+LIST_OPS: dict[str, frozenset[str]] = {"ConcatV2": frozenset({"concat"}), "Pack": frozenset({"stack"})}
 _ARGUMENT_INDEX = {"x": 0, "a": 0, "y": 1, "b": 1}
 _FLOAT16 = {"float16", "half"}
 _GRAPH = re.compile(r"Input '(\w+)' of '(\w+)' Op has type (\w+) that does not match type (\w+) of argument '(\w+)'")
 _EAGER = re.compile(r"cannot compute (\w+) as input #(\d+)\(zero-based\) was expected to be a (\w+) tensor "
                     r"but is a (\w+) tensor")
 _DIVISION = re.compile(r"`x` and `y` must have the same dtype, got tf\.(\w+) != tf\.(\w+)")
+_LIST = re.compile(r"Tensors in list passed to 'values' of '(\w+)' Op have types \[([\w, ]+)\] that don't all match")
 
 
 @dataclass(frozen=True)
 class Mix:
-    op: str  # a key of SPELLINGS
+    op: str  # a key of SPELLINGS or LIST_OPS
     float16_input: int  # 0: the left operand / first argument is float16; 1: the right / second
+    # A list op (``tf.concat``): whether each element of the list is float16, in order.
+    elements: tuple[bool, ...] = ()
 
 
 def read(message: str) -> Mix | None:
     """The mix a crash's message describes, or None (not a float16/float32 mix of two inputs)."""
+    if m := _LIST.search(message):
+        types = [t.strip() for t in m.group(2).split(",")]
+        if m.group(1) not in LIST_OPS or set(types) != {"float16", "float32"}:
+            return None
+        return Mix(m.group(1), types.index("float16"), tuple(t == "float16" for t in types))
+    if (m := _EAGER.search(message)) and m.group(1) in LIST_OPS:
+        # Eager: input #N against the first element; only a two-element list is known whole.
+        index, expected, actual = int(m.group(2)), m.group(3), m.group(4)
+        if index != 1 or {expected, actual} != {"float", "half"}:
+            return None
+        return Mix(m.group(1), 1 if actual in _FLOAT16 else 0, (expected in _FLOAT16, actual in _FLOAT16))
     if m := _GRAPH.search(message):
         name, op, dtype, other_dtype, _ = m.groups()
         index = _ARGUMENT_INDEX.get(name)
@@ -84,21 +100,44 @@ class Site:
     float32: str
 
 
-def _operands(node) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+def _groups(node, mix: Mix):
+    """(float16 operands, float32 operands) of an expression spelling the mixed op, or None."""
+    if mix.elements:
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        values = positional[0].value if positional else None
+        if not isinstance(values, (cst.List, cst.Tuple)) or len(values.elements) != len(mix.elements) \
+                or any(isinstance(e, cst.StarredElement) for e in values.elements):
+            return None
+        pairs = list(zip((e.value for e in values.elements), mix.elements))
+        return [e for e, half in pairs if half], [e for e, half in pairs if not half]
     if isinstance(node, cst.BinaryOperation):
-        return node.left, node.right
-    positional = [a for a in node.args if a.keyword is None and not a.star]
-    return (positional[0].value, positional[1].value) if len(positional) >= 2 else None
+        pair = (node.left, node.right)
+    else:
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        if len(positional) < 2:
+            return None
+        pair = (positional[0].value, positional[1].value)
+    return [pair[mix.float16_input]], [pair[1 - mix.float16_input]]
 
 
 def _spells(node, mix: Mix) -> bool:
+    if mix.op in LIST_OPS:
+        return isinstance(node, cst.Call) and islands._call_name(node) in LIST_OPS[mix.op]
     operator, names = SPELLINGS[mix.op]
     if isinstance(node, cst.BinaryOperation):
         return operator is not None and islands._spelling(node) == operator
     return isinstance(node, cst.Call) and islands._call_name(node) in names
 
 
+def _is_literal(expr) -> bool:
+    if isinstance(expr, cst.UnaryOperation):
+        expr = expr.expression
+    return isinstance(expr, (cst.Integer, cst.Float))
+
+
 def _found(text: str, line: int, mix: Mix):
+    """The module, the (float16, float32) operand groups of each expression on ``line`` that
+    spells the op (at most 3; none with a Python number, which is weakly typed), and the parents."""
     module = islands._parsed(text)
     if module is None:
         return None, [], {}
@@ -108,18 +147,14 @@ def _found(text: str, line: int, mix: Mix):
     found = []
     for node, pos in positions.items():
         if isinstance(node, (cst.BinaryOperation, cst.Call)) and pos.start.line <= line <= pos.end.line \
-                and _spells(node, mix) and _operands(node) is not None:
-            found.append((pos.start.line != line, pos.end.line - pos.start.line, pos.start.column, node))
+                and _spells(node, mix):
+            groups = _groups(node, mix)
+            if groups is not None and groups[0] and groups[1] and not any(map(_is_literal, groups[0] + groups[1])):
+                found.append((pos.start.line != line, pos.end.line - pos.start.line, pos.start.column, node, groups))
     # Those starting on the line first, then the narrowest: the op the error names is most
     # likely the one the traceback's line holds.
     found.sort(key=lambda t: t[:3])
-    return module, [node for *_, node in found], parents
-
-
-def _is_literal(expr) -> bool:
-    if isinstance(expr, cst.UnaryOperation):
-        expr = expr.expression
-    return isinstance(expr, (cst.Integer, cst.Float))
+    return module, [(node, groups) for *_, node, groups in found[:3]], parents
 
 
 def _tensor_of(expr):
@@ -138,43 +173,34 @@ def _tensor_of(expr):
 def sites(text: str, line: int, mix: Mix) -> list[Site]:
     """The expressions on ``line`` spelling the mixed op (at most 3), with their operands."""
     try:
-        module, nodes, _ = _found(text, line, mix)
+        module, found, _ = _found(text, line, mix)
     except RecursionError:
         return []
-    out = []
-    for node in nodes[:3]:
-        pair = _operands(node)
-        half, single = pair[mix.float16_input], pair[1 - mix.float16_input]
-        if _is_literal(half) or _is_literal(single):
-            continue  # a Python number is weakly typed: not one of the two tensors
-        out.append(Site(module.code_for_node(_tensor_of(half)), module.code_for_node(single)))
-    return out
+    return [Site(", ".join(module.code_for_node(_tensor_of(h)) for h in halves),
+                 ", ".join(module.code_for_node(f) for f in singles)) for _, (halves, singles) in found]
 
 
 def cast_at(text: str, line: int, mix: Mix, site: int, upcast: bool) -> str | None:
-    """``text`` with one cast at the ``site``-th expression of ``sites``; None when it does not apply."""
+    """``text`` with the casts at the ``site``-th expression of ``sites``; None when they do not apply."""
     try:
-        module, nodes, parents = _found(text, line, mix)
+        module, found, parents = _found(text, line, mix)
     except RecursionError:
         return None
-    nodes = [n for n in nodes[:3] if not any(_is_literal(e) for e in _operands(n))]
-    if module is None or site >= len(nodes):
+    if module is None or site >= len(found):
         return None
-    node = nodes[site]
-    half, single = (lambda pair: (pair[mix.float16_input], pair[1 - mix.float16_input]))(_operands(node))
+    node, (halves, singles) = found[site]
     style = islands._Style(module)
     if upcast:
-        old = _tensor_of(half)
-        new = style.cast(old)
+        replacements = {_tensor_of(h): style.cast(_tensor_of(h)) for h in halves}
     else:
         if islands._in_method(node, parents):
             dtype = cst.parse_expression("self.compute_dtype")
-        elif isinstance(_tensor_of(half), (cst.Name, cst.Attribute)):
-            dtype = cst.Attribute(value=_tensor_of(half), attr=cst.Name("dtype"))
+        elif isinstance(_tensor_of(halves[0]), (cst.Name, cst.Attribute)):
+            dtype = cst.Attribute(value=_tensor_of(halves[0]), attr=cst.Name("dtype"))
         else:
             return None
-        old, new = single, style.cast(single, dtype)
-    result = module.visit(islands._Replace({old: new})).code
+        replacements = {f: style.cast(f, dtype) for f in singles}
+    result = module.visit(islands._Replace(replacements)).code
     return result if result != text else None
 
 

@@ -21,7 +21,14 @@ from mpfix.verify.mix_crash import Mix
     ("`x` and `y` must have the same dtype, got tf.float32 != tf.float16.", Mix("RealDiv", 1)),
     ("Input 'e' of 'SelectV2' Op has type float16 that does not match type float32 of argument 't'.", None),
     ("Input 'y' of 'AddV2' Op has type int32 that does not match type float32 of argument 'x'.", None),
-    ("Tensors in list passed to 'values' of 'ConcatV2' Op have types [float32, float16] that don't all match.", None),
+    ("Tensors in list passed to 'values' of 'ConcatV2' Op have types [float32, float16, float32] that don't all "
+     "match.", Mix("ConcatV2", 1, (False, True, False))),
+    ("cannot compute ConcatV2 as input #1(zero-based) was expected to be a half tensor but is a float tensor "
+     "[Op:ConcatV2] name: concat", Mix("ConcatV2", 0, (True, False))),
+    ("cannot compute Pack as input #1(zero-based) was expected to be a float tensor but is a half tensor [Op:Pack] "
+     "name: stack", Mix("Pack", 1, (False, True))),
+    ("cannot compute ConcatV2 as input #2(zero-based) was expected to be a float tensor but is a half tensor", None),
+    ("Tensors in list passed to 'values' of 'ConcatV2' Op have types [int32, float32] that don't all match.", None),
     ("division by zero", None),
 ])
 def test_the_error_names_the_op_and_its_float16_side(message, expected):
@@ -74,3 +81,22 @@ def test_no_site_when_the_line_does_not_spell_the_op_or_an_operand_is_a_number()
     assert mix_crash.sites("def f(x):\n    return x + 2.0\n", 2, mix) == []
     assert mix_crash.cast_at("def f(x):\n    return x + 2.0\n", 2, mix, 0, upcast=True) is None
     assert mix_crash.cast_at("def f(:\n", 1, mix, 0, upcast=True) is None
+
+
+def test_a_concat_of_a_float32_accumulator_and_float16_features():
+    # research/delf's shape (issue 18's N15-N21): a float32 tf.zeros accumulator concatenated with
+    # the model's float16 output.
+    text = ("import tensorflow as tf\n"
+            "def extract(model, images):\n"
+            "    descriptors = tf.zeros((0, 128), tf.float32)\n"
+            "    for image in images:\n"
+            "        descriptors = tf.concat([descriptors, model(image)], axis=0)\n"
+            "    return descriptors\n")
+    mix = mix_crash.read("Tensors in list passed to 'values' of 'ConcatV2' Op have types [float32, float16] that "
+                         "don't all match.")
+    assert mix_crash.sites(text, 5, mix) == [mix_crash.Site("model(image)", "descriptors")]
+    up = mix_crash.cast_at(text, 5, mix, 0, upcast=True)
+    assert up.splitlines()[4].strip() == "descriptors = tf.concat([descriptors, tf.cast(model(image), tf.float32)], axis=0)"
+    # Downcast needs a named float16 operand (or a layer method) for the dtype: none here.
+    assert mix_crash.cast_at(text, 5, mix, 0, upcast=False) is None
+    assert mix_crash.sites(text.replace("[descriptors, model(image)]", "parts"), 5, mix) == []

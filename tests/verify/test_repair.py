@@ -78,6 +78,15 @@ def test_repair_ends_a_dtype_mix_crash_then_the_overflow_it_hid_in_an_eager_loop
     assert "return tf.reduce_mean(tf.square(y - pred)) + 1e-6 * tf.cast(reg, tf.float32)" in lines
 
 
+def test_repair_casts_a_concat_of_float32_coordinates_to_the_layers_compute_dtype(tmp_path):
+    script = _copy(tmp_path, "coord_concat.py")
+    result = _mpfix("repair", script.name, "--steps", "4", "--device", "cpu", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "coord_concat.py: crashed -> healthy (exit 0)" in result.stdout, result.stdout
+    assert "Tensors in list passed to 'values' of 'ConcatV2' Op have types [float16, float32]" in result.stdout
+    assert "return tf.concat([x, tf.cast(grid, self.compute_dtype)], axis=-1)" in script.read_text()
+
+
 def test_repair_never_changes_a_healthy_script(tmp_path):
     script = tmp_path / "healthy_loop.py"
     shutil.copy(SCRIPTS / "healthy_loop.py", script)

@@ -47,6 +47,31 @@ def test_several_root_errors_are_reported_not_the_derived_count():
     assert root_errors("Graph execution error:\n\nboom\n [[{{node a}}]]") == []
 
 
+# Keras 3.15's message when a layer fails while the model is built (a concat of float16 and
+# float32 in `AddCoords.call`, TF 2.21): the error itself comes after "Error encountered:".
+KERAS3_BUILD = (
+    'Exception encountered when calling AddCoords.call().\n'
+    '\n'
+    "\x1b[1mCould not automatically infer the output shape / dtype of 'add_coords' (of type AddCoo"
+    'rds). Either the `AddCoords.call()` method is incorrect, or you need to implement the `Add'
+    'Coords.compute_output_spec() / compute_output_shape()` method. Error encountered:\n'
+    '\n'
+    "Tensors in list passed to 'values' of 'ConcatV2' Op have types [float16, float32] that don"
+    "'t all match.\x1b[0m\n"
+    '\n'
+    'Arguments received by AddCoords.call():\n'
+    "  • args=('<KerasTensor shape=(None, 16, 16, 8), dtype=float16, sparse=False, ragged=False"
+    ", name=keras_tensor_2>',)\n"
+    "  • kwargs=<class 'inspect._empty'>"
+)
+
+
+def test_a_keras3_build_error_shows_the_error_itself():
+    head = crash_head(KERAS3_BUILD, "TypeError")
+    assert head == ("Exception encountered when calling AddCoords.call(). Tensors in list passed to 'values' of "
+                    "'ConcatV2' Op have types [float16, float32] that don't all match.")
+
+
 def test_crash_verdict_shows_the_root_error():
     run = RunResult("mixed", crash={"type": "InvalidArgumentError", "message": TWO_ROOTS, "frames": []}, end={"status": "crashed"})
     v = judge(run, None, SCRIPT)
