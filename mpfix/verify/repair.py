@@ -298,7 +298,7 @@ class Repairer:
                 better = self._try(workspace, tmp, baseline, current, kept, offered, result)
                 if better is None:
                     if len(result.trials) == tried:
-                        result.notes.append(_nothing_to_try(found))
+                        result.notes.append(_nothing_to_try(found, current.verdict))
                     break
                 current, kept = better
             if current.verdict.name == "healthy" and len(kept) > 1:
@@ -447,8 +447,12 @@ def _with_static_codes(run) -> list:
     return found
 
 
-def _nothing_to_try(found) -> str:
+def _nothing_to_try(found, verdict=None) -> str:
     """Why a round ended without a trial: no candidate change could be written."""
+    frame = (verdict.evidence.get("frame") or {}) if verdict is not None and verdict.name == "crashed" else {}
+    if frame.get("file") and frame.get("line"):
+        return (f"no cast could be written at {Path(frame['file']).name}:{frame['line']}, where float16 and float32 "
+                "meet: that line needs a fix by hand")
     where = [f"{Path(f.file).name}:{f.line}:{f.column} (`{f.op}`)" for f in found[:2] if f.line]
     if not where:
         return ("the run located no op to change (ops are measured one by one inside tf.function and "

@@ -381,3 +381,14 @@ def test_island_needs_no_cast_back_when_the_next_statement_casts_the_value_to_fl
     out = islands.float32_island(text, 3, col, "Exp")
     assert out.splitlines()[2] == "    reg = tf.reduce_mean(tf.exp(tf.cast(feats, tf.float32) * 5.0))"
     assert out.splitlines()[3] == text.splitlines()[3]
+
+
+def test_a_crash_round_with_no_writable_cast_names_the_crash_line():
+    from types import SimpleNamespace
+
+    from mpfix.verify.repair import _nothing_to_try
+
+    verdict = SimpleNamespace(name="crashed", evidence={"frame": {"file": "/w/train.py", "line": 12}})
+    note = _nothing_to_try([], verdict)
+    assert note.startswith("no cast could be written at train.py:12") and "by hand" in note
+    assert "--locate" in _nothing_to_try([], SimpleNamespace(name="non-finite", evidence={}))
