@@ -8,12 +8,15 @@ its inputs is float16 (TF 2.21, measured on CPU):
 * eager: ``cannot compute AddV2 as input #1(zero-based) was expected to be a float tensor
   but is a half tensor [Op:AddV2]``
 * a division, either way: ``\\`x\\` and \\`y\\` must have the same dtype, got tf.float32 != tf.float16.``
+* a list op (``tf.concat``, ``tf.stack``), traced: ``Tensors in list passed to 'values' of
+  'ConcatV2' Op have types [float16, float32] that don't all match.``; eager, as above with
+  ``ConcatV2``/``Pack`` (input #1 against the first element: a two-element list only).
 
 ``read(message)`` gives the op and the side; ``sites(text, line, mix)`` the expressions on
-the crash's line that spell that op (``+`` or ``tf.add``, ``@`` or ``tf.matmul``...); and
-``cast_at(text, line, mix, site, upcast)`` writes one cast: the float16 operand to float32
-(``upcast``: a loss term, numerically the safe side), or the float32 operand to the float16
-operand's dtype (``self.compute_dtype`` in a layer's method, as MP206's fix writes it). Each
+the crash's line that spell that op (``+`` or ``tf.add``, ``@`` or ``tf.matmul``, a literal
+list in ``tf.concat``...); and ``cast_at(text, line, mix, site, upcast)`` writes the casts:
+the float16 operands to float32 (``upcast``: a loss term, numerically the safe side), or the
+float32 operands to the float16 operand's dtype (``self.compute_dtype`` in a layer's method, as MP206's fix writes it). Each
 is only a candidate: repair keeps it when the next run no longer crashes.
 """
 
