@@ -199,17 +199,16 @@ def for_crash(verdict, texts, to_original) -> list[Change]:
     if not 0 < line <= len(lines):
         return []
     anchor = lines[line - 1].strip()
-    in_method = mix_crash.in_method_at(text, line)
     evidence = f"{original.name}:{line}: {verdict.summary}"
     out = []
     for index, site in enumerate(mix_crash.sites(text, line, mix)):
         up = Change(ChangeKind.CAST, original, f"`{site.float16}` cast to float32 where it meets `{site.float32}`",
                     evidence, anchor=anchor, line=line, op=mix.op,
                     extra={"float16_input": mix.float16_input, "elements": mix.elements, "site": index, "upcast": True})
-        to = "the layer's compute dtype" if in_method else f"`{site.float16}`'s dtype"
+        to = "the layer's compute dtype" if site.in_method else f"`{site.float16}`'s dtype"
         down = Change(ChangeKind.CAST, original, f"`{site.float32}` cast to {to} where it meets `{site.float16}`",
                       evidence, anchor=anchor, line=line, op=mix.op,
                       extra={"float16_input": mix.float16_input, "elements": mix.elements, "site": index,
                              "upcast": False})
-        out += [down, up] if in_method else [up, down]
+        out += [down, up] if site.in_method else [up, down]
     return out

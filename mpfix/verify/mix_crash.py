@@ -101,6 +101,9 @@ class Site:
 
     float16: str
     float32: str
+    # Inside a method taking ``self`` (a layer's ``call``): the float32 side goes to
+    # ``self.compute_dtype`` first.
+    in_method: bool = False
 
 
 def _groups(node, mix: Mix):
@@ -176,11 +179,12 @@ def _tensor_of(expr):
 def sites(text: str, line: int, mix: Mix) -> list[Site]:
     """The expressions on ``line`` spelling the mixed op (at most 3), with their operands."""
     try:
-        module, found, _ = _found(text, line, mix)
+        module, found, parents = _found(text, line, mix)
     except RecursionError:
         return []
     return [Site(", ".join(module.code_for_node(_tensor_of(h)) for h in halves),
-                 ", ".join(module.code_for_node(f) for f in singles)) for _, (halves, singles) in found]
+                 ", ".join(module.code_for_node(f) for f in singles), islands._in_method(node, parents))
+            for node, (halves, singles) in found]
 
 
 def cast_at(text: str, line: int, mix: Mix, site: int, upcast: bool) -> str | None:
@@ -205,20 +209,3 @@ def cast_at(text: str, line: int, mix: Mix, site: int, upcast: bool) -> str | No
         replacements = {f: style.cast(f, dtype) for f in singles}
     result = module.visit(islands._Replace(replacements)).code
     return result if result != text else None
-
-
-def in_method_at(text: str, line: int) -> bool:
-    """Whether the innermost function around ``line`` is a method taking ``self`` (a layer's ``call``)."""
-    module = islands._parsed(text)
-    if module is None:
-        return False
-    try:
-        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    except RecursionError:
-        return False
-    around = [(pos.start.line, node) for node, pos in positions.items()
-              if isinstance(node, cst.FunctionDef) and pos.start.line <= line <= pos.end.line]
-    if not around:
-        return False
-    params = max(around, key=lambda t: t[0])[1].params.params
-    return bool(params) and params[0].name.value == "self"

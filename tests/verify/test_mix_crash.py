@@ -50,7 +50,7 @@ def test_the_float16_term_of_a_loss_is_cast_to_float32_at_its_tensor():
     assert out.splitlines()[3] == "    return tf.reduce_mean(tf.square(y - pred)) + 1e-6 * tf.cast(reg, tf.float32)"
     down = mix_crash.cast_at(LOSS, 4, mix, 0, upcast=False)
     assert down.splitlines()[3] == "    return tf.cast(tf.reduce_mean(tf.square(y - pred)), reg.dtype) + 1e-6 * reg"
-    assert not mix_crash.in_method_at(LOSS, 4)
+    assert not mix_crash.sites(LOSS, 4, mix)[0].in_method
 
 
 def test_in_a_layer_the_float32_operand_goes_to_the_compute_dtype():
@@ -61,7 +61,7 @@ def test_in_a_layer_the_float32_operand_goes_to_the_compute_dtype():
         "        return x * tf.math.sqrt(tf.cast(tf.shape(x)[-1], tf.float32))\n"
     )
     mix = mix_crash.read("Input 'y' of 'Mul' Op has type float32 that does not match type float16 of argument 'x'.")
-    assert mix_crash.in_method_at(text, 4)
+    assert mix_crash.sites(text, 4, mix)[0].in_method
     out = mix_crash.cast_at(text, 4, mix, 0, upcast=False)
     assert out.splitlines()[3].strip() == (
         "return x * tf.cast(tf.math.sqrt(tf.cast(tf.shape(x)[-1], tf.float32)), self.compute_dtype)")
