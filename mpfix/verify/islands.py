@@ -27,9 +27,18 @@ Both return the new text, or None when the node is not found or the edit does no
 from __future__ import annotations
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import MetadataWrapper, ParentNodeProvider
 
-from mpfix.parsing import parse_module
+from mpfix.verify.cst_edits import (
+    OPERATORS,
+    CastStyle,
+    Replace,
+    call_name,
+    in_method,
+    parsed,
+    resolve_positions,
+    spelling,
+)
 from mpfix.verify.evidence import OP_NAMES
 
 # Ops whose result overflows (the island must reach past them).
@@ -54,77 +63,24 @@ MATH_CALLS = frozenset(
 )
 
 
-def _call_name(node) -> str | None:
-    if isinstance(node, cst.Call):
-        func = node.func
-        if isinstance(func, cst.Attribute):
-            return func.attr.value
-        if isinstance(func, cst.Name):
-            return func.value
-    return None
-
-
-_OPS = {
-    cst.Add: "+", cst.Subtract: "-", cst.Multiply: "*", cst.Divide: "/", cst.Power: "**", cst.MatrixMultiply: "@",
-}
-
-
-def _spelling(node) -> str | None:
-    if isinstance(node, cst.BinaryOperation):
-        return _OPS.get(type(node.operator))
-    return _call_name(node)
-
-
-class _Style:
-    """How casts are written in this module."""
-
-    def __init__(self, module: cst.Module) -> None:
-        code = module.code
-        imports_tf = "import tensorflow" in code or "from tensorflow" in code
-        self.ops = not imports_tf and ("keras.ops" in code or "from keras import ops" in code)
-        self.ops_name = "ops" if "from keras import ops" in code and "keras.ops" not in code else "keras.ops"
-
-    def cast(self, expr: cst.BaseExpression, dtype: cst.BaseExpression | None = None) -> cst.Call:
-        if dtype is None:
-            dtype = cst.SimpleString('"float32"') if self.ops else cst.parse_expression("tf.float32")
-        func = cst.parse_expression(f"{self.ops_name}.cast" if self.ops else "tf.cast")
-        return cst.Call(func=func, args=[cst.Arg(expr), cst.Arg(dtype)])
-
-
-def _positions(wrapper: MetadataWrapper):
-    """``PositionProvider``'s ranges; a RecursionError however LibCST surfaces it. Its provider records a
-    compound statement's end from its body's in a ``finally``: recursion running out inside the body
-    before the body is recorded makes that lookup a KeyError, and each enclosing statement's another
-    (fuzz seed 71: 3,000 adjacent strings in a ``with`` in a ``def``, a left-nested ``ConcatenatedString``)."""
-    try:
-        return wrapper.resolve(PositionProvider)
-    except KeyError as exc:
-        cause: BaseException | None = exc
-        while isinstance(cause, KeyError):  # one KeyError per enclosing compound statement
-            cause = cause.__context__
-        if isinstance(cause, RecursionError):
-            raise RecursionError("nested too deeply for LibCST's position metadata") from None
-        raise
-
-
 def _find(wrapper: MetadataWrapper, line: int, column: int, op: str):
     """The expression node of ``op`` starting at ``line``:``column`` (1-based column)."""
     names = OP_NAMES.get(op, ())
-    positions = _positions(wrapper)
+    positions = resolve_positions(wrapper)
     best = None
     for node, pos in positions.items():
         if not isinstance(node, (cst.Call, cst.BinaryOperation)):
             continue
         if pos.start.line != line or pos.start.column != column - 1:
             continue
-        if _spelling(node) in names:
+        if spelling(node) in names:
             best = node if best is None else best
     return best
 
 
 def _casts_to_float32(call) -> bool:
     """``tf.cast(x, tf.float32)`` / ``ops.cast(x, "float32")`` / ``cast(x, dtype="float32")``."""
-    if _call_name(call) != "cast" or len(call.args) < 2:
+    if call_name(call) != "cast" or len(call.args) < 2:
         return False
     dtype = call.args[1].value
     if isinstance(dtype, cst.SimpleString):
@@ -152,7 +108,7 @@ def _root(node, parents, op: str):
             return last_expr, False
         if isinstance(parent, cst.BaseExpression):
             last_expr = parent
-            name = _spelling(parent)
+            name = spelling(parent)
             if name in RANGE_REDUCING or name == "/":
                 return parent, False
         current = parent
@@ -161,7 +117,7 @@ def _root(node, parents, op: str):
 class _CastLeaves(cst.CSTTransformer):
     """Inside the island: cast each tensor operand to float32."""
 
-    def __init__(self, style: _Style, float32_names: frozenset[str] = frozenset()) -> None:
+    def __init__(self, style: CastStyle, float32_names: frozenset[str] = frozenset()) -> None:
         self.style = style
         # Names the island already made float32 (a statement before computed them).
         self.float32_names = float32_names
@@ -176,7 +132,7 @@ class _CastLeaves(cst.CSTTransformer):
             return expr
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.expression, (cst.Integer, cst.Float)):
             return expr
-        if isinstance(expr, (cst.Call, cst.BinaryOperation)) and _spelling(expr) in MATH_CALLS | set(_OPS.values()):
+        if isinstance(expr, (cst.Call, cst.BinaryOperation)) and spelling(expr) in MATH_CALLS | set(OPERATORS.values()):
             return self._inner(expr)
         if isinstance(expr, cst.UnaryOperation):
             return expr.with_changes(expression=self._leaf(expr.expression))
@@ -197,37 +153,9 @@ class _CastLeaves(cst.CSTTransformer):
         return expr.with_changes(args=args)
 
     def island(self, root: cst.BaseExpression) -> cst.BaseExpression:
-        if isinstance(root, (cst.Call, cst.BinaryOperation)) and _spelling(root) in MATH_CALLS | set(_OPS.values()):
+        if isinstance(root, (cst.Call, cst.BinaryOperation)) and spelling(root) in MATH_CALLS | set(OPERATORS.values()):
             return self._inner(root)
         return self._leaf(root)
-
-
-def _in_method(node, parents) -> bool:
-    """Whether ``node`` is inside a method taking ``self`` (a layer's ``call``)."""
-    current = parents.get(node)
-    while current is not None:
-        if isinstance(current, cst.FunctionDef):
-            params = current.params.params
-            return bool(params) and params[0].name.value == "self"
-        current = parents.get(current)
-    return False
-
-
-class _Replace(cst.CSTTransformer):
-    def __init__(self, replacements: dict) -> None:
-        self.replacements = replacements
-
-    def on_leave(self, original_node, updated_node):
-        return self.replacements.get(original_node, updated_node)
-
-
-def _parsed(text: str) -> cst.Module | None:
-    """The module, or None when it does not parse or is nested too deeply to parse safely
-    (``mpfix.parsing``: LibCST's native parser can crash on such input; a RecursionError)."""
-    try:
-        return parse_module(text)
-    except (cst.ParserSyntaxError, RecursionError, MemoryError):
-        return None
 
 
 def float32_island(text: str, line: int, column: int, op: str) -> str | None:
@@ -239,7 +167,7 @@ def float32_island(text: str, line: int, column: int, op: str) -> str | None:
 
 
 def _float32_island(text: str, line: int, column: int, op: str) -> str | None:
-    module = _parsed(text)
+    module = parsed(text)
     if module is None:
         return None
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
@@ -248,14 +176,14 @@ def _float32_island(text: str, line: int, column: int, op: str) -> str | None:
         return None
     parents = wrapper.resolve(ParentNodeProvider)
     root, into_float32 = _root(node, parents, op)
-    style = _Style(module)
+    style = CastStyle(module)
     caster = _CastLeaves(style)
     computed = caster.island(root)
     if caster.count == 0:
         return None
     if into_float32:
         back = None
-    elif _in_method(root, parents):
+    elif in_method(root, parents):
         back = cst.parse_expression("self.compute_dtype")
     elif caster.first is not None:
         back = cst.Attribute(value=caster.first, attr=cst.Name("dtype"))
@@ -273,7 +201,7 @@ def _float32_island(text: str, line: int, column: int, op: str) -> str | None:
     else:
         new = computed if back is None else style.cast(computed, back)
         replacements = {root: _parenthesised(root, new, parents)}
-    result = module.visit(_Replace(replacements)).code
+    result = module.visit(Replace(replacements)).code
     return result if result != text else None
 
 
@@ -329,7 +257,7 @@ def _later_reducer(root, parents):
             # `tf.cast(reg, tf.float32)`: that statement wants the float32 value as it is.
             into_float32 = isinstance(call, cst.Call) and call.args[0] is parent and _casts_to_float32(call)
         if reducer is None and isinstance(parent, cst.BaseExpression) and (
-                _spelling(parent) in RANGE_REDUCING or _spelling(parent) == "/"):
+                spelling(parent) in RANGE_REDUCING or spelling(parent) == "/"):
             reducer = parent
         current = parent
     body = list(getattr(block, "body", ()))
@@ -350,19 +278,19 @@ def layer_float32(text: str, line: int, class_name: str | None = None) -> str | 
 
 
 def _layer_float32(text: str, line: int, class_name: str | None = None) -> str | None:
-    module = _parsed(text)
+    module = parsed(text)
     if module is None:
         return None
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    positions = _positions(wrapper)
+    positions = resolve_positions(wrapper)
     calls = [n for n, p in positions.items() if isinstance(n, cst.Call) and p.start.line == line]
-    named = [c for c in calls if class_name and _call_name(c) == class_name]
+    named = [c for c in calls if class_name and call_name(c) == class_name]
     if named:
         target = named[0]
     elif class_name:
         return None
     else:
-        constructors = [c for c in calls if (_call_name(c) or "")[:1].isupper()]
+        constructors = [c for c in calls if (call_name(c) or "")[:1].isupper()]
         if len(constructors) != 1:
             return None
         target = constructors[0]
@@ -384,5 +312,5 @@ def _layer_float32(text: str, line: int, class_name: str | None = None) -> str |
                 args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
             args.append(cst.Arg(keyword=cst.Name("dtype"), value=value,
                                 equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-    result = module.visit(_Replace({target: target.with_changes(args=args)})).code
+    result = module.visit(Replace({target: target.with_changes(args=args)})).code
     return result if result != text else None

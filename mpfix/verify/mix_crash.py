@@ -26,9 +26,9 @@ import re
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import MetadataWrapper, ParentNodeProvider
 
-from mpfix.verify import islands
+from mpfix.verify import cst_edits
 
 # TF op -> (Python operator, function names that spell it).
 SPELLINGS: dict[str, tuple[str | None, frozenset[str]]] = {
@@ -128,11 +128,11 @@ def _groups(node, mix: Mix):
 
 def _spells(node, mix: Mix) -> bool:
     if mix.op in LIST_OPS:
-        return isinstance(node, cst.Call) and islands._call_name(node) in LIST_OPS[mix.op]
+        return isinstance(node, cst.Call) and cst_edits.call_name(node) in LIST_OPS[mix.op]
     operator, names = SPELLINGS[mix.op]
     if isinstance(node, cst.BinaryOperation):
-        return operator is not None and islands._spelling(node) == operator
-    return isinstance(node, cst.Call) and islands._call_name(node) in names
+        return operator is not None and cst_edits.spelling(node) == operator
+    return isinstance(node, cst.Call) and cst_edits.call_name(node) in names
 
 
 def _is_literal(expr) -> bool:
@@ -144,11 +144,11 @@ def _is_literal(expr) -> bool:
 def _found(text: str, line: int, mix: Mix):
     """The module, the (float16, float32) operand groups of each expression on ``line`` that
     spells the op (at most 3; none with a Python number, which is weakly typed), and the parents."""
-    module = islands._parsed(text)
+    module = cst_edits.parsed(text)
     if module is None:
         return None, [], {}
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    positions = wrapper.resolve(PositionProvider)
+    positions = cst_edits.resolve_positions(wrapper)
     parents = wrapper.resolve(ParentNodeProvider)
     found = []
     for node, pos in positions.items():
@@ -166,7 +166,7 @@ def _found(text: str, line: int, mix: Mix):
 def _tensor_of(expr):
     """The tensor a scaled operand holds: ``reg`` of ``1e-6 * reg`` (cast there, the scaling
     happens in float32 too)."""
-    while isinstance(expr, cst.BinaryOperation) and islands._spelling(expr) in ("*", "/", "+", "-"):
+    while isinstance(expr, cst.BinaryOperation) and cst_edits.spelling(expr) in ("*", "/", "+", "-"):
         if _is_literal(expr.left) and not _is_literal(expr.right):
             expr = expr.right
         elif _is_literal(expr.right) and not _is_literal(expr.left):
@@ -183,7 +183,7 @@ def sites(text: str, line: int, mix: Mix) -> list[Site]:
     except RecursionError:
         return []
     return [Site(", ".join(module.code_for_node(_tensor_of(h)) for h in halves),
-                 ", ".join(module.code_for_node(f) for f in singles), islands._in_method(node, parents))
+                 ", ".join(module.code_for_node(f) for f in singles), cst_edits.in_method(node, parents))
             for node, (halves, singles) in found]
 
 
@@ -196,16 +196,16 @@ def cast_at(text: str, line: int, mix: Mix, site: int, upcast: bool) -> str | No
     if module is None or site >= len(found):
         return None
     node, (halves, singles) = found[site]
-    style = islands._Style(module)
+    style = cst_edits.CastStyle(module)
     if upcast:
         replacements = {_tensor_of(h): style.cast(_tensor_of(h)) for h in halves}
     else:
-        if islands._in_method(node, parents):
+        if cst_edits.in_method(node, parents):
             dtype = cst.parse_expression("self.compute_dtype")
         elif isinstance(_tensor_of(halves[0]), (cst.Name, cst.Attribute)):
             dtype = cst.Attribute(value=_tensor_of(halves[0]), attr=cst.Name("dtype"))
         else:
             return None
         replacements = {f: style.cast(f, dtype) for f in singles}
-    result = module.visit(islands._Replace(replacements)).code
+    result = module.visit(cst_edits.Replace(replacements)).code
     return result if result != text else None
