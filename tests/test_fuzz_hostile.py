@@ -34,6 +34,7 @@ def test_the_mutations_include_what_crashed_libcst():
     assert any(s.startswith(b"x = (((") for s in seen)
 
 
+@pytest.mark.slow  # 24 s under load, the not-slow suite's longest test
 @pytest.mark.skipif(importlib.util.find_spec("hypothesmith") is None, reason="hypothesmith not installed")
 def test_generated_programs():
     _check("generated", fuzz_hostile.generated(12, seed=4))
@@ -57,6 +58,7 @@ def test_coding_lines_reach_check_sarif_apply_and_the_verify_side(monkeypatch):
     assert any(fuzz_hostile.with_coding(b"x\n", rng).startswith(b"# -*- coding") for _ in range(100))
 
 
+@pytest.mark.slow  # 16 s under load
 def test_a_repeated_line_is_one_of_the_mutations_and_passes():
     import random
 
