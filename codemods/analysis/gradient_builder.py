@@ -257,6 +257,10 @@ def _trace(context, scope: Scope, scopes: list[Scope], optimizer: str, builds: l
         matches = [b for b in builds if b.target == optimizer and b.scope.class_name == scope.class_name]
         if matches:
             return matches[-1], False
+        stored = _trace_stored_parameter(context, scope, scopes, optimizer, builds, compiled_models) \
+            if depth == 0 else None
+        if stored is not None:
+            return stored
         # Keras sets self.optimizer in compile(); under mixed_float16 it is a LossScaleOptimizer.
         # A closure inside a Keras model's `train_step` (handed to `tf.cond`) sees the same `self.optimizer`
         # (not any class's `train_step`: an orbit trainer's optimizer is its constructor's argument).
@@ -318,6 +322,11 @@ def _trace_argument(context, scope, scopes, optimizer, builds, compiled_models):
                 if text is None:
                     return None, False
                 results.append(_trace(context, caller, scopes, text, builds, compiled_models, depth=1))
+    return _agreed(results)
+
+
+def _agreed(results):
+    """The one build every call site gives (with its compile flag), else unknown."""
     def same(a, b) -> bool:
         if a[1] != b[1]:
             return False
@@ -326,3 +335,51 @@ def _trace_argument(context, scope, scopes, optimizer, builds, compiled_models):
     if results and all(same(r, results[0]) for r in results):
         return results[0]
     return None, False
+
+
+def _trace_stored_parameter(context, scope, scopes, optimizer, builds, compiled_models):
+    """``self.x`` stored from a parameter of one of the class's methods (``def compile(self, d_optimizer)``:
+    ``self.d_optimizer = d_optimizer``; ``__init__(self, optimizer)``), followed to that method's calls on
+    an instance of the class (``gan.compile(d_optimizer=Adam())``; ``Trainer(model, Adam())``). None: no
+    such assignment. A Keras model's ``self.optimizer`` stays compile's."""
+    if optimizer == "self.optimizer" and _keras_model_class(context, scope.class_name):
+        return None
+    stored = [(method, value.value) for method in scopes if method.class_name == scope.class_name
+              for st in method.statements if isinstance(st.node, cst.SimpleStatementLine)
+              for target, value in assigned_targets(st.node)
+              if dotted_name(target) == optimizer and isinstance(value, cst.Name) and value.value in method.params]
+    if len(stored) != 1:
+        return None if not stored else (None, False)
+    method, param = stored[0]
+    index = method.params.index(param) - (1 if method.params[:1] == ["self"] else 0)
+    instances = {dotted_name(t) for s in scopes for st in s.statements for t, v in assigned_targets(st.node)
+                 if isinstance(v, cst.Call) and isinstance(v.func, cst.Name) and v.func.value == scope.class_name}
+    results = []
+    for caller in scopes:
+        for st in caller.statements:
+            for call, _ in (calls_in(st.node) if isinstance(st.node, cst.SimpleStatementLine) else _header_calls(st.node)):
+                func = call.func
+                if method.name == "__init__":
+                    site = isinstance(func, cst.Name) and func.value == scope.class_name
+                else:
+                    if not (isinstance(func, cst.Attribute) and func.attr.value == method.name):
+                        continue
+                    receiver = dotted_name(func.value)
+                    site = receiver in instances or receiver == "self" and caller.class_name == scope.class_name
+                    if not site and _keyword(call, param) is not None:
+                        return None, False  # the same method name and keyword on an object of unknown class
+                if not site:
+                    continue
+                arg = _keyword(call, param) or next(
+                    (a for i, a in enumerate(x for x in call.args if x.keyword is None) if i == index), None)
+                if arg is None:
+                    return None, False
+                if isinstance(arg.value, cst.Call) and _is_optimizer_constructor(context.resolve(arg.value.func)):
+                    results.append((OptimizerBuild(arg.value, optimizer, context.resolve(arg.value.func), caller, st),
+                                    False))
+                    continue
+                text = dotted_name(arg.value)
+                if text is None:
+                    return None, False
+                results.append(_trace(context, caller, scopes, text, builds, compiled_models, depth=1))
+    return _agreed(results)
