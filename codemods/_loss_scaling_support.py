@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from mpfix.codemods.analysis.gradient_path import (
+    SCALE_METHODS,
     UNSCALE_METHOD,
     Analysis,
     Flow,
@@ -34,6 +35,7 @@ from mpfix.codemods.analysis.gradient_path import (
     assigned_targets,
     assigns_name,
     contains,
+    in_tape,
     target_names,
     training_steps,
 )
@@ -92,6 +94,34 @@ def loss_anchor(analysis: Analysis, flow: Flow, loss: str) -> cst.BaseStatement 
                     and not contains(stmt, flow.gradient.call):
                 best = stmt
     return best
+
+
+def computed_scaled_loss(analysis: Analysis, flow: Flow) -> str | None:
+    """The name the step already binds to ``optimizer.scale_loss(loss)`` of the gradient's own target, in
+    the tape after the loss is finished and not rebound before the gradient: the gradient should be
+    taken of it (``scaled_loss = opt.scale_loss(loss)`` then ``tape.gradient(loss, ...)``)."""
+    target = flow.gradient.target
+    if not isinstance(target, cst.Name):
+        return None
+    anchor = loss_anchor(analysis, flow, target.value)
+    order = statement_index(flow)
+    grad_at = order[id(flow.gradient.statement.node)]
+    after = order.get(id(anchor), -1) if anchor is not None else -1
+    for scale in analysis.scale_calls:
+        args = scale.call.args
+        if scale.scope is not flow.scope or scale.optimizer != flow.optimizer or scale.method not in SCALE_METHODS \
+                or scale.conditional or len(args) != 1 or not isinstance(args[0].value, cst.Name) \
+                or args[0].value.value != target.value:
+            continue
+        at = order.get(id(scale.statement.node))
+        if at is None or not after < at < grad_at or not in_tape(analysis, flow, scale.statement):
+            continue
+        for bound, value in assigned_targets(scale.statement.node):
+            if value is scale.call and isinstance(bound, cst.Name) and not any(
+                    assigns_name(st.node, bound.value) for st in flow.scope.statements[at + 1:grad_at]
+                    if isinstance(st.node, cst.SimpleStatementLine)):
+                return bound.value
+    return None
 
 
 def fresh_name(flow: Flow, base: str) -> str:
@@ -173,8 +203,13 @@ def scaling_changes(context, analysis: Analysis, flow: Flow, *, guard: bool = Fa
     if anchor is None or contains(anchor, grad.call):
         return None
     base = target.value
-    scaled = fresh_name(flow, base + "_scaled" if base.startswith("scaled") else "scaled_" + base)
+    computed = None if guard else computed_scaled_loss(analysis, flow)
+    scaled = computed or fresh_name(flow, base + "_scaled" if base.startswith("scaled") else "scaled_" + base)
     new_call = grad.call.with_changes(args=[grad.call.args[0].with_changes(value=cst.Name(scaled)), *grad.call.args[1:]])
+    if computed is not None:
+        # The step already scales this loss in the tape: differentiate that value, scale nothing twice.
+        return {grad.call: unscale_call(flow.optimizer, new_call) if context.keras == 2 and not flow.unscaled
+                else new_call}
     if guard and context.keras == 2:
         return guarded_scaling_changes(context, flow, anchor, scaled, new_call)
     stmt = new_statement(context, f"{scaled} = {flow.optimizer}.{scale_method(context.keras)}({target.value})")

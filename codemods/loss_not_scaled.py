@@ -7,7 +7,7 @@ import libcst as cst
 from mpfix.codemods._gradient_fixes import describe, move_clip_changes
 from mpfix.codemods.analysis.gradient_path import Flow
 from mpfix.codemods._loss_scaling_support import (
-    STEP_TRIGGERS, Shape, foreign_api, needs_lso_guard, scale_method, scaling_changes, step_flows, unfixable_shape, where,
+    STEP_TRIGGERS, Shape, computed_scaled_loss, foreign_api, needs_lso_guard, scale_method, scaling_changes, step_flows, unfixable_shape, where,
 )
 from mpfix.codemods.base import Fact, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
@@ -32,6 +32,10 @@ class LossNotScaled(Rule):
         "guarded": _UNSCALED + (
             ", guarded by `isinstance(..., LossScaleOptimizer)`: on Keras 2 it is one only if `compile` ran "
             "under `mixed_float16`"),
+        "computed_unused": (
+            "`{optimizer}` scales losses and `{scaled}` already holds `{optimizer}.{scale}({loss})`, but the gradient "
+            "in {where} is taken of the unscaled `{loss}`, so the update is divided by the scale; take the gradient "
+            "of `{scaled}`"),
         "kept_by_object": (
             "`{optimizer}` scales losses but the gradients it applies are taken in `{taken}` of the unscaled loss "
             "and reach it through the object that keeps them; compute `{optimizer}.{scale}(loss)` inside that tape "
@@ -131,6 +135,40 @@ class LossNotScaled(Rule):
         """, keras=3),
     ]
     INVALID = [
+        # The scaled loss is computed in the tape, but the gradient is taken of the loss: take it of that value.
+        Invalid(
+            """
+            import keras
+            import tensorflow as tf
+
+            keras.mixed_precision.set_global_policy("mixed_float16")
+            optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.01))
+
+
+            def replica_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+                    scaled_loss = optimizer.scale_loss(loss)
+                grads = tape.gradient(loss, model.trainable_variables)
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            """
+            import keras
+            import tensorflow as tf
+
+            keras.mixed_precision.set_global_policy("mixed_float16")
+            optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.01))
+
+
+            def replica_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+                    scaled_loss = optimizer.scale_loss(loss)
+                grads = tape.gradient(scaled_loss, model.trainable_variables)
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            keras=3,
+        ),
         # train_step override in a keras.Model subclass: compile() wrapped self.optimizer.
         Invalid(
             """
@@ -332,6 +370,9 @@ class LossNotScaled(Rule):
                 fix.update(step)
             if guard and fix and variant == "unscaled" and note is None:
                 variant = "guarded"
+            computed = computed_scaled_loss(analysis, flow) if variant == "unscaled" and len(group) == 1 else None
+            if computed is not None:
+                variant, more = "computed_unused", {"scaled": computed, "loss": flow.gradient.target.value}
             self.report(
                 flow.apply.call,
                 variant,
