@@ -56,6 +56,16 @@ class Fact(Enum):
     PROJECT = "project"  # RuleContext.project: callers index, reach, declarations (mpfix.project.facts)
 
 
+class Need(Enum):
+    """What must hold in a file before a rule can report anything there, decided before the LibCST parse
+    (``mpfix.gate``): where no selected rule's needs can hold, the file is not parsed. A test runs each rule
+    that declares one over its examples and real code and fails when a finding lies where the need fails."""
+
+    # Reports only on nodes of a non-module dtype region (a function the inference analyses as float16
+    # compute: a layer's call, a training step, a loss, a tf.function and their helpers), never module code.
+    FLOAT16_REGION = "float16-region"
+
+
 class FixAvailability(Enum):
     """Whether a rule's findings come with a fix (Ruff's ``FixAvailability``), apart from how safe each fix is."""
 
@@ -243,6 +253,9 @@ class Rule(cst.BatchableCSTVisitor):
     uses: ClassVar[frozenset[Fact] | None] = None
     # Only run where float16 compute is reachable (a mixed_float16 policy in play).
     requires_float16: ClassVar[bool] = False
+    # What must hold in a file for the rule to report there (``Need``); the engine skips the parse of a file
+    # where every selected rule needs something that cheap facts prove absent (``mpfix.gate``).
+    needs: ClassVar[frozenset[Need]] = frozenset()
     # Only run for these Keras generations.
     keras_generations: ClassVar[tuple[int, ...]] = (2, 3)
     # Ruff-style documentation: "What it does", "Why is this bad?", "Example", "Use instead".

@@ -8,6 +8,7 @@ intermediate text must parse and compile, or nothing is returned as fixed.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from dataclasses import dataclass, field, replace
 from collections.abc import Callable
@@ -17,9 +18,10 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from mpfix.codemods import Rule, RuleContext
+from mpfix.codemods.base import Need
 from mpfix.codemods._walk import visit_batched
 from mpfix.codemods.names import ImportTable
-from mpfix import fix_edits, fix_validation
+from mpfix import fix_edits, fix_validation, gate
 from mpfix import policy as policies
 from mpfix import suppression
 from mpfix.findings import FileError, Finding, Fix, Position
@@ -32,6 +34,9 @@ from mpfix.project.fixture_regions import float16_regions
 from mpfix import target as targets
 
 MAX_FIX_PASSES = 10
+# Skip the parse of a file where no selected rule's ``Rule.needs`` can hold (``mpfix.gate``); False (or
+# MPFIX_GATE=0) parses every triggered file, as the equivalence test and benchmarks compare.
+GATE = os.environ.get("MPFIX_GATE", "1") != "0"
 
 _PY2_HINTS = (
     re.compile(r"^\s*print\s+[^\s(=.,)\]]"),
@@ -120,12 +125,20 @@ class Engine:
                 unchecked = self.options.policy is None and policy is policies.Policy.NONE
         return rules, unchecked
 
+    def _gated(self, text: str, path: Path, rules: list[type[Rule]]) -> bool | None:
+        """True: no selected rule can report in ``text`` (each needs a float16 region, none can exist there);
+        False: the gate ran (and with it the depth pre-check) but cannot rule that out; None: it did not run."""
+        if not GATE or not all(Need.FLOAT16_REGION in r.needs for r in rules):
+            return None
+        project = file_facts(path, consult_project=self.options.policy is None and self.options.project_policy)
+        return gate.no_region(text, project.cross_calls)
+
     # -- one pass ----------------------------------------------------------------------
     def _run(self, text: str, path: Path, rules: list[type[Rule]], module: cst.Module | None = None,
-             ) -> tuple[cst.Module, RuleContext]:
+             depth_checked: bool = False) -> tuple[cst.Module, RuleContext]:
         """Parse ``text`` (unless ``module`` is its parse already) and run ``rules`` over it in one pass."""
         if module is None:
-            module = parse_module(text)
+            module = parse_module(text, depth_checked=depth_checked)
         imports = ImportTable(module)
         target = targets.decide(self.options.keras, text, path,
                                 imports.imports_module("tf_keras") or targets.imports_tf_keras(text))
@@ -198,7 +211,10 @@ class Engine:
         if not rules:
             return LintResult(float16_unchecked=unchecked)
         try:
-            module, context = self._run(text, path, rules)
+            gated = self._gated(text, path, rules)  # raises TooComplex as the parse would
+            if gated:
+                return LintResult(float16_unchecked=unchecked)
+            module, context = self._run(text, path, rules, depth_checked=gated is False)
         except cst.ParserSyntaxError as exc:
             return LintResult(errors=[_syntax_error(name, text, exc)], float16_unchecked=unchecked)
         except TooComplex as exc:  # refused before LibCST's native parser could crash on it

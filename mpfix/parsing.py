@@ -57,8 +57,9 @@ class TooComplex(RecursionError):
         self.column = column
 
 
-def check_depth(text: str) -> None:
-    """Raise TooComplex when ``text`` nests deeper than CPython or ``MAX_DEPTH`` allow.
+def check_depth(text: str) -> bool:
+    """Raise TooComplex when ``text`` nests deeper than CPython or ``MAX_DEPTH`` allow; else whether
+    CPython's parser accepted it (False: a syntax error the engine's parse reports, or NUL bytes).
 
     CPython's own compiler measures it, at C speed: its symbol-table pass (``symtable``) walks the
     parsed tree and stops at three times the recursion limit left, so the limit is lowered for this
@@ -78,6 +79,7 @@ def check_depth(text: str) -> None:
                 _measure_by_ast(text)
             else:
                 _measure_by_symtable(text)
+        return True
     except SyntaxError as exc:
         if exc.msg.startswith(("too many nested parentheses", "too many levels of indentation")):
             raise TooComplex(f"SyntaxError: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
@@ -87,11 +89,12 @@ def check_depth(text: str) -> None:
                    else "crashed on this file")
             raise TooComplex(f"{type(exc).__name__}: {exc.msg} (mpfix's parser {why})",
                              exc.lineno or 1, max(1, exc.offset or 1)) from None
+        return False
     except (RecursionError, MemoryError):
         raise TooComplex(f"an expression is nested or chained more than about {MAX_DEPTH} levels deep; "
                          "mpfix's parser would crash or take minutes on it, so the file is not checked") from None
     except ValueError:  # NUL bytes: LibCST reports the file as it always did
-        pass
+        return False
 
 
 def _measure_by_symtable(text: str) -> None:
@@ -179,12 +182,14 @@ def _libcst_probe(text: str, seconds: float) -> object:
     return parse_probe.probe(text, seconds)
 
 
-def parse_module(text: str) -> cst.Module:
+def parse_module(text: str, depth_checked: bool = False) -> cst.Module:
     """``libcst.parse_module(text)``, minus the node re-validation; same tree, same errors.
 
-    ``check_depth`` runs first: a file LibCST's native parser could crash on raises TooComplex.
+    ``check_depth`` runs first: a file LibCST's native parser could crash on raises TooComplex
+    (``depth_checked``: the caller ran it on this very text already, ``mpfix.gate``).
     """
-    check_depth(text)
+    if not depth_checked:
+        check_depth(text)
     known = _known_error(text)
     if known is not None:
         raise known

@@ -109,9 +109,9 @@ def _helpers(root: Path, pending: Future | None = None) -> dict[str, frozenset[s
 def _compute_helpers(root: Path, pending: Future | None) -> dict[str, frozenset[str]]:
     from mpfix.project import store
     from mpfix.project.callers import test_helpers
-    from mpfix.project.files import project_files
+    from mpfix.project.files import listed
 
-    files = project_files(root)
+    files = listed(root)
     stamp = store.fingerprint(root, files) if store.folder() is not None else ""
     if stamp:
         data = store.load("callers", root, stamp)
@@ -148,15 +148,15 @@ def _compute_cross_calls(root: Path, reached_only: bool, pool: Executor | None,
                          then: Callable[[], None] | None) -> dict[str, frozenset[CrossCall]]:
     from mpfix.project import store
     from mpfix.project.crosscalls import scan_project
-    from mpfix.project.files import project_files
+    from mpfix.project.files import listed
     from mpfix.project.structural_scan import structural_calls
 
-    files = project_files(root)
+    files = everything = listed(root)
     if reached_only:
         reached = project_reach(root)
         files = tuple(f for f in files if reached.reach_for(f).policy is Policy.FLOAT16)
     kind = "crosscalls-reached" if reached_only else "crosscalls-all"
-    stamp = store.fingerprint(root, project_files(root)) if store.folder() is not None else ""
+    stamp = store.fingerprint(root, everything) if store.folder() is not None else ""
     if stamp:
         data = store.load(kind, root, stamp)
         if data is not None:
@@ -166,7 +166,7 @@ def _compute_cross_calls(root: Path, reached_only: bool, pool: Executor | None,
                 pass  # damaged: scan again
     found, scan = scan_project(root, files, pool=pool, then=then)
     # Structural typing (c33): functions whose parameters only a project Keras class's attributes fit.
-    for path, calls in structural_calls(scan, files, project_files(root)).items():
+    for path, calls in structural_calls(scan, files, everything).items():
         found[path] = found.get(path, frozenset()) | calls
     if stamp:
         store.save(kind, root, stamp, {path: [c.to_json() for c in sorted(calls)] for path, calls in found.items()})
@@ -217,10 +217,10 @@ def prepare(root: Path, *, consult_project: bool, pool: Executor | None = None) 
         def queue_helpers() -> None:
             if pool is not None and ("callers", root) not in _MEMO:
                 from mpfix.project.callers import test_helpers
-                from mpfix.project.files import project_files
+                from mpfix.project.files import listed
 
                 try:
-                    queued.append(pool.submit(test_helpers, project_files(root)))
+                    queued.append(pool.submit(test_helpers, listed(root)))
                 except Exception:  # a broken pool: computed here
                     pass
 
@@ -230,4 +230,7 @@ def prepare(root: Path, *, consult_project: bool, pool: Executor | None = None) 
 
 def forget() -> None:
     """Forget every project's callers index and cross-file calls (files were created or saved)."""
+    from mpfix.project.files import forget_listings
+
     _MEMO.clear()
+    forget_listings()

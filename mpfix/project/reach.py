@@ -6,7 +6,7 @@ import functools
 from pathlib import Path
 
 from mpfix.project import reachability, store
-from mpfix.project.files import project_files
+from mpfix.project.files import project_files, remember
 from mpfix.project.kinds import Policy
 
 
@@ -17,7 +17,9 @@ def project_reach(root: Path):
     Scanned once per process; with a store (the cache folder), once per change of any file's
     size or mtime: a warm run then reads the result instead of every file of the project.
     """
-    files = list(project_files(root))
+    listing = project_files(root)
+    remember(root, listing)  # the project facts read the same listing (``files.listed``)
+    files = list(listing)
     if store.folder() is None:
         return reachability.scan_project(root, files)
     stamp = store.fingerprint(root, files)
