@@ -39,6 +39,7 @@ PHASES = (
     ("  reach (policy.reach_for)", "mpfix/policy.py", "reach_for"),
     ("cache keys (Keyer.key)", "mpfix/cache.py", "key"),
     ("rule selection / prefilter (Engine._select)", "mpfix/engine.py", "_select"),
+    ("gate before the parse (Engine._gated, mpfix.gate)", "mpfix/engine.py", "_gated"),
     ("LibCST parse (parsing.parse_module)", "mpfix/parsing.py", "parse_module"),
     ("import table (ImportTable.__init__)", "codemods/names.py", "__init__"),
     ("rules + analyses (visit_batched)", "codemods/_walk.py", "visit_batched"),
@@ -136,6 +137,16 @@ def _timed(argv: list[str]) -> None:
     wrap(engine, "visit_batched", "rules + analyses")
     wrap(engine, "file_facts", "project facts")
     wrap(engine.Engine, "_select", "prefilter")
+    wrap(engine.Engine, "_gated", "gate before the parse")
+    skipped = [0, 0]
+    no_region = engine.gate.no_region
+
+    def counted(*args, **kwargs):
+        found = no_region(*args, **kwargs)
+        skipped[0] += found
+        skipped[1] += 1
+        return found
+    engine.gate.no_region = counted
     wrap(engine, "positions_of", "positions")
     from mpfix.cli import main
     w, c = time.perf_counter(), time.process_time()
@@ -148,6 +159,8 @@ def _timed(argv: list[str]) -> None:
     print(f"whole check (after imports of mpfix.cli): {w:.2f} s wall, {c:.2f} s CPU")
     for label, (wall, cpu, calls) in spent.items():
         print(f"  {cpu:7.2f} s CPU {wall:7.2f} s wall {calls:6d} calls  {label}")
+    print(f"  the gate skipped the parse of {skipped[0]} of the {skipped[1]} files it was asked about"
+          f" (MPFIX_GATE=0: off)")
     del facts
 
 
