@@ -183,7 +183,7 @@ def _analyse(context: FileView) -> Analysis:
             for index in sorted(apply.gradients):
                 grad = by_index[index]
                 flow = _flow(context, scope, scopes, grad, apply, builds, compiled_models,
-                             local_scales, isinstance_guard)
+                             local_scales, isinstance_guard, helpers)
                 if grad.tape in closed and flow.scale is None:
                     flow.user_managed = True  # the loss comes with the tape: its scaling happened out of sight
                 flow.path = paths.get((id(apply.call), index)) or GradientPath(
@@ -230,19 +230,19 @@ def _analyse(context: FileView) -> Analysis:
                 for index in sorted(apply.gradients):
                     grad_scope, grad = grad_of[index]
                     flow = _flow(context, scope, scopes, grad, apply, builds, compiled_models,
-                                 scales_of.get(id(grad_scope.node), []), isinstance_guard)
+                                 scales_of.get(id(grad_scope.node), []), isinstance_guard, helpers)
                     flow.scale, flow.scale_statement = _scale_of(grad_scope, grad.target, grad.statement,
-                                                                 scales_of.get(id(grad_scope.node), []))
+                                                                 scales_of.get(id(grad_scope.node), []), helpers)
                     flow.path = paths[(id(apply.call), index)]
                     cross_flows.append(flow)
     return Analysis(scopes, flows, builds, all_tapes, scale_calls, isinstance_guard, all_minimizes, all_gradients,
                     cross_flows, context.keras, helpers.bindings)
 
 
-def _flow(context, scope, scopes, grad, apply, builds, compiled_models, scales, guard) -> Flow:
+def _flow(context, scope, scopes, grad, apply, builds, compiled_models, scales, guard, helpers=None) -> Flow:
     optimizer = apply.optimizer
     build, compiled = _trace(context, scope, scopes, optimizer, builds, compiled_models)
-    scale, scale_st = _scale_of(scope, grad.target, grad.statement, scales)
+    scale, scale_st = _scale_of(scope, grad.target, grad.statement, scales, helpers)
     unscaled = any(s.method == UNSCALE_METHOD and s.optimizer == optimizer for s in scales)
     user_managed = guard or any(s.conditional for s in scales if s.optimizer == optimizer)
     return Flow(scope, grad, apply, optimizer, build, compiled, scale, scale_st, unscaled, user_managed)

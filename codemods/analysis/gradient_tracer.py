@@ -44,7 +44,7 @@ class _PathTracer:
         self.apply_values: dict[int, dict] = {}
         self.by_call: dict[int, tuple[int, frozenset]] = {}
         for g in gradients:
-            scale, _ = _scale_of(scope, g.target, g.statement, scales)
+            scale, _ = _scale_of(scope, g.target, g.statement, scales, helpers)
             state = SCALED if scale is not None and scale.method in SCALE_METHODS else UNSCALED
             self.by_call[id(g.call)] = (g.index, frozenset({state}))
         self._position = {id(st.node): i for i, st in enumerate(scope.statements)}

@@ -15,9 +15,10 @@ from mpfix.codemods.analysis.gradient_records import (
 from mpfix.codemods.analysis.gradient_syntax import assigned_targets, calls_in, names_in, target_names
 from mpfix.codemods.names import dotted_name
 
-def _scale_of(scope: Scope, target: cst.BaseExpression, before: Statement,
-              scales: list[ScaleCall]) -> tuple[ScaleCall | None, Statement | None]:
-    """The scaling call whose result is ``target`` (a name assigned from it, or the call itself)."""
+def _scale_of(scope: Scope, target: cst.BaseExpression, before: Statement, scales: list[ScaleCall],
+              helpers: "_Helpers | None" = None) -> tuple[ScaleCall | None, Statement | None]:
+    """The scaling call whose result is ``target`` (a name assigned from it, from a same-file helper that
+    returns it, or the call itself)."""
     if isinstance(target, cst.Call):
         for s in scales:
             if s.call is target:
@@ -33,8 +34,12 @@ def _scale_of(scope: Scope, target: cst.BaseExpression, before: Statement,
             if target.value not in target_names(t) or value is None:
                 continue
             inner = [s for s in scales if s.statement is st and s.method in SCALE_METHODS]
+            returned = _returned_scale(helpers, scope, value, _position(t, target.value)) \
+                if helpers is not None and isinstance(value, cst.Call) and not inner else None
             if inner:
                 found = (inner[0], st)
+            elif returned is not None:
+                found = (returned, st)
             elif found[0] is not None and (
                     any(isinstance(small, cst.AugAssign) for small in st.node.body)
                     or target.value in names_in(value)):
@@ -42,6 +47,61 @@ def _scale_of(scope: Scope, target: cst.BaseExpression, before: Statement,
             else:
                 found = (None, None)  # rebound to something unscaled
     return found
+
+
+def _position(target: cst.BaseExpression, name: str) -> int | None:
+    """Where ``name`` sits in an unpacking target (``loss, scaled = ...``: 1); None for the whole value, -1
+    for anything else (starred, nested)."""
+    if isinstance(target, cst.Name):
+        return None if target.value == name else -1
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for i, element in enumerate(target.elements):
+            if isinstance(element, cst.StarredElement):
+                return -1
+            if isinstance(element.value, cst.Name) and element.value.value == name:
+                return i
+    return -1
+
+
+def _returned_scale(helpers: "_Helpers", caller: Scope, call: cst.Call, position: int | None) -> ScaleCall | None:
+    """The scaling a same-file helper returns (``return opt.scale_loss(loss)``, ``return loss, scaled`` with
+    ``scaled = opt.scale_loss(loss)`` in its body; ``position``: the element the caller unpacks), its
+    optimizer as the caller names it (a parameter is the call's argument). None where that is not plain."""
+    helper = helpers.lookup(call.func, caller)
+    if helper is None or position == -1 or not isinstance(helper.node, cst.FunctionDef):
+        return None
+    returns = [(i, st, small) for i, st in enumerate(helper.statements) if isinstance(st.node, cst.SimpleStatementLine)
+               for small in st.node.body if isinstance(small, cst.Return)]
+    if len(returns) != 1 or returns[0][1].conditional or returns[0][2].value is None:
+        return None
+    at, statement, value = returns[0][0], returns[0][1], returns[0][2].value
+    if position is not None:
+        if not isinstance(value, cst.Tuple) or position >= len(value.elements) \
+                or isinstance(value.elements[position], cst.StarredElement):
+            return None
+        value = value.elements[position].value
+    if isinstance(value, cst.Name):  # the last binding of the name before the return
+        bound = [(st, v) for st in helper.statements[:at] for t, v in assigned_targets(st.node)
+                 if value.value in target_names(t)]
+        if not bound or bound[-1][0].conditional or not isinstance(bound[-1][0].node, cst.SimpleStatementLine):
+            return None
+        statement, value = bound[-1]
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in SCALE_METHODS):
+        return None
+    optimizer = dotted_name(value.func.value)
+    head, dot, rest = (optimizer or "").partition(".")
+    if head in helper.params:  # the caller's argument for that parameter
+        index = helper.params.index(head) - (1 if helper.params[:1] == ["self"] else 0)
+        arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == head), None) or next(
+            (a for i, a in enumerate(x for x in call.args if x.keyword is None) if i == index), None)
+        given = dotted_name(arg.value) if arg is not None else None
+        optimizer = given + dot + rest if given else None
+    elif head == "self" and helper.class_name != caller.class_name:
+        optimizer = None
+    if optimizer is None:
+        return None
+    return ScaleCall(value, statement, value.func.attr.value, optimizer, False, helper)
 
 
 # --------------------------------------------------------------------------- the gradient path
