@@ -38,7 +38,7 @@ class LossNotScaled(Rule):
             "of `{scaled}`"),
         "kept_by_object": (
             "`{optimizer}` scales losses but the gradients it applies are taken in `{taken}` of the unscaled loss "
-            "and reach it through the object that keeps them; compute `{optimizer}.{scale}(loss)` inside that tape "
+            "and reach it from there (returned, or kept in an object); compute `{optimizer}.{scale}(loss)` inside that tape "
             "(no fix: the update and the gradient are in different functions)"),
     }
     notes = {"no_fix": "no fix: {why}"}

@@ -26,7 +26,7 @@ class OptimizerNotWrapped(Rule):
             "`global_clipnorm`/`clipnorm`/`clipvalue`): scaling alone would clip scaled gradients"),
         "kept_by_object": (
             "`{optimizer}` has no loss scaling under mixed_float16: most float16 gradients underflow to zero; the "
-            "gradients taken in `{taken}` reach it through the object that keeps them: wrap it in LossScaleOptimizer "
+            "gradients taken in `{taken}` reach it from there (returned, or kept in an object): wrap it in LossScaleOptimizer "
             "where it is built and scale the loss in `{taken}` (no fix: the update and the gradient are in "
             "different functions)"),
         "built_by_call": (

@@ -181,7 +181,9 @@ def _analyse(context: FileView) -> Analysis:
                 linked = named
         for apply in linked:
             for index in sorted(apply.gradients):
-                grad = by_index[index]
+                grad = by_index.get(index)
+                if grad is None:
+                    continue  # returned by a helper traced earlier: one path per scope
                 flow = _flow(context, scope, scopes, grad, apply, builds, compiled_models,
                              local_scales, isinstance_guard, helpers)
                 if grad.tape in closed and flow.scale is None:
@@ -210,7 +212,7 @@ def _analyse(context: FileView) -> Analysis:
         tracer = _PathTracer(context, scope, [], [], helpers, registry, start)
         tracer.run()
         tracer.export(shared)
-    if shared or registry.calls_into:
+    if shared or registry.calls_into or registry.returns:
         grad_of = {g.index: (s, g) for s, g in all_gradients}
         scales_of: dict[int, list[ScaleCall]] = {}
         for s in scale_calls:
@@ -221,7 +223,7 @@ def _analyse(context: FileView) -> Analysis:
             for bound in registry.calls_into.get(id(scope.node), ()):
                 for name, value in bound.items():
                     start[name] = _merge(start.get(name, {}), value)
-            if not start:
+            if not start and not registry.returns:
                 continue
             tracer = _PathTracer(context, scope, [], [], helpers, registry, start)
             tracer.run()

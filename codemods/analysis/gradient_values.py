@@ -237,3 +237,5 @@ class _Registry:
         self.sequence: dict[int, int] = {}
         # Gradients passed into a same-file function: its node id -> [{parameter: value}]
         self.calls_into: dict[int, list[dict[str, dict]]] = {}
+        # What a same-file function that takes gradients returns: its node id -> the value of its returns.
+        self.returns: dict[int, dict] = {}
