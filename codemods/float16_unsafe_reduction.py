@@ -175,11 +175,15 @@ class Float16UnsafeReduction(Rule):
     # Substrings, and regexes that start with a literal (a leading \b makes re try every position).
     triggers = ("l2_loss", "reduce_variance", "reduce_std", ".var(", ".std(", re.compile(r"square(?<!\wsquare)\s*\("),
                 re.compile(r"norm(?<!\wnorm)\s*\("), re.compile(r"\*\*\s*2\b"), re.compile(r"sum(?<![a-z]sum)\s*\("),
+                "reduce_mean",
                 "cumsum(", "einsum(", "matmul(", "euclidean_norm(", "tensordot(", re.compile(r"dot(?<!\wdot)\s*\("))
     explanation = """
         ## What it does
         Finds `tf.nn.l2_loss`, sums of squares in every spelling (`tf.reduce_sum(tf.square(x))`,
         `tf.pow(x, 2)`, `x ** 2`, `x * x`, and einsum self-products `tf.einsum("bd,bd->b", x, x)`),
+        means of squares (`tf.reduce_mean(tf.square(x))`: TensorFlow's float16 mean sums in float16
+        first; `keras.ops.mean` sums in float32) and
+        variances written by hand (`tf.reduce_mean(tf.square(x - mean))`),
         `tf.norm` (the Euclidean or Frobenius norm: an L1 or inf norm does not square),
         `tf.math.reduce_variance` and `tf.math.reduce_std` over tensors that are float16 under
         `mixed_float16` (activations inside `call`, model outputs in a training step); running
@@ -362,6 +366,18 @@ class Float16UnsafeReduction(Rule):
                 if square is not None:
                     target, replaced = square
                     what = "sum of squares"
+            elif what is None and spec.has(Kind.LONG_MEAN):
+                # tf.reduce_mean sums its axis in float16 (op table): a mean of squares overflows as their sum
+                # does, and centred it is a variance, as `reduce_variance` is (reported in range alike). A mean
+                # sums in float32 on GPUs, where only squares past 256 overflow: the float16 must be certain, a
+                # layer's activations or the output of a model built here (not a training step's guess).
+                square = self._square(facts, x)
+                place = facts.place(call)
+                if square is not None and not facts.probability(square[0]) and place is not None and \
+                        (place.layer_method or facts.model_output(square[0]) is not None):
+                    target, replaced = square
+                    in_range = facts.centred(target)
+                    what = "variance" if in_range else "mean of squares"
             if what is None or facts.dtype_of(target) is not Dtype.FLOAT16:
                 continue
             self._report(facts, call, target, replaced, what, in_range=in_range)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from mpfix.codemods._float16_scope import cast
 from mpfix.codemods.base import Fact, FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, Mix, dtype_facts, facts_for
 from mpfix.codemods.facts.ops import FLOAT32_TRIGGERS
@@ -19,6 +20,8 @@ class HardcodedFloat32InFloat16Compute(Rule):
     messages = {
         "mix": ("`{expression}` is {dtype} and meets a float16 tensor under mixed_float16 (InvalidArgumentError: no "
                 "implicit promotion); use `self.compute_dtype`"),
+        "output_mix": ("`{expression}` is {dtype} and meets `{value}`, float16 from `{model}` (a Keras model/layer "
+                       "built here) under mixed_float16: TypeError, no implicit promotion; cast `{value}` to float32"),
         "model_mix": ("`{expression}` is {dtype} and meets `{model}`, the float16 output of a Keras model under "
                       "mixed_float16 (InvalidArgumentError: no implicit promotion); cast one to the other's dtype"),
     }
@@ -27,10 +30,11 @@ class HardcodedFloat32InFloat16Compute(Rule):
     requires_float16 = True
     # Generated from the one table of ops (facts.ops: creators and casts), so the
     # prefilter and the inference cannot disagree.
-    triggers = (*FLOAT32_TRIGGERS, "sqrt")
+    triggers = (*FLOAT32_TRIGGERS, "sqrt", "trainable_")  # trainable_weights: float32 variables in a loss
     # Layer methods (call and what it calls), or a float32 accumulator that meets a Keras model's output in a
     # function handed the model (research DELF: `descriptors = tf.concat([descriptors, net(x)], 0)`).
-    also_requires = (("def call", "concat(", "+="),)
+    # Or a training step (a tape), where a model built here meets a float32 tensor in the loss.
+    also_requires = (("def call", "concat(", "+=", "GradientTape"),)
     explanation = """
         ## What it does
         Inside a layer's `call` (and the methods it calls), finds arithmetic between a tensor
@@ -167,6 +171,9 @@ class HardcodedFloat32InFloat16Compute(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         facts = dtype_facts(self.context)
         for mix in facts.mixes():
+            if mix.model is not None:
+                self._report_output_mix(facts, mix)
+                continue
             place = facts.place(mix.node)
             if place is not None and not place.layer_method:
                 # A module function handed a Keras model: no `self.compute_dtype` there, and a float16
@@ -177,6 +184,19 @@ class HardcodedFloat32InFloat16Compute(Rule):
             self.report(mix.wide, "mix", expression=self.context.code(mix.wide), dtype=mix.wide_dtype.value,
                         fix=self._fix(facts, mix),
                         description="Use the layer's compute dtype")
+
+    def _report_output_mix(self, facts: DtypeFacts, mix: Mix) -> None:
+        """A training step or loss: the float16 side (computed from a model's output) is cast to float32, as the
+        Keras mixed-precision guide casts a model's outputs for the loss; not where it is an ``x op= y`` target."""
+        fix, imports = None, ()
+        if not isinstance(mix.node, cst.AugAssign) or mix.float16 is not mix.node.target:
+            converted, imports = cast(self.context, mix.float16, "float32")
+            fix = {mix.float16: converted}
+            if not _removes_only(facts, mix, fix):
+                fix, imports = None, ()
+        self.report(mix.wide, "output_mix", expression=self.context.code(mix.wide), dtype=mix.wide_dtype.value,
+                    value=self.context.code(mix.float16), model=self.context.code(mix.model), fix=fix, imports=imports,
+                    description="Cast the float16 value to float32")
 
     def _fix(self, facts: DtypeFacts, mix: Mix) -> dict | None:
         """The source call's dtype made the compute dtype, when that removes this mix and makes no other.

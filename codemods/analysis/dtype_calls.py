@@ -58,6 +58,9 @@ class CallDtypes:
             if keras_layers.OPTIMIZER_RESULTS[node.func.attr.value] == "int":
                 return INT
             return self.dtype(node.args[0].value, region, depth) if node.args and node.args[0].keyword is None else UNK
+        predictions = self.loss_function_predictions(node, region)
+        if predictions is not None:
+            return self.dtype(predictions, region, depth)  # keras.losses.mse(y, pred): y converted to pred's dtype
         loss_object = self._loss_object(node, region)
         if loss_object:
             if keras_layers.LOSS_OBJECT_COMPUTES_FLOAT32[self.keras]:
@@ -307,6 +310,9 @@ class CallDtypes:
             # tf.concat([x, coords], -1): the elements' dtypes (C5), not the list's
             dtypes = [self.dtype(e.value, region, depth) for e in positional[0].elements
                       if not isinstance(e, cst.StarredElement)]
+        elif spec.tensor_list and positional and isinstance(positional[0], (cst.ListComp, cst.GeneratorExp)):
+            # tf.add_n([tf.nn.l2_loss(w) for w in model.trainable_weights]): the element's dtype
+            dtypes = [self.dtype(positional[0].elt, region, depth)]
         if not dtypes:
             return UNK
         if F16 in dtypes and any(d.wide for d in dtypes) and \

@@ -258,7 +258,9 @@ class NameDtypes(ParameterDtypes):
         TensorFlow never promotes, so outside a layer's ``call`` (where such a mix is MP206's
         bug) code that runs at all proves the other operand float32: ``neg_log_iou * mask_``
         with ``mask_ = tf.cast(mask, tf.float32)`` makes ``iou`` — and the box areas it is
-        computed from — float32, and their ``1e-8`` is not a float16 epsilon.
+        computed from — float32, and their ``1e-8`` is not a float16 epsilon. Not float16 of certain
+        provenance (``dtype_outputs``: the output of a model or layer this file builds): there the mix is the
+        bug (MP206), not evidence.
         """
         marked: set[str] = set()
         for _ in range(3):
@@ -267,9 +269,9 @@ class NameDtypes(ParameterDtypes):
                 if isinstance(binop.operator, (*BITWISE, cst.LeftShift, cst.RightShift)):
                     continue
                 left, right = self.dtype(binop.left, region), self.dtype(binop.right, region)
-                if left.wide and right is F16:
+                if left.wide and right is F16 and self.model_output(binop.right, region) is None:
                     self._mark_float32(binop.right, region, marked, 0)
-                elif right.wide and left is F16:
+                elif right.wide and left is F16 and self.model_output(binop.left, region) is None:
                     self._mark_float32(binop.left, region, marked, 0)
             if len(marked) == before:
                 break

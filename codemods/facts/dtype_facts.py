@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from mpfix.codemods.analysis.dtype_regions import Region, RegionKind
+from mpfix.codemods.analysis.dtype_tables import FLOAT32_VARIABLE
 from mpfix.codemods.analysis.param_types_flow import accumulated_dtype, from_layer_params
 from mpfix.codemods.analysis.dtype_syntax import walk_calls
 from mpfix.codemods.analysis.dtypes import (
@@ -67,6 +68,9 @@ class Mix:
     wide_dtype: Dtype
     text: str  # the operation's source
     wide_first: bool  # the float32 operand comes first
+    # Outside a layer: the model/layer this file builds whose float16 output the float16 operand certainly is
+    # computed from (``dtype_outputs``), met by a certainly float32 tensor (a training step, a loss).
+    model: cst.BaseExpression | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         first, second = (self.wide_dtype, F16) if self.wide_first else (F16, self.wide_dtype)
@@ -193,6 +197,27 @@ class DtypeFacts:
         """``(source, index)`` for each ``a, b = source`` that binds ``name``."""
         region = self._region(name)
         return list(region.unpacked.get(name.value, ())) if region is not None else []
+
+    def model_output(self, node: cst.BaseExpression) -> cst.BaseExpression | None:
+        """The model or layer this file builds whose float16 output ``node`` certainly is computed from
+        (``dtype_outputs``): float16 by the layer table and the bindings, not by default."""
+        region = self._region(node)
+        return self._a.model_output(node, region) if region is not None else None
+
+    def centred(self, node: cst.BaseExpression) -> bool:
+        """``x - mean`` where ``mean`` is a mean of ``x`` (``tf.reduce_mean(x, axis)`` inline or bound once to a
+        name, or the first element of ``tf.nn.moments(x, axes)``): its square's mean is x's variance."""
+        if not isinstance(node, cst.BinaryOperation) or not isinstance(node.operator, cst.Subtract):
+            return False
+        code = self.module.code_for_node
+        centre, of = node.right, code(node.left)
+        if isinstance(centre, cst.Name):
+            value = self.value_of(centre)
+            if value is None:
+                moments = [(s, i) for s, i in self.unpacked_from(centre) if isinstance(s, cst.Call)]
+                return len(moments) == 1 and moments[0][1] == 0 and _op_of(self._a, moments[0][0], "moments", of)
+            centre = value
+        return isinstance(centre, cst.Call) and _op_of(self._a, centre, op_table.Kind.MEAN, of)
 
     def is_guarded(self, node: cst.CSTNode) -> bool:
         """Under a dtype test (``if x.dtype == tf.float16``), or in a function that tests for float16."""
@@ -333,6 +358,8 @@ class DtypeFacts:
         for node, region in list(a.region_of.items()):
             plain = not region.layer_method
             if plain and not region.layer_params:
+                if region.kind != "module":
+                    self._output_mix(node, region, found)
                 continue
             node_type = type(node)
             if node_type is cst.BinaryOperation or node_type is cst.AugAssign:
@@ -365,6 +392,73 @@ class DtypeFacts:
         self._mixes = found
         return found
 
+    def _output_mix(self, node: cst.CSTNode, region: Region, found: list[Mix]) -> None:
+        """Outside a layer (a training step, a loss): the float16 output of a model or layer this file builds
+        (certain provenance, not a default) meets a certainly float32 tensor (a cast, a float32 creator, a
+        variable): TensorFlow raises (TypeError). Neither side guessed, so neither is evidence about the other."""
+        a = self._a
+        node_type = type(node)
+        if node_type is cst.BinaryOperation:
+            if isinstance(node.operator, (*_NOT_ARITHMETIC, cst.Power)) or self._variable_promotes(node, region):
+                return
+            operands = [node.left, node.right]
+        elif node_type is cst.AugAssign:
+            if isinstance(node.operator, _NOT_ARITHMETIC):
+                return
+            operands = [node.target, node.value]
+        elif node_type is cst.Call:
+            operands = self._same_dtype_operands(node)
+        else:
+            return
+        if len(operands) < 2:
+            return
+        dtypes = [a.dtype(o, region) for o in operands]
+        f16 = next((i for i, d in enumerate(dtypes) if d is F16), None)
+        wide = next((i for i, d in enumerate(dtypes) if d.wide), None)
+        if f16 is None or wide is None:
+            return
+        model = a.model_output(operands[f16], region)
+        if model is None or not self._certainly_float32(operands[wide], region, 0):
+            return
+        text = self.module.code_for_node(node)
+        found.append(Mix(node, operands[f16], operands[wide], dtypes[wide],
+                         text.strip() if node_type is cst.AugAssign else text, wide < f16, model))
+
+    def _certainly_float32(self, node: cst.BaseExpression, region: Region, depth: int) -> bool:
+        """Float32 by construction: a cast, a float32 creator (``float32_source``), or computed from float32
+        variables (``for w in model.trainable_weights``, through dtype-preserving ops and arithmetic)."""
+        a = self._a
+        if isinstance(node, (cst.ListComp, cst.GeneratorExp)):
+            return depth < 8 and self._certainly_float32(node.elt, region, depth + 1)
+        if depth > 8 or not a.dtype(node, region).wide:
+            return False
+        if self._source(node, region, 0, False) is not None:
+            return True
+        if isinstance(node, cst.Name):
+            values = region.assigned.get(node.value, [])
+            return len(values) == 1 and (values[0] is FLOAT32_VARIABLE or
+                                         self._certainly_float32(values[0], region, depth + 1))
+        if isinstance(node, (cst.Subscript, cst.UnaryOperation)):
+            return self._certainly_float32(node.value if isinstance(node, cst.Subscript) else node.expression,
+                                           region, depth + 1)
+        if isinstance(node, cst.BinaryOperation):
+            return any(self._certainly_float32(side, region, depth + 1) for side in (node.left, node.right))
+        if isinstance(node, cst.Call):
+            resolved = a.resolve(node.func) or ""
+            dtype = argument(node, "dtype", None)
+            if dtype is not None and resolved.startswith(("tensorflow.", "keras.")):
+                # tf.sequence_mask(lengths, n, dtype=tf.float32): an op told to make float32 makes float32.
+                return (spelled_dtype(dtype.value, a.resolve) or UNK).wide
+            spec = op_table.lookup(resolved)
+            first = first_arg(node)
+            if spec is None or spec.result is not op_table.Result.PRESERVES or first is None:
+                return False
+            if isinstance(first, (cst.List, cst.Tuple)):
+                return bool(first.elements) and all(self._certainly_float32(e.value, region, depth + 1)
+                                                    for e in first.elements)
+            return self._certainly_float32(first, region, depth + 1)
+        return False
+
     def _variable_promotes(self, node: cst.BinaryOperation, region: Region) -> bool:
         """``x * self.w`` / ``self.w + x`` on a Keras 3 ``add_weight`` variable: no mix (keras_layers table)."""
         table = keras_layers.VARIABLE_OPERATORS_PROMOTE.get(self.keras)
@@ -386,6 +480,15 @@ class DtypeFacts:
                 return [e.value for e in first.elements if not isinstance(e, cst.StarredElement)]
             return []
         return [positional[i] for i in spec.dtype_args if i < len(positional)]
+
+
+def _op_of(a: DtypeAnalysis, call: cst.Call, what: "op_table.Kind | str", of: str) -> bool:
+    """``call`` is an op of kind ``what`` (or with that short name) whose first argument is spelled ``of``."""
+    spec = op_table.known(a.resolve(call.func))
+    first = first_arg(call)
+    if spec is None or first is None or a.module.code_for_node(first) != of:
+        return False
+    return spec.short == what if isinstance(what, str) else spec.has(what)
 
 
 def _same(module: cst.Module, a: cst.CSTNode, b: cst.CSTNode) -> bool:

@@ -109,6 +109,11 @@ LOSS_OBJECT_COMPUTES_FLOAT32 = {2: False, 3: True}
 LOSS_INPUTS = {2: None, 3: "float32"}
 LOSS_INPUT_POSITIONS = 2  # y_true, y_pred: the other parameters are the function's own options
 LOSS_BASES = ("keras.losses.", "keras.src.losses.")  # a class deriving from these is a Keras loss
+# Keras loss *functions* (`keras.losses.mean_squared_error`): both generations convert y_true to y_pred's dtype
+# and compute in it (keras/src/losses/losses.py: `ops.convert_to_tensor(y_true, dtype=y_pred.dtype)`), so their
+# result has the predictions' dtype. The lowercase names of these modules that are no loss: LOSS_HELPERS.
+LOSS_FUNCTION_MODULES = ("keras.losses.", "keras.src.losses.losses.")
+LOSS_HELPERS = frozenset({"get", "serialize", "deserialize"})
 
 
 # Constructors of a dtype policy from its name (`dtype_policies.get("mixed_float16")`): compute dtype float16,

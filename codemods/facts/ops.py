@@ -52,6 +52,10 @@ class Kind(Enum):
     LONG_SUM = auto()  # sums every element of an axis in the input's dtype (float16 on TF's CPU kernels)
     CUMULATIVE = auto()  # a running sum (cumsum): as long as its axis
     MEAN = auto()
+    # tf.reduce_mean sums its axis in the input's dtype before it divides (TF 2.21 CPU: the float16 mean of 4096
+    # squares of 10.0 is inf), so a mean of squares overflows as a sum of squares does; keras.ops.mean sums in
+    # float32 and casts back ("tf.reduce_mean does not handle low precision overflow", keras/src/backend/tensorflow).
+    LONG_MEAN = auto()
     MAX = auto()  # maxima (x - max(x) ≤ 0)
     EXP = auto()  # exp family: overflows in float16 from x ≈ 11.1
     POW = auto()  # pow(x, k)
@@ -203,7 +207,8 @@ _TABLE: tuple[OpSpec, ...] = (
     _spec("square", R.PRESERVES, G.NONNEGATIVE, K.SQUARE),
     *(_spec(n, R.PRESERVES, G.FOLLOWS, K.LONG_SUM, **_UNARY) for n in ("reduce_sum", "sum")),
     _spec("cumsum", R.PRESERVES, G.FOLLOWS, K.LONG_SUM, K.CUMULATIVE, **_UNARY),
-    *(_spec(n, R.PRESERVES, G.FOLLOWS, K.MEAN, **_UNARY) for n in ("reduce_mean", "mean")),
+    _spec("reduce_mean", R.PRESERVES, G.FOLLOWS, K.MEAN, K.LONG_MEAN, **_UNARY),
+    _spec("mean", R.PRESERVES, G.FOLLOWS, K.MEAN, **_UNARY),
     *(_spec(n, R.PRESERVES, G.FOLLOWS, K.MAX, **_UNARY) for n in ("reduce_max", "max", "amax")),
     *(_spec(n, R.PRESERVES, G.FOLLOWS, **_UNARY) for n in ("reduce_min", "min", "amin")),
     *(_spec(n, R.PRESERVES, G.NONNEGATIVE, K.NORM, label="norm") for n in ("norm", "linalg.norm",

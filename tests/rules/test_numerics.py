@@ -295,7 +295,7 @@ def test_layer_of_this_file_without_dtype_is_fixed_with_float32():
         def build():
             return RMSNorm(epsilon=1e-12)
     """
-    assert codes(lint(code, fix=False)) == ["MP202"]
+    assert codes(lint(code, fix=False)) == ["MP202", "MP203"]  # MP203: the float16 mean of squares (turn 10)
     assert 'RMSNorm(epsilon=1e-12, dtype="float32")' in lint(code).fixed_text
 
 
@@ -680,7 +680,7 @@ HAZARDS = {
                 nu2 = tf.reduce_mean(tf.square(x), axis=[1, 2], keepdims=True)
                 epsilon = tf.cast(1e-6, self.dtype)
                 return x * tf.math.rsqrt(nu2 + epsilon)
-    """, ["MP206"], "tf.cast(1e-6, self.compute_dtype)"),
+    """, ["MP203", "MP206"], "tf.cast(1e-6, self.compute_dtype)"),  # MP203: nu2, a float16 mean of squares (turn 10)
     "merge-hook-of-an-imported-base": ("""
         import tensorflow as tf
         from tf_keras.src.layers.merging.base_merge import _Merge
@@ -698,7 +698,7 @@ HAZARDS = {
                 epsilon += tf.math.abs(self.eps_learned)
                 nu2 = tf.reduce_mean(tf.square(inputs), axis=[1, 2], keepdims=True)
                 return inputs * tf.math.rsqrt(nu2 + epsilon)
-    """, ["MP206"], "dtype=self.compute_dtype"),
+    """, ["MP203", "MP206"], "dtype=self.compute_dtype"),  # MP203: nu2 (turn 10)
     "function-handed-on-by-a-layer": ("""
         import functools
         import tensorflow as tf

@@ -571,7 +571,7 @@ def test_c15_a_helper_given_a_float32_variable_computes_in_float32():
 
 # -- the rules' prefilters cover every op of the table kinds they read ------------------------------
 @pytest.mark.parametrize(("code", "kinds"), [
-    ("MP203", ("SQUARE", "LONG_SUM", "NORM", "DEVIATION", "VARIANCE", "SQUARED_SUM", "MATMUL")),
+    ("MP203", ("SQUARE", "LONG_SUM", "LONG_MEAN", "NORM", "DEVIATION", "VARIANCE", "SQUARED_SUM", "MATMUL")),
     ("MP204", ("EXP", "POW", "LOG")),
 ])
 def test_triggers_cover_every_op_of_the_kinds_the_rule_reads(code, kinds):
