@@ -10,7 +10,7 @@ from mpfix.codemods._float16_scope import (
     argument, backend_agnostic, first_arg, folded, number, ops_spelling, reaching_value, tf_spelling,
 )
 from mpfix.codemods.analysis.dtypes import Dtype
-from mpfix.codemods.base import Fact, FixAvailability, Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, FixAvailability, Invalid, Need, Rule, Valid
 from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, dtype_facts
 from mpfix.codemods.facts.heuristics import SQUARED_DISTANCE
@@ -130,6 +130,7 @@ class Float16ExpOverflow(Rule):
     fix_safety = FixSafety.UNSAFE
     fix_availability = FixAvailability.SOMETIMES
     requires_float16 = True
+    needs = frozenset({Need.FLOAT16_REGION})  # reports only in a float16 dtype region (the parse gate)
     # Literal-led (a leading \b makes re try every position): exp(, expm1(, pow(, power(, log(, log1p(, log2(, log10( as
     # whole words.
     triggers = (re.compile(r"exp(?<!\wexp)(?:m1)?\s*\("), re.compile(r"pow(?<!\wpow)(?:er)?\s*\("),

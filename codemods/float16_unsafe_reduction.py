@@ -10,7 +10,7 @@ from mpfix.codemods._float16_scope import cast, first_arg, is_simple, number
 from mpfix.codemods._walk import walk
 from mpfix.codemods.analysis.distributions import distribution
 from mpfix.codemods.analysis.dtypes import Dtype
-from mpfix.codemods.base import Fact, FixAvailability, Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, FixAvailability, Invalid, Need, Rule, Valid
 from mpfix.codemods.facts import keras_layers, ops as op_table
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, RegionKind, dtype_facts
 from mpfix.codemods.facts.heuristics import LOSS_NAME
@@ -172,6 +172,7 @@ class Float16UnsafeReduction(Rule):
     fix_safety = FixSafety.UNSAFE
     fix_availability = FixAvailability.SOMETIMES
     requires_float16 = True
+    needs = frozenset({Need.FLOAT16_REGION})  # reports only in a float16 dtype region (the parse gate)
     # Substrings, and regexes that start with a literal (a leading \b makes re try every position).
     triggers = ("l2_loss", "reduce_variance", "reduce_std", ".var(", ".std(", re.compile(r"square(?<!\wsquare)\s*\("),
                 re.compile(r"norm(?<!\wnorm)\s*\("), re.compile(r"\*\*\s*2\b"), re.compile(r"sum(?<![a-z]sum)\s*\("),

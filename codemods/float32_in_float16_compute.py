@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mpfix.codemods._float16_scope import cast
-from mpfix.codemods.base import Fact, FixAvailability, Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, FixAvailability, Invalid, Need, Rule, Valid
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, Mix, dtype_facts, facts_for
 from mpfix.codemods.facts.ops import FLOAT32_TRIGGERS
 from mpfix.cst_replace import Replace
@@ -28,6 +28,7 @@ class HardcodedFloat32InFloat16Compute(Rule):
     fix_safety = FixSafety.UNSAFE
     fix_availability = FixAvailability.SOMETIMES
     requires_float16 = True
+    needs = frozenset({Need.FLOAT16_REGION})  # reports only in a float16 dtype region (the parse gate)
     # Generated from the one table of ops (facts.ops: creators and casts), so the
     # prefilter and the inference cannot disagree.
     triggers = (*FLOAT32_TRIGGERS, "sqrt", "trainable_")  # trainable_weights: float32 variables in a loss
