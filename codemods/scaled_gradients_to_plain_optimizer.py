@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, step_flows
-from mpfix.codemods.analysis.gradient_path import SCALED, OptimizerKind
+from mpfix.codemods.analysis.gradient_path import SCALED, UNSCALED, EventKind, OptimizerKind
 from mpfix.codemods.base import Fact, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
@@ -17,7 +17,11 @@ class ScaledGradientsToPlainOptimizer(Rule):
     message = ("Gradients of a loss scaled by one optimizer are applied, still scaled, by another that does "
                "not unscale them; every such update is multiplied by the loss scale")
     messages = {"plain": "Gradients of `{scaler}.{method}(...)` reach `{optimizer}`, which does not unscale them: its "
-                         "updates are multiplied by `{scaler}`'s loss scale"}
+                         "updates are multiplied by `{scaler}`'s loss scale",
+                "inner": "Gradients unscaled by `{scaler}` are applied through `{optimizer}`, the optimizer it wraps: "
+                         "that skips the LossScaleOptimizer's check for inf/NaN gradients and its dynamic scale never "
+                         "drops, so an overflowing step writes NaN into the weights; apply them with "
+                         "`{scaler}.apply_gradients`"}
     fix_safety = FixSafety.NONE
     triggers = STEP_TRIGGERS
     also_requires = ("scale",)
@@ -82,6 +86,21 @@ class ScaledGradientsToPlainOptimizer(Rule):
         """, keras=2),
     ]
     INVALID = [
+        # Keras 2: unscaled by the LSO, applied through the optimizer it wraps (no inf/NaN check).
+        Invalid("""
+            import tensorflow as tf
+            import tf_keras
+
+            base_opt = tf_keras.optimizers.Adam(1e-3)
+            opt = tf_keras.mixed_precision.LossScaleOptimizer(base_opt)
+
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    scaled_loss = opt.get_scaled_loss(loss_fn(y, model(x)))
+                grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, variables))
+                base_opt.apply_gradients(zip(grads, variables))
+        """, keras=2),
         Invalid("""
             import keras
             import tensorflow as tf
@@ -116,10 +135,19 @@ class ScaledGradientsToPlainOptimizer(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        _, flows = step_flows(self.context)
+        analysis, flows = step_flows(self.context)
         seen: set[int] = set()
         for flow in flows:
             scale = flow.scale
+            if self.context.keras == 2 and scale is not None and scale.optimizer != flow.optimizer \
+                    and flow.path.states == {UNSCALED} and id(flow.apply.call) not in seen \
+                    and any(e.kind is EventKind.UNSCALE and e.optimizer == scale.optimizer for e in flow.path.events):
+                wrapper = analysis.build_of(scale.scope or flow.scope, scale.optimizer)
+                if wrapper is not None and wrapper.is_lso and flow.build is not None \
+                        and analysis.inner_build(wrapper) is flow.build.call:
+                    seen.add(id(flow.apply.call))
+                    self.report(flow.apply.call, "inner", scaler=scale.optimizer, optimizer=flow.optimizer)
+                continue
             if scale is None or SCALED not in flow.path.states or scale.optimizer == flow.optimizer:
                 continue
             if id(flow.apply.call) in seen:
