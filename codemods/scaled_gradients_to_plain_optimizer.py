@@ -22,7 +22,7 @@ class ScaledGradientsToPlainOptimizer(Rule):
                          "that skips the LossScaleOptimizer's check for inf/NaN gradients and its dynamic scale never "
                          "drops, so an overflowing step writes NaN into the weights; apply them with "
                          "`{scaler}.apply_gradients`"}
-    fix_safety = FixSafety.NONE
+    fix_safety = FixSafety.UNSAFE
     triggers = STEP_TRIGGERS
     also_requires = ("scale",)
     explanation = """
@@ -56,8 +56,16 @@ class ScaledGradientsToPlainOptimizer(Rule):
         head_opt.apply_gradients(zip([g / scale for g in grads[n:]], head_vars))
         ```
 
+        Keras 2 also: gradients unscaled by a LossScaleOptimizer but applied through the optimizer
+        it wraps (`base = Adam(); opt = LossScaleOptimizer(base); base.apply_gradients(...)`). Only
+        the LossScaleOptimizer's `apply_gradients` skips a step whose gradients are inf/NaN and lowers
+        its dynamic scale; the inner optimizer writes NaN into the weights at the first overflow and
+        the scale never drops.
+
         ## Fix safety
-        No automatic fix: the right unscale depends on which optimizer's scale was used and on
+        Unsafe, and only for the Keras 2 inner-optimizer case: the update goes through the
+        LossScaleOptimizer (`opt.apply_gradients`), which then skips overflowing steps. Otherwise
+        no automatic fix: the right unscale depends on which optimizer's scale was used and on
         when it changes.
     """
     VALID = [
@@ -100,6 +108,19 @@ class ScaledGradientsToPlainOptimizer(Rule):
                     scaled_loss = opt.get_scaled_loss(loss_fn(y, model(x)))
                 grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, variables))
                 base_opt.apply_gradients(zip(grads, variables))
+        """, """
+            import tensorflow as tf
+            import tf_keras
+
+            base_opt = tf_keras.optimizers.Adam(1e-3)
+            opt = tf_keras.mixed_precision.LossScaleOptimizer(base_opt)
+
+
+            def train_step(x, y):
+                with tf.GradientTape() as tape:
+                    scaled_loss = opt.get_scaled_loss(loss_fn(y, model(x)))
+                grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, variables))
+                opt.apply_gradients(zip(grads, variables))
         """, keras=2),
         Invalid("""
             import keras
@@ -146,7 +167,10 @@ class ScaledGradientsToPlainOptimizer(Rule):
                 if wrapper is not None and wrapper.is_lso and flow.build is not None \
                         and analysis.inner_build(wrapper) is flow.build.call:
                     seen.add(id(flow.apply.call))
-                    self.report(flow.apply.call, "inner", scaler=scale.optimizer, optimizer=flow.optimizer)
+                    receiver = flow.apply.call.func.value
+                    self.report(flow.apply.call, "inner", scaler=scale.optimizer, optimizer=flow.optimizer,
+                                fix={receiver: cst.parse_expression(scale.optimizer)},
+                                description="Apply through the LossScaleOptimizer")
                 continue
             if scale is None or SCALED not in flow.path.states or scale.optimizer == flow.optimizer:
                 continue

@@ -48,6 +48,13 @@ def test_keras2_unscaled_gradients_applied_through_the_inner_optimizer_are_mp111
     assert "`optimizer.apply_gradients`" in found[0].message and "inf/NaN" in found[0].message
 
 
+def test_the_fix_applies_through_the_loss_scale_optimizer():
+    code = textwrap.dedent(STEP.format(apply="base_opt")).lstrip("\n")
+    fixed = Engine(MP1, Options(keras="2", unsafe_fixes=True, project_policy=False)).lint(
+        code, Path("train.py"), fix=True).fixed_text
+    assert fixed == textwrap.dedent(STEP.format(apply="optimizer")).lstrip("\n")
+
+
 def test_keras2_applied_through_the_loss_scale_optimizer_is_right():
     assert lint("optimizer").findings == []
 
