@@ -66,6 +66,9 @@ def _exponents(context, facts: DtypeFacts, call: cst.Call, exponent: cst.BaseExp
     constant = facts.constant(exponent)
     if constant is not None:
         return [constant.value]
+    initial = facts.initial_value(exponent)  # a learned exponent (GeM's p) starts at its initializer's value
+    if initial is not None:
+        return [initial]
     return _parameter_values(context, facts, place.function, exponent) if isinstance(exponent, cst.Name) else []
 
 

@@ -7,7 +7,7 @@ import re
 import libcst as cst
 
 from mpfix.codemods._float16_scope import (
-    FLOAT16_MAX, SAFE_MASK, argument, arithmetic_root, folded, is_float_literal, number, reaching_value,
+    FLOAT16_MAX, SAFE_MASK, argument, arithmetic_root, first_arg, folded, is_float_literal, number, reaching_value,
 )
 from mpfix.codemods._walk import walk
 from mpfix.codemods.analysis.dtypes import Dtype
@@ -261,6 +261,42 @@ class Float16OverflowConstant(Rule):
         return isinstance(parent, cst.AugAssign) and parent.value is root and \
             facts.dtype_of(parent.target) is Dtype.FLOAT16
 
+    def _causal_select_into_softmax(self, facts: DtypeFacts, select: cst.Call) -> bool:
+        """``scores = tf.where(band_part(ones, -1, k), scores, -1e9)`` read only by a softmax: every row keeps its
+        first column, so no row is all -inf, and nothing multiplies the -inf (softmax's exp makes it 0)."""
+        condition = first_arg(select)
+        if isinstance(condition, cst.Name):
+            condition = facts.value_of(condition)
+        band = op_table.known(self.context.resolve(condition.func)) if isinstance(condition, cst.Call) else None
+        args = [a.value for a in condition.args if a.keyword is None] if band is not None else []
+        if band is None or not band.has(op_table.Kind.BAND) or len(args) < 3 or number(args[1]) != -1 or \
+                (number(args[2]) or 0) < -1 or number(args[2]) is None:
+            return False
+        ones = args[0]
+        if isinstance(ones, cst.Name):
+            ones = facts.value_of(ones)
+        spec = op_table.known(self.context.resolve(ones.func)) if isinstance(ones, cst.Call) else None
+        if spec is None or not spec.has(op_table.Kind.ONES):
+            return False
+        statement = facts.parent(select)
+        place = facts.place(select)
+        if not isinstance(statement, cst.Assign) or len(statement.targets) != 1 or place is None or \
+                not isinstance(statement.targets[0].target, cst.Name) or place.function is None:
+            return False
+        name = statement.targets[0].target.value
+        for read in walk(place.function):
+            if type(read) is not cst.Name or read.value != name or any(a is select for a in facts.ancestors(read)):
+                continue
+            parent = facts.parent(read)
+            if isinstance(parent, cst.AssignTarget):
+                continue
+            call = facts.parent(parent) if isinstance(parent, cst.Arg) else None
+            kind = op_table.known(self.context.resolve(call.func)) if isinstance(call, cst.Call) else None
+            if kind is None or first_arg(call) is not read or \
+                    not kind.has(op_table.Kind.PROBABILITY, op_table.Kind.LOG_PROBABILITY):
+                return False
+        return True
+
     def _meets_float16(self, facts: DtypeFacts, node: cst.CSTNode) -> bool:
         root = arithmetic_root(facts, node)
         if root is not node:
@@ -297,6 +333,8 @@ class Float16OverflowConstant(Rule):
                 others = [a.value for a in call.args if a is not parent and a.keyword is None]
                 if spec.has(op_table.Kind.SELECT):
                     others = others[1:] if call.args and call.args[0] is not parent else others
+                    if self._causal_select_into_softmax(facts, call):
+                        return False
                 return any(facts.dtype_of(o) is Dtype.FLOAT16 for o in others)
             if spec.result in (op_table.Result.CAST, op_table.Result.VALUE):
                 # The op converts the constant to the dtype given next to it.

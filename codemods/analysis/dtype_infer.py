@@ -8,11 +8,14 @@ from mpfix.codemods.analysis.dtype_lattice import (
     BF16, BITWISE, BOOL, CPLX, F16, F32, F64, INT, PY, UNK, Dtype, arith, argument, comparison_parts, join, join_all, number,
     spelled_dtype,
 )
+from mpfix.codemods.analysis.bindings import BindingKind, decompose
 from mpfix.codemods.analysis.dtype_regions import ELEMENT, FLOAT32_VARIABLE, Region
 from mpfix.codemods.analysis.dtype_syntax import assignments, through_builders
 from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.facts import ops as specs
 from mpfix.codemods.names import dotted_name
+
+ASSIGN = BindingKind.ASSIGN
 
 
 class ExpressionDtypes:
@@ -62,11 +65,10 @@ class ExpressionDtypes:
         if table is None:
             table = self._attributes[cls] = {}
             for func in self.methods.get(cls, {}).values():
-                for assign in assignments(func):
-                    for target in assign.targets:
-                        t = target.target
-                        if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
-                            table.setdefault(t.attr.value, []).append((func, assign.value))
+                for assign in assignments(func):  # `self.x = v`, and paired `self.p, self.eps = p, eps` (bindings)
+                    for b in (b for t in assign.targets for b in decompose(t.target, assign.value, assign, (), ASSIGN)):
+                        if b.name.startswith("self.") and b.name.count(".") == 1 and b.element is None and not b.starred:
+                            table.setdefault(b.name[5:], []).append((func, b.value))
             for base in cls.bases:
                 spelled = self.module.code_for_node(base.value)
                 parent = self.classes.get(spelled)

@@ -28,6 +28,7 @@ from mpfix.codemods.analysis.dtype_env import NameDtypes
 from mpfix.codemods.analysis.dtype_flow import FlowDtypes
 from mpfix.codemods.analysis.dtype_infer import ExpressionDtypes
 from mpfix.codemods.analysis.dtype_outputs import OutputProvenance
+from mpfix.codemods.analysis.dtype_values import KnownValues
 from mpfix.codemods.analysis.dtype_lattice import (  # noqa: F401  (the lattice, re-exported)
     BF16, BOOL, CPLX, F16, F32, F64, INT, PY, UNK, Dtype, argument, first_arg, is_float_literal, join, join_all,
     number, spelled_dtype, without_compat,
@@ -40,7 +41,7 @@ from mpfix.codemods.facts.heuristics import LOSS_NAME  # noqa: F401
 
 
 class DtypeAnalysis(RegionFinder, LayerClasses, NameDtypes, ExpressionDtypes, SpellingDtypes, CallDtypes, ValueRanges,
-                    FlowDtypes, OutputProvenance):
+                    FlowDtypes, OutputProvenance, KnownValues):
     """Regions of one module float16 can reach, with parent links and the dtype of expressions in them."""
 
     def __init__(self, module: cst.Module, resolve, index: dict[type, list[cst.CSTNode]] | None = None,

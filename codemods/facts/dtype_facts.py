@@ -205,19 +205,14 @@ class DtypeFacts:
         return self._a.model_output(node, region) if region is not None else None
 
     def centred(self, node: cst.BaseExpression) -> bool:
-        """``x - mean`` where ``mean`` is a mean of ``x`` (``tf.reduce_mean(x, axis)`` inline or bound once to a
-        name, or the first element of ``tf.nn.moments(x, axes)``): its square's mean is x's variance."""
-        if not isinstance(node, cst.BinaryOperation) or not isinstance(node.operator, cst.Subtract):
-            return False
-        code = self.module.code_for_node
-        centre, of = node.right, code(node.left)
-        if isinstance(centre, cst.Name):
-            value = self.value_of(centre)
-            if value is None:
-                moments = [(s, i) for s, i in self.unpacked_from(centre) if isinstance(s, cst.Call)]
-                return len(moments) == 1 and moments[0][1] == 0 and _op_of(self._a, moments[0][0], "moments", of)
-            centre = value
-        return isinstance(centre, cst.Call) and _op_of(self._a, centre, op_table.Kind.MEAN, of)
+        """``x - mean`` with ``mean`` a mean of ``x``: its square's mean is x's variance (``dtype_values``)."""
+        region = self._region(node)
+        return region is not None and self._a.centred(node, region)
+
+    def initial_value(self, node: cst.BaseExpression) -> float | None:
+        """The value the layer weight ``self.attr`` starts at (a constant initializer; ``dtype_values``)."""
+        region = self._region(node)
+        return self._a.initial_value(node, region) if region is not None else None
 
     def is_guarded(self, node: cst.CSTNode) -> bool:
         """Under a dtype test (``if x.dtype == tf.float16``), or in a function that tests for float16."""
@@ -480,15 +475,6 @@ class DtypeFacts:
                 return [e.value for e in first.elements if not isinstance(e, cst.StarredElement)]
             return []
         return [positional[i] for i in spec.dtype_args if i < len(positional)]
-
-
-def _op_of(a: DtypeAnalysis, call: cst.Call, what: "op_table.Kind | str", of: str) -> bool:
-    """``call`` is an op of kind ``what`` (or with that short name) whose first argument is spelled ``of``."""
-    spec = op_table.known(a.resolve(call.func))
-    first = first_arg(call)
-    if spec is None or first is None or a.module.code_for_node(first) != of:
-        return False
-    return spec.short == what if isinstance(what, str) else spec.has(what)
 
 
 def _same(module: cst.Module, a: cst.CSTNode, b: cst.CSTNode) -> bool:

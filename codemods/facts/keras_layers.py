@@ -137,6 +137,10 @@ GENERATOR_METHODS = {"random_uniform": "dtype", "random_normal": "dtype", "trunc
 # A layer's own weights: `self.w = self.add_weight(...)` (tf_keras `add_variable` too) or a bare `tf.Variable(...)`.
 # A product with one is a projection, not attention scores between two activations (C41).
 WEIGHT_BUILDERS = frozenset({"add_weight", "add_variable"})
+# Initializers that start every element of a weight at one value (their first argument, `value`).
+CONSTANT_INITIALIZERS = frozenset({"keras.initializers.Constant", "keras.initializers.constant",
+                                   "keras.src.initializers.Constant", "tensorflow.constant_initializer",
+                                   "tensorflow.keras.initializers.Constant", "tensorflow.initializers.constant"})
 # A variable made directly (`self.w = tf.Variable(...)` on a layer or model, not add_weight) is a plain variable in
 # both generations: never an AutoCastVariable, read in its own dtype (its initial value's or its `dtype=`) inside
 # `call` too (C35; TF 2.21: float32 under mixed_float16 in tf_keras and Keras 3). Keras 3's `keras.Variable` autocasts.

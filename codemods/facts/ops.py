@@ -79,7 +79,11 @@ class Kind(Enum):
     SELECT = auto()  # where/select: the dtype of the two branches
     STOP_GRADIENT = auto()
     NEGATIVE = auto()
-    L2_NORMALIZE = auto()  # divides by sqrt(max(sum(x²), epsilon)), epsilon 1e-12 by default
+    L2_NORMALIZE = auto()
+    # band_part(x, num_lower, num_upper): keeps a band around the diagonal; with num_lower = -1 every row
+    # keeps its first column, so a causal mask of ones leaves no row fully masked.
+    BAND = auto()
+    ONES = auto()  # every element is one (True as a bool tensor): ones, ones_like  # divides by sqrt(max(sum(x²), epsilon)), epsilon 1e-12 by default
 
 
 # Ops whose result float16 cannot hold when their input is large: a float32 value computed with
@@ -148,7 +152,8 @@ _KEEPS = {"keeps_value": True}
 
 _TABLE: tuple[OpSpec, ...] = (
     # Creators: float32 unless given a dtype.
-    *(_spec(n, R.FLOAT32, dtype_position=1) for n in ("ones", "zeros", "empty")),
+    _spec("ones", R.FLOAT32, G.ANY, K.ONES, dtype_position=1),
+    *(_spec(n, R.FLOAT32, dtype_position=1) for n in ("zeros", "empty")),
     *(_spec(n, R.FLOAT32, dtype_position=3) for n in ("random.normal", "random.uniform", "random.truncated_normal")),
     _spec("full", R.FLOAT32, dtype_position=2),
     *(_spec(n, R.FLOAT32) for n in (
@@ -175,7 +180,10 @@ _TABLE: tuple[OpSpec, ...] = (
         "reduce_any", "logical_xor")),
     *(_spec(n, R.BOOL, **_BOOLS) for n in ("logical_and", "logical_or", "logical_not")),
     _spec("identity", R.LIKE, G.FOLLOWS, **_BOOLS, **_KEEPS),
-    *(_spec(n, R.LIKE, G.FOLLOWS, dtype_position=1, **_BOOLS) for n in ("zeros_like", "ones_like")),
+    _spec("zeros_like", R.LIKE, G.FOLLOWS, dtype_position=1, **_BOOLS),
+    _spec("ones_like", R.LIKE, G.FOLLOWS, K.ONES, dtype_position=1, **_BOOLS),
+    *(_spec(n, R.PRESERVES, G.FOLLOWS, K.BAND, elementwise=False, dtype_args=(0,), **_BOOLS)
+      for n in ("linalg.band_part", "matrix_band_part")),
     _spec("stop_gradient", R.LIKE, G.FOLLOWS, K.STOP_GRADIENT, **_BOOLS),
     *(_spec(n, R.LIKE) for n in ("full_like", "fill_like", "random.normal_like")),
     # keras.random.dropout(x, rate), keras.random.shuffle(x): x's dtype (C26), not a float32 creator.

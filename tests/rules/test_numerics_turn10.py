@@ -265,3 +265,75 @@ def test_a_float32_mask_meeting_a_value_of_unknown_origin_stays_evidence(keras):
             return tf.reduce_sum(neg_log_iou * mask_)
     """
     assert found(code, keras, only="MP206") == []
+
+
+# -- wave 6 (benchmarks/unseen/gem_pool_k3.py): a learned exponent starts at its initializer's value --------
+GEM = """
+    import tensorflow as tf
+    {imports}
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+    class GeMPooling(keras.layers.Layer):
+        def __init__(self, p={p}, eps=1e-6, **kwargs):
+            super().__init__(**kwargs)
+            self.init_p, self.eps = p, eps
+
+        def build(self, input_shape):
+            self.p = self.add_weight(shape=(), initializer=keras.initializers.Constant(self.init_p), name="p")
+
+        def call(self, x):
+            x = tf.maximum(x, self.eps)
+            pooled = tf.reduce_mean(tf.pow(x, self.p), axis=[1, 2])
+            return tf.pow(pooled, 1.0 / self.p)
+"""
+
+
+@BOTH
+def test_a_learned_exponent_counts_from_its_initial_value(keras):
+    # GeM pooling, p = 3 at the start: relu features of 0-255 images past 40 cube past 65504 (ran: loss nan).
+    # `self.init_p, self.eps = p, eps` is a paired unpacking: init_p is p (bindings.decompose), default 3.0.
+    assert found(GEM.format(imports=IMPORTS[keras], p="3.0"), keras) == [("MP204", 17)]
+
+
+@BOTH
+def test_a_learned_exponent_starting_at_most_two_is_left_alone(keras):
+    assert found(GEM.format(imports=IMPORTS[keras], p="1.0"), keras) == []
+
+
+# -- wave 6 (benchmarks/unseen/causal_where_k3_ok.py): a causal select of -1e9 read only by a softmax ---------
+CAUSAL = """
+    import tensorflow as tf
+    {imports}
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+    class CausalScores(keras.layers.Layer):
+        def call(self, q, k):
+            length = tf.shape(q)[1]
+            scores = tf.matmul(q, k, transpose_b=True)
+            causal = tf.linalg.band_part(tf.ones((length, length), tf.bool), {band})
+            scores = tf.where(causal, scores, -1e9)
+            return {use}
+"""
+
+
+@BOTH
+def test_a_causal_select_read_by_a_softmax_leaves_no_row_all_minus_inf(keras):
+    # -1e9 is -inf in float16, but band_part(ones, -1, 0) keeps each row's first column and softmax's exp makes
+    # -inf 0 (ran: finite loss); MP201 stays silent (wave 6 judged its finding false).
+    code = CAUSAL.format(imports=IMPORTS[keras], band="-1, 0", use="tf.nn.softmax(scores, axis=-1)")
+    assert found(code, keras, only="MP201") == []
+
+
+@BOTH
+@pytest.mark.parametrize(("band", "use"), [
+    ("0, -1", "tf.nn.softmax(scores, axis=-1)"),  # upper band: a row past the keys' length keeps nothing
+    ("-1, 0", "tf.nn.softmax(scores * 0.5, axis=-1)"),  # arithmetic before the softmax is not followed
+    ("-1, 0", "scores"),  # handed on: what meets it later is not seen
+])
+def test_other_selects_of_minus_inf_are_still_reported(band, use, keras):
+    code = CAUSAL.format(imports=IMPORTS[keras], band=band, use=use)
+    assert found(code, keras, only="MP201") == [("MP201", 12)]
