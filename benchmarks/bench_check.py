@@ -24,6 +24,8 @@ on a shared machine the wall-clock ratios move with the load of others, CPU rati
 The load average is printed before and after the run.
 
 Usage: python benchmarks/bench_check.py [--repeat 3] [--jobs N] [--corpus tfm,keras]
+(``MPFIX_GATE=0`` in the environment: every mpfix row without the gate before the parse, ``mpfix.gate``,
+for an A/B at one commit.)
 """
 
 from __future__ import annotations
