@@ -109,6 +109,9 @@ class OutputProvenance:
             return False
         if isinstance(func, cst.Call):
             return self._float16_construction(func, region, depth + 1)
+        if isinstance(func, cst.Name) and func.value == "self" and region.owner is not None and \
+                not region.layer_method:
+            return self._class_outputs_float16(region.owner, depth + 1)  # `self(x)` in a model's own train_step
         values: list[cst.BaseExpression] = []
         if isinstance(func, cst.Name):
             outer: Region | None = region
@@ -139,12 +142,7 @@ class OutputProvenance:
         name = built.func.value
         cls = self.classes.get(name)
         if cls is not None:
-            call = self.methods.get(cls, {}).get("call")
-            if call is None or not self.is_layer_class(cls) or not self.autocasts(cls) or self.float32_layer(cls) or \
-                    argument(built, "dtype", None) is not None:
-                return False
-            own = self.region_for(call, cls)
-            return bool(own.returns) and all(self.model_output(v, own, depth + 1) is not None for v in own.returns)
+            return argument(built, "dtype", None) is None and self._class_outputs_float16(cls, depth + 1)
         func = self.functions.get(name)
         if func is None:
             return False
@@ -154,6 +152,16 @@ class OutputProvenance:
             isinstance(v, cst.Call) and self._float16_construction(v, region, depth + 1) or
             isinstance(v, cst.Name) and len(bound.get(v.value, [])) == 1 and isinstance(bound[v.value][0], cst.Call)
             and self._float16_construction(bound[v.value][0], region, depth + 1) for v in returns)
+
+    def _class_outputs_float16(self, cls: cst.ClassDef, depth: int) -> bool:
+        """A layer/model class of this file that autocasts and whose ``call`` returns only float16 outputs of
+        certain provenance (its own layers': ``return self.head(h)``)."""
+        call = self.methods.get(cls, {}).get("call")
+        if call is None or depth > _DEPTH or not self.is_layer_class(cls) or not self.autocasts(cls) or \
+                self.float32_layer(cls):
+            return False
+        own = self.region_for(call, cls)
+        return bool(own.returns) and all(self.model_output(v, own, depth + 1) is not None for v in own.returns)
 
     def _float16_head(self, built: cst.Call, resolved: str, region: Region, depth: int) -> bool:
         """The output layer of ``Sequential([..., layer])`` or ``Model(inputs, layer(...)(x))`` computes in float16."""

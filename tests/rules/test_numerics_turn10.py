@@ -337,3 +337,38 @@ def test_a_causal_select_read_by_a_softmax_leaves_no_row_all_minus_inf(keras):
 def test_other_selects_of_minus_inf_are_still_reported(band, use, keras):
     code = CAUSAL.format(imports=IMPORTS[keras], band=band, use=use)
     assert found(code, keras, only="MP201") == [("MP201", 12)]
+
+
+SUBCLASSED = """
+    import tensorflow as tf
+    {imports}
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+    class Regressor(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.hidden = keras.layers.Dense(64, activation="relu")
+            self.head = keras.layers.Dense(1{head})
+
+        def call(self, x):
+            return self.head(self.hidden(x))
+
+        def train_step(self, data):
+            x, y, w = data
+            with tf.GradientTape() as tape:
+                y_pred = self(x, training=True)
+                loss = tf.reduce_mean(tf.abs(y_pred - tf.cast(y, y_pred.dtype)) * tf.cast(w, tf.float32))
+            grads = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+            return {{"loss": loss}}
+"""
+
+
+@BOTH
+def test_a_models_own_output_in_its_train_step_is_certain(keras):
+    # `self(x)` of a model whose call returns its float16 Dense head, times a float32 sample weight: TypeError.
+    code = SUBCLASSED.format(imports=IMPORTS[keras], head="")
+    assert found(code, keras, only="MP206") == [("MP206", 20)]
+    assert found(SUBCLASSED.format(imports=IMPORTS[keras], head=', dtype="float32"'), keras, only="MP206") == []
