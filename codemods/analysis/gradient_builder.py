@@ -339,6 +339,15 @@ def _agreed(results):
     return None, False
 
 
+def _pairs(target, value) -> list:
+    """``self.a, self.b = a, b``: each target with its own value (element-wise where both are tuples)."""
+    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) \
+            and len(target.elements) == len(value.elements) \
+            and not any(isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements)):
+        return [p for t, v in zip(target.elements, value.elements) for p in _pairs(t.value, v.value)]
+    return [(target, value)]
+
+
 def _trace_stored_parameter(context, scope, scopes, optimizer, builds, compiled_models):
     """``self.x`` stored from a parameter of one of the class's methods (``def compile(self, d_optimizer)``:
     ``self.d_optimizer = d_optimizer``; ``__init__(self, optimizer)``), followed to that method's calls on
@@ -348,7 +357,7 @@ def _trace_stored_parameter(context, scope, scopes, optimizer, builds, compiled_
         return None
     stored = [(method, value.value) for method in scopes if method.class_name == scope.class_name
               for st in method.statements if isinstance(st.node, cst.SimpleStatementLine)
-              for target, value in assigned_targets(st.node)
+              for pair in assigned_targets(st.node) for target, value in _pairs(*pair)
               if dotted_name(target) == optimizer and isinstance(value, cst.Name) and value.value in method.params]
     if len(stored) != 1:
         return None if not stored else (None, False)

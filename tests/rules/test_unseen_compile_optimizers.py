@@ -172,3 +172,48 @@ def test_a_plain_trainer_class_optimizer_from_its_constructor_is_not_a_compiled_
     fixed = lint(code, 3, fix=True).fixed_text
     assert "Trainer(model, keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.01)))" in fixed
     assert "self.optimizer.scale_loss(loss)" in fixed
+
+
+WGAN = """
+    import keras
+    import tensorflow as tf
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+    class WGAN(keras.Model):
+        def __init__(self, critic, generator, critic_opt, gen_opt):
+            super().__init__()
+            self.critic, self.generator = critic, generator
+            self.critic_opt, self.gen_opt = critic_opt, gen_opt
+
+        def train_step(self, real):
+            noise = tf.random.normal((tf.shape(real)[0], 64))
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(self.critic(self.generator(noise))) - tf.reduce_mean(self.critic(real))
+                scaled = self.critic_opt.scale_loss(loss)
+            grads = tape.gradient(scaled, self.critic.trainable_weights)
+            self.critic_opt.apply_gradients(zip(grads, self.critic.trainable_weights))
+            with tf.GradientTape() as tape:
+                g_loss = -tf.reduce_mean(self.critic(self.generator(noise)))
+            grads = tape.gradient(g_loss, self.generator.trainable_weights)
+            self.gen_opt.apply_gradients(zip(grads, self.generator.trainable_weights))
+            return {"loss": loss, "g_loss": g_loss}
+
+
+    wgan = WGAN(make_critic(), make_generator(),
+                keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam(1e-4)),
+                keras.optimizers.Adam(1e-4))
+    wgan.compile()
+"""
+
+
+def test_optimizers_stored_by_a_tuple_assignment_in_init_are_followed_to_the_constructor_call():
+    code = textwrap.dedent(WGAN).lstrip("\n")
+    found = lint(code, 3).findings
+    assert [(f.code, f.line) for f in found] == [("MP101", 23)]  # gen_opt: plain; critic_opt: an LSO, scaled
+    assert "has no loss scaling" in found[0].message and found[0].fix is not None
+    fixed = lint(code, 3, fix=True).fixed_text
+    assert "keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam(1e-4)))" in fixed
+    assert "self.gen_opt.scale_loss(g_loss)" in fixed
+    assert lint(fixed, 3).findings == []
