@@ -270,7 +270,8 @@ def _wrap_layers(rec: Recorder, layer_cls, model_cls) -> None:
 
 def _wrap_loss_inputs(rec: Recorder, loss_cls) -> None:
     """Headroom of a loss's float16 ``y_pred`` (a custom loop may compute it outside any
-    layer); reported under the loss's name."""
+    layer), reported under the loss's name, and of float16 ``y_true`` (data the script cast to
+    float16 itself), under "<loss> targets"."""
     if os.environ.get("MPFIX_VERIFY_HEADROOM", "1") == "0":
         return
 
@@ -278,6 +279,7 @@ def _wrap_loss_inputs(rec: Recorder, loss_cls) -> None:
         def __call__(self, y_true, y_pred, *args, **kwargs):
             if rec._depth() == 0:
                 rec.guarded("loss-input", rec.on_layer_output, self, y_pred)
+                rec.guarded("loss-targets", rec.on_layer_output, rec.targets_of(self), y_true)
             return original(self, y_true, y_pred, *args, **kwargs)
 
         return __call__

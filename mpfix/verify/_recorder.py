@@ -80,6 +80,7 @@ class Recorder:
         self._layer_index: dict[int, int] = {}
         self._layer_refs: list = []
         self._origins: dict[int, dict] = {}
+        self._targets: dict[int, LossTargets] = {}
         self.extra_roots: tuple[str, ...] = ()
         # False under `verify --workers`: every worker runs to the step limit (see _bootstrap).
         self.stop_on_nonfinite = True
@@ -199,6 +200,13 @@ class Recorder:
                 self._origins[id(layer)] = {"file": filename, "line": frame.f_lineno}
                 return
             frame = frame.f_back
+
+    def targets_of(self, loss) -> "LossTargets":
+        """One stand-in per loss object for the targets it is given, measured as a layer's output."""
+        targets = self._targets.get(id(loss))
+        if targets is None:
+            targets = self._targets[id(loss)] = LossTargets(f"{getattr(loss, 'name', None) or type(loss).__name__} targets")
+        return targets
 
     def layer_index(self, layer) -> int:
         index = self._layer_index.get(id(layer))
@@ -424,6 +432,15 @@ class Recorder:
             # Applied, not skipped: the weights are now non-finite.
             self.stop_reason = "non-finite gradients applied"
         return event
+
+
+class LossTargets:
+    """The targets (``y_true``) a loss is given: float16 only where the script casts its data to
+    float16 itself (a ``tf.data`` map, ``astype``), which no policy undoes, not even the float32
+    baseline's; measured like a layer's output so a target past 65504 is seen as inf."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
 
 def _json_float(x):

@@ -402,6 +402,17 @@ def _float32_run(run: RunResult) -> bool:
     return all(p == "float32" for p in policies.values())
 
 
+def _own_float16(baseline: RunResult, until: int) -> str | None:
+    """The name of a float16 output or loss targets that was inf/NaN in the float32 baseline by
+    step ``until`` (only the script's own casts make float16 there), or None."""
+    for s in baseline.steps:
+        if s.step > until:
+            break
+        if s.act_max is not None and not math.isfinite(s.act_max) and s.act_layer is not None:
+            return baseline.layers.get(s.act_layer, {}).get("name") or f"layer #{s.act_layer}"
+    return None
+
+
 def _nonfinite_baseline_notes(mixed_step: int, baseline: RunResult) -> list[str]:
     bad = first_nonfinite(baseline)
     if bad is None:
@@ -414,6 +425,13 @@ def _nonfinite_baseline_notes(mixed_step: int, baseline: RunResult) -> list[str]
             f"(policy {policies}): no comparison"
         ]
     if base_step <= mixed_step + SAME_FAILURE_STEPS:
+        own = _own_float16(baseline, base_step)
+        if own is not None:
+            # A float16 value in the float32 run is the script's own cast (a tf.data map casting the
+            # targets "for mixed precision"), which the policy does not undo: still a float16 bug.
+            return [f"the float32 baseline is non-finite too (from step {base_step}), but it computes in float16 "
+                    f"where the script casts to float16 itself: `{own}` was inf/NaN at step {base_step} of both "
+                    "runs; keep that data float32 (float16 ends at 65504) and let the policy cast inside the model"]
         return [f"the float32 baseline is non-finite too (from step {base_step}): the cause is not mixed precision"]
     return [
         f"float32 is non-finite too, but only from step {base_step} (mixed: step {mixed_step}): mixed "

@@ -151,3 +151,20 @@ def test_float16_loss_inputs_made_outside_layers_are_measured():
     assert losses, mixed.layers
     peaks = [s.act_max for s in mixed.steps if s.act_layer in losses]
     assert peaks and 500 < max(peaks) < 2000  # |predictions| ~ 250 * 3
+
+
+def test_targets_the_script_casts_to_float16_are_named_when_float32_fails_too():
+    report = verify_script("half_targets.py")
+    v = report.verdict
+    assert v.name == "non-finite" and v.evidence["step"] == 0
+    assert report.baseline.steps[0].act_max == math.inf  # the float32 run measured its float16 targets
+    note = next(n for n in v.notes if "baseline is non-finite too" in n)
+    assert "the script casts to float16 itself: `mae targets`" in note, v.notes
+    assert "the cause is not mixed precision" not in note
+
+
+def test_broken_float32_data_is_still_not_a_mixed_precision_cause():
+    report = verify_script("half_targets.py", "--targets", "inf")
+    v = report.verdict
+    assert v.name == "non-finite"
+    assert any("the cause is not mixed precision" in n for n in v.notes), v.notes
