@@ -12,11 +12,22 @@ from __future__ import annotations
 
 import pytest
 
-tf = pytest.importorskip("tensorflow")
-
-from mpfix.verify import _channel  # noqa: E402  (imports TensorFlow)
-
+# Slow: imports TensorFlow, inside the tests, so that collecting this file (also with
+# -m "not slow") leaves TensorFlow out of sys.modules (tests/rules/test_api_drift.py checks the rules
+# never import it).
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tf():
+    return pytest.importorskip("tensorflow")
+
+
+@pytest.fixture(scope="module")
+def channel(tf):
+    from mpfix.verify import _channel
+
+    return _channel
 
 
 def _ancestors(op) -> set:
@@ -31,57 +42,41 @@ def _ancestors(op) -> set:
     return seen
 
 
-def _traced(fn):
-    return tf.function(fn).get_concrete_function().graph
-
-
-def _captured_names(graph) -> dict:
-    """Placeholder name -> variable name for the variables the function graph captured."""
-    out = {}
-    for external, internal in graph.captures:
-        for variable in (_channel_variables()):
-            if variable.handle is external:
-                out[internal.op.name] = variable.name
-    return out
-
-
-_CHANNEL = _channel.Channel()
-
-
-def _channel_variables():
-    rows, state, pending = _CHANNEL._variables()
-    extra = list(_CHANNEL._replica_vars or ())
-    return [rows, state, pending, *extra]
-
-
-def _ops_on(graph, op_type: str, variable_name: str) -> list:
-    names = _captured_names(graph)
+def _ops_on(channel, graph, op_type: str, variable_name: str) -> list:
+    """The ops of type ``op_type`` on the channel variable named ``variable_name`` (by capture)."""
+    variables = [*channel._variables(), *(channel._replica_vars or ())]
+    names = {internal.op.name: v.name for external, internal in graph.captures
+             for v in variables if v.handle is external}
     return [op for op in graph.get_operations()
             if op.type == op_type and names.get(op.inputs[0].op.name, "").startswith(variable_name)]
 
 
-def test_the_count_is_updated_after_its_row():
+def test_the_count_is_updated_after_its_row(tf, channel):
+    ring = channel.Channel()
+
     def step():
         grads = tf.random.normal([64, 64])
-        values = [tf.constant(1.0)] * (_channel.WIDTH - 2 - 1) + [tf.reduce_sum(tf.square(grads))]
-        _CHANNEL.write(0, values, tf.constant(False))
+        values = [tf.constant(1.0)] * (channel.WIDTH - 2 - 1) + [tf.reduce_sum(tf.square(grads))]
+        ring.write(0, values, tf.constant(False))
         return 0
 
-    graph = _traced(step)
-    (row,) = _ops_on(graph, "ResourceScatterNdUpdate", "mpfix_rows")
-    (count,) = _ops_on(graph, "AssignVariableOp", "mpfix_state")
+    graph = tf.function(step).get_concrete_function().graph
+    (row,) = _ops_on(ring, graph, "ResourceScatterNdUpdate", "mpfix_rows")
+    (count,) = _ops_on(ring, graph, "AssignVariableOp", "mpfix_state")
     assert row in _ancestors(count)
 
 
-def test_a_replica_count_is_updated_after_its_row():
+def test_a_replica_count_is_updated_after_its_row(tf, channel):
+    ring = channel.Channel()
+
     def step():
-        values = [tf.reduce_sum(tf.random.normal([8]))] * _channel.REPLICA_WIDTH
-        _CHANNEL.write_replica(1, values, tf.constant(True))
+        values = [tf.reduce_sum(tf.random.normal([8]))] * channel.REPLICA_WIDTH
+        ring.write_replica(1, values, tf.constant(True))
         return 0
 
-    graph = _traced(step)
-    (row,) = _ops_on(graph, "ResourceScatterNdUpdate", "mpfix_replica_rows")
-    counts = _ops_on(graph, "ResourceScatterNdAdd", "mpfix_replica_counts")
-    alarms = _ops_on(graph, "ResourceScatterNdAdd", "mpfix_state")
+    graph = tf.function(step).get_concrete_function().graph
+    (row,) = _ops_on(ring, graph, "ResourceScatterNdUpdate", "mpfix_replica_rows")
+    counts = _ops_on(ring, graph, "ResourceScatterNdAdd", "mpfix_replica_counts")
+    alarms = _ops_on(ring, graph, "ResourceScatterNdAdd", "mpfix_state")
     assert counts and alarms
     assert all(row in _ancestors(op) for op in counts + alarms)
