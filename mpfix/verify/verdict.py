@@ -19,6 +19,7 @@ from pathlib import Path
 from mpfix.verify.frames import describe
 from mpfix.verify.compare import DIVERGE_REL, DIVERGE_Z, TAIL_MIN, diverged, grows, grows_alone, lag_explained
 from mpfix.verify.logs import crash_report
+from mpfix.verify.baseline_notes import baseline_notes, first_nonfinite, nonfinite_baseline_notes
 from mpfix.verify.records import RunResult
 from mpfix.verify.workers_judge import launcher_hint
 
@@ -60,9 +61,6 @@ HEADROOM_FRACTION = 0.125
 # fallen by at least this factor.
 SCALE_TREND_MIN_SKIPS = 3
 SCALE_TREND_FALL = 4.0
-# non-finite: the float32 baseline going non-finite this many steps later or sooner still
-# counts as "the same failure".
-SAME_FAILURE_STEPS = 1
 
 NO_STEPS_HINT = (
     "verify counts Keras optimizer steps (Model.fit / train_on_batch, or "
@@ -111,24 +109,12 @@ def _fmt_scale(x) -> str:
     return f"{x:.10g}" if isinstance(x, float) and math.isfinite(x) else _fmt(x)
 
 
-def first_nonfinite(run: RunResult):
-    """(step, what, value) of the first non-finite loss or applied non-finite gradients."""
-    for s in run.steps:
-        loss_bad = s.loss is not None and not math.isfinite(s.loss)
-        grads_bad = s.nonfinite_fraction > 0 and not s.skipped
-        if loss_bad or grads_bad:
-            what = "loss and gradients" if loss_bad and s.nonfinite_fraction > 0 else ("loss" if loss_bad else "gradients")
-            value = s.loss if loss_bad else s.grad_norm
-            return s, what, value
-    return None
-
-
 def judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_expected: bool | None = None) -> Verdict:
     """``baseline_expected``: whether a baseline was asked for (False: --no-baseline, so
     the rules that need one say so); by default, whether one is given."""
     if baseline_expected is None:
         baseline_expected = baseline is not None
-    notes = _baseline_notes(baseline)
+    notes = baseline_notes(baseline)
     usable = baseline if baseline is not None and _usable(baseline) else None
 
     if mixed.timed_out:
@@ -147,7 +133,7 @@ def judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_e
         step, what, value = bad
         evidence = {"step": step.step, "value": _fmt(value), "in": what, "loss_scale": step.loss_scale}
         if baseline is not None:
-            notes.extend(_nonfinite_baseline_notes(step.step, baseline))
+            notes.extend(nonfinite_baseline_notes(step.step, baseline))
         return Verdict(
             "non-finite",
             f"non-finite {what} at step {step.step} (value {_fmt(value)}){_replicas(step, evidence)}",
@@ -394,61 +380,6 @@ def _steps(run: RunResult) -> str:
 
 def _usable(baseline: RunResult) -> bool:
     return bool(baseline.steps) and not baseline.timed_out and first_nonfinite(baseline) is None
-
-
-def _float32_run(run: RunResult) -> bool:
-    """Whether the baseline really ran in float32 (its global policies, as recorded)."""
-    policies = (run.end or {}).get("policies") or {}
-    return all(p == "float32" for p in policies.values())
-
-
-def _own_float16(baseline: RunResult, until: int) -> str | None:
-    """The name of a float16 output or loss targets that was inf/NaN in the float32 baseline by
-    step ``until`` (only the script's own casts make float16 there), or None."""
-    for s in baseline.steps:
-        if s.step > until:
-            break
-        if s.act_max is not None and not math.isfinite(s.act_max) and s.act_layer is not None:
-            return baseline.layers.get(s.act_layer, {}).get("name") or f"layer #{s.act_layer}"
-    return None
-
-
-def _nonfinite_baseline_notes(mixed_step: int, baseline: RunResult) -> list[str]:
-    bad = first_nonfinite(baseline)
-    if bad is None:
-        return []
-    base_step = bad[0].step
-    if not _float32_run(baseline):
-        policies = ", ".join(sorted(set(((baseline.end or {}).get("policies") or {}).values())))
-        return [
-            f"the baseline is non-finite too (from step {base_step}), but it did not run in float32 "
-            f"(policy {policies}): no comparison"
-        ]
-    if base_step <= mixed_step + SAME_FAILURE_STEPS:
-        own = _own_float16(baseline, base_step)
-        if own is not None:
-            # A float16 value in the float32 run is the script's own cast (a tf.data map casting the
-            # targets "for mixed precision"), which the policy does not undo: still a float16 bug.
-            return [f"the float32 baseline is non-finite too (from step {base_step}), but it computes in float16 "
-                    f"where the script casts to float16 itself: `{own}` was inf/NaN at step {base_step} of both "
-                    "runs; keep that data float32 (float16 ends at 65504) and let the policy cast inside the model"]
-        return [f"the float32 baseline is non-finite too (from step {base_step}): the cause is not mixed precision"]
-    return [
-        f"float32 is non-finite too, but only from step {base_step} (mixed: step {mixed_step}): mixed "
-        "precision fails first; the later float32 failure has a cause of its own (data, learning rate)"
-    ]
-
-
-def _baseline_notes(baseline: RunResult | None) -> list[str]:
-    if baseline is None:
-        return []
-    if baseline.timed_out:
-        return ["the float32 baseline timed out: no comparison"]
-    if baseline.crash is not None:
-        return [f"the float32 baseline crashed ({baseline.crash.get('type')}): no comparison"]
-    if not baseline.steps:
-        return ["the float32 baseline made no optimizer step: no comparison"]
-    return []
 
 
 def _crashed(run: RunResult, script: Path, notes: list[str]) -> Verdict:

@@ -1,0 +1,83 @@
+"""Parent side: what the float32 baseline says about a mixed run's failure (the verdict's notes).
+
+A baseline that could not run gives no comparison; one that is non-finite at the same step says
+the cause is not the policy, unless it computes in float16 too, where the script casts its own
+data to float16 (which no policy undoes).
+"""
+
+from __future__ import annotations
+
+import math
+
+from mpfix.verify.records import RunResult
+
+# non-finite: the float32 baseline going non-finite this many steps later or sooner still
+# counts as "the same failure".
+SAME_FAILURE_STEPS = 1
+
+
+def first_nonfinite(run: RunResult):
+    """(step, what, value) of the first non-finite loss or applied non-finite gradients."""
+    for s in run.steps:
+        loss_bad = s.loss is not None and not math.isfinite(s.loss)
+        grads_bad = s.nonfinite_fraction > 0 and not s.skipped
+        if loss_bad or grads_bad:
+            what = "loss and gradients" if loss_bad and s.nonfinite_fraction > 0 else ("loss" if loss_bad else "gradients")
+            value = s.loss if loss_bad else s.grad_norm
+            return s, what, value
+    return None
+
+
+def float32_run(run: RunResult) -> bool:
+    """Whether the baseline really ran in float32 (its global policies, as recorded)."""
+    policies = (run.end or {}).get("policies") or {}
+    return all(p == "float32" for p in policies.values())
+
+
+def own_float16(baseline: RunResult, until: int) -> str | None:
+    """The name of a float16 output or loss targets that was inf/NaN in the float32 baseline by
+    step ``until`` (only the script's own casts make float16 there), or None."""
+    for s in baseline.steps:
+        if s.step > until:
+            break
+        if s.act_max is not None and not math.isfinite(s.act_max) and s.act_layer is not None:
+            return baseline.layers.get(s.act_layer, {}).get("name") or f"layer #{s.act_layer}"
+    return None
+
+
+def nonfinite_baseline_notes(mixed_step: int, baseline: RunResult) -> list[str]:
+    bad = first_nonfinite(baseline)
+    if bad is None:
+        return []
+    base_step = bad[0].step
+    if not float32_run(baseline):
+        policies = ", ".join(sorted(set(((baseline.end or {}).get("policies") or {}).values())))
+        return [
+            f"the baseline is non-finite too (from step {base_step}), but it did not run in float32 "
+            f"(policy {policies}): no comparison"
+        ]
+    if base_step <= mixed_step + SAME_FAILURE_STEPS:
+        own = own_float16(baseline, base_step)
+        if own is not None:
+            # A float16 value in the float32 run is the script's own cast (a tf.data map casting the
+            # targets "for mixed precision"), which the policy does not undo: still a float16 bug.
+            return [f"the float32 baseline is non-finite too (from step {base_step}), but it computes in float16 "
+                    f"where the script casts to float16 itself: `{own}` was inf/NaN at step {base_step} of both "
+                    "runs; keep that data float32 (float16 ends at 65504) and let the policy cast inside the model"]
+        return [f"the float32 baseline is non-finite too (from step {base_step}): the cause is not mixed precision"]
+    return [
+        f"float32 is non-finite too, but only from step {base_step} (mixed: step {mixed_step}): mixed "
+        "precision fails first; the later float32 failure has a cause of its own (data, learning rate)"
+    ]
+
+
+def baseline_notes(baseline: RunResult | None) -> list[str]:
+    if baseline is None:
+        return []
+    if baseline.timed_out:
+        return ["the float32 baseline timed out: no comparison"]
+    if baseline.crash is not None:
+        return [f"the float32 baseline crashed ({baseline.crash.get('type')}): no comparison"]
+    if not baseline.steps:
+        return ["the float32 baseline made no optimizer step: no comparison"]
+    return []
