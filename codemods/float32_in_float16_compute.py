@@ -52,6 +52,12 @@ class HardcodedFloat32InFloat16Compute(Rule):
         tf.zeros(...)`. There no fix is offered: such a function has no `self.compute_dtype`, and a
         float16 accumulator would only move the mix (and float16 sums) further down.
 
+        And in a training step or a loss, a value computed from the output of a model or layer
+        built in this file (float16 by the layer table, not by a guess) that meets a tensor made
+        float32 by hand (a cast, `dtype=tf.float32`, the float32 weights): `per_token * mask`
+        with `mask = tf.sequence_mask(lengths, n, dtype=tf.float32)`. The fix casts the float16
+        side to float32, as the Keras mixed-precision guide casts a model's outputs for the loss.
+
         ## Why is this bad?
         Under `mixed_float16` the layer's inputs are float16, and TensorFlow never promotes:
         `float16 * float32` raises `InvalidArgumentError`. The classic case is attention scaling,
@@ -142,6 +148,34 @@ class HardcodedFloat32InFloat16Compute(Rule):
                 def call(self, inputs, mask):
                     weights = tf.cast(mask, self.compute_dtype)
                     return inputs * weights
+            """,
+            policy="mixed_float16",
+        ),
+        # A training step: the float16 output of a model built here meets a float32 mask (TypeError).
+        Invalid(
+            """
+            import tensorflow as tf
+
+            model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(4)])
+
+            @tf.function
+            def train_step(x, valid):
+                with tf.GradientTape() as tape:
+                    err = tf.square(model(x))
+                    loss = tf.reduce_sum(err * tf.cast(valid, tf.float32))
+                return tape.gradient(loss, model.trainable_variables)
+            """,
+            """
+            import tensorflow as tf
+
+            model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(4)])
+
+            @tf.function
+            def train_step(x, valid):
+                with tf.GradientTape() as tape:
+                    err = tf.square(model(x))
+                    loss = tf.reduce_sum(tf.cast(err, tf.float32) * tf.cast(valid, tf.float32))
+                return tape.gradient(loss, model.trainable_variables)
             """,
             policy="mixed_float16",
         ),
