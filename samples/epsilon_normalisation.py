@@ -20,7 +20,8 @@ keras.mixed_precision.set_global_policy("mixed_float16")
 
 class RMSNorm(keras.layers.Layer):
     def call(self, x):
-        mean_square = tf.reduce_mean(tf.square(x), axis=-1, keepdims=True)
+        # keras.ops.mean sums in float32 (tf.reduce_mean would sum float16 squares: MP203).
+        mean_square = keras.ops.mean(tf.square(x), axis=-1, keepdims=True)
         return x * tf.math.rsqrt(mean_square + 1e-8)
 
 
