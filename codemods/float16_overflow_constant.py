@@ -262,8 +262,8 @@ class Float16OverflowConstant(Rule):
             facts.dtype_of(parent.target) is Dtype.FLOAT16
 
     def _causal_select_into_softmax(self, facts: DtypeFacts, select: cst.Call) -> bool:
-        """``scores = tf.where(band_part(ones, -1, k), scores, -1e9)`` read only by a softmax: every row keeps its
-        first column, so no row is all -inf, and nothing multiplies the -inf (softmax's exp makes it 0)."""
+        """``scores = tf.where(band_part(ones, -1, k), scores, -1e9)`` read only by a softmax or sigmoid: every row
+        keeps its first column, so no row is all -inf, and nothing multiplies the -inf (the exp makes it 0)."""
         condition = first_arg(select)
         if isinstance(condition, cst.Name):
             condition = facts.value_of(condition)
@@ -292,8 +292,9 @@ class Float16OverflowConstant(Rule):
                 continue
             call = facts.parent(parent) if isinstance(parent, cst.Arg) else None
             kind = op_table.known(self.context.resolve(call.func)) if isinstance(call, cst.Call) else None
-            if kind is None or first_arg(call) is not read or \
-                    not kind.has(op_table.Kind.PROBABILITY, op_table.Kind.LOG_PROBABILITY):
+            # Only a probability: its exp makes -inf 0. A log-probability keeps -inf, and a cross-entropy's
+            # one_hot * log_softmax(...) is then 0 * -inf = NaN.
+            if kind is None or first_arg(call) is not read or not kind.has(op_table.Kind.PROBABILITY):
                 return False
         return True
 
