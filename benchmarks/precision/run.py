@@ -132,6 +132,26 @@ def download(root: Path, name: str) -> None:
         raise SystemExit(f"unknown corpus {name}")
 
 
+def check_layout(root: Path) -> int:
+    """Compare research/ with research_manifest.tsv's chars and sha1 (a hand layout is checked, not trusted)."""
+    import hashlib
+
+    bad = 0
+    rows = read_tsv(HERE / "research_manifest.tsv")
+    for _, cols in rows:
+        path = root / "research" / cols[0]
+        if not path.exists():
+            print(f"missing  {cols[0]}")
+            bad += 1
+            continue
+        data = path.read_bytes()
+        if len(cols) >= 4 and (str(len(data.decode("utf-8"))) != cols[2] or hashlib.sha1(data).hexdigest() != cols[3]):
+            print(f"differs  {cols[0]} ({len(data.decode('utf-8'))} chars, manifest {cols[2]})")
+            bad += 1
+    print(f"research layout: {len(rows) - bad}/{len(rows)} files as in research_manifest.tsv")
+    return 1 if bad else 0
+
+
 # ----------------------------------------------------------------------------- findings
 
 
@@ -542,6 +562,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpora", type=Path, default=default_corpora(), help="corpora root (MPFIX_CORPORA)")
     parser.add_argument("--only", default="", help="comma-separated corpus names (default: all present)")
     parser.add_argument("--download", action="store_true", help="fetch the corpora that are missing")
+    parser.add_argument("--check-layout", action="store_true",
+                        help="compare research/ with research_manifest.tsv (chars, sha1) and exit")
     parser.add_argument("--policy", choices=["mixed_float16"], help="stress mode: force the policy")
     parser.add_argument("--mpfix", help="run this mpfix checkout (prepended to PYTHONPATH)")
     parser.add_argument("--commit", help="run mpfix as of this commit of the repository (git archive into a temp dir)")
@@ -557,6 +579,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     root = args.corpora
+    if args.check_layout:
+        return check_layout(root)
     if args.commit:
         args.mpfix, rev = checkout(args.commit)
         if args.label == "current":
