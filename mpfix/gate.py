@@ -20,6 +20,7 @@ import ast
 import re
 
 from mpfix.codemods.facts import heuristics, keras_layers
+from mpfix.parsing import check_depth
 
 _STEP_NAMES = frozenset({"train_step", "test_step", "predict_step", "compute_loss"})
 _METHOD_SEEDS = frozenset({"call", "__call__"}) | keras_layers.LAYER_HOOKS
@@ -72,7 +73,7 @@ def _decided_by_text(text: str, cross_calls: tuple) -> bool | None:
     triggers in either define a layer's ``call`` (a seed by name) or hold no decorator and no class."""
     if cross_calls or "GradientTape" in text or "y_pred" in text:
         return True
-    names = [m for m in _DEF.findall(text)]
+    names = _DEF.findall(text)
     if not names:
         return False  # no def: no function to be a region
     if any(_seed_name(name) for name in names):
@@ -133,8 +134,6 @@ def no_region(text: str, cross_calls: tuple = ()) -> bool:
 
     ``parsing.check_depth`` runs first, as before the LibCST parse, and raises ``TooComplex`` the same way;
     a text CPython rejects is never skipped: the engine's parse reports it as before."""
-    from mpfix.parsing import check_depth
-
     if not check_depth(text):
         return False  # CPython rejects it: the parse reports the syntax error
     decided = _decided_by_text(text, cross_calls)
