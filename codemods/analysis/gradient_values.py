@@ -7,7 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mpfix.codemods._walk import walk
-from mpfix.codemods.analysis.bindings import Bindings
+from mpfix.codemods.analysis.bindings import Bindings, BindingKind, decompose
 from mpfix.codemods.analysis.gradient_records import (
     FileView, EventKind, SCALE_METHODS, CALLBACK, PathEvent, Scope, ScaleCall, Statement, UNSCALE_METHOD,
     _ALL_REDUCE_METHODS, _RANDOM_PREFIXES, _SCALE_ATTRIBUTES, _TRANSFORM_FUNCTIONS,
@@ -51,15 +51,12 @@ def _scale_of(scope: Scope, target: cst.BaseExpression, before: Statement, scale
 
 def _position(target: cst.BaseExpression, name: str) -> int | None:
     """Where ``name`` sits in an unpacking target (``loss, scaled = ...``: 1); None for the whole value, -1
-    for anything else (starred, nested)."""
-    if isinstance(target, cst.Name):
-        return None if target.value == name else -1
-    if isinstance(target, (cst.Tuple, cst.List)):
-        for i, element in enumerate(target.elements):
-            if isinstance(element, cst.StarredElement):
-                return -1
-            if isinstance(element.value, cst.Name) and element.value.value == name:
-                return i
+    for anything else (starred, nested): the binding model's one target decomposition says."""
+    for binding in decompose(target, None, None, (), BindingKind.ASSIGN):  # in source order
+        if binding.starred:
+            return -1  # `*rest, scaled = ...`: later positions are not the returned tuple's
+        if binding.name == name:
+            return -1 if len(binding.path) > 1 else binding.element
     return -1
 
 
