@@ -164,7 +164,7 @@ class CallDtypes:
                 if wide:
                     return wide[0]
             return F16  # a layer, model or helper called on tensors
-        return self._op_dtype(node, specs.spec_of(op), resolved, region, depth)
+        return self._op_dtype(node, specs.lookup(resolved) or specs.spec_of(op), resolved, region, depth)
 
     def _python_int(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> bool:
         """A Python int: ``int(...)``/``len(...)``, or a name every assignment of which is one

@@ -1,0 +1,110 @@
+"""Turn 11: classes of static misses and false positives, each reproduced first in a realistic script (failing),
+then fixed in the model (both Keras generations where they differ).
+
+1. Op knowledge keyed by namespace (``ops.lookup``): one op name computes differently in Keras 3's ``keras.ops``
+   and in tf_keras' ``backend`` (verified with TF 2.21, Keras 3.15.1, tf_keras 2.21, CPU, on 4096 float16 values
+   of deviation 10):
+   - ``keras.ops.var`` casts float16 to float32, takes the variance and casts back (100.0), while tf_keras'
+     ``backend.var`` is ``tf.math.reduce_variance`` in float16 (inf): MP203's "compute it in float32 and cast back"
+     is what ``keras.ops.var`` already does (a false positive with a no-op fix);
+   - tf_keras' ``backend.mean`` is ``tf.reduce_mean``, which sums in float16 (a mean of squares: inf), while
+     ``keras.ops.mean`` sums in float32 (100.0): a miss.
+2. A module function a Keras layer hands on with ``functools.partial(f, w=self.w)`` is called with the bound
+   values: a plain ``tf.Variable`` of the layer bound there is float32 (not an autocast ``add_weight``).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mpfix.codemods import all_rules
+from mpfix.codemods.facts import ops
+from mpfix.engine import Engine, Options
+
+MP2 = tuple(r for r in all_rules() if r.code.startswith("MP2"))
+BOTH = pytest.mark.parametrize("keras", [2, 3])
+IMPORTS = {3: "import keras", 2: "import tf_keras as keras"}
+
+
+def lint(code: str, keras: int = 3, *, fix: bool = True, policy: str | None = "mixed_float16"):
+    engine = Engine(MP2, Options(keras=str(keras), policy=policy, unsafe_fixes=True, project_policy=False))
+    return engine.lint(textwrap.dedent(code).lstrip("\n"), Path("train.py"), fix=fix)
+
+
+def found(code: str, keras: int = 3, only: str = "MP2", **kw) -> list[tuple[str, int]]:
+    return sorted((f.code, f.line) for f in lint(code, keras, fix=False, **kw).findings if f.code.startswith(only))
+
+
+# -- 1. op knowledge keyed by namespace ----------------------------------------------------------------
+def test_the_op_table_tells_namespaces_apart():
+    assert ops.lookup("keras.ops.var").has(ops.Kind.VARIANCE) is False  # float32 inside, cast back
+    assert ops.lookup("keras.ops.numpy.var").has(ops.Kind.VARIANCE) is False
+    assert ops.lookup("keras.backend.var").has(ops.Kind.VARIANCE)  # tf_keras: tf.math.reduce_variance
+    assert ops.lookup("keras.src.backend.var").has(ops.Kind.VARIANCE)
+    assert ops.lookup("tensorflow.math.reduce_variance").has(ops.Kind.VARIANCE)
+    assert ops.lookup("keras.backend.mean").has(ops.Kind.LONG_MEAN)  # tf_keras: tf.reduce_mean
+    assert not ops.lookup("keras.ops.mean").has(ops.Kind.LONG_MEAN)  # Keras 3: sums in float32
+    assert ops.lookup("tensorflow.reduce_mean").has(ops.Kind.LONG_MEAN)
+    assert ops.lookup("keras.ops.std").has(ops.Kind.DEVIATION)  # Keras 3's std is tf.math.reduce_std as it is
+    assert ops.known("keras.ops.var") is not None and not ops.known("keras.ops.var").has(ops.Kind.VARIANCE)
+    assert ops.namespace("keras.ops.var") is ops.Namespace.KERAS_OPS
+    assert ops.namespace("keras.backend.mean") is ops.Namespace.KERAS_BACKEND
+    assert ops.namespace("tensorflow.compat.v1.reduce_mean") is ops.Namespace.TENSORFLOW
+    assert ops.namespace("numpy.mean") is None
+
+
+STAT_LAYER = """
+    import tensorflow as tf
+    {imports}
+    {extra}
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+    class ChannelStats(keras.layers.Layer):
+        def call(self, x):
+            centred = x - {mean}(x, axis=-1, keepdims=True)
+            scale = {stat}
+            return centred * tf.math.rsqrt(scale + 1e-3)
+
+
+    model = keras.Sequential([keras.layers.Dense(4096), ChannelStats(), keras.layers.Dense(1, dtype="float32")])
+"""
+
+
+def _stat_layer(keras: int, mean: str, stat: str, extra: str = "") -> str:
+    return STAT_LAYER.format(imports=IMPORTS[keras], mean=mean, stat=stat, extra=extra)
+
+
+def test_keras3_ops_var_already_computes_in_float32():
+    code = _stat_layer(3, "keras.ops.mean", "keras.ops.var(x, axis=-1, keepdims=True)")
+    assert ("MP203", 11) not in found(code, 3)
+
+
+def test_keras3_ops_std_computes_in_float16():
+    code = _stat_layer(3, "keras.ops.mean", "keras.ops.std(x, axis=-1, keepdims=True)")
+    assert ("MP203", 11) in found(code, 3)
+
+
+def test_tf_keras_backend_var_is_reduce_variance():
+    code = _stat_layer(2, "keras.backend.mean", "keras.backend.var(x, axis=-1, keepdims=True)")
+    assert ("MP203", 11) in found(code, 2)
+
+
+def test_tf_keras_backend_mean_of_squares_sums_in_float16():
+    code = _stat_layer(2, "keras.backend.mean", "keras.backend.mean(tf.square(centred), axis=-1, keepdims=True)")
+    assert ("MP203", 11) in found(code, 2)
+
+
+def test_keras3_ops_mean_of_squares_sums_in_float32():
+    code = _stat_layer(3, "keras.ops.mean", "keras.ops.mean(keras.ops.square(centred), axis=-1, keepdims=True)")
+    assert ("MP203", 11) not in found(code, 3)
+
+
+def test_tf_keras_backend_module_imported_as_k():
+    code = _stat_layer(2, "K.mean", "K.mean(tf.square(centred), axis=-1, keepdims=True)",
+                       extra="from tf_keras import backend as K")
+    assert ("MP203", 11) in found(code, 2)
