@@ -1,4 +1,4 @@
-"""Shared fixtures: a CLI runner and files with known findings."""
+"""Shared fixtures: a CLI runner and files with known findings; how pytest-xdist shares the tests out."""
 
 from __future__ import annotations
 
@@ -24,6 +24,30 @@ tf.config.experimental_run_functions_eagerly(True)
 
 DEPRECATED_FIXED = DEPRECATED.replace("experimental_relax_shapes", "reduce_retracing").replace(
     "experimental_run_functions_eagerly", "run_functions_eagerly")
+
+# Modules whose tests must run one at a time, in one xdist worker, for a reason other than a shared
+# fixture: real MultiWorkerMirroredStrategy servers on 127.0.0.1 ports that are chosen free, then
+# released, then bound by the workers (two verifies at once could pick the same port).
+SERIAL_MODULES = {"tests/verify/test_workers.py"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n``, ``--dist loadgroup`` in pyproject.toml): the tests of a module
+    that uses a module- or class-scoped fixture (one TensorFlow run shared by its tests) form one
+    group, so the fixture runs once, in one worker, not once per worker; so do SERIAL_MODULES. Every
+    other test is its own unit. The slow tests are handed out first (a stable sort: the order is
+    otherwise the collection's), so no long test starts last while the other worker idles."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        fixtures = getattr(item, "_fixtureinfo", None)
+        shared = fixtures is not None and any(
+            defs and defs[-1].scope in ("module", "class", "package") for defs in fixtures.name2fixturedefs.values())
+        if shared or module in SERIAL_MODULES:
+            item.add_marker(pytest.mark.xdist_group(module))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(autouse=True)
