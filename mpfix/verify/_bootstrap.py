@@ -397,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
         # A notebook runs as a script in verify's temporary folder: its layers are built there.
         rec.extra_roots = (os.path.dirname(os.path.abspath(config["script"])) + os.sep,)
         _hooks.install_core(rec)
+        from mpfix.verify import _data_casts
+
+        _data_casts.install(rec, _hooks._wrap)
         state["rec"] = rec
         watchdog.recorder = rec
         if config.get("locate"):

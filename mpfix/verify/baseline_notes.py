@@ -45,6 +45,14 @@ def own_float16(baseline: RunResult, until: int) -> str | None:
     return None
 
 
+def _cast_lines(run: RunResult) -> str:
+    """" (its input pipeline casts at a.py:9, ...)" for the float16 casts of the run's tf.data maps."""
+    import os
+
+    where = list(dict.fromkeys(f"{os.path.basename(c['file'])}:{c['line']}" for c in run.data_casts if c.get("file")))
+    return f" (its input pipeline casts at {', '.join(where[:3])})" if where else ""
+
+
 def nonfinite_baseline_notes(mixed_step: int, baseline: RunResult) -> list[str]:
     bad = first_nonfinite(baseline)
     if bad is None:
@@ -62,8 +70,9 @@ def nonfinite_baseline_notes(mixed_step: int, baseline: RunResult) -> list[str]:
             # A float16 value in the float32 run is the script's own cast (a tf.data map casting the
             # targets "for mixed precision"), which the policy does not undo: still a float16 bug.
             return [f"the float32 baseline is non-finite too (from step {base_step}), but it computes in float16 "
-                    f"where the script casts to float16 itself: `{own}` was inf/NaN at step {base_step} of both "
-                    "runs; keep that data float32 (float16 ends at 65504) and let the policy cast inside the model"]
+                    f"where the script casts to float16 itself{_cast_lines(baseline)}: `{own}` was inf/NaN at step "
+                    f"{base_step} of both runs; keep that data float32 (float16 ends at 65504) and let the policy "
+                    "cast inside the model"]
         return [f"the float32 baseline is non-finite too (from step {base_step}): the cause is not mixed precision"]
     return [
         f"float32 is non-finite too, but only from step {base_step} (mixed: step {mixed_step}): mixed "

@@ -17,13 +17,16 @@ For ``diverged``: the static MP205 fix, then ``dtype="float32"`` on the model's 
 For ``crashed`` on a float16/float32 mix (``mix_crash``): a cast at each expression of the
 crash's line that spells the mixed op, the float16 operand to float32 first (the float32
 operand to the float16 one's dtype first inside a layer's method, as MP206 writes it).
+For ``non-finite``, ``at-risk`` and ``diverged``, after those: each cast to float16 in the
+script's ``tf.data`` map functions made a cast to float32 (``data_casts``), the cast the
+child saw first on that line first.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from mpfix.verify import mix_crash
+from mpfix.verify import data_casts, mix_crash
 from mpfix.verify.changes import Change, ChangeKind, static_findings
 from mpfix.verify.evidence import Kind, RuntimeFinding
 from mpfix.verify.frames import notebook_place
@@ -167,13 +170,44 @@ def for_verdict(verdict, run, found: list[RuntimeFinding], texts, files: list[Pa
             change = _layer_change(layer, f"verdict diverged: {verdict.summary}")
             change.path = to_original(change.path)
             out.append(change)
+    if verdict.name in DATA_VERDICTS:
+        out += for_data(run, texts, to_original)
     unique, seen = [], set()
     for change in out:
-        key = (change.kind, str(change.path), change.anchor, change.op, change.codes, change.loss_scale)
+        key = (change.kind, str(change.path), change.anchor, change.op, change.codes, change.loss_scale,
+               change.extra.get("site"))
         if key not in seen:
             seen.add(key)
             unique.append(change)
     return unique
+
+
+# Verdicts a float16 cast of the input data can explain: inf past 65504, values near it, or the
+# precision float16 loses on raw-unit targets.
+DATA_VERDICTS = ("non-finite", "at-risk", "diverged")
+
+
+def for_data(run, texts, to_original) -> list[Change]:
+    """Each float16 cast of the script's input pipeline made a float32 cast, one site at a time."""
+    out: list[Change] = []
+    for cast in (run.data_casts if run is not None else []):
+        ran = Path(cast["file"])
+        text = texts(ran)
+        original = to_original(ran)
+        line = int(cast["line"])
+        if text is None or original.suffix == ".ipynb" or not 0 < line <= len(text.splitlines()):
+            continue
+        found = data_casts.sites(text, line)
+        nth = int(cast.get("nth", 0))
+        order = ([nth] if nth < len(found) else []) + [i for i in range(len(found)) if i != nth]
+        anchor = text.splitlines()[line - 1].strip()
+        evidence = (f"{original.name}:{line}: the input pipeline casts {cast.get('source', 'its data')} data to "
+                    f"float16 (`{cast.get('function') or 'map'}`), which no policy undoes")
+        for site in order:
+            out.append(Change(ChangeKind.DATA_CAST, original, f"`{found[site]}` keeps the data float32 (the model's "
+                              "policy casts inputs itself)", evidence, anchor=anchor, line=line, op="Cast",
+                              extra={"site": site}))
+    return out
 
 
 def crash_mix(verdict) -> mix_crash.Mix | None:

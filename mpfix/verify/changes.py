@@ -16,7 +16,9 @@ Kinds, in the order ``candidates.py`` offers them for one op:
   imported module is then seen);
 * ``FIXED_SCALE``: the same with a fixed loss scale (``--loss-scale``), the last resort;
 * ``CAST``: for a run that crashed on a float16/float32 mix, one cast at the expression that
-  mixed them (``mix_crash.cast_at``).
+  mixed them (``mix_crash.cast_at``);
+* ``DATA_CAST``: for a run whose input pipeline casts data to float16 itself, that cast made a
+  cast to float32 (``data_casts.to_float32``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mpfix.verify import islands, mix_crash
+from mpfix.verify import data_casts, islands, mix_crash
 
 
 class ChangeKind(str, enum.Enum):
@@ -35,6 +37,7 @@ class ChangeKind(str, enum.Enum):
     LOSS_SCALING = "loss scaling"
     FIXED_SCALE = "fixed loss scale"
     CAST = "cast at a dtype mix"
+    DATA_CAST = "float32 data"
 
     def __str__(self) -> str:
         return self.value
@@ -83,6 +86,8 @@ class Change:
         if self.kind is ChangeKind.CAST:
             mix = mix_crash.Mix(self.op, self.extra["float16_input"], tuple(self.extra.get("elements", ())))
             return mix_crash.cast_at(text, line, mix, self.extra["site"], self.extra["upcast"])
+        if self.kind is ChangeKind.DATA_CAST:
+            return data_casts.to_float32(text, line, self.extra["site"])
         return None
 
     def to_json(self) -> dict:

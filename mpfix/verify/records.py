@@ -90,6 +90,9 @@ class RunResult:
     # order) and "f16-const" events (a constant that became inf or 0 in float16).
     ops: list = field(default_factory=list)
     constants: list = field(default_factory=list)
+    # Casts to float16 in the script's tf.data map functions (child: _data_casts.py): file,
+    # line, function, nth (the cast's order among that line's), source dtype, code.
+    data_casts: list = field(default_factory=list)
 
     @property
     def finite_losses(self) -> list[float]:
@@ -225,6 +228,8 @@ def parse_run(mode: str, events: list[dict]) -> RunResult:
             run.ops.append({k: v for k, v in event.items() if k != "event"})
         elif kind == "f16-const":
             run.constants.append({k: v for k, v in event.items() if k != "event"})
+        elif kind == "data-cast":
+            run.data_casts.append({k: v for k, v in event.items() if k != "event"})
         elif kind == "numerics":
             run.numerics = event
         elif kind == "launch":

@@ -14,7 +14,8 @@
    is better than the first.
 4. Drop every kept change whose removal still leaves the verdict healthy (minimal diff),
    then run the float32 baseline of the result: a change that makes float32 differ from
-   the original's float32 run is dropped.
+   the original's float32 run is dropped, unless the original's float32 run was non-finite in
+   float16 data the script cast itself and the change (a ``DATA_CAST``) made it finite.
 5. Write the kept changes in place as ``mpfix apply`` does (the fix validation, the file's
    encoding/BOM/newlines, ``writer.write_atomic``); ``diff_only`` writes nothing.
 
@@ -37,7 +38,8 @@ from pathlib import Path
 from mpfix.verify import candidates as candidates_mod
 from mpfix.verify.changes import Change, ChangeKind, static_findings, static_fixed
 from mpfix.verify.evidence import moved_downstream
-from mpfix.verify.verdict import Verdict, diverged, judge
+from mpfix.verify.repair_checks import agrees, float32_repaired, same_float32, usable
+from mpfix.verify.verdict import Verdict, judge
 
 # Better verdicts rank higher. A change is kept only if it raises the rank.
 RANK = {
@@ -277,7 +279,7 @@ class Repairer:
         if first.verdict.name in ("crashed", "timeout", "no-steps") and mix is None:
             result.notes.append(f"nothing to repair: the script's verdict is {first.verdict.name}")
             return result
-        if baseline is None or not _usable(baseline):
+        if baseline is None or not usable(baseline):
             result.notes.append("the float32 baseline did not run cleanly: no change can be judged against it")
             return result
         kept: list[Change] = []
@@ -305,7 +307,7 @@ class Repairer:
                 current, kept = self._minimise(workspace, tmp, baseline, current, kept)
             if kept:
                 count = len(kept)
-                kept = self._float32_agrees(workspace, tmp, baseline, kept, result)
+                kept = self._float32agrees(workspace, tmp, baseline, kept, result)
                 checked = True
                 if len(kept) != count:
                     workspace.set(compose(workspace, kept) or {})
@@ -389,7 +391,7 @@ class Repairer:
             self.progress(f"trying {change.kind}: {change.description}")
             workspace.set(texts)
             outcome = self.outcome(workspace, tmp, baseline)
-            agrees = _agrees(outcome.run, baseline)
+            agrees = agrees(outcome.run, baseline)
             better = outcome.rank > current.rank
             moved = not better and outcome.verdict.name == current.verdict.name == "non-finite" and \
                 moved_downstream(current.run, outcome.run)
@@ -418,18 +420,18 @@ class Repairer:
             self.progress(f"without {change.kind}: {change.description}")
             workspace.set(texts)
             outcome = self.outcome(workspace, tmp, baseline)
-            if outcome.verdict.name == "healthy" and _agrees(outcome.run, baseline):
+            if outcome.verdict.name == "healthy" and agrees(outcome.run, baseline):
                 kept, current = rest, outcome
         return current, kept
 
-    def _float32_agrees(self, workspace, tmp, baseline, kept, result) -> list[Change]:
+    def _float32agrees(self, workspace, tmp, baseline, kept, result) -> list[Change]:
         """Drop changes (newest first) until the float32 run of the result agrees with the
         original's: a repair must not change what float32 computes."""
         while kept:
             workspace.set(compose(workspace, kept) or {})
             self.progress("float32 run of the repaired script")
             f32 = self._run(workspace, tmp, [("float32", False)])[0]
-            if f32 is not None and _same_float32(f32, baseline):
+            if f32 is not None and (same_float32(f32, baseline) or float32_repaired(f32, baseline, kept)):
                 return kept
             dropped = kept.pop()
             result.notes.append(f"dropped {dropped.kind} ({dropped.description}): the float32 run changed")
@@ -465,25 +467,6 @@ def _ran_text(path: Path) -> str | None:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-
-
-def _usable(run) -> bool:
-    return run is not None and run.crash is None and not run.timed_out and bool(run.steps)
-
-
-def _agrees(mixed, baseline) -> bool:
-    """The final loss agrees with float32 as verify judges it: finite, and not diverged."""
-    if mixed is None or not mixed.steps or mixed.crash is not None:
-        return False
-    if not all(s.loss_finite for s in mixed.steps):
-        return False
-    return diverged(mixed, baseline) is None
-
-
-def _same_float32(new, old) -> bool:
-    if not _usable(new) or new.step_count != old.step_count:
-        return False
-    return diverged(new, old) is None and all(s.loss_finite for s in new.steps)
 
 
 def repair(script, args=(), *, max_rounds: int = 4, timeout: float = 1800.0, progress=None,

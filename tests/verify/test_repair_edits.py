@@ -260,7 +260,8 @@ def test_repair_reports_text_json_html(tmp_path, monkeypatch):
 
 def test_a_change_is_kept_only_when_the_loss_agrees_and_float32_is_unchanged():
     from mpfix.verify.records import RunResult, Step
-    from mpfix.verify.repair import _agrees, _same_float32
+    from mpfix.verify.repair_checks import agrees as _agrees
+    from mpfix.verify.repair_checks import same_float32 as _same_float32
 
     def run(losses, mode="mixed"):
         return RunResult(mode, end={"event": "end", "status": "finished"}, returncode=0,

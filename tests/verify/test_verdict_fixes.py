@@ -159,7 +159,9 @@ def test_targets_the_script_casts_to_float16_are_named_when_float32_fails_too():
     assert v.name == "non-finite" and v.evidence["step"] == 0
     assert report.baseline.steps[0].act_max == math.inf  # the float32 run measured its float16 targets
     note = next(n for n in v.notes if "baseline is non-finite too" in n)
-    assert "the script casts to float16 itself: `mae targets`" in note, v.notes
+    # The map's casts are named (the child reads the map function's graph): line 23 casts both.
+    assert "the script casts to float16 itself (its input pipeline casts at half_targets.py:23): `mae targets`" \
+        in note, v.notes
     assert "the cause is not mixed precision" not in note
 
 

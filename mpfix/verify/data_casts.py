@@ -1,0 +1,86 @@
+"""``mpfix repair``'s edit for data the script casts to float16 itself: keep it float32.
+
+A ``tf.data`` map that casts raw-unit values to float16 (``tf.cast(price, tf.float16)``) makes an
+inf no policy undoes (the child reports such casts: ``_data_casts.py``). The edit writes float32
+where the cast names float16, at one cast call of the line; the model's policy then casts the
+inputs to its compute dtype itself (Keras's first layer autocasts float32 inputs), and a loss
+reads float32 targets.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from mpfix.verify import cst_edits
+
+# Calls that convert a tensor to the dtype they are given, and where that dtype is passed.
+_CASTS = {"cast": 1, "convert_image_dtype": 1}
+# Spellings of float16 as an attribute (tf.float16, tf.half, np.float16) or a string, and their float32.
+_FLOAT16_NAMES = {"float16": "float32", "half": "float32"}
+
+
+def _dtype_arg(call: cst.Call) -> cst.Arg | None:
+    position = _CASTS.get(cst_edits.call_name(call) or "")
+    if position is None:
+        return None
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "dtype":
+            return arg
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    return positional[position] if len(positional) > position else None
+
+
+def _float32_of(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``value`` spelling float32 instead of float16 (None: it does not spell float16)."""
+    if isinstance(value, cst.Attribute) and value.attr.value in _FLOAT16_NAMES:
+        return value.with_changes(attr=cst.Name(_FLOAT16_NAMES[value.attr.value]))
+    if isinstance(value, cst.SimpleString) and value.evaluated_value in _FLOAT16_NAMES:
+        quote = value.value[-1]
+        return cst.SimpleString(f"{quote}{_FLOAT16_NAMES[value.evaluated_value]}{quote}")
+    return None
+
+
+def sites(text: str, line: int) -> list[str]:
+    """The code of each cast to float16 that starts on ``line``, in source order."""
+    module = cst_edits.parsed(text)
+    if module is None:
+        return []
+    try:
+        module, found = _casts(module, line)
+    except RecursionError:
+        return []
+    return [module.code_for_node(call) for call in found]
+
+
+def _casts(module: cst.Module, line: int):
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    positions = cst_edits.resolve_positions(wrapper)
+    found = []
+
+    class Find(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            arg = _dtype_arg(node)
+            if arg is not None and positions[node].start.line == line and _float32_of(arg.value) is not None:
+                found.append(node)
+
+    wrapper.module.visit(Find())
+    found.sort(key=lambda n: (positions[n].start.line, positions[n].start.column))
+    return wrapper.module, found
+
+
+def to_float32(text: str, line: int, site: int) -> str | None:
+    """``text`` with the ``site``-th float16 cast of ``line`` casting to float32; None when it does not apply."""
+    module = cst_edits.parsed(text)
+    if module is None:
+        return None
+    try:
+        module, found = _casts(module, line)
+    except RecursionError:
+        return None
+    if site >= len(found):
+        return None
+    arg = _dtype_arg(found[site])
+    replacement = _float32_of(arg.value)
+    result = module.visit(cst_edits.Replace({arg.value: replacement})).code
+    return result if result != text else None
