@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from mpfix.codemods.analysis.dtype_partials import PartialCalls
 from mpfix.codemods.analysis.dtype_lattice import (
     BOOL, F16, F32, INT, PY, UNK, Dtype, argument, join_all, spelled_dtype,
 )
@@ -18,7 +19,7 @@ from mpfix.codemods.analysis.loss_calls import compiled_loss_targets
 from mpfix.codemods.facts import keras_layers
 
 
-class ParameterDtypes:
+class ParameterDtypes(PartialCalls):
     """Mixed into ``DtypeAnalysis`` (through ``NameDtypes``): parameters learnt from what callers pass."""
 
     def _learn_parameters(self, rounds: int = 3) -> None:
@@ -54,6 +55,9 @@ class ParameterDtypes:
                         self._record_call(loss_call, call, caller, seen, spellings)
             elif by_function.get(target) is not None:
                 self._record_call(target, call, caller, seen, spellings)
+        for target, pairs, call, caller in self.partial_records():  # functools.partial(f, w=self.w), its calls
+            if target in by_function:
+                self._record_pairs(target, pairs, call, caller, seen, spellings)
         self._cross_file_arguments(by_function, seen, spellings)
         passed_on = False
         respelled = []
@@ -191,17 +195,28 @@ class ParameterDtypes:
         names = [p.name.value for p in [*target.params.posonly_params, *target.params.params]]
         if names and names[0] in ("self", "cls"):
             names = names[1:]
-        dtypes = seen.setdefault(target, {})
+        pairs = []
         for i, arg in enumerate(call.args):
             if arg.star:
                 break
             pname = arg.keyword.value if arg.keyword is not None else (names[i] if i < len(names) else None)
-            if pname is None:
-                continue
-            dtype = self.dtype_at(arg.value, call, caller) if caller is not None and caller.kind != "module" else UNK
+            if pname is not None:
+                pairs.append((pname, arg.value))
+        self._record_pairs(target, pairs, call, caller, seen, spellings)
+
+    def _record_pairs(self, target: cst.FunctionDef, pairs: list[tuple[str, cst.BaseExpression]], call: cst.Call,
+                      caller: Region | None, seen: dict[cst.FunctionDef, dict[str, set[Dtype]]],
+                      spellings: dict[cst.FunctionDef, dict[str, set[Dtype]]]) -> None:
+        self.note_site(target, pairs, call, caller)
+        dtypes = seen.setdefault(target, {})
+        for pname, value in pairs:
+            if caller is None or caller.kind == "module":
+                dtype = UNK
+            else:
+                dtype = self.bound_dtype(value, caller) if caller.kind == "shadow" else self.dtype_at(value, call, caller)
             dtypes.setdefault(pname, set()).add(dtype)
             if pname in _DTYPE_PARAMETERS:  # `reduce_weighted_values(..., dtype=self.dtype)`
-                spelled = self.dtype_of_spelling(arg.value, caller) if caller is not None else UNK
+                spelled = self.dtype_of_spelling(value, caller) if caller is not None else UNK
                 spellings.setdefault(target, {}).setdefault(pname, set()).add(spelled)
 
     def _cross_file_arguments(self, by_function: dict[cst.FunctionDef, Region],

@@ -8,8 +8,10 @@ Keras layer table and the bindings, not by a name. A float32 tensor that meets s
 (TensorFlow never promotes: TypeError), not evidence about the value's dtype.
 
 Followed: names bound once, subscripts, dtype-preserving ops and arithmetic with Python numbers or
-float16, and Keras losses that compute in the predictions' dtype (loss functions in both generations,
-``Loss`` objects on tf_keras). Casts, unknown helpers and parameters end the trail.
+float16, Keras losses that compute in the predictions' dtype (loss functions in both generations,
+``Loss`` objects on tf_keras), and a module function's parameter every call site of this file passes such an
+output (``dtype_partials.passed_everywhere``: the function referenced nowhere else). Casts, unknown helpers and
+other parameters end the trail.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ class OutputProvenance:
         deeper = depth + 1
         if isinstance(node, cst.Name):
             if node.value in region.param_dtypes:
-                return None
+                # A module function every call of this file hands such an output (directly or through a partial).
+                return self.passed_everywhere(node.value, region, lambda value, caller: caller.kind not in (
+                    "module", "shadow") and self.model_output(value, caller, deeper))
             values = region.assigned.get(node.value, [])
             if len(values) != 1 or id(values[0]) in region.augmented:
                 return None

@@ -429,6 +429,10 @@ class DtypeFacts:
             return False
         if self._source(node, region, 0, False) is not None:
             return True
+        if isinstance(node, cst.Name) and node.value in region.param_dtypes:  # what every call site passes
+            return bool(a.passed_everywhere(node.value, region, lambda value, caller: a.plain_float32_variable(
+                value, caller) or (caller.kind not in ("module", "shadow") and
+                                   self._certainly_float32(value, caller, depth + 1))))
         if isinstance(node, cst.Name):
             values = region.assigned.get(node.value, [])
             return len(values) == 1 and (values[0] is FLOAT32_VARIABLE or

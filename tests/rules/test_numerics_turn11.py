@@ -108,3 +108,93 @@ def test_tf_keras_backend_module_imported_as_k():
     code = _stat_layer(2, "K.mean", "K.mean(tf.square(centred), axis=-1, keepdims=True)",
                        extra="from tf_keras import backend as K")
     assert ("MP203", 11) in found(code, 2)
+
+
+# -- 2. functools.partial and call sites: a module function a layer runs -------------------------------
+COSINE = """
+    import functools
+
+    import tensorflow as tf
+    {imports}
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+    def cosine_logits(prelogits, cosine_weights, scale_factor):
+        normalized = tf.math.l2_normalize(prelogits, axis=1)
+        weights = tf.math.l2_normalize(cosine_weights, axis=0)
+        cosine_sim = tf.matmul(normalized, weights)
+        return scale_factor * cosine_sim
+
+
+    class CosineModel(keras.Model):
+        def __init__(self, num_classes):
+            super().__init__()
+            self.backbone = keras.layers.Dense(32, activation="relu")
+            self.cosine_weights = {weights}
+            self.scale_factor = tf.Variable(16.0, trainable=False)
+            self.classifier = functools.partial(
+                cosine_logits, cosine_weights=self.cosine_weights, scale_factor=self.scale_factor)
+
+        def call(self, images):
+            return {call}
+
+
+    model = CosineModel(10)
+    print(model(tf.ones([2, 8])).dtype)
+"""
+PLAIN = 'tf.Variable(tf.random.normal([32, num_classes]), name="cosine_weights")'
+AUTOCAST = 'self.add_weight(shape=(32, num_classes), name="cosine_weights")'
+THROUGH_PARTIAL = "self.classifier(self.backbone(images))"
+DIRECT = "cosine_logits(self.backbone(images), self.cosine_weights, self.scale_factor)"
+
+
+def _cosine(keras: int, weights: str = PLAIN, call: str = THROUGH_PARTIAL) -> str:
+    return COSINE.format(imports=IMPORTS[keras], weights=weights, call=call)
+
+
+@BOTH
+@pytest.mark.parametrize("call", [THROUGH_PARTIAL, DIRECT])
+def test_a_plain_variable_handed_to_a_function_the_layer_runs_is_float32(call, keras):
+    # TF 2.21: "cannot compute MatMul as input #1 was expected to be a half tensor but is a float tensor" (both).
+    code = _cosine(keras, call=call)
+    assert ("MP206", 12) in found(code, keras)
+    assert ("MP202", 11) not in found(code, keras)  # the float32 variable's l2_normalize is no float16 one
+
+
+@BOTH
+def test_an_autocast_weight_handed_on_reads_float16_but_the_plain_scale_does_not(keras):
+    # TF 2.21 (Keras 3): "cannot compute Mul as input #1 was expected to be a float tensor but is a half tensor".
+    code = _cosine(keras, weights=AUTOCAST)
+    assert ("MP206", 12) not in found(code, keras)
+    assert ("MP206", 13) in found(code, keras)
+    assert ("MP202", 11) in found(code, keras)  # an autocast variable read in call is float16
+
+
+def test_the_fix_casts_the_float16_side():
+    text = lint(_cosine(3), 3).fixed_text
+    assert "tf.matmul(tf.cast(normalized, tf.float32), weights)" in text
+
+
+def test_a_partial_handed_on_elsewhere_is_not_certain():
+    # DELG (research N12): the partial is returned to a caller in another file; who runs it, on what, is not here.
+    code = _cosine(3).replace("self.classifier = functools.partial(", "classifier = functools.partial(").replace(
+        "self.classifier(self.backbone(images))", "self.backbone(images)").replace(
+        "    def call(self, images):", "        self.heads = [classifier]\n\n    def call(self, images):")
+    assert ("MP206", 12) not in found(code, 3)
+
+
+def test_a_function_also_called_with_unknown_values_is_not_certain():
+    code = _cosine(3, call=DIRECT) + "\n\ndef score(features, w):\n    return cosine_logits(features, w, 1.0)\n"
+    assert ("MP206", 12) not in found(code, 3)
+
+
+def test_a_function_also_handed_on_as_a_callback_is_not_certain():
+    code = _cosine(3, call=DIRECT) + "\n\nmapped = tf.map_fn(cosine_logits, tf.ones([2, 3]))\n"
+    assert ("MP206", 12) not in found(code, 3)
+
+
+def test_a_partial_attribute_also_read_without_a_call_is_not_certain():
+    code = _cosine(3).replace("return self.classifier(self.backbone(images))",
+                              "head = self.classifier\n        return self.classifier(self.backbone(images))")
+    assert ("MP206", 12) not in found(code, 3)
