@@ -10,7 +10,7 @@ reads float32 targets.
 from __future__ import annotations
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper
 
 from mpfix.verify import cst_edits
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from mpfix.verify import candidates as candidates_mod
 from mpfix.verify.changes import Change, ChangeKind, static_findings, static_fixed
 from mpfix.verify.evidence import moved_downstream
-from mpfix.verify.repair_checks import agrees, float32_repaired, same_float32, usable
+from mpfix.verify import repair_checks
 from mpfix.verify.verdict import Verdict, judge
 
 # Better verdicts rank higher. A change is kept only if it raises the rank.
@@ -279,7 +279,7 @@ class Repairer:
         if first.verdict.name in ("crashed", "timeout", "no-steps") and mix is None:
             result.notes.append(f"nothing to repair: the script's verdict is {first.verdict.name}")
             return result
-        if baseline is None or not usable(baseline):
+        if baseline is None or not repair_checks.usable(baseline):
             result.notes.append("the float32 baseline did not run cleanly: no change can be judged against it")
             return result
         kept: list[Change] = []
@@ -307,7 +307,7 @@ class Repairer:
                 current, kept = self._minimise(workspace, tmp, baseline, current, kept)
             if kept:
                 count = len(kept)
-                kept = self._float32agrees(workspace, tmp, baseline, kept, result)
+                kept = self._float32_agrees(workspace, tmp, baseline, kept, result)
                 checked = True
                 if len(kept) != count:
                     workspace.set(compose(workspace, kept) or {})
@@ -391,7 +391,7 @@ class Repairer:
             self.progress(f"trying {change.kind}: {change.description}")
             workspace.set(texts)
             outcome = self.outcome(workspace, tmp, baseline)
-            agrees = agrees(outcome.run, baseline)
+            agrees = repair_checks.agrees(outcome.run, baseline)
             better = outcome.rank > current.rank
             moved = not better and outcome.verdict.name == current.verdict.name == "non-finite" and \
                 moved_downstream(current.run, outcome.run)
@@ -420,18 +420,19 @@ class Repairer:
             self.progress(f"without {change.kind}: {change.description}")
             workspace.set(texts)
             outcome = self.outcome(workspace, tmp, baseline)
-            if outcome.verdict.name == "healthy" and agrees(outcome.run, baseline):
+            if outcome.verdict.name == "healthy" and repair_checks.agrees(outcome.run, baseline):
                 kept, current = rest, outcome
         return current, kept
 
-    def _float32agrees(self, workspace, tmp, baseline, kept, result) -> list[Change]:
+    def _float32_agrees(self, workspace, tmp, baseline, kept, result) -> list[Change]:
         """Drop changes (newest first) until the float32 run of the result agrees with the
         original's: a repair must not change what float32 computes."""
         while kept:
             workspace.set(compose(workspace, kept) or {})
             self.progress("float32 run of the repaired script")
             f32 = self._run(workspace, tmp, [("float32", False)])[0]
-            if f32 is not None and (same_float32(f32, baseline) or float32_repaired(f32, baseline, kept)):
+            if f32 is not None and (repair_checks.same_float32(f32, baseline)
+                                    or repair_checks.float32_repaired(f32, baseline, kept)):
                 return kept
             dropped = kept.pop()
             result.notes.append(f"dropped {dropped.kind} ({dropped.description}): the float32 run changed")
