@@ -23,12 +23,15 @@ class OptimizerOutsideStrategyScope(Rule):
         ## What it does
         Finds an optimizer or `LossScaleOptimizer` built outside `with strategy.scope():` in a
         function (or module) that builds the model inside that scope, under a `mixed_float16`
-        policy or with an explicit LossScaleOptimizer.
+        policy or with an explicit LossScaleOptimizer, on Keras 3.
 
         ## Why is this bad?
-        The optimizer's slots and the LossScaleOptimizer's loss-scale variables are then created
-        outside the distribution strategy: they are not mirrored across replicas (each replica
-        can skip steps on its own, or training fails with a cross-replica variable error).
+        A Keras 3 optimizer keeps the distribution strategy it was built under; its first
+        `apply_gradients` inside `strategy.run` creates its variables with that strategy and fails
+        (TF 2.21, MirroredStrategy over 2 devices: `RuntimeError: Mixing different
+        tf.distribute.Strategy objects`). Keras 2 (`tf_keras`, TF <= 2.15) creates the slots
+        under the strategy at the first apply and trains (checked with 2 replicas, custom loop
+        and `compile`/`fit`), so Keras 2 files are not reported.
 
         ## Example
         ```python
@@ -70,6 +73,16 @@ class OptimizerOutsideStrategyScope(Rule):
                 model = build_model()
                 optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
         """),
+        # Keras 2 (tf_keras) builds the slots under the strategy at the first apply: it trains.
+        Valid("""
+            import tensorflow as tf
+            import tf_keras
+            tf_keras.mixed_precision.set_global_policy("mixed_float16")
+            strategy = tf.distribute.MirroredStrategy()
+            with strategy.scope():
+                model = build_model()
+            optimizer = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.Adam())
+        """, keras=2),
         # float32 only, no LSO: not a mixed-precision concern.
         Valid("""
             import tensorflow as tf
@@ -87,10 +100,12 @@ class OptimizerOutsideStrategyScope(Rule):
             with strategy.scope():
                 model = build_model()
             optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
-        """),
+        """, keras=3),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
+        if self.context.keras != 3:
+            return  # Keras 2 optimizers build their slots under the strategy at the first apply (see explanation)
         analysis = training_steps(self.context)
         self._analysis = analysis
         for scope in analysis.scopes:
