@@ -17,7 +17,8 @@ from collections.abc import Iterator
 import libcst as cst
 
 from mpfix.codemods._walk import walk
-from mpfix.codemods.analysis.dtype_lattice import PY, UNK, Dtype, number
+from mpfix.codemods.analysis.dtype_lattice import F32, PY, UNK, Dtype, argument, is_float_literal, number, \
+    spelled_dtype
 from mpfix.codemods.analysis.dtype_syntax import walk_calls
 
 _PARTIAL = "functools.partial"
@@ -126,9 +127,29 @@ class PartialCalls:
                 and region.owner is not None and self.is_layer_class(region.owner)):
             return False
         values = self.attribute_values(region.owner, value.attr.value)
-        return bool(values) and all(isinstance(v, cst.Call) and self.resolve(v.func) == "tensorflow.Variable"
-                                    for _, v in values) and \
-            self.attribute_dtype(region.owner, value.attr.value, in_call=True).wide
+        return bool(values) and all(self._float32_variable_call(v) for _, v in values)
+
+    def _float32_variable_call(self, value: cst.BaseExpression) -> bool:
+        """``tf.Variable(init)`` that is float32: told ``dtype=tf.float32``, or made from a float literal or a
+        TensorFlow/Keras creator or initializer the table types float32 (a NumPy array is float64: measure's probe)."""
+        if not isinstance(value, cst.Call) or self.resolve(value.func) != "tensorflow.Variable":
+            return False
+        dtype = argument(value, "dtype", 6)
+        if dtype is not None:
+            return spelled_dtype(dtype.value, self.resolve) is F32
+        init = argument(value, "initial_value", 0)
+        if init is None:
+            return False
+        if is_float_literal(init.value):
+            return True
+        if not isinstance(init.value, cst.Call):
+            return False
+        creator = init.value.func.func if isinstance(init.value.func, cst.Call) else init.value.func  # Glorot()(shape)
+        resolved = self.resolve(creator) or ""
+        return resolved.startswith(("tensorflow.", "keras.")) and self.dtype(init.value, self._module_region()) is F32
+
+    def _module_region(self):
+        return next(r for r in self.regions if r.kind == "module")
 
     def note_site(self, target: cst.FunctionDef, pairs: list[tuple[str, cst.BaseExpression]], call: cst.Call,
                   caller) -> None:

@@ -198,3 +198,19 @@ def test_a_partial_attribute_also_read_without_a_call_is_not_certain():
     code = _cosine(3).replace("return self.classifier(self.backbone(images))",
                               "head = self.classifier\n        return self.classifier(self.backbone(images))")
     assert ("MP206", 12) not in found(code, 3)
+
+
+@pytest.mark.parametrize("weights", [
+    'tf.Variable(np.random.randn(32, num_classes), name="cosine_weights")',  # NumPy: float64
+    'tf.Variable(tf.random.normal([32, num_classes], dtype=tf.float64))',
+    'tf.Variable(tf.zeros([32, num_classes]), dtype=tf.float64)',
+])
+def test_a_float64_variable_is_not_certain_float32(weights):
+    # measure's probe of 9343ca8: the float32 cast of the float16 side still raised against a float64 variable.
+    code = _cosine(3, weights=weights).replace("import functools\n", "import functools\n\nimport numpy as np\n", 1)
+    assert ("MP206", 14) not in found(code, 3)  # (the import shifts the matmul to line 14)
+
+
+def test_a_variable_made_by_an_initializer_is_float32():
+    code = _cosine(3, weights='tf.Variable(initial_value=tf.initializers.GlorotUniform()(shape=[32, num_classes]))')
+    assert ("MP206", 12) in found(code, 3)
