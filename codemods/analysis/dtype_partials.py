@@ -175,7 +175,7 @@ class PartialCalls:
             value = dict(pairs).get(pname)
             if value is None and binding:
                 continue  # the partial leaves it to its calls, or binds it (each is a site of its own)
-            found = test(value, caller) if value is not None and caller is not None else None
+            found = test(value, caller) if value is not None and caller is not None and caller is not region else None
             if not found:
                 return None
             first = first or found

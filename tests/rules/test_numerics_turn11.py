@@ -214,3 +214,11 @@ def test_a_float64_variable_is_not_certain_float32(weights):
 def test_a_variable_made_by_an_initializer_is_float32():
     code = _cosine(3, weights='tf.Variable(initial_value=tf.initializers.GlorotUniform()(shape=[32, num_classes]))')
     assert ("MP206", 12) in found(code, 3)
+
+
+def test_a_recursive_call_site_is_not_evidence():
+    code = _cosine(3, call=DIRECT).replace(
+        "    return scale_factor * cosine_sim\n",
+        "    if prelogits.shape[0] > 64:\n        return cosine_logits(prelogits[:64], cosine_weights, scale_factor)\n"
+        "    return scale_factor * cosine_sim\n")
+    assert ("MP206", 12) not in found(code, 3)
