@@ -44,6 +44,12 @@ def _bound(call: cst.Call, names: list[str]) -> list[tuple[str, cst.BaseExpressi
     return pairs
 
 
+def _named_partial(func: cst.BaseExpression) -> bool:
+    """``partial`` / ``functools.partial`` by its last name (a cheap test before resolving)."""
+    return (isinstance(func, cst.Attribute) and func.attr.value == "partial") or \
+        (isinstance(func, cst.Name) and func.value == "partial")
+
+
 class PartialCalls:
     """Mixed into ``DtypeAnalysis`` (through ``ParameterDtypes``): what partials pass the module's functions."""
 
@@ -64,7 +70,7 @@ class PartialCalls:
             self._partial_ids: set[int] = set()
             self._accounted: set[int] = set()
             found = self._partial_records = list(self._partials()) if any(
-                self.resolve(call.func) == _PARTIAL for call in self.all_calls) else []
+                _named_partial(call.func) and self.resolve(call.func) == _PARTIAL for call in self.all_calls) else []
         return found
 
     def _partials(self) -> Iterator[Record]:
@@ -168,7 +174,7 @@ class PartialCalls:
                 any(c.function == func.name.value for c in getattr(self, "cross_calls", ())):
             return None
         sites = self.__dict__.get("_sites", {}).get(func)
-        if not sites or not self._only_called(func, sites.values()):
+        if not sites or not self._only_called(func, list(sites.values())):
             return None
         first = None
         for pairs, _, caller, binding in sites.values():
@@ -182,6 +188,13 @@ class PartialCalls:
         return first
 
     def _only_called(self, func: cst.FunctionDef, sites) -> bool:
+        memo = self.__dict__.setdefault("_only_called_memo", {})
+        key = (func, len(sites))
+        if key not in memo:
+            memo[key] = self._referenced_only_by(func, sites)
+        return memo[key]
+
+    def _referenced_only_by(self, func: cst.FunctionDef, sites) -> bool:
         allowed = {id(func.name)}
         for _, call, _, binding in sites:
             if binding and self.resolve(call.func) == _PARTIAL:
