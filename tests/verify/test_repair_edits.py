@@ -51,6 +51,21 @@ def test_island_of_a_log_keeps_its_node_and_casts_the_producer_operand_in_a_back
     assert "tf." not in out
 
 
+@pytest.mark.parametrize("imports, cast", [
+    # The names the imports bind, not the text: `from keras import layers, ops` (wave 6's poisson_counts_k3.py
+    # island was written with an unbound `tf` and rejected by the validation).
+    ("import keras\nfrom keras import layers, ops\n", 'ops.cast(ops.exp(ops.cast(h, "float32")), h.dtype)'),
+    ("from keras import ops as K\n", 'K.cast(ops.exp(K.cast(h, "float32")), h.dtype)'),
+    ("import keras as k\n", 'k.ops.cast(ops.exp(k.ops.cast(h, "float32")), h.dtype)'),
+    ("import tensorflow as tf2\nfrom keras import ops\n", "tf2.cast(ops.exp(tf2.cast(h, tf2.float32)), h.dtype)"),
+])
+def test_island_casts_are_spelled_with_the_names_the_modules_imports_bind(imports, cast):
+    text = f"{imports}def rate(h):\n    return ops.exp(h)\n"
+    line = len(imports.splitlines()) + 2
+    col, _ = op_column(text.splitlines()[line - 1], "Exp")
+    assert cast in islands.float32_island(text, line, col, "Exp")
+
+
 @pytest.mark.parametrize("cast, spelled", [
     ("tf.cast({}, tf.float32)", "tf.cast(tf.reduce_mean(tf.exp(tf.cast(feats, tf.float32) * 5.0)), tf.float32)"),
     ("tf.cast({}, dtype=\"float32\")",
