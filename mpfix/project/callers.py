@@ -22,7 +22,7 @@ from pathlib import Path
 from mpfix import safe_read
 from mpfix.project.files import is_test_code
 
-_CALL = re.compile(rb"\b([A-Za-z_]\w*)[ \t]*\(")
+_CALL = re.compile(rb"\b([A-Za-z_]\w*+)[ \t]*+\(")
 _DEF = re.compile(rb"\bdef[ \t]+([A-Za-z_]\w*)")
 _MAX_BYTES = 2_000_000  # a generated module this large calls no factory by hand
 _BY_TEST, _BY_OTHER = 1, 2

@@ -33,7 +33,7 @@ KERAS_MODEL_HOOKS = frozenset({"train_step", "test_step", "predict_step"})
 KERAS_LAYER_BASES = ("keras.layers.", "keras.Model", "keras.Layer", "keras.Sequential", "keras.models.Model",
                      "keras.models.Sequential", "keras.engine.base_layer.Layer", "keras.src.layers.",
                      "keras.src.models.", "keras.src.engine.base_layer.")
-_CALL = re.compile(rb"\b([A-Za-z_]\w*)[ \t]*\(")
+_CALL = re.compile(rb"\b([A-Za-z_]\w*+)[ \t]*+\(")
 
 
 @dataclass(frozen=True)

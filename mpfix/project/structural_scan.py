@@ -22,7 +22,7 @@ from mpfix.project.structural_types import KERAS_CLASS_BASES, KERAS_MEMBERS
 _MAX_BYTES = 2_000_000
 _DEF = re.compile(rb"\bdef[ \t]+\w+[ \t]*\(([^)]*)\)")
 _PARAM = re.compile(rb"([A-Za-z_]\w*)\s*(?=[,:=]|$)")
-_CALLED = re.compile(rb"\b([A-Za-z_]\w*)[ \t]*\(")
+_CALLED = re.compile(rb"\b([A-Za-z_]\w*+)[ \t]*+\(")
 # Where a class can define a name (``structural._class``): ``def name``, ``self.name`` targets (any ``.name``),
 # class-level ``name = ...``/``name: T``; gaps may hold whitespace, continuations, comments, parentheses.
 _GAP = rb"(?:[\s\\]|#[^\r\n]*[\r\n])*"  # a comment runs to its newline: one way to match, no backtracking blow-up
