@@ -31,6 +31,7 @@ DEPRECATED_FIXED = DEPRECATED.replace("experimental_relax_shapes", "reduce_retra
 SERIAL_MODULES = {"tests/verify/test_workers.py"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``-n``, ``--dist loadgroup`` in pyproject.toml): the tests of a module
     that uses a module- or class-scoped fixture (one TensorFlow run shared by its tests) form one
