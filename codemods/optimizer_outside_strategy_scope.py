@@ -17,6 +17,7 @@ class OptimizerOutsideStrategyScope(Rule):
     message = ("Optimizer built outside `strategy.scope()` while the model is built inside; "
                "build the optimizer (and its LossScaleOptimizer) inside the scope")
     fix_safety = FixSafety.NONE
+    keras_generations = (3,)  # Keras 2 optimizers build their slots under the strategy at the first apply
     triggers = ("scope()",)
     also_requires = ("optimizer",)  # every optimizer build mpfix can see names `optimizers` somewhere
     explanation = """
@@ -104,8 +105,6 @@ class OptimizerOutsideStrategyScope(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        if self.context.keras != 3:
-            return  # Keras 2 optimizers build their slots under the strategy at the first apply (see explanation)
         analysis = training_steps(self.context)
         self._analysis = analysis
         for scope in analysis.scopes:
