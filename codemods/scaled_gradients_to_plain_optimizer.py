@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, step_flows
+from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, foreign_api, step_flows
 from mpfix.codemods.analysis.gradient_path import SCALED, UNSCALED, EventKind, OptimizerKind
 from mpfix.codemods.base import Fact, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
@@ -60,11 +60,15 @@ class ScaledGradientsToPlainOptimizer(Rule):
         it wraps (`base = Adam(); opt = LossScaleOptimizer(base); base.apply_gradients(...)`). Only
         the LossScaleOptimizer's `apply_gradients` skips a step whose gradients are inf/NaN and lowers
         its dynamic scale; the inner optimizer writes NaN into the weights at the first overflow and
-        the scale never drops.
+        the scale never drops. `opt.inner_optimizer` is that wrapped optimizer on both generations:
+        Keras 3 `opt.inner_optimizer.apply_gradients` of `opt.scale_loss` gradients (often
+        accumulated over micro-batches in another function) steps 32768 times too far.
 
         ## Fix safety
-        Unsafe, and only for the Keras 2 inner-optimizer case: the update goes through the
-        LossScaleOptimizer (`opt.apply_gradients`), which then skips overflowing steps. Otherwise
+        Unsafe, and only where the update goes through the optimizer an LSO wraps (Keras 2: after
+        its `get_unscaled_gradients`; Keras 3: `opt.inner_optimizer` of that LSO's `scale_loss`
+        gradients): it then goes through the LossScaleOptimizer (`opt.apply_gradients`), which
+        unscales (Keras 3) and skips overflowing steps. Otherwise
         no automatic fix: the right unscale depends on which optimizer's scale was used and on
         when it changes.
     """
@@ -157,15 +161,17 @@ class ScaledGradientsToPlainOptimizer(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         analysis, flows = step_flows(self.context)
+        # Gradients accumulated in one function and applied in another (through shared variables) too.
+        cross = [f for f in analysis.cross_flows if not f.user_managed and not foreign_api(self.context, f)]
         seen: set[int] = set()
-        for flow in flows:
+        for flow in flows + cross:
             scale = flow.scale
             if self.context.keras == 2 and scale is not None and scale.optimizer != flow.optimizer \
                     and flow.path.states == {UNSCALED} and id(flow.apply.call) not in seen \
                     and any(e.kind is EventKind.UNSCALE and e.optimizer == scale.optimizer for e in flow.path.events):
                 wrapper = analysis.build_of(scale.scope or flow.scope, scale.optimizer)
-                if wrapper is not None and wrapper.is_lso and flow.build is not None \
-                        and analysis.inner_build(wrapper) is flow.build.call:
+                if wrapper is not None and wrapper.is_lso and (flow.inner_of is wrapper or flow.build is not None
+                                                               and analysis.inner_build(wrapper) is flow.build.call):
                     seen.add(id(flow.apply.call))
                     receiver = flow.apply.call.func.value
                     self.report(flow.apply.call, "inner", scaler=scale.optimizer, optimizer=flow.optimizer,
@@ -184,5 +190,11 @@ class ScaledGradientsToPlainOptimizer(Rule):
             elif flow.build is not None and flow.build.is_lso:
                 continue  # Keras 2: another LSO (a separate mistake, rarely deliberate); MP103 for the same one
             seen.add(id(flow.apply.call))
+            fix = None
+            if self.context.keras == 3 and flow.inner_of is not None and flow.path.states == {SCALED} \
+                    and analysis.build_of(scale.scope or flow.scope, scale.optimizer) is flow.inner_of:
+                # `lso.inner_optimizer.apply_gradients` of `lso.scale_loss` gradients: the LSO's own apply
+                # unscales them and skips non-finite steps.
+                fix = {flow.apply.call.func.value: cst.parse_expression(scale.optimizer)}
             self.report(flow.apply.call, "plain", scaler=scale.optimizer, method=scale.method,
-                        optimizer=flow.optimizer)
+                        optimizer=flow.optimizer, fix=fix, description="Apply through the LossScaleOptimizer")

@@ -10,7 +10,7 @@ from mpfix.codemods.analysis.gradient_records import (
     FileView, GradientKind, APPLY_METHODS, Analysis, ApplyCall, Flow, GradientCall, GradientPath, OptimizerBuild, SCALED,
     SCALE_METHODS, ScaleCall, Scope, Statement, Tape, UNSCALED, UNSCALE_METHOD,
 )
-from mpfix.codemods.analysis.gradient_records import _LSO_NAMES, _encloses
+from mpfix.codemods.analysis.gradient_records import LSO_INNER_ATTRIBUTE, _LSO_NAMES, _encloses
 from mpfix.codemods.analysis.gradient_syntax import (
     _header_calls, _is_optimizer_constructor, _is_tape, _is_true, _keyword, _optimizer_classes, _scopes,
     assigned_targets, calls_in, returned_tapes, tape_from_call,
@@ -247,7 +247,13 @@ def _flow(context, scope, scopes, grad, apply, builds, compiled_models, scales, 
     scale, scale_st = _scale_of(scope, grad.target, grad.statement, scales, helpers)
     unscaled = any(s.method == UNSCALE_METHOD and s.optimizer == optimizer for s in scales)
     user_managed = guard or any(s.conditional for s in scales if s.optimizer == optimizer)
-    return Flow(scope, grad, apply, optimizer, build, compiled, scale, scale_st, unscaled, user_managed)
+    flow = Flow(scope, grad, apply, optimizer, build, compiled, scale, scale_st, unscaled, user_managed)
+    owner, _, attr = optimizer.rpartition(".")
+    if build is None and attr == LSO_INNER_ATTRIBUTE and owner:
+        wrapper, wrapper_compiled = _trace(context, scope, scopes, owner, builds, compiled_models)
+        if wrapper is not None and wrapper.is_lso and not wrapper_compiled:
+            flow.inner_of = wrapper
+    return flow
 
 
 def _trace(context, scope: Scope, scopes: list[Scope], optimizer: str, builds: list[OptimizerBuild],

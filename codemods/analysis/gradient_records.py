@@ -28,6 +28,9 @@ class GradientKind(str, enum.Enum):
 
 _LSO_NAMES = {*LSO_SPELLINGS, "keras.mixed_precision.experimental.LossScaleOptimizer"}
 SCALE_METHODS = ("scale_loss", "get_scaled_loss")
+# `LossScaleOptimizer.inner_optimizer` (Keras 2 and 3): the optimizer it wraps, which neither unscales nor skips
+# non-finite steps (Keras 3: `lso.inner_optimizer.apply_gradients` of scale_loss gradients steps x the scale).
+LSO_INNER_ATTRIBUTE = "inner_optimizer"
 UNSCALE_METHOD = "get_unscaled_gradients"
 APPLY_METHODS = ("apply_gradients", "apply")
 _NOT_OPTIMIZERS = {"schedules", "legacy", "experimental", "Optimizer", "serialize", "deserialize"}
@@ -278,6 +281,7 @@ class Flow:
     unscaled: bool  # gradients pass through get_unscaled_gradients before the update
     user_managed: bool  # isinstance(..., LossScaleOptimizer) guard or conditional scaling
     path: GradientPath = field(default_factory=GradientPath)
+    inner_of: OptimizerBuild | None = None  # the updating optimizer is this LSO build's `inner_optimizer`
 
     @property
     def kind(self) -> OptimizerKind:
@@ -290,6 +294,8 @@ class Flow:
         """True: loss scaling is on for this optimizer; False: bare; None: cannot tell."""
         if self.compiled:
             return True
+        if self.inner_of is not None:
+            return False  # the wrapped optimizer of a visible LSO: it applies what it is given
         if self.build is None:
             return None
         return self.build.is_lso or self.build.has_loss_scale_factor
