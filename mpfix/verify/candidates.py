@@ -6,7 +6,8 @@ inf/0; else the op with the least float16 headroom), at that exact source node, 
 1. the static rule's own fix for that line (the static analysis told the dtype policy the
    run used, so a policy set in another module counts);
 2. a float32 island around the op's expression (not for an op a library layer built:
-   its line is the layer's construction);
+   its line is the layer's construction); for the value a ``call`` returns, first one with
+   no cast back (the output stays float32);
 3. ``dtype="float32"`` on the layer that built the op (a library layer, or the project
    layer whose ``call`` holds the expression).
 
@@ -71,6 +72,13 @@ def at_finding(finding: RuntimeFinding, original: Path, text: str, policy: str |
                               anchor=anchor, line=finding.line, codes=(static.code,), policy=policy, keras=keras))
     if finding.layer is None and finding.kind is not Kind.CONSTANT:
         indent = len(lines[finding.line - 1]) - len(lines[finding.line - 1].lstrip())
+        if anchor.startswith("return"):
+            # The value a `call` returns (`return exp(log_rate)`: a rate past 65504) cannot be cast back to
+            # float16; left float32 it is what a float32 output layer gives the loss (a float16 layer after
+            # it casts it as its input). Tried first: the island below would move the inf to its cast back.
+            out.append(Change(ChangeKind.ISLAND, original, f"compute `{finding.op}`'s expression in float32 and "
+                              "return it as float32", evidence, anchor=anchor, line=finding.line,
+                              column=finding.column - indent, op=finding.op, extra={"output": True}))
         out.append(Change(ChangeKind.ISLAND, original, f"compute `{finding.op}`'s expression in float32 and cast back",
                           evidence, anchor=anchor, line=finding.line, column=finding.column - indent, op=finding.op))
     layer = finding.layer or finding.owner
@@ -175,7 +183,7 @@ def for_verdict(verdict, run, found: list[RuntimeFinding], texts, files: list[Pa
     unique, seen = [], set()
     for change in out:
         key = (change.kind, str(change.path), change.anchor, change.op, change.codes, change.loss_scale,
-               change.extra.get("site"))
+               change.extra.get("site"), change.extra.get("output"))
         if key not in seen:
             seen.add(key)
             unique.append(change)

@@ -158,15 +158,29 @@ class _CastLeaves(cst.CSTTransformer):
         return self._leaf(root)
 
 
-def float32_island(text: str, line: int, column: int, op: str) -> str | None:
-    """``text`` with the ``op`` expression at ``line``:``column`` computed in float32 and cast back, or None."""
+def float32_island(text: str, line: int, column: int, op: str, output: bool = False) -> str | None:
+    """``text`` with the ``op`` expression at ``line``:``column`` computed in float32 and cast back, or None.
+    ``output``: only where an overflowing op's island, with nothing bringing it back in range, is the value a
+    layer's ``call`` returns, and then with no cast back: the output stays float32, as under a float32 output
+    layer (``return exp(log_rate)`` past 65504, which a cast back would make inf again)."""
     try:
-        return _float32_island(text, line, column, op)
+        return _float32_island(text, line, column, op, output)
     except RecursionError:  # a chain the parse allows but metadata/code generation cannot recurse through
         return None
 
 
-def _float32_island(text: str, line: int, column: int, op: str) -> str | None:
+def _returned_by_call(node, parents) -> bool:
+    """Whether ``node`` is the value of a ``return`` directly in a ``call(self, ...)`` method."""
+    statement = parents.get(node)
+    if not isinstance(statement, cst.Return):
+        return False
+    current = parents.get(statement)
+    while current is not None and not isinstance(current, cst.FunctionDef):
+        current = parents.get(current)
+    return current is not None and current.name.value == "call" and in_method(statement, parents)
+
+
+def _float32_island(text: str, line: int, column: int, op: str, output: bool = False) -> str | None:
     module = parsed(text)
     if module is None:
         return None
@@ -181,7 +195,10 @@ def _float32_island(text: str, line: int, column: int, op: str) -> str | None:
     computed = caster.island(root)
     if caster.count == 0:
         return None
-    if into_float32:
+    if output and (op not in OVERFLOWING or spelling(root) in RANGE_REDUCING | {"/"}
+                   or not _returned_by_call(root, parents)):
+        return None  # a value back in range (or not an overflow) is cast back as usual
+    if into_float32 or output:
         back = None
     elif in_method(root, parents):
         back = cst.parse_expression("self.compute_dtype")

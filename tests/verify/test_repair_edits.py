@@ -51,6 +51,25 @@ def test_island_of_a_log_keeps_its_node_and_casts_the_producer_operand_in_a_back
     assert "tf." not in out
 
 
+def test_an_island_returned_by_call_may_stay_float32_as_the_models_output():
+    text = ("from keras import layers, ops\nclass Rate(layers.Layer):\n    def call(self, x):\n"
+            "        return ops.exp(self.log_rate(x))\n    def other(self, x):\n        return ops.exp(x)\n")
+    col, _ = op_column(text.splitlines()[3], "Exp")
+    assert "        return ops.exp(ops.cast(self.log_rate(x), \"float32\"))\n" in \
+        islands.float32_island(text, 4, col, "Exp", output=True)
+    # The default island casts back; only a `call`'s returned value may stay float32.
+    assert "self.compute_dtype" in islands.float32_island(text, 4, col, "Exp")
+    col, _ = op_column(text.splitlines()[5], "Exp")
+    assert islands.float32_island(text, 6, col, "Exp", output=True) is None
+    # Back in range (a softmax, a division) or not an overflow: only the usual island, cast back.
+    for returned, op in (("tf.nn.softmax(tf.exp(x))", "Exp"), ("tf.reduce_sum(x, 1) / 64.0", "Sum"),
+                         ("tf.math.log(x)", "Log")):
+        text = f"class L(Layer):\n    def call(self, x):\n        return {returned}\n"
+        col, _ = op_column(text.splitlines()[2], op)
+        assert islands.float32_island(text, 3, col, op, output=True) is None
+        assert islands.float32_island(text, 3, col, op) is not None
+
+
 @pytest.mark.parametrize("imports, cast", [
     # The names the imports bind, not the text: `from keras import layers, ops` (wave 6's poisson_counts_k3.py
     # island was written with an unbound `tf` and rejected by the validation).
