@@ -90,3 +90,34 @@ def baseline_notes(baseline: RunResult | None) -> list[str]:
     if not baseline.steps:
         return ["the float32 baseline made no optimizer step: no comparison"]
     return []
+
+
+# The gradient norm a run records is the one applied (a loss scale optimizer's gradients divided by its
+# scale: _measure_ops), so a scaled loss gives ~float32's. Applied gradients this many times under
+# float32's over the first steps (from the same weights) are ~1/scale: a loss that was never scaled.
+UNSCALED_FACTOR = 100.0
+UNSCALED_STEPS = 5
+UNSCALED_MIN_SCALE = 1024.0
+
+
+def unscaled_gradients_note(mixed: RunResult, baseline: RunResult | None) -> str | None:
+    """A note when the applied gradients are ~1/scale of float32's: the loss was not multiplied by the
+    scale, yet the loss scale optimizer divides by it."""
+    if baseline is None or not float32_run(baseline):
+        return None
+    base = {s.step: s.grad_norm for s in baseline.steps if s.optimizer == 0}
+    ratios, scales = [], []
+    for s in mixed.steps:
+        if s.optimizer != 0 or s.step >= UNSCALED_STEPS or s.skipped or not s.loss_scale:
+            continue
+        b = base.get(s.step)
+        if s.loss_scale < UNSCALED_MIN_SCALE or not b or s.grad_norm is None or not math.isfinite(s.grad_norm):
+            return None
+        ratios.append(s.grad_norm / b)
+        scales.append(s.loss_scale)
+    if len(ratios) < 3 or any(r * scale >= UNSCALED_FACTOR for r, scale in zip(ratios, scales)):
+        return None
+    ratio = sorted(ratios)[len(ratios) // 2]
+    return (f"the applied gradients are {ratio:.3g}x float32's at a loss scale of {scales[0]:g} (~1/{scales[0]:g}): "
+            "the loss was not multiplied by the scale (`scale_loss`/`get_scaled_loss`), yet the loss scale "
+            "optimizer divides the gradients by it, so every update is that much too small")

@@ -19,7 +19,7 @@ from pathlib import Path
 from mpfix.verify.frames import describe
 from mpfix.verify.compare import DIVERGE_REL, DIVERGE_Z, TAIL_MIN, diverged, grows, grows_alone, lag_explained
 from mpfix.verify.logs import crash_report
-from mpfix.verify.baseline_notes import baseline_notes, first_nonfinite, nonfinite_baseline_notes
+from mpfix.verify.baseline_notes import baseline_notes, first_nonfinite, nonfinite_baseline_notes, unscaled_gradients_note
 from mpfix.verify.records import RunResult
 from mpfix.verify.workers_judge import launcher_hint
 
@@ -181,6 +181,11 @@ def judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_e
     gap = diverged(mixed, usable) if usable is not None else None
     if gap is None and usable is not None:
         gap = grows_alone(mixed, usable)
+    unscaled = unscaled_gradients_note(mixed, usable) if usable is not None else None
+    if unscaled is not None:
+        # The root cause, whatever the loss did in the steps measured (ten steps can look healthy):
+        # stalled, which offers the loss-scaling fixes (MP1xx) to `repair`.
+        return Verdict("stalled", unscaled, {"kind": "unscaled-gradients"}, notes)
     risk = at_risk(mixed, script)
     if risk is not None:
         if gap is not None:
