@@ -29,6 +29,10 @@ DEPRECATED_FIXED = DEPRECATED.replace("experimental_relax_shapes", "reduce_retra
 # fixture: real MultiWorkerMirroredStrategy servers on 127.0.0.1 ports that are chosen free, then
 # released, then bound by the workers (two verifies at once could pick the same port).
 SERIAL_MODULES = {"tests/verify/test_workers.py"}
+# Modules that import TensorFlow into the test process: handed out last, so that a worker has run
+# tests/rules/test_api_drift.py::test_rules_do_not_import_tensorflow (sys.modules must hold no
+# TensorFlow) before any of them.
+IMPORTS_TENSORFLOW = {"tests/verify/test_channel_publish_order.py"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
@@ -37,7 +41,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     that uses a module- or class-scoped fixture (one TensorFlow run shared by its tests) form one
     group, so the fixture runs once, in one worker, not once per worker; so do SERIAL_MODULES. Every
     other test is its own unit. The slow tests are handed out first (a stable sort: the order is
-    otherwise the collection's), so no long test starts last while the other worker idles."""
+    otherwise the collection's), so no long test starts last while the other worker idles; the
+    modules of IMPORTS_TENSORFLOW last."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
@@ -48,7 +53,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if shared or module in SERIAL_MODULES:
             item.add_marker(pytest.mark.xdist_group(module))
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+        # With --no-loadscope-reorder (pyproject.toml) xdist hands the units out in this order.
+        items.sort(key=lambda item: 2 if item.nodeid.split("::", 1)[0] in IMPORTS_TENSORFLOW
+                   else item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(autouse=True)
