@@ -68,7 +68,9 @@ def _analyse(context: FileView) -> Analysis:
             if isinstance(func, cst.Name) and func.value == "isinstance" and len(call.args) == 2:
                 if resolve(call.args[1].value) in _LSO_NAMES or "LossScaleOptimizer" in context.code(call.args[1].value):
                     isinstance_guard = True
-    # A factory returning a name bound to a build in its own body.
+    # A factory returning a name bound to a build in its own body returns that name's last build
+    # (`opt = SGD(); opt = LossScaleOptimizer(opt); return opt`: the LSO). When its builds disagree on loss
+    # scaling and one is conditional (`if mixed: opt = LossScaleOptimizer(opt)`), it may return either: unknown.
     for build in list(builds):
         if build.scope.node is not module:
             for st in build.scope.statements:
@@ -76,7 +78,11 @@ def _analyse(context: FileView) -> Analysis:
                     continue
                 for small in st.node.body:
                     if isinstance(small, cst.Return) and isinstance(small.value, cst.Name) and small.value.value == build.target:
-                        factories.setdefault(build.scope.name, build.call)
+                        named = [b for b in builds if b.scope is build.scope and b.target == build.target]
+                        if len({b.is_lso or b.has_loss_scale_factor for b in named}) > 1 \
+                                and any(b.statement is None or b.statement.conditional for b in named):
+                            continue
+                        factories.setdefault(build.scope.name, named[-1].call)
     # Assignments from a factory call count as builds (the wrap goes into the factory).
     for scope in scopes:
         for st in scope.statements:
