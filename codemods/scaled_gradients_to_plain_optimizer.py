@@ -161,8 +161,11 @@ class ScaledGradientsToPlainOptimizer(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         analysis, flows = step_flows(self.context)
-        # Gradients accumulated in one function and applied in another (through shared variables) too.
-        cross = [f for f in analysis.cross_flows if not f.user_managed and not foreign_api(self.context, f)]
+        # Gradients accumulated in one function and applied in another (through shared variables) through an
+        # LSO's `inner_optimizer`. Other cross-function flows are left: a conditional unscale in the applying
+        # helper (`if self.amp: grads = opt.get_unscaled_gradients(grads)`, DLRM's trainer) is not on their path.
+        cross = [f for f in analysis.cross_flows
+                 if f.inner_of is not None and not f.user_managed and not foreign_api(self.context, f)]
         seen: set[int] = set()
         for flow in flows + cross:
             scale = flow.scale
