@@ -15,7 +15,7 @@ from mpfix.codemods.analysis.gradient_records import (
 )
 from mpfix.codemods.analysis.gradient_syntax import assigned_targets, target_names
 from mpfix.codemods.analysis.gradient_values import (
-    _Helpers, _Registry, _has_random, _merge, _root_key, _scale_of, _scale_read,
+    _Helpers, _Registry, _has_random, _merge, _root_key, _scale_of, _scale_read, divided_by_scale, reciprocal_scale,
 )
 from mpfix.codemods.names import dotted_name
 
@@ -273,6 +273,9 @@ class _PathTracer:
                     value = self._event(ACCUMULATE, call, value)
                     self._accumulate(_root_key(func.value), value)
                 return value
+        divided = divided_by_scale(self.context, call)
+        if divided is not None and (value := self.eval(divided[0], overlay)):
+            return self._event(MANUAL_UNSCALE, call, value, divided[1] or None, state=_AFTER_MANUAL)
         qualified = self.context.resolve(func)
         transform = _TRANSFORM_FUNCTIONS.get(qualified) if qualified else None
         if transform is not None:
@@ -381,6 +384,10 @@ class _PathTracer:
                 owner = self._scale_names.get(node.right.value)
             if owner is not None:
                 return self._event(MANUAL_UNSCALE, node, left, owner or None, state=_AFTER_MANUAL)
+        if operator is cst.Multiply and bool(left) != bool(right):
+            owner = reciprocal_scale(self.context, node.right if left else node.left)
+            if owner is not None:
+                return self._event(MANUAL_UNSCALE, node, left or right, owner or None, state=_AFTER_MANUAL)
         if operator in (cst.Add, cst.Subtract) and (left or right):
             # `g + tf.random.normal(tf.shape(g), stddev=s)`: the noise side may read g's shape.
             for value, other in ((left, node.right), (right, node.left)):

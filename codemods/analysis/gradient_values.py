@@ -13,6 +13,7 @@ from mpfix.codemods.analysis.gradient_records import (
     _ALL_REDUCE_METHODS, _RANDOM_PREFIXES, _SCALE_ATTRIBUTES, _TRANSFORM_FUNCTIONS,
 )
 from mpfix.codemods.analysis.gradient_syntax import assigned_targets, calls_in, names_in, target_names
+from mpfix.codemods.facts import ops
 from mpfix.codemods.names import dotted_name
 
 def _scale_of(scope: Scope, target: cst.BaseExpression, before: Statement, scales: list[ScaleCall],
@@ -222,6 +223,29 @@ def _scale_read(expr: cst.BaseExpression) -> str | None:
         if expr.args and isinstance(expr.func, (cst.Name, cst.Attribute)) and \
                 (dotted_name(expr.func) or "").rpartition(".")[2] == "cast":
             return _scale_read(expr.args[0].value)
+    return None
+
+
+def divided_by_scale(context, call: cst.Call) -> tuple[cst.BaseExpression, str] | None:
+    """``tf.math.divide(g, opt.dynamic_scale)`` / ``keras.ops.divide(...)`` (any op the table calls a
+    division): (the dividend, the optimizer whose scale divides it), else None."""
+    spec = ops.lookup(context.resolve(call.func))
+    positional = [a.value for a in call.args if a.keyword is None and not a.star]
+    if spec is None or ops.Kind.DIVISION not in spec.kinds or len(positional) != 2:
+        return None
+    owner = _scale_read(positional[1])
+    return None if owner is None else (positional[0], owner)
+
+
+def reciprocal_scale(context, expr: cst.BaseExpression) -> str | None:
+    """``1.0 / opt.dynamic_scale`` or ``tf.math.reciprocal(opt.dynamic_scale)``: the optimizer whose
+    scale ``expr`` inverts, else None (a gradient times it is unscaled by hand)."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Divide) and \
+            isinstance(expr.left, (cst.Integer, cst.Float)) and float(expr.left.value) == 1.0:
+        return _scale_read(expr.right)
+    if isinstance(expr, cst.Call) and len(expr.args) == 1 and \
+            (context.resolve(expr.func) or "").rpartition(".")[2] == "reciprocal":
+        return _scale_read(expr.args[0].value)
     return None
 
 

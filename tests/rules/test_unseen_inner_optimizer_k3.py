@@ -107,3 +107,22 @@ def test_keras2_accumulated_unscaled_gradients_through_inner_optimizer_are_mp111
 
 def test_keras2_accumulated_unscaled_gradients_through_the_lso_are_right():
     assert lint(_code(ACCUMULATE, apply="optimizer", **K2), "2").findings == []
+
+
+# measure's probe of 4046252 (TF 2.21/Keras 3.15.1: these steps train, and the 'apply through the LSO' fix made them
+# stall flat by unscaling twice): a hand unscale is any division the op table knows, or a product with the scale's
+# reciprocal, not only the `/` operator.
+HAND_UNSCALES = [
+    "[keras.ops.divide(g, optimizer.dynamic_scale) for g in tape.gradient(scaled, model.trainable_variables)]",
+    "[tf.math.divide(g, tf.cast(optimizer.dynamic_scale, g.dtype)) for g in tape.gradient(scaled, model.trainable_variables)]",
+    "[g * (1.0 / optimizer.dynamic_scale) for g in tape.gradient(scaled, model.trainable_variables)]",
+    "[tf.math.reciprocal(optimizer.dynamic_scale) * g for g in tape.gradient(scaled, model.trainable_variables)]",
+]
+
+
+def test_keras3_gradients_unscaled_by_hand_in_any_spelling_through_inner_optimizer_are_right():
+    for grads in HAND_UNSCALES:
+        code = _code(SAME_STEP, grads=grads, apply="optimizer.inner_optimizer")
+        assert [f.code for f in lint(code, "3").findings if f.code == "MP111"] == [], grads
+        # The accumulation class keeps its finding: only a hand unscale on the path silences it.
+    assert [f.code for f in lint(_code(ACCUMULATE, apply="optimizer.inner_optimizer", **K3), "3").findings] == ["MP111"]
