@@ -21,6 +21,12 @@ from mpfix.codemods.names import dotted_name
 
 
 # --------------------------------------------------------------------------- analysis
+def _returns_name(node, name: str) -> bool:
+    """Whether a statement line returns the bare name ``name``."""
+    return isinstance(node, cst.SimpleStatementLine) and any(
+        isinstance(s, cst.Return) and isinstance(s.value, cst.Name) and s.value.value == name for s in node.body)
+
+
 def _analyse(context: FileView) -> Analysis:
     module = context.module
     resolve = context.resolve
@@ -79,8 +85,12 @@ def _analyse(context: FileView) -> Analysis:
                 for small in st.node.body:
                     if isinstance(small, cst.Return) and isinstance(small.value, cst.Name) and small.value.value == build.target:
                         named = [b for b in builds if b.scope is build.scope and b.target == build.target]
+                        # Which build a return gives depends on the path: a conditional build, or a return
+                        # before the last build (`if not mixed: return opt` between SGD() and the LSO).
+                        returns = [r for r in build.scope.statements if _returns_name(r.node, build.target)]
                         if len({b.is_lso or b.has_loss_scale_factor for b in named}) > 1 \
-                                and any(b.statement is None or b.statement.conditional for b in named):
+                                and (any(b.statement is None or b.statement.conditional for b in named)
+                                     or len(returns) > 1 or any(r.conditional for r in returns)):
                             continue
                         factories.setdefault(build.scope.name, named[-1].call)
     # Assignments from a factory call count as builds (the wrap goes into the factory).

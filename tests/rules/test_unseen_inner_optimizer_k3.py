@@ -74,19 +74,19 @@ def lint(code: str, keras: str, fix: bool = False):
     return Engine(MP1, Options(keras=keras, unsafe_fixes=True, project_policy=False)).lint(code, Path("train.py"), fix=fix)
 
 
-def test_keras3_scaled_gradients_applied_through_inner_optimizer_in_the_step_are_mp111_and_fixed():
+def test_keras3_scaled_gradients_applied_through_inner_optimizer_in_the_step_are_mp111_without_a_fix():
     code = _code(SAME_STEP, grads="tape.gradient(scaled, model.trainable_variables)", apply="optimizer.inner_optimizer")
     found = lint(code, "3").findings
     assert [(f.code, f.line) for f in found] == [("MP111", 15)]
     assert "`optimizer.inner_optimizer`" in found[0].message
-    assert lint(code, "3", fix=True).fixed_text == _code(SAME_STEP, grads="tape.gradient(scaled, model.trainable_variables)",
-                                      apply="optimizer")
+    # Report only: a hand unscale on the way is not always visible (measure's probes), and the LSO unscales again.
+    assert lint(code, "3", fix=True).fixed_text in (None, code)
 
 
 def test_keras3_accumulated_scaled_gradients_applied_through_inner_optimizer_in_another_function():
     code = _code(ACCUMULATE, apply="optimizer.inner_optimizer", **K3)
     assert [(f.code, f.line) for f in lint(code, "3").findings] == [("MP111", 23)]
-    assert lint(code, "3", fix=True).fixed_text == _code(ACCUMULATE, apply="optimizer", **K3)
+    assert lint(code, "3", fix=True).fixed_text in (None, code)
 
 
 def test_keras3_accumulated_gradients_applied_through_the_lso_are_right():
