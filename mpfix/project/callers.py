@@ -21,8 +21,8 @@ from pathlib import Path
 
 from mpfix import safe_read
 from mpfix.project.files import is_test_code
+from mpfix.project.call_pattern import CALL
 
-_CALL = re.compile(rb"\b([A-Za-z_]\w*+)[ \t]*+\(")
 _DEF = re.compile(rb"\bdef[ \t]+([A-Za-z_]\w*)")
 _MAX_BYTES = 2_000_000  # a generated module this large calls no factory by hand
 _BY_TEST, _BY_OTHER = 1, 2
@@ -46,7 +46,7 @@ def test_helpers(files: tuple[Path, ...]) -> dict[str, frozenset[str]]:
             continue
         defs = Counter(_DEF.findall(data)) if b"def" in data else Counter()
         who = _BY_TEST if is_test_code(file) else _BY_OTHER
-        for name, count in Counter(_CALL.findall(data)).items():
+        for name, count in Counter(CALL.findall(data)).items():
             if count > defs.get(name, 0):  # each `def name(` matched the call pattern once
                 callers[name] = callers.get(name, 0) | who
         if defs and who == _BY_OTHER:

@@ -18,7 +18,6 @@ summary keeps the dotted names, the scan answers them over every file's summary.
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -26,6 +25,7 @@ from mpfix.project.crosscall_records import CallContext
 from mpfix.keras_spellings import fold_keras
 from mpfix.project import structural
 from mpfix.project.structural import StructuralSummary, dotted_name
+from mpfix.project.call_pattern import CALL
 
 KERAS_MODEL_HOOKS = frozenset({"train_step", "test_step", "predict_step"})
 # Keras base classes whose subclasses' ``call`` runs under the compute dtype (resolved spellings,
@@ -33,7 +33,6 @@ KERAS_MODEL_HOOKS = frozenset({"train_step", "test_step", "predict_step"})
 KERAS_LAYER_BASES = ("keras.layers.", "keras.Model", "keras.Layer", "keras.Sequential", "keras.models.Model",
                      "keras.models.Sequential", "keras.engine.base_layer.Layer", "keras.src.layers.",
                      "keras.src.models.", "keras.src.engine.base_layer.")
-_CALL = re.compile(rb"\b([A-Za-z_]\w*+)[ \t]*+\(")
 
 
 @dataclass(frozen=True)
@@ -272,7 +271,7 @@ def summarise(path: str, data: bytes, module: str, is_project_module: Callable[[
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     if called is None:
-        called = frozenset(n.decode("ascii", "replace") for n in _CALL.findall(data))
+        called = frozenset(n.decode("ascii", "replace") for n in CALL.findall(data))
     summary = FileSummary(path, module, called=called)
     _imports(summary, tree)
     class_nodes: dict[str, ast.ClassDef] = {}

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING
 
 from mpfix import safe_read
 from mpfix.project.crosscall_records import ArgKind, CallContext, CrossCall
-from mpfix.project.crosscall_summary import (_CALL, KERAS_LAYER_BASES, FileSummary, Flow, Ref, Site, _Collector,
+from mpfix.project.call_pattern import CALL
+from mpfix.project.crosscall_summary import (KERAS_LAYER_BASES, FileSummary, Flow, Ref, Site, _Collector,
                                              float32_classes, function_nodes, keras_base, plain_sites, summarise)
 from mpfix.project.structural import StructuralSummary
 
@@ -406,7 +407,7 @@ class CrossCallScan:
                 self.summaries[path] = None
                 continue
             self._class_names.update(n.decode("ascii", "replace") for n in _CLASS.findall(data))
-            called[path] = frozenset(n.decode("ascii", "replace") for n in _CALL.findall(data))
+            called[path] = frozenset(n.decode("ascii", "replace") for n in CALL.findall(data))
             self._texts[path] = data
             if _TOP_CLASS.search(data):
                 eager.append(path)

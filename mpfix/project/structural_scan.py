@@ -18,11 +18,11 @@ from mpfix.project.crosscall_records import CrossCall
 from mpfix.project.structural import StructuralSummary, has_float16_shape, records
 from mpfix.keras_spellings import fold_keras
 from mpfix.project.structural_types import KERAS_CLASS_BASES, KERAS_MEMBERS
+from mpfix.project.call_pattern import CALL
 
 _MAX_BYTES = 2_000_000
 _DEF = re.compile(rb"\bdef[ \t]+\w+[ \t]*\(([^)]*)\)")
 _PARAM = re.compile(rb"([A-Za-z_]\w*)\s*(?=[,:=]|$)")
-_CALLED = re.compile(rb"\b([A-Za-z_]\w*+)[ \t]*+\(")
 # Where a class can define a name (``structural._class``): ``def name``, ``self.name`` targets (any ``.name``),
 # class-level ``name = ...``/``name: T``; gaps may hold whitespace, continuations, comments, parentheses.
 _GAP = rb"(?:[\s\\]|#[^\r\n]*[\r\n])*"  # a comment runs to its newline: one way to match, no backtracking blow-up
@@ -43,7 +43,7 @@ def _calls_a_parameter(path: str, called: frozenset[str] | None) -> bool:
     except (OSError, ValueError):
         return False
     if called is None:
-        called = frozenset(n.decode("ascii", "replace") for n in _CALLED.findall(data))
+        called = frozenset(n.decode("ascii", "replace") for n in CALL.findall(data))
     params = {p for sig in _DEF.findall(data) for p in _PARAM.findall(sig)} - {b"self", b"cls"}
     return any(p.decode("ascii", "replace") in called and re.search(rb"\b" + re.escape(p) + rb"\.[A-Za-z_]", data)
                for p in params)
