@@ -75,3 +75,16 @@ def test_a_factory_that_does_not_wrap_is_still_unwrapped(keras: int):
     found = lint(keras, "").findings
     assert [f.code for f in found] == ["MP101"]
     assert "has no loss scaling" in found[0].message
+
+
+# measure's probe of dbf1a54 (turn 11): a return before the wrap makes the factory's result path-dependent too. The
+# get_scaled_loss fix raised AttributeError ('SGD' has no get_scaled_loss) on tf_keras's float32 path.
+EARLY_RETURN = "    if not mixed:\n        return opt\n" + WRAP
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_a_factory_that_returns_before_wrapping_is_reported_without_a_fix(keras: int):
+    found = lint(keras, EARLY_RETURN).findings
+    assert [f.code for f in found] == ["MP101"]
+    assert found[0].fix is None
+    assert "has no loss scaling" not in found[0].message
