@@ -11,6 +11,8 @@ its inputs is float16 (TF 2.21, measured on CPU):
 * a list op (``tf.concat``, ``tf.stack``), traced: ``Tensors in list passed to 'values' of
   'ConcatV2' Op have types [float16, float32] that don't all match.``; eager, as above with
   ``ConcatV2``/``Pack`` (input #1 against the first element: a two-element list only).
+* a float16 value assigned into a float32 variable (``v.assign_add(x)``, a metric's state):
+  ``Tensor conversion requested dtype float32 for Tensor with dtype float16``; the value is cast.
 
 ``read(message)`` gives the op and the side; ``sites(text, line, mix)`` the expressions on
 the crash's line that spell that op (``+`` or ``tf.add``, ``@`` or ``tf.matmul``, a literal
@@ -43,6 +45,9 @@ SPELLINGS: dict[str, tuple[str | None, frozenset[str]]] = {
     "Minimum": (None, frozenset({"minimum"})),
     "SquaredDifference": (None, frozenset({"squared_difference"})),
     "Pow": ("**", frozenset({"pow"})),
+    # A float16 value assigned into a float32 variable (a metric's `self.total.assign_add(reduce_sum(x))`): the
+    # variable is the float32 side, the value the float16 one.
+    "Assign": (None, frozenset({"assign", "assign_add", "assign_sub"})),
 }
 # TF op -> function names taking a list of tensors (``tf.concat([a, b], axis)``).
 LIST_OPS: dict[str, frozenset[str]] = {"ConcatV2": frozenset({"concat"}), "Pack": frozenset({"stack"})}
@@ -52,6 +57,7 @@ _GRAPH = re.compile(r"Input '(\w+)' of '(\w+)' Op has type (\w+) that does not m
 _EAGER = re.compile(r"cannot compute (\w+) as input #(\d+)\(zero-based\) was expected to be a (\w+) tensor "
                     r"but is a (\w+) tensor")
 _DIVISION = re.compile(r"`x` and `y` must have the same dtype, got tf\.(\w+) != tf\.(\w+)")
+_CONVERSION = re.compile(r"Tensor conversion requested dtype (\w+) for Tensor with dtype (\w+)")
 _LIST = re.compile(r"Tensors in list passed to 'values' of '(\w+)' Op have types \[([\w, ]+)\] that don't all match")
 
 
@@ -87,6 +93,8 @@ def read(message: str) -> Mix | None:
         if op not in SPELLINGS or index not in (0, 1) or {expected, actual} != {"float", "half"}:
             return None
         return Mix(op, index if actual in _FLOAT16 else 1 - index)
+    if (m := _CONVERSION.search(message)) and m.groups() == ("float32", "float16"):
+        return Mix("Assign", 0)
     if m := _DIVISION.search(message):
         left, right = m.groups()
         if {left, right} != {"float16", "float32"}:
@@ -120,6 +128,10 @@ def _groups(node, mix: Mix):
         pair = (node.left, node.right)
     else:
         positional = [a for a in node.args if a.keyword is None and not a.star]
+        if mix.op == "Assign":
+            if len(positional) != 1 or not isinstance(node.func, cst.Attribute):
+                return None
+            return [positional[0].value], [node.func.value]
         if len(positional) < 2:
             return None
         pair = (positional[0].value, positional[1].value)
@@ -196,6 +208,8 @@ def cast_at(text: str, line: int, mix: Mix, site: int, upcast: bool) -> str | No
     if module is None or site >= len(found):
         return None
     node, (halves, singles) = found[site]
+    if mix.op == "Assign" and not upcast:
+        return None  # a variable's dtype is its own: only the value assigned into it is cast
     style = cst_edits.CastStyle(module)
     if upcast:
         replacements = {_tensor_of(h): style.cast(_tensor_of(h)) for h in halves}

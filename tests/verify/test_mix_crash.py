@@ -100,3 +100,18 @@ def test_a_concat_of_a_float32_accumulator_and_float16_features():
     # Downcast needs a named float16 operand (or a layer method) for the dtype: none here.
     assert mix_crash.cast_at(text, 5, mix, 0, upcast=False) is None
     assert mix_crash.sites(text.replace("[descriptors, model(image)]", "parts"), 5, mix) == []
+
+
+def test_a_float16_value_assigned_into_a_float32_variable_is_cast_not_the_variable():
+    # wave 7's custom_metric_k2.py (tf_keras, TF 2.21): a Metric's float32 state takes a float16 sum.
+    message = ("ValueError: Tensor conversion requested dtype float32 for Tensor with dtype float16: "
+               "<tf.Tensor 'Sum_5:0' shape=() dtype=float16>")
+    mix = mix_crash.read(message)
+    assert mix == Mix("Assign", 0)
+    assert mix_crash.read(message.replace("dtype float32 for", "dtype int32 for")) is None
+    text = ("import tensorflow as tf\nclass M:\n    def update_state(self, err):\n"
+            "        self.total.assign_add(tf.reduce_sum(err))\n")
+    assert [(s.float16, s.float32) for s in mix_crash.sites(text, 4, mix)] == [("tf.reduce_sum(err)", "self.total")]
+    up = mix_crash.cast_at(text, 4, mix, 0, upcast=True)
+    assert up.splitlines()[3] == "        self.total.assign_add(tf.cast(tf.reduce_sum(err), tf.float32))"
+    assert mix_crash.cast_at(text, 4, mix, 0, upcast=False) is None  # never the variable itself
