@@ -10,6 +10,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from mpfix.codemods.names import ImportTable
 from mpfix.parsing import parse_module
 
 
@@ -42,7 +43,8 @@ class CastStyle:
     validation then rejects (an undefined name) rather than this module guessing an import."""
 
     def __init__(self, module: cst.Module) -> None:
-        tf_name, ops_name = _bound_names(module)
+        imports = ImportTable(module)
+        tf_name, ops_name = imports.local_name_for("tensorflow"), imports.local_name_for("keras.ops")
         self.ops = tf_name is None and ops_name is not None
         self.tf_name = tf_name or "tf"
         self.ops_name = ops_name or "keras.ops"
@@ -52,39 +54,6 @@ class CastStyle:
             dtype = cst.SimpleString('"float32"') if self.ops else cst.parse_expression(f"{self.tf_name}.float32")
         func = cst.parse_expression(f"{self.ops_name}.cast" if self.ops else f"{self.tf_name}.cast")
         return cst.Call(func=func, args=[cst.Arg(expr), cst.Arg(dtype)])
-
-
-def _dotted(node) -> str:
-    if isinstance(node, cst.Attribute):
-        return f"{_dotted(node.value)}.{node.attr.value}"
-    return node.value if isinstance(node, cst.Name) else ""
-
-
-def _bound_names(module: cst.Module) -> tuple[str | None, str | None]:
-    """(the name the module's top-level imports bind to ``tensorflow``, the expression that
-    reaches ``keras.ops``), each None when no import gives one."""
-    tf_name = ops_name = None
-    for statement in module.body:
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        for small in statement.body:
-            if isinstance(small, cst.Import):
-                for alias in small.names:
-                    dotted = _dotted(alias.name)
-                    bound = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
-                    if dotted == "tensorflow":
-                        tf_name = bound or "tensorflow"
-                    elif dotted == "keras.ops" and bound:
-                        ops_name = bound
-                    elif dotted in ("keras", "keras.ops") and ops_name is None:
-                        ops_name = f"{bound}.ops" if bound else "keras.ops"
-            elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative \
-                    and _dotted(small.module) == "keras" and not isinstance(small.names, cst.ImportStar):
-                for alias in small.names:
-                    if _dotted(alias.name) == "ops":
-                        asname = alias.asname.name if alias.asname else None
-                        ops_name = asname.value if isinstance(asname, cst.Name) else "ops"
-    return tf_name, ops_name
 
 
 def resolve_positions(wrapper: MetadataWrapper):
