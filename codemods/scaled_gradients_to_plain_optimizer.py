@@ -198,6 +198,5 @@ class ScaledGradientsToPlainOptimizer(Rule):
             # on the way (a helper, `/ initial_scale`, `/ 32768.0`, `ops.multiply(g, 1 / scale)`) is not always
             # visible, and routing those through the LSO unscales twice (turn 11: measure ran 7 such spellings; the
             # fixed copies stalled flat). Report only.
-            fix = None
             self.report(flow.apply.call, "plain", scaler=scale.optimizer, method=scale.method,
-                        optimizer=flow.optimizer, fix=fix, description="Apply through the LossScaleOptimizer")
+                        optimizer=flow.optimizer)

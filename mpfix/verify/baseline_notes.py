@@ -8,6 +8,7 @@ data to float16 (which no policy undoes).
 from __future__ import annotations
 
 import math
+import os
 
 from mpfix.verify.records import RunResult
 
@@ -47,8 +48,6 @@ def own_float16(baseline: RunResult, until: int) -> str | None:
 
 def _cast_lines(run: RunResult) -> str:
     """" (its input pipeline casts at a.py:9, ...)" for the float16 casts of the run's tf.data maps."""
-    import os
-
     where = list(dict.fromkeys(f"{os.path.basename(c['file'])}:{c['line']}" for c in run.data_casts if c.get("file")))
     return f" (its input pipeline casts at {', '.join(where[:3])})" if where else ""
 
