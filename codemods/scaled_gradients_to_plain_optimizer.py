@@ -23,6 +23,7 @@ class ScaledGradientsToPlainOptimizer(Rule):
                          "drops, so an overflowing step writes NaN into the weights; apply them with "
                          "`{scaler}.apply_gradients`"}
     fix_safety = FixSafety.UNSAFE
+    fix_applicabilities = (FixSafety.UNSAFE, FixSafety.DISPLAY_ONLY)
     triggers = STEP_TRIGGERS
     also_requires = ("scale",)
     explanation = """
@@ -67,9 +68,10 @@ class ScaledGradientsToPlainOptimizer(Rule):
         ## Fix safety
         Unsafe, and only where Keras 2 gradients unscaled by a LossScaleOptimizer go through the
         optimizer it wraps: they then go through the LossScaleOptimizer (`opt.apply_gradients`),
-        which skips overflowing steps. Keras 3 `opt.inner_optimizer` of `scale_loss` gradients is
-        reported without a fix: a hand unscale on the way is not always visible, and the
-        LossScaleOptimizer would unscale a second time. Otherwise
+        which skips overflowing steps. Keras 3 `opt.inner_optimizer` of `scale_loss` gradients gets
+        the same edit as a display-only fix: a hand unscale on the way is not always visible, and
+        then the LossScaleOptimizer would unscale a second time, so `apply` never writes it;
+        `mpfix repair` tries it and keeps it only when the run proves it. Otherwise
         no automatic fix: the right unscale depends on which optimizer's scale was used and on
         when it changes.
     """
@@ -194,9 +196,16 @@ class ScaledGradientsToPlainOptimizer(Rule):
             elif flow.build is not None and flow.build.is_lso:
                 continue  # Keras 2: another LSO (a separate mistake, rarely deliberate); MP103 for the same one
             seen.add(id(flow.apply.call))
-            # No fix for Keras 3 `lso.inner_optimizer.apply_gradients` of `lso.scale_loss` gradients: a hand unscale
-            # on the way (a helper, `/ initial_scale`, `/ 32768.0`, `ops.multiply(g, 1 / scale)`) is not always
-            # visible, and routing those through the LSO unscales twice (turn 11: measure ran 7 such spellings; the
-            # fixed copies stalled flat). Report only.
-            self.report(flow.apply.call, "plain", scaler=scale.optimizer, method=scale.method,
-                        optimizer=flow.optimizer)
+            # Keras 3 `lso.inner_optimizer.apply_gradients` of `lso.scale_loss` gradients: the LSO's own apply
+            # unscales them and skips non-finite steps, unless a hand unscale on the way that the path cannot see
+            # (a helper, `/ initial_scale`, `/ 32768.0`) already did, when it unscales twice (turn 11: measure ran 7
+            # such spellings; the fixed copies stalled flat). So the fix is display-only: `apply` never writes it,
+            # `mpfix repair` keeps it only when a run proves it.
+            if flow.inner_of is not None and flow.path.states == {SCALED} \
+                    and analysis.build_of(scale.scope or flow.scope, scale.optimizer) is flow.inner_of:
+                self.report(flow.apply.call, "plain", scaler=scale.optimizer, method=scale.method,
+                            optimizer=flow.optimizer, fix={flow.apply.call.func.value: cst.parse_expression(scale.optimizer)},
+                            safety=FixSafety.DISPLAY_ONLY, description="Apply through the LossScaleOptimizer")
+            else:
+                self.report(flow.apply.call, "plain", scaler=scale.optimizer, method=scale.method,
+                            optimizer=flow.optimizer)

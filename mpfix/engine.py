@@ -62,6 +62,7 @@ class Options:
     unsafe_fixes: bool = False
     project_policy: bool = True  # look at the rest of the project for a mixed policy
     loss_scale: float | None = None  # write fixed-scale LossScaleOptimizer fixes (--loss-scale)
+    display_only_fixes: bool = False  # also write display-only fixes (only `repair`, which runs them)
 
 
 @dataclass
@@ -274,7 +275,8 @@ class Engine:
             lines = current.splitlines()
             for f in findings:
                 key = _fix_key(f, lines)
-                if not f.fixable(self.options.unsafe_fixes) or key in declined or key in rejected:
+                if not f.fixable(self.options.unsafe_fixes, self.options.display_only_fixes) \
+                        or key in declined or key in rejected:
                     continue
                 if accept is not None:
                     after, _ = apply_fixes(module, [f.fix])

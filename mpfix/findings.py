@@ -15,6 +15,9 @@ class FixSafety(str, enum.Enum):
 
     SAFE = "safe"  # keeps behaviour; applied by default
     UNSAFE = "unsafe"  # changes behaviour on purpose; needs --unsafe-fixes
+    # Right or wrong depending on what the code does at run time (Ruff's display-only): shown,
+    # never applied by `apply`; `mpfix repair` tries it and keeps it only when the run proves it.
+    DISPLAY_ONLY = "display-only"
     NONE = "none"  # report only
 
     def __str__(self) -> str:
@@ -93,9 +96,12 @@ class Finding:
     def fix_safety(self) -> FixSafety:
         return self.fix.safety if self.fix is not None else FixSafety.NONE
 
-    def fixable(self, unsafe_fixes: bool) -> bool:
+    def fixable(self, unsafe_fixes: bool, display_only: bool = False) -> bool:
+        """Whether ``apply`` may write this fix (``display_only``: `repair`, which proves it by running)."""
         if self.fix is None or self.fix.safety is FixSafety.NONE:
             return False
+        if self.fix.safety is FixSafety.DISPLAY_ONLY:
+            return display_only
         return self.fix.safety is FixSafety.SAFE or unsafe_fixes
 
 

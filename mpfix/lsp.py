@@ -80,17 +80,10 @@ class Lines:
         return self.starts[position.line] + len(line)
 
 
-def _splitlines_starts(text: str) -> list[int]:
-    # Edit positions come from mpfix.engine.text_edits, which counts lines as str.splitlines() does.
-    starts = [0]
-    for line in text.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-    return starts
-
-
 def text_edits(text: str, edits, lines: Lines) -> list[types.TextEdit]:
-    """mpfix ``Edit`` objects (positions as ``text_edits`` writes them) as LSP text edits."""
-    starts = _splitlines_starts(text)
+    """mpfix ``Edit`` objects (positions as ``text_edits`` writes them) as LSP text edits. Both count
+    lines as Python and LSP do (``mpfix.source.lines``), so ``lines.starts`` are the edits' lines."""
+    starts = lines.starts
 
     def offset(position) -> int:
         index = min(position.line - 1, len(starts) - 1)
@@ -264,8 +257,8 @@ def code_actions(server: MpfixServer, params: types.CodeActionParams) -> list[ty
         for finding, diagnostic in zip(linted.findings, linted.diagnostics):
             if not _overlaps(diagnostic.range, params.range) or not finding.edits:
                 continue
-            if finding.fix_safety is FixSafety.NONE:
-                continue
+            if finding.fix_safety in (FixSafety.NONE, FixSafety.DISPLAY_ONLY):
+                continue  # a display-only fix is proven only by running it (`mpfix repair`)
             actions.append(types.CodeAction(
                 title=fix_title(finding),
                 kind=types.CodeActionKind.QuickFix,

@@ -15,8 +15,9 @@ What is hooked and why:
   after an outermost call returns to eager code, new rows are read, and the run is
   stopped when enough steps were seen or a non-finite loss appeared.
 
-The inner optimizer of a loss scale optimizer is never measured (its caller was), so a
-step is counted once whatever the nesting.
+The inner optimizer of a loss scale optimizer is not measured while its caller is (that
+call is the step), so a step is counted once whatever the nesting; a script that calls
+``inner_optimizer`` itself makes its steps through it.
 
 The ``Recorder`` that measures lives in ``_recorder`` (its in-graph ops in
 ``_measure_ops``); this module only patches TensorFlow and hands calls to it.
@@ -104,8 +105,7 @@ def _make_apply(rec: Recorder, grads_of, generation: int):
 
     def make(original):
         def method(self, *args, **kwargs):
-            outer = rec._depth() == 0 and self not in rec._inner
-            if not outer:
+            if not rec.is_step(self):
                 rec._enter()
                 try:
                     return original(self, *args, **kwargs)
@@ -115,6 +115,7 @@ def _make_apply(rec: Recorder, grads_of, generation: int):
             rec.generations.add(generation)
             _, dynamic, _ = rec._scale_info(self)
             rec._enter()
+            rec.begin_outer()
             try:
                 with _NumericsPause(rec.locate and dynamic):
                     # Measured before the update: the scale read is the one this step's
@@ -124,6 +125,7 @@ def _make_apply(rec: Recorder, grads_of, generation: int):
                     rec.guarded("apply", rec.on_apply, self, grads)
                     result = original(self, *args, **kwargs)
             finally:
+                rec.end_outer()
                 rec._leave()
             if tf.executing_eagerly():
                 rec.flush()

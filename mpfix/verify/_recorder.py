@@ -59,6 +59,11 @@ class Recorder:
         self._scaled: dict[int, tuple] = {}
         self._dynamic_scaled: set[int] = set()
         self._inner: "weakref.WeakSet" = weakref.WeakSet()
+        # Outermost optimizer calls in progress in any thread: a loss scale optimizer's
+        # inner apply may run in another thread (MirroredStrategy's merge_call runs it in
+        # the main thread while the replica threads wait), where the depth guard is 0.
+        self._outer_calls = 0
+        self._outer_lock = threading.Lock()
         self._optimizers: dict[int, int] = {}
         self._last_seq: dict[int, float] = {}
         self._errors: set[str] = set()
@@ -131,6 +136,26 @@ class Recorder:
 
     def note_inner(self, optimizer) -> None:
         self._inner.add(optimizer)
+
+    def is_step(self, optimizer) -> bool:
+        """Is a call of ``optimizer`` a step? The outermost call of its thread is, except
+        a loss scale optimizer's inner optimizer called while any outer call is running
+        (that outer call is the step). A script that steps ``lso.inner_optimizer``
+        itself (accumulation loops do) makes steps through it."""
+        if self._depth() != 0:
+            return False
+        if optimizer not in self._inner:
+            return True
+        with self._outer_lock:
+            return self._outer_calls == 0
+
+    def begin_outer(self) -> None:
+        with self._outer_lock:
+            self._outer_calls += 1
+
+    def end_outer(self) -> None:
+        with self._outer_lock:
+            self._outer_calls -= 1
 
     # --- tape ---
     def on_gradient(self, target):

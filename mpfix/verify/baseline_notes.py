@@ -120,3 +120,32 @@ def unscaled_gradients_note(mixed: RunResult, baseline: RunResult | None) -> str
     return (f"the applied gradients are {ratio:.3g}x float32's at a loss scale of {scales[0]:g} (~1/{scales[0]:g}): "
             "the loss was not multiplied by the scale (`scale_loss`/`get_scaled_loss`), yet the loss scale "
             "optimizer divides the gradients by it, so every update is that much too small")
+
+
+# The other way round: applied gradients this many times float32's (from the same weights) still
+# carry a loss scale (>= 1024 in every LossScaleOptimizer's dynamic range): nothing unscaled them
+# before the optimizer that applied them. float16 rounding moves a gradient norm by far less.
+SCALED_FACTOR = 256.0
+
+
+def scaled_gradients_note(mixed: RunResult, baseline: RunResult | None) -> str | None:
+    """A note when the first applied gradients (before any non-finite step) are ~a loss scale times
+    float32's: scaled gradients reached an optimizer that does not unscale them."""
+    if baseline is None or not float32_run(baseline):
+        return None
+    base = {s.step: s.grad_norm for s in baseline.steps if s.optimizer == 0}
+    ratios = []
+    for s in mixed.steps:
+        if s.optimizer != 0 or s.step >= UNSCALED_STEPS or s.skipped:
+            continue
+        b = base.get(s.step)
+        if s.grad_norm is None or not math.isfinite(s.grad_norm) or not b or not math.isfinite(b):
+            break  # from the first non-finite step on, the weights differ
+        ratios.append(s.grad_norm / b)
+    if not ratios or any(r < SCALED_FACTOR for r in ratios):
+        return None
+    ratio = sorted(ratios)[len(ratios) // 2]
+    scale = 2.0 ** round(math.log2(ratio))
+    return (f"the applied gradients were {ratio:.3g}x float32's (~{scale:g}, a loss scale) before the first "
+            "non-finite step: gradients of a scaled loss reached an optimizer that does not unscale them, so every "
+            "update is that much too large and an overflow is never skipped")

@@ -11,8 +11,9 @@ inf/0; else the op with the least float16 headroom), at that exact source node, 
 3. ``dtype="float32"`` on the layer that built the op (a library layer, or the project
    layer whose ``call`` holds the expression).
 
-For ``underflow`` and ``stalled`` (and skipped steps that keep growing): the loss-scaling
-rules' fixes (MP1xx) on the files the run used; a fixed loss scale only as the last resort
+For ``underflow`` and ``stalled`` (and skipped steps that keep growing, and a ``non-finite``
+run whose applied gradients still carried a loss scale): the loss-scaling rules' fixes (MP1xx,
+their display-only fixes included) on the files the run used; a fixed loss scale only as the last resort
 when the run had a dynamic scale that misbehaved (collapsed, or kept skipping).
 For ``diverged``: the static MP205 fix, then ``dtype="float32"`` on the model's output layer.
 For ``crashed`` on a float16/float32 mix (``mix_crash``): a cast at each expression of the
@@ -31,6 +32,7 @@ from mpfix.verify import data_casts, mix_crash
 from mpfix.verify.changes import Change, ChangeKind, static_findings
 from mpfix.verify.evidence import Kind, RuntimeFinding
 from mpfix.verify.frames import notebook_place
+from mpfix.verify.verdict import SCALED_CAUSE
 
 # The fixed scale of the last resort (escalate.FIXED_SCALE: well below 65504 / typical
 # gradient magnitudes).
@@ -163,7 +165,10 @@ def for_verdict(verdict, run, found: list[RuntimeFinding], texts, files: list[Pa
             if change.kind is ChangeKind.LAYER:
                 change.path = to_original(change.path)
             out.append(change)
-    if verdict.name in ("underflow", "stalled") or verdict.evidence.get("kind") == SCALE_TREND:
+    if verdict.evidence.get("cause") == SCALED_CAUSE:
+        # Gradients applied with their loss scale: the cause is the step, not an op of the forward pass.
+        out[:0] = loss_scaling(verdict, run, files)
+    elif verdict.name in ("underflow", "stalled") or verdict.evidence.get("kind") == SCALE_TREND:
         out += loss_scaling(verdict, run, files)
     if verdict.name == "stalled":
         # Gradients that overflow even as the scale falls come from the backward pass, which

@@ -72,8 +72,11 @@ class Change:
 
     def _apply_python(self, text: str) -> str | None:
         if self.kind in (ChangeKind.STATIC, ChangeKind.LOSS_SCALING, ChangeKind.FIXED_SCALE):
+            # Display-only fixes (right only if the code does what the rule could not see) are tried
+            # one finding or one rule family at a time, never in the first stage's all-fixes bundle.
+            targeted = self.kind is ChangeKind.LOSS_SCALING or (self.kind is ChangeKind.STATIC and bool(self.anchor))
             return static_fixed(text, self.path, self.codes, self.anchor or None, self.policy, self.loss_scale,
-                                self.keras)
+                                self.keras, display_only=targeted)
         line = find_line(text, self.anchor, self.line)
         if line is None:
             return None
@@ -112,10 +115,11 @@ def find_line(text: str, anchor: str, hint: int) -> int | None:
 
 
 def static_fixed(text: str, path: Path, codes: tuple[str, ...], anchor: str | None = None,
-                 policy: str | None = None, loss_scale: float | None = None, keras: str = "auto") -> str | None:
-    """``text`` with the fixes (safe and unsafe) of the static findings whose code starts
-    with one of ``codes`` (and whose line is ``anchor``, when given); None when none applies.
-    The engine's fix loop and its validation decide, as in ``mpfix apply --unsafe-fixes``."""
+                 policy: str | None = None, loss_scale: float | None = None, keras: str = "auto",
+                 display_only: bool = False) -> str | None:
+    """``text`` with the fixes (safe and unsafe; display-only too with ``display_only``) of the static
+    findings whose code starts with one of ``codes`` (and whose line is ``anchor``, when given); None
+    when none applies. The engine's fix loop and its validation decide, as in ``mpfix apply --unsafe-fixes``."""
     from mpfix import selection
     from mpfix.engine import Options
     from mpfix.runner import Job, Mode, engine_for
@@ -125,7 +129,8 @@ def static_fixed(text: str, path: Path, codes: tuple[str, ...], anchor: str | No
     except Exception:  # the static side unusable: no static fix, the runtime candidates still run
         return None
     job = Job(rule_codes=tuple(r.code for r in rules), mode=Mode.APPLY,
-              options=Options(keras=keras, policy=policy, unsafe_fixes=True, loss_scale=loss_scale))
+              options=Options(keras=keras, policy=policy, unsafe_fixes=True, loss_scale=loss_scale,
+                              display_only_fixes=display_only))
 
     def accept(finding, before: str, after: str) -> bool:
         if not finding.code.startswith(codes):

@@ -368,7 +368,7 @@ class Repairer:
                 continue  # `mpfix apply` fixes notebooks; here only the runtime candidates
             if text is None or static_fixed(text, path, ("MP",), None, policy, None, keras) is None:
                 continue
-            codes = sorted({f.code for f in static_findings(text, path, policy, keras) if f.fix is not None})
+            codes = sorted({f.code for f in static_findings(text, path, policy, keras) if f.fixable(True)})
             told = f" (checked under the run's {policy} policy, Keras {keras})" if policy else ""
             change = Change(ChangeKind.STATIC, path, "the static fixes (safe and unsafe) of this file",
                             f"static findings {', '.join(codes) or 'with fixes'} in {path.name}{told}",

@@ -19,7 +19,8 @@ from pathlib import Path
 from mpfix.verify.frames import describe
 from mpfix.verify.compare import DIVERGE_REL, DIVERGE_Z, TAIL_MIN, diverged, grows, grows_alone, lag_explained
 from mpfix.verify.logs import crash_report
-from mpfix.verify.baseline_notes import baseline_notes, first_nonfinite, nonfinite_baseline_notes, unscaled_gradients_note
+from mpfix.verify.baseline_notes import (baseline_notes, first_nonfinite, nonfinite_baseline_notes, scaled_gradients_note,
+                                         unscaled_gradients_note)
 from mpfix.verify.records import RunResult
 from mpfix.verify.workers_judge import launcher_hint
 
@@ -109,6 +110,10 @@ def _fmt_scale(x) -> str:
     return f"{x:.10g}" if isinstance(x, float) and math.isfinite(x) else _fmt(x)
 
 
+# A non-finite verdict's evidence["cause"] when the applied gradients still carried a loss scale.
+SCALED_CAUSE = "scaled-gradients"
+
+
 def judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_expected: bool | None = None) -> Verdict:
     """``baseline_expected``: whether a baseline was asked for (False: --no-baseline, so
     the rules that need one say so); by default, whether one is given."""
@@ -134,6 +139,11 @@ def judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_e
         evidence = {"step": step.step, "value": _fmt(value), "in": what, "loss_scale": step.loss_scale}
         if baseline is not None:
             notes.extend(nonfinite_baseline_notes(step.step, baseline))
+        scaled = scaled_gradients_note(mixed, usable) if usable is not None else None
+        if scaled is not None:
+            # The root cause, which offers the loss-scaling fixes (MP1xx) to `repair`.
+            evidence["cause"] = SCALED_CAUSE
+            notes.insert(0, scaled)
         return Verdict(
             "non-finite",
             f"non-finite {what} at step {step.step} (value {_fmt(value)}){_replicas(step, evidence)}",
