@@ -148,13 +148,13 @@ def _bfs(root: ast.AST) -> list[ast.AST]:
     """``ast.walk``'s nodes in ``ast.walk``'s order (breadth first), without its generators, and without the
     ``ctx`` markers (``Load``/``Store``), which no pass here reads."""
     todo = [root]
-    index = 0
-    while index < len(todo):
-        node = todo[index]
-        index += 1
-        for name in node._fields:
-            if name == "ctx":
-                continue
+    fields_of = _FIELDS
+    for node in todo:  # the list grows as it is read
+        kind = type(node)
+        names = fields_of.get(kind)
+        if names is None:
+            names = fields_of[kind] = tuple(name for name in kind._fields if name != "ctx")
+        for name in names:
             value = getattr(node, name, None)
             if type(value) is list:
                 todo.extend([item for item in value if isinstance(item, ast.AST)])
@@ -163,14 +163,19 @@ def _bfs(root: ast.AST) -> list[ast.AST]:
     return todo
 
 
-def _reached_from(methods: dict, start: str) -> set[str]:
+_FIELDS: dict[type, tuple[str, ...]] = {}  # node type -> the fields ``_bfs`` reads
+
+
+def _reached_from(methods: dict, start: str, walks: dict[str, list[ast.AST]]) -> set[str]:
+    """The methods ``start`` reaches through ``self.`` calls; ``walks``: each one's ``_bfs``, kept for ``collect``."""
     reached, queue = set(), [start]
     while queue:
         name = queue.pop()
         if name in reached or name not in methods:
             continue
         reached.add(name)
-        for node in _bfs(methods[name]):
+        nodes = walks[name] = _bfs(methods[name])
+        for node in nodes:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                     isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
                 queue.append(node.func.attr)
@@ -193,15 +198,15 @@ class _Collector:
             return None
         return dotted, False
 
-    def collect(self, func, context: CallContext, caller: str | None, active: frozenset[str] | None = None) \
-            -> list[Site]:
+    def collect(self, func, context: CallContext, caller: str | None, active: frozenset[str] | None = None,
+                nodes: list[ast.AST] | None = None) -> list[Site]:
         """The calls of project functions in ``func``; ``active``: the parameters that hold float16
-        activations (None: every parameter, a layer's ``call``)."""
+        activations (None: every parameter, a layer's ``call``); ``nodes``: ``_bfs(func)`` where made already."""
         bound: dict[str, Ref] = {}
         calls: list[ast.Call] = []
         assigned: dict[str, list[tuple[int, ast.expr, str | None]]] = {}
         float16 = context.float16
-        for node in _bfs(func):
+        for node in _bfs(func) if nodes is None else nodes:
             if isinstance(node, ast.Call):
                 calls.append(node)
                 continue
@@ -290,13 +295,14 @@ def summarise(path: str, data: bytes, module: str, is_project_module: Callable[[
         methods = {m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
         bases = tuple(summary.ref(b) for b in cls.bases)
         keras = _may_be_keras(bases, is_project_module)
-        reached = _reached_from(methods, "call") if keras else set()
+        walks: dict[str, list[ast.AST]] = {}
+        reached = _reached_from(methods, "call", walks) if keras else set()
         classes[name] = ClassSummary(name, bases, frozenset(methods), frozenset(reached), cls.lineno)
         if sites and keras:
             found = []
             for method_name, method in methods.items():
                 if method_name in reached:
-                    found += collector.collect(method, CallContext.LAYER_CALL, None)
+                    found += collector.collect(method, CallContext.LAYER_CALL, None, nodes=walks[method_name])
                 elif method_name in KERAS_MODEL_HOOKS:
                     found += collector.collect(method, CallContext.TRAIN_STEP, None)
             if found:

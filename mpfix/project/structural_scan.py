@@ -21,7 +21,7 @@ from mpfix.project.structural_types import KERAS_CLASS_BASES, KERAS_MEMBERS
 from mpfix.project.call_pattern import CALL
 
 _MAX_BYTES = 2_000_000
-_DEF = re.compile(rb"\bdef[ \t]+\w+[ \t]*\(([^)]*)\)")
+_DEF = re.compile(rb"def(?<=\bdef)[ \t]+\w+[ \t]*\(([^)]*)\)")  # ``def`` first: a literal prefix (callers._DEF)
 _PARAM = re.compile(rb"([A-Za-z_]\w*)\s*(?=[,:=]|$)")
 # Where a class can define a name (``structural._class``): ``def name``, ``self.name`` targets (any ``.name``),
 # class-level ``name = ...``/``name: T``; gaps may hold whitespace, continuations, comments, parentheses.
