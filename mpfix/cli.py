@@ -77,6 +77,10 @@ main = cli
 
 
 def unified_diff(path: str, old: str, new: str) -> str:
-    return "".join(difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True),
-        fromfile=f"a/{path}", tofile=f"b/{path}"))
+    """A patch ``git apply`` and ``patch`` take: lines as Python ends them (``str.splitlines`` also
+    splits at a form feed: a hunk of half lines), and a last line without its newline marked as
+    diff marks it (else the next line of the patch is glued to it)."""
+    from mpfix.source import lines
+
+    return "".join(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n"
+                   for line in difflib.unified_diff(lines(old), lines(new), fromfile=f"a/{path}", tofile=f"b/{path}"))

@@ -28,6 +28,7 @@ from mpfix.findings import FileError, Finding, Fix, Position
 from mpfix.parsing import TooComplex, parse_module
 from mpfix.cst_replace import Replace, chosen
 from mpfix.positions import positions_of
+from mpfix.source import lines as source_lines
 from mpfix.text_diff import text_edits  # re-exported: the server and tests import it from here
 from mpfix.project.facts import file_facts
 from mpfix.project.fixture_regions import float16_regions
@@ -88,7 +89,7 @@ def _syntax_error(path: str, text: str, exc: cst.ParserSyntaxError) -> FileError
             message = f"{type(error).__name__}: {error.msg}"
     except (ValueError, MemoryError, RecursionError):
         pass
-    lines = text.splitlines()
+    lines = source_lines(text)
     source_line = lines[line - 1] if 0 < line <= len(lines) else ""
     if any(p.search(source_line) for p in _PY2_HINTS):
         message += " (this looks like Python 2; mpfix checks Python 3 code)"
@@ -263,7 +264,7 @@ class Engine:
         rejected: dict[tuple[str, str, str], str] = {}
 
         def done() -> LintResult:
-            lines = current.splitlines()
+            lines = source_lines(current)
             for f in findings:
                 reason = rejected.get(_fix_key(f, lines))
                 if reason is not None and f.fix is not None:
@@ -272,7 +273,7 @@ class Engine:
 
         for _ in range(MAX_FIX_PASSES):
             fixes, chosen = [], []
-            lines = current.splitlines()
+            lines = source_lines(current)
             for f in findings:
                 key = _fix_key(f, lines)
                 if not f.fixable(self.options.unsafe_fixes, self.options.display_only_fixes) \

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from mpfix import ipython_syntax
 from mpfix.findings import Edit, FileError, Finding, Position
+from mpfix.source import lines as source_lines
 
 # Cell magics whose body is Python (IPython runs it): only the magic line is masked.
 PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug", "tensorflow_version"})
@@ -187,7 +188,7 @@ class _Combined:
     def marker_lines(self, text: str) -> list[tuple[int, int]] | None:
         """[(line of the marker, cell number)] in ``text``, or None if markers were disturbed."""
         found = []
-        for number, line in enumerate(text.splitlines(keepends=True), 1):
+        for number, line in enumerate(source_lines(text), 1):
             match = _MARKER_LINE.match(line)
             if match is not None:
                 found.append((number, int(match.group(1))))
@@ -210,7 +211,7 @@ class _Combined:
         markers = self.marker_lines(text)
         if markers is None:
             return None
-        lines = text.splitlines(keepends=True)
+        lines = source_lines(text)
         result: dict[int, str] = {}
         bounds = [line for line, _ in markers] + [len(lines) + 1]
         for i, (marker_line, number) in enumerate(markers):

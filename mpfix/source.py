@@ -9,8 +9,36 @@ from __future__ import annotations
 
 import codecs
 import io
+import re
 import tokenize
 from dataclasses import dataclass
+
+
+_HEAD = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)?[^\r\n]*(?:\r\n|\r|\n)?")
+
+
+def lines(text: str) -> list[str]:
+    """``text``'s lines with their ends, split where Python (and LSP, and patch) end a line: ``\\n``,
+    ``\\r\\n``, ``\\r``. Not ``str.splitlines()``, which also splits at a form feed, ``\\x0b``,
+    ``\\x1c``-``\\x1e``, ``\\x85``, ``\\u2028`` and ``\\u2029``: inside a line for Python, so a row
+    counted that way is not the row a finding, an editor or a diff means."""
+    return io.StringIO(text, newline="").readlines()
+
+
+def _line_and_column(body: bytes, index: int) -> tuple[int, int]:
+    """1-based (line, column in bytes) of byte ``index``, lines ended as Python ends them."""
+    parts = lines(body[:index].decode("latin-1"))
+    if not parts or parts[-1].endswith(("\n", "\r")):
+        return len(parts) + 1, 1
+    return len(parts), len(parts[-1]) + 1
+
+
+def _two_lines(data: bytes):
+    """A ``readline`` over the first two lines of ``data`` as Python ends lines: ``detect_encoding`` reads
+    ``\\n``-ended lines, so a ``\\r``-only file was one line to it (a byte that is not UTF-8 anywhere in
+    it: "invalid or missing encoding declaration" at 1:1; a ``coding:`` comment anywhere: the cookie)."""
+    head = _HEAD.match(data).group(0)
+    return iter([line.encode("latin-1") for line in lines(head.decode("latin-1"))] + [b""]).__next__
 
 
 class SourceError(Exception):
@@ -41,8 +69,7 @@ def decode_notebook(data: bytes) -> Source:
     try:
         return Source(text=body.decode("utf-8"), encoding="utf-8", bom=bom)
     except UnicodeDecodeError as exc:
-        line = body[: exc.start].count(b"\n") + 1
-        column = exc.start - (body.rfind(b"\n", 0, exc.start) + 1) + 1
+        line, column = _line_and_column(body, exc.start)
         raise SourceError(f"not a notebook mpfix can read: byte 0x{body[exc.start]:02x} is not valid UTF-8 "
                           "(notebooks are UTF-8 JSON)", line, column) from exc
 
@@ -53,7 +80,7 @@ def decode(data: bytes) -> Source:
         raise SourceError("not a Python source file: it contains NUL bytes (binary?)")
     bom = data.startswith(codecs.BOM_UTF8)
     try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        encoding, _ = tokenize.detect_encoding(_two_lines(data))
     except SyntaxError as exc:
         raise SourceError(f"cannot read encoding declaration: {exc.msg if hasattr(exc, 'msg') else exc}") from exc
     if encoding == "utf-8-sig":
@@ -64,8 +91,7 @@ def decode(data: bytes) -> Source:
     except LookupError as exc:  # a codec, but not bytes to text (rot13, hex, zlib_codec): CPython refuses it too
         raise SourceError(f"cannot read encoding declaration: {encoding!r} is not a text encoding") from exc
     except UnicodeDecodeError as exc:
-        line = body[: exc.start].count(b"\n") + 1
-        column = exc.start - (body.rfind(b"\n", 0, exc.start) + 1) + 1
+        line, column = _line_and_column(body, exc.start)
         raise SourceError(
             f"cannot decode as {encoding}: byte 0x{body[exc.start]:02x} is invalid "
             "(declare the file's encoding with a `# -*- coding: ... -*-` line)",

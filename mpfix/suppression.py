@@ -46,7 +46,9 @@ def _comments(text: str):
                 yield tok.start[0], tok.string
     except (tokenize.TokenError, SyntaxError, IndentationError):
         # Fall back to a line scan; a stray '#' in a string can only over-suppress.
-        for number, line in enumerate(text.splitlines(), 1):
+        from mpfix.source import lines
+
+        for number, line in enumerate(lines(text), 1):
             index = line.find("#")
             if index >= 0:
                 yield number, line[index:]

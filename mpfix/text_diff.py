@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 
 from mpfix.findings import Edit, Position
+from mpfix.source import lines
 
 
 def _offset_to_position(line_starts: list[int], offset: int) -> Position:
@@ -16,7 +17,7 @@ def _offset_to_position(line_starts: list[int], offset: int) -> Position:
 
 def _line_starts(text: str) -> list[int]:
     starts = [0]
-    for line in text.splitlines(keepends=True):
+    for line in lines(text):
         starts.append(starts[-1] + len(line))
     return starts
 
@@ -56,8 +57,8 @@ def text_edits(old: str, new: str, by_line: bool = False) -> list[Edit]:
     on neighbouring lines then get one edit each, ``fix_edits``).
     """
     starts = _line_starts(old)
-    old_lines = old.splitlines(keepends=True)
-    new_lines = new.splitlines(keepends=True)
+    old_lines = lines(old)  # as Python, editors and the findings count them, not str.splitlines()
+    new_lines = lines(new)
     edits: list[Edit] = []
     opcodes = _line_opcodes(old_lines, new_lines)
     if by_line:

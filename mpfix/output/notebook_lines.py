@@ -15,6 +15,7 @@ import json.scanner
 from dataclasses import dataclass
 
 from mpfix.findings import Position
+from mpfix.source import lines as source_lines
 
 
 class _Array(list):
@@ -95,7 +96,7 @@ class NotebookLines:
             return None
         pieces = self.cells[cell - 1]
         source = "".join(p.text for p in pieces)
-        lines = source.splitlines(keepends=True)
+        lines = source_lines(source)
         if not 0 < position.line <= max(len(lines), 1):
             return None
         wanted = sum(len(line) for line in lines[: position.line - 1]) + position.column - 1

@@ -9,6 +9,7 @@ import click
 from mpfix.display import printable
 from mpfix.findings import Edit, FixSafety
 from mpfix.output.report import Report, location_label
+from mpfix.source import lines as lines_of
 
 
 def _apply_edits(lines: list[str], edits: list[Edit]) -> list[str]:
@@ -20,11 +21,17 @@ def _apply_edits(lines: list[str], edits: list[Edit]) -> list[str]:
         begin = starts[edit.start.line - 1] + edit.start.column - 1
         end = starts[edit.end.line - 1] + edit.end.column - 1
         text = text[:begin] + edit.content + text[end:]
-    return text.splitlines(keepends=True)
+    return lines_of(text)
+
+
+def _shown(line: str) -> str:
+    """A source line as a terminal may show it: control characters escaped as ``printable`` does (an
+    escape sequence in a string literal must not drive the terminal or a CI log), tabs kept."""
+    return "\t".join(printable(part) for part in line.split("\t"))
 
 
 def _excerpt(text: str, line: int, column: int, end_line: int, end_column: int) -> list[str]:
-    lines = text.splitlines()
+    lines = [line.rstrip("\r\n") for line in lines_of(text)]
     if not 0 < line <= len(lines):
         return []
     width = len(str(line))
@@ -33,7 +40,7 @@ def _excerpt(text: str, line: int, column: int, end_line: int, end_column: int) 
     carets = " " * (column - 1) + "^" * max(1, stop - column)
     return [
         f"{' ' * width} |",
-        f"{line} | {source}",
+        f"{line} | {_shown(source)}",
         f"{' ' * width} | {click.style(carets, fg='red', bold=True)}",
     ]
 
@@ -55,10 +62,10 @@ def render(report: Report, *, full: bool) -> str:
             if finding.fix is not None:
                 out.append(f"  = fix ({finding.fix.safety}): {finding.fix.description}")
                 if text is not None and finding.edits:
-                    old = text.splitlines(keepends=True)
+                    old = lines_of(text)
                     new = _apply_edits(old, finding.edits)
                     for diff_line in list(difflib.unified_diff(old, new, n=1))[2:]:
-                        out.append("    " + diff_line.rstrip("\n"))
+                        out.append("    " + _shown(diff_line.rstrip("\r\n")))
             out.append("")
     return "\n".join(out)
 
