@@ -31,6 +31,7 @@ project and process, and only files an entry point reaches have their imports re
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -105,6 +106,8 @@ class _Project:
         self._data: dict[str, bytes] = {}
         self._imports: dict[str, list[str]] = {}
         self._importers: dict[str, set[str]] | None = None
+        self._shown: dict[str, str] = {}  # file -> ``display``
+        self._packages: dict[str, list[str]] = {}  # dotted -> ``_with_packages``
         self.modules: dict[str, str] = {}  # dotted name -> file
         self._module_of: dict[str, str] = {}
         present = set(self.files)
@@ -159,10 +162,14 @@ class _Project:
         return notebook_code(data) if file.endswith(".ipynb") else data
 
     def display(self, file: str) -> str:
-        try:
-            return Path(file).relative_to(self.root).as_posix()
-        except ValueError:
-            return file
+        found = self._shown.get(file)
+        if found is None:  # once per file: every reached file's chain shows the files on its way
+            try:
+                found = Path(file).relative_to(self.root).as_posix()
+            except ValueError:
+                found = file
+            self._shown[file] = found
+        return found
 
     def module_of(self, file: str) -> str | None:
         return self._module_of.get(file)
@@ -216,20 +223,23 @@ class _Project:
         return name.rpartition(".")[0]
 
     def _with_packages(self, dotted: str) -> list[str]:
-        """The file of ``dotted`` and of every package above it (importing a.b.c runs a and a.b)."""
-        out = []
-        parts = dotted.split(".")
-        for i in range(1, len(parts) + 1):
-            found = self.modules.get(".".join(parts[:i]))
-            if found is not None:
-                out.append(found)
+        """The file of ``dotted`` and of every package above it (importing a.b.c runs a and a.b); the list is
+        shared between callers, which only read it."""
+        out = self._packages.get(dotted)
+        if out is None:
+            out = self._packages[dotted] = []
+            parts = dotted.split(".")
+            for i in range(1, len(parts) + 1):
+                found = self.modules.get(".".join(parts[:i]))
+                if found is not None:
+                    out.append(found)
         return out
 
     def _by_folder(self, folder: str, module: str, names: tuple[str, ...]) -> list[str]:
         out = []
         base = os.path.join(folder, *module.split(".")) if module else folder
-        for candidate in [os.path.join(base, n) for n in names] + ([base] if module else []):
-            for file in (candidate + ".py", os.path.join(candidate, "__init__.py")):
+        for candidate in [_join(base, n) for n in names] + ([base] if module else []):
+            for file in (candidate + ".py", _join(candidate, "__init__.py")):
                 if file in self._present:
                     out.append(file)
         return out
@@ -242,6 +252,15 @@ class _Project:
         return present
 
 
+def _posix_join(base: str, name: str) -> str:
+    """``posixpath.join(base, name)``, without its generality where the common case allows (a folder that does not
+    end with the separator, a non-empty name that does not start with it: the two joined by one separator)."""
+    if name and base and name[0] != "/" and base[-1] != "/":
+        return f"{base}/{name}"
+    return posixpath.join(base, name)
+
+
+_join = _posix_join if os.path is posixpath else os.path.join
 _MAX_SETTER_ROUNDS = 3
 
 
