@@ -252,7 +252,9 @@ class Engine:
         return result
 
     def _fix_until_stable(self, text, path, rules, findings, module, accept=None, validator=None) -> LintResult:
-        original_compiles = _compiles(text, str(path))
+        error = _compile_error(text, str(path))
+        if error is not None:
+            return LintResult(findings=findings, errors=[_not_compiled(str(path), error)])
         if validator is None:
             validator = fix_validation.Validator(text, str(path), module)
         applied = 0
@@ -295,7 +297,7 @@ class Engine:
             new_text, count = apply_fixes(module, fixes)
             if new_text == current:
                 return done()
-            parsed = _validate(new_text, str(path), original_compiles)
+            parsed = _validate(new_text, str(path), True)
             reason = validator.problem(new_text, parsed)
             if reason is not None:
                 # Find the fixes to blame by bisection (log n validations per culprit, not n).
@@ -392,7 +394,8 @@ def _agreed_fixes(reports: list, other: list) -> list:
     return kept
 
 
-def _compiles(text: str, filename: str) -> bool:
+def _compile_error(text: str, filename: str) -> SyntaxError | ValueError | None:
+    """Why CPython does not compile ``text`` (None: it does)."""
     import warnings
 
     try:
@@ -401,9 +404,22 @@ def _compiles(text: str, filename: str) -> bool:
             # error (``-W error``) it would make a good fix look like one that does not compile.
             warnings.simplefilter("ignore")
             compile(text, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
-    except (SyntaxError, ValueError):
-        return False
-    return True
+    except (SyntaxError, ValueError) as exc:
+        return exc
+    return None
+
+
+def _compiles(text: str, filename: str) -> bool:
+    return _compile_error(text, filename) is None
+
+
+def _not_compiled(path: str, error: SyntaxError | ValueError) -> FileError:
+    """A file CPython does not compile (``return`` outside a function, a duplicate parameter): apply
+    and diff write nothing into it, as Ruff fixes no file with a syntax error."""
+    if isinstance(error, SyntaxError):
+        return FileError(path, f"{type(error).__name__}: {error.msg} (CPython does not compile this file; "
+                               "no fix was applied)", error.lineno or 1, max(1, error.offset or 1))
+    return FileError(path, f"CPython does not compile this file ({error}); no fix was applied")
 
 
 def _validate(text: str, filename: str, must_compile: bool) -> cst.Module:

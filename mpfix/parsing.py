@@ -89,6 +89,12 @@ def check_depth(text: str) -> bool:
                    else "crashed on this file")
             raise TooComplex(f"{type(exc).__name__}: {exc.msg} (mpfix's parser {why})",
                              exc.lineno or 1, max(1, exc.offset or 1)) from None
+        if seen is None:
+            # LibCST accepts what CPython's parser rejects (an int literal over 4,300 digits, ``"\\N{NOPE}"``):
+            # the file is not Python CPython runs, so it is reported as CPython says, and no rule runs on
+            # it (one did: literal_eval of that literal raised inside an analysis, "internal error").
+            raise cst.ParserSyntaxError(exc.msg, lines=text.split("\n"), raw_line=exc.lineno or 1,
+                                        raw_column=max(0, (exc.offset or 1) - 1)) from None
         return False
     except (RecursionError, MemoryError):
         raise TooComplex(f"an expression is nested or chained more than about {MAX_DEPTH} levels deep; "
