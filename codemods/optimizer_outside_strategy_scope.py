@@ -120,15 +120,17 @@ class OptimizerOutsideStrategyScope(Rule):
             if not builds_model:
                 continue
             for build in analysis.builds:
-                if build.scope is not scope or build.statement is None:
+                # A same-file factory's build is where the factory is called (`optimizer = build_optimizer(hp)`).
+                statement = build.statement or build.site
+                if build.scope is not scope or statement is None:
                     continue
-                if any(w in build.statement.parents for w in scopes):
+                if any(w in statement.parents for w in scopes):
                     continue
-                if build.is_v1 or all(exclusive(build.statement, w) for w in with_statements):
+                if build.is_v1 or all(exclusive(statement, w) for w in with_statements):
                     continue  # built on another branch (`if use_strategy: ... else: ...`): no scope there
                 if not (self.context.float16 or build.is_lso):
                     continue
-                self.report(build.call)
+                self.report(build.call if build.statement is not None else build.site_call)
 
     def _is_strategy(self, name: str | None, scope) -> bool:
         """``name`` (read in ``scope``: its own, a closure's or the module's binding) is bound to a

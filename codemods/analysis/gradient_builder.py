@@ -100,7 +100,7 @@ def _analyse(context: FileView) -> Analysis:
                 text = dotted_name(target)
                 if text and isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in factories:
                     inner = factories[value.func.value]
-                    builds.append(OptimizerBuild(inner, text, resolve(inner.func) or "", scope, None))
+                    builds.append(OptimizerBuild(inner, text, resolve(inner.func) or "", scope, None, st, value))
 
     # An optimizer's own methods (`minimize` calling `self.apply_gradients`, a wrapper forwarding to
     # `self.optimizer`) implement updates; they are not training loops.

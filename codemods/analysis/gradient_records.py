@@ -233,6 +233,9 @@ class OptimizerBuild:
     qualified: str  # canonical name of the constructor
     scope: "Scope" = field(repr=False)
     statement: Statement | None
+    # A factory's build (`optimizer = build_optimizer(hp)`): statement is None, these are where it is called.
+    site: Statement | None = field(default=None, repr=False)
+    site_call: cst.Call | None = field(default=None, repr=False)
 
     @property
     def is_lso(self) -> bool:
