@@ -417,8 +417,37 @@ def tf_max_for(path: Path) -> tuple[int, int] | None:
     Read like the Keras generation (the nearest folder that declares TensorFlow decides). Rules whose
     fix uses an API that appeared in a later TensorFlow ask this (``RuleContext.tf_max``).
     """
-    found = tf_max_reason(path)
+    return _tf_max_at(_folder_text(path), os.getcwd())
+
+
+def _folder_text(path: Path) -> str | None:
+    """The absolute folder of ``path`` as a string (None: no such path), the key of the per-folder memos below."""
+    try:
+        return os.path.dirname(os.path.abspath(path))
+    except (OSError, ValueError):
+        return None
+
+
+# Per folder string, in front of the per-folder caches (keyed by ``Path``): every file's cache key and its engine
+# pass ask these (``project.facts.file_facts``: ~1,650 calls on tf-models), and building the ``Path`` of each
+# question cost more than the answer. Cleared with them (``clear``).
+@functools.lru_cache(maxsize=4096)
+def _tf_max_at(folder: str | None, cwd: str) -> tuple[int, int] | None:
+    found = None if folder is None else _tf_max_for_folder(Path(folder), cwd)
     return None if found is None else found[0]
+
+
+@functools.lru_cache(maxsize=4096)
+def _cache_key_at(folder: str | None, cwd: str) -> str:
+    if folder is None:
+        return ""
+    path = Path(folder)
+    found = _target_for_folder(path, cwd)
+    newest = _tf_max_for_folder(path, cwd)
+    bound = "" if newest is None else f"|tf<={newest[0][0]}.{newest[0][1]}"
+    oldest = _tf_min_for_folder(path, cwd)
+    bound += "" if oldest is None else f"|tf>={oldest[0]}.{oldest[1]}"
+    return ("" if found is None else f"{found.keras}:{found.reason}") + bound
 
 
 def tf_max_reason(path: Path) -> tuple[tuple[int, int], str] | None:
@@ -458,16 +487,13 @@ def target_for(path: Path) -> Target | None:
 
 def cache_key(path: Path) -> str:
     """What the declarations decide for ``path``, as a string for cache keys."""
-    found = target_for(path)
-    newest = tf_max_for(path)
-    bound = "" if newest is None else f"|tf<={newest[0]}.{newest[1]}"
-    oldest = tf_min_for(path)
-    bound += "" if oldest is None else f"|tf>={oldest[0]}.{oldest[1]}"
-    return ("" if found is None else f"{found.keras}:{found.reason}") + bound
+    return _cache_key_at(_folder_text(path), os.getcwd())
 
 
 def clear() -> None:
     """Forget what was read (the files changed)."""
+    _tf_max_at.cache_clear()
+    _cache_key_at.cache_clear()
     _target_for_folder.cache_clear()
     _decided_in.cache_clear()
     _tf_max_for_folder.cache_clear()

@@ -160,3 +160,45 @@ def test_a_file_checked_through_a_symlinked_folder_keeps_its_float16_reach(tmp_p
          for f in r.findings] for root in (real, tmp_path / "link" / "proj"))
     assert by_real == [("lib.py", "MP204", False)]
     assert by_link == by_real
+
+
+def _declared_by_questions(path: Path) -> str:
+    """``declared.cache_key`` composed from the public questions (what its per-folder memo must answer)."""
+    from mpfix import declared
+
+    found, newest, oldest = declared.target_for(path), declared.tf_max_for(path), declared.tf_min_for(path)
+    bound = ("" if newest is None else f"|tf<={newest[0]}.{newest[1]}") + \
+        ("" if oldest is None else f"|tf>={oldest[0]}.{oldest[1]}")
+    return ("" if found is None else f"{found.keras}:{found.reason}") + bound
+
+
+def test_declared_per_folder_memo_answers_as_the_questions_and_is_forgotten_with_them(tmp_path: Path):
+    from mpfix import declared
+
+    _write(tmp_path, {"pyproject.toml": '[project]\nname = "p"\ndependencies = ["tensorflow>=2.16"]\n',
+                      "pkg/lib.py": "x = 1\n"})
+    lib = tmp_path / "pkg" / "lib.py"
+    first = declared.cache_key(lib)
+    assert first == _declared_by_questions(lib) and "tf>=2.16" in first
+    assert declared.tf_max_for(lib) is None
+    _write(tmp_path, {"pyproject.toml": '[project]\nname = "p"\ndependencies = ["tensorflow>=2.4,<2.9"]\n'})
+    declared.clear()
+    second = declared.cache_key(lib)
+    assert second != first and second == _declared_by_questions(lib)
+    assert declared.tf_max_for(lib) == (2, 8)
+    assert project_facts.file_facts(lib).tf_max == (2, 8) and project_facts.file_facts(lib).declared == second
+
+
+def test_path_forms_follow_a_retargeted_folder_link_once_the_projects_are_forgotten(tmp_path: Path):
+    from mpfix.project.files import path_forms
+
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "one", target_is_directory=True)
+    given = str(link / "a.py")
+    assert path_forms(given) == (given, str((tmp_path / "one").resolve() / "a.py"))
+    link.unlink()
+    link.symlink_to(tmp_path / "two", target_is_directory=True)
+    policies.forget_projects()
+    assert path_forms(given) == (given, str((tmp_path / "two").resolve() / "a.py"))
