@@ -34,8 +34,7 @@ def _stable_exp_argument(context, node: cst.BaseExpression) -> bool:
         right = node.right
         while _is(context, right, Kind.STOP_GRADIENT) and right.args:
             right = right.args[0].value
-        if _is(context, right, Kind.MAX) or (_spec(context, right) is not None and
-                                             _spec(context, right).short in ("reduce_logsumexp", "logsumexp")):
+        if _is(context, right, Kind.MAX) or _is(context, right, Kind.LOGSUMEXP):
             return True
         if _has_log_sigmoid_term(context, node.right):
             # Focal-loss modulator (1 - p_t)^γ = exp(-γ·z·x - γ·log1p(exp(-x))): for labels z in {0, 1}
@@ -297,7 +296,7 @@ class Float16ExpOverflow(Rule):
             if spec.has(Kind.LOG):
                 if not self._log_of_exp(facts, call, spec, x, handled) and not spec.has(Kind.LOG1P) and \
                         facts.dtype_of(x) is Dtype.FLOAT16 and facts.probability(x):
-                    self._log_of_probability(call, x, natural=spec.short == "log")
+                    self._log_of_probability(call, x, natural=spec.has(Kind.NATURAL_LOG))
             elif spec.has(Kind.EXP):
                 if self._bounded(facts, x):
                     continue
@@ -314,7 +313,7 @@ class Float16ExpOverflow(Rule):
     def _log_of_exp(self, facts: DtypeFacts, call: cst.Call, spec: op_table.OpSpec, x: cst.BaseExpression,
                     handled: set) -> bool:
         """``log1p(exp(v))`` or ``log(1 + exp(v))``: softplus spelled out, inf once exp(v) is (v > 11.1)."""
-        if spec.short not in ("log", "log1p"):
+        if not spec.has(Kind.NATURAL_LOG):
             return False  # log2/log10: not softplus
         inner = x
         if not spec.has(Kind.LOG1P):
@@ -324,7 +323,7 @@ class Float16ExpOverflow(Rule):
             if number(one) != 1:
                 return False
         exp = _spec(self.context, inner)
-        v = first_arg(inner) if exp is not None and exp.short == "exp" else None
+        v = first_arg(inner) if exp is not None and exp.has(Kind.EXP) and not exp.has(Kind.EXPM1) else None
         if v is None or self._bounded(facts, v):
             return False
         handled.add(inner)
@@ -345,8 +344,8 @@ class Float16ExpOverflow(Rule):
         fix = None
         imports: tuple[str, ...] = ()
         spec = _spec(self.context, x)
-        if natural and spec is not None and spec.has(Kind.PROBABILITY):
-            stable = "log_softmax" if "softmax" in spec.short else "log_sigmoid"
+        if natural and spec is not None and spec.has(Kind.PROBABILITY) and spec.stable_log:
+            stable = spec.stable_log
             if backend_agnostic(self.context):
                 spelled, imports = ops_spelling(self.context)
                 template = cst.parse_expression(f"{spelled}.{stable}()")

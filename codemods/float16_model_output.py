@@ -7,6 +7,7 @@ import re
 import libcst as cst
 
 from mpfix.codemods._float16_scope import argument
+from mpfix.codemods.analysis.dtype_targets import loss_promotes_predictions
 from mpfix.codemods.analysis.model_outputs import (
     _FEATURE_ACTIVATIONS, _OUTPUT_LAYERS, _SAFE_HEADS, _activation_name, _with_float32, model_facts,
 )
@@ -235,6 +236,8 @@ class Float16ModelOutput(Rule):
                 seen, returned = False, True
             if not (returned or seen):
                 continue  # no loss in this file sees the head, and no caller gets the model
+            if form == "subclass" and self._promoted_by_its_loss(model):
+                continue  # its compute_loss promotes the float16 output to float32 targets first (Keras 3)
             if function is not None and function in self.context.project.test_helpers:
                 continue  # a test helper's model (built, maybe compiled, there): only tests build it
             resolved = self.context.resolve(layer.func) or ""
@@ -244,6 +247,11 @@ class Float16ModelOutput(Rule):
             if argument(layer, "dtype", None) is not None:
                 continue
             self._report(form, layer, where, kind, seen_by_a_loss=seen)
+
+    def _promoted_by_its_loss(self, model: str | None) -> bool:
+        cls = next((s for s in self.context.module.body if isinstance(s, cst.ClassDef) and s.name.value == model), None)
+        return cls is not None and self.context.keras_known and loss_promotes_predictions(self.context, cls,
+                                                                                          self.context.keras)
 
     def _report(self, form: str, layer: cst.Call, where, kind: str, seen_by_a_loss: bool) -> None:
         activation_arg = argument(layer, "activation", None)

@@ -164,6 +164,8 @@ class Float16UnsafeReduction(Rule):
         "attention": ("attention scores `{product}` sum products of float16 activations and overflow past 65504 before "
                       "the scaling; scale the queries first"),
         "overflow": "float16 {reduction} of `{target}` overflows past 65504; compute it in float32",
+        "underflow": ("float16 {reduction} of the probabilities `{target}` underflows to 0 below 6e-8 (25 halvings), and "
+                      "a log or division of it is -inf/inf; compute it in float32 (or sum their logs)"),
         "overflow_keep_float32": ("float16 {reduction} of `{target}` overflows past 65504; compute it in float32 "
                                   "and keep it float32 until a sqrt/rsqrt brings it back in range"),
         "overflow_cast_back": ("float16 {reduction} of `{target}` overflows past 65504; compute it in float32 and cast "
@@ -177,7 +179,7 @@ class Float16UnsafeReduction(Rule):
     triggers = ("l2_loss", "reduce_variance", "reduce_std", ".var(", ".std(", re.compile(r"square(?<!\wsquare)\s*\("),
                 re.compile(r"norm(?<!\wnorm)\s*\("), re.compile(r"\*\*\s*2\b"), re.compile(r"sum(?<![a-z]sum)\s*\("),
                 "reduce_mean",
-                "cumsum(", "einsum(", "matmul(", "euclidean_norm(", "tensordot(", re.compile(r"dot(?<!\wdot)\s*\("))
+                "cumsum(", "prod(", "einsum(", "matmul(", "euclidean_norm(", "tensordot(", re.compile(r"dot(?<!\wdot)\s*\("))
     explanation = """
         ## What it does
         Finds `tf.nn.l2_loss`, sums of squares in every spelling (`tf.reduce_sum(tf.square(x))`,
@@ -188,8 +190,11 @@ class Float16UnsafeReduction(Rule):
         `tf.norm` (the Euclidean or Frobenius norm: an L1 or inf norm does not square),
         `tf.math.reduce_variance` and `tf.math.reduce_std` over tensors that are float16 under
         `mixed_float16` (activations inside `call`, model outputs in a training step); running
-        sums (`tf.cumsum`); and attention scores scaled only after the product
-        (`tf.matmul(q, k, transpose_b=True) / math.sqrt(d)`: scale `q` first).
+        sums (`tf.cumsum`); attention scores scaled only after the product
+        (`tf.matmul(q, k, transpose_b=True) / math.sqrt(d)`: scale `q` first); and products of
+        float16 probabilities (`tf.math.cumprod(1.0 - hazard)`, `reduce_prod`, `keras.ops.cumprod`),
+        which underflow to 0 (25 halvings are below float16's smallest subnormal, ≈ 6e-8): a
+        survival curve over 120 bins is 0 and its log `-inf`. Products are reported without a fix.
 
         ## Why is this bad?
         Squares grow fast and float16 stops at 65504: 3,000 activations of magnitude 5 sum to
@@ -234,6 +239,14 @@ class Float16UnsafeReduction(Rule):
                 def call(self, h):
                     self.add_loss(1e-4 * tf.nn.l2_loss(tf.cast(h, tf.float32)))
                     return h
+        """, policy="mixed_float16"),
+        Valid("""
+            import tensorflow as tf
+
+            class StickBreaking(tf.keras.layers.Layer):
+                def call(self, logits):
+                    v = tf.sigmoid(tf.cast(logits, tf.float32))
+                    return v * tf.math.cumprod(1.0 - v, axis=-1, exclusive=True)
         """, policy="mixed_float16"),
     ]
     INVALID = [
@@ -338,6 +351,18 @@ class Float16UnsafeReduction(Rule):
             """,
             policy='mixed_float16',
         ),
+        # A running product of float16 probabilities (stick breaking): no fix here.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            class StickBreaking(tf.keras.layers.Layer):
+                def call(self, logits):
+                    v = tf.sigmoid(logits)
+                    return v * tf.math.cumprod(1.0 - v, axis=-1, exclusive=True)
+            """,
+            policy='mixed_float16',
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -358,6 +383,9 @@ class Float16UnsafeReduction(Rule):
             in_range = spec.has(Kind.NORM, Kind.DEVIATION, Kind.VARIANCE)
             what = spec.label if in_range or spec.has(Kind.SQUARED_SUM) else None
             target, replaced = x, None
+            if spec.has(Kind.PRODUCT):
+                self._product(facts, call, spec, x)
+                continue
             if what is None and spec.has(Kind.CUMULATIVE):
                 if facts.at_most_one(x) or facts.nonpositive(x) or distribution(self.context, facts, x):
                     continue  # a running sum of probabilities, or of logs ≤ 0 headed for exp (C25)
@@ -384,6 +412,17 @@ class Float16UnsafeReduction(Rule):
             self._report(facts, call, target, replaced, what, in_range=in_range)
         for binop in facts.nodes(cst.BinaryOperation):
             self._scaled_after_product(facts, binop)
+
+    def _product(self, facts: DtypeFacts, call: cst.Call, spec: op_table.OpSpec, x: cst.BaseExpression) -> None:
+        """A (running) product of float16 probabilities underflows to 0 (a survival curve ``cumprod(1 - hazard)``
+        over 120 bins: 0.5 ** 25 is below float16's smallest subnormal). Reported where the float16 is certain (a
+        layer's activations, the output of a model built here); no fix: where the float32 product goes next (a
+        log, a division, float16 tensors it meets) decides how to write it."""
+        place = facts.place(call)
+        if place is None or facts.dtype_of(x) is not Dtype.FLOAT16 or not facts.unit_interval(x) or \
+                not (place.layer_method or facts.model_output(x) is not None):
+            return
+        self.report(call, "underflow", reduction=spec.label, target=self.context.code(x))
 
     def _scaled_after_product(self, facts: DtypeFacts, binop: cst.BinaryOperation) -> None:
         """``matmul(q, k, transpose_b=True) / sqrt(d)``: d products summed in float16 before the scaling."""

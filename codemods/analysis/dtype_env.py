@@ -299,9 +299,9 @@ class NameDtypes(ParameterDtypes):
         elif isinstance(node, cst.Call):
             resolved = self.resolve(node.func) or ""
             spec = specs.lookup(resolved)
-            # Only TensorFlow's own ops refuse mixed inputs (keras.ops promote): a float32 result
-            # of an elementwise tf op proves its tensor arguments float32.
-            if spec is None or not spec.elementwise or not resolved.startswith("tensorflow."):
+            # A float32 result of an elementwise op of a namespace that refuses mixed inputs (TensorFlow, tf_keras'
+            # backend; keras.ops promote) proves its tensor arguments float32.
+            if spec is None or not spec.elementwise or not specs.refuses_mixed(resolved):
                 return
             for arg in node.args:
                 if arg.keyword is None and not arg.star:

@@ -39,6 +39,9 @@ class OutputProvenance:
         deeper = depth + 1
         if isinstance(node, cst.Name):
             if node.value in region.param_dtypes:
+                if self._own_predictions(node.value, region) and node.value not in region.assigned:
+                    # `y_pred` of the model's own loss hook: Keras fills it with `self(x)` (keras_layers table)
+                    return node if self._class_outputs_float16(region.owner, deeper) else None
                 # A module function every call of this file hands such an output (directly or through a partial).
                 return self.passed_everywhere(node.value, region, lambda value, caller: caller.kind not in (
                     "module", "shadow") and self.model_output(value, caller, deeper))

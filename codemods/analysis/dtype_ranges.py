@@ -10,7 +10,7 @@ import libcst as cst
 from mpfix.codemods._walk import children
 from mpfix.codemods.analysis.dtype_lattice import BOOL, INT, PY, argument, first_arg, number
 from mpfix.codemods.analysis.dtype_regions import Region
-from mpfix.codemods.facts import heuristics
+from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.facts import ops as specs
 
 Kind, Range = specs.Kind, specs.Range
@@ -127,6 +127,82 @@ class ValueRanges:
             return True
         return spec.range is Range.FOLLOWS and not spec.is_cast and first_arg(node) is not None and \
             self.probability(first_arg(node), region, depth + 1)
+
+    def unit_interval(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> bool:
+        """``node`` in [0, 1] by its form: a probability (an op's, or a Keras layer's built with a probability
+        activation, or a model's own predictions in its loss hook when its ``call`` returns only such values),
+        ``1 - p``, ``p * q``, a clip into [0, 1]; through names bound once, subscripts and shape ops."""
+        if depth > 8:
+            return False
+        deeper = depth + 1
+        if isinstance(node, cst.Name):
+            if node.value in region.param_dtypes and node.value not in region.assigned:
+                return self._own_predictions(node.value, region) and self._returns_unit(region.owner, deeper)
+            values = region.assigned.get(node.value, [])
+            return len(values) == 1 and self.unit_interval(values[0], region, deeper)
+        if isinstance(node, cst.Subscript):
+            return self.unit_interval(node.value, region, deeper)
+        if isinstance(node, cst.BinaryOperation):
+            if isinstance(node.operator, cst.Subtract):
+                return number(node.left) == 1 and self.unit_interval(node.right, region, deeper)
+            return isinstance(node.operator, cst.Multiply) and all(
+                self.unit_interval(side, region, deeper) for side in (node.left, node.right))
+        if not isinstance(node, cst.Call):
+            return False
+        if self._probability_layer(node.func, region):
+            return True
+        spec = specs.lookup(self.resolve(node.func))
+        if spec is None:
+            return False
+        if spec.range is Range.UNIT:
+            return True
+        if spec.has(Kind.CLIP) and len(node.args) >= 3:
+            low, high = number(node.args[1].value), number(node.args[2].value)
+            return low is not None and high is not None and low >= 0 and high <= 1
+        return spec.range is Range.FOLLOWS and first_arg(node) is not None and \
+            self.unit_interval(first_arg(node), region, deeper)
+
+    def _own_predictions(self, name: str, region: Region) -> bool:
+        """``name`` is the parameter of a Keras model's loss hook that Keras fills with the model's output
+        (``compute_loss(..., y_pred)``: ``keras_layers.MODEL_PREDICTIONS``)."""
+        func, owner = region.node, region.owner
+        return isinstance(func, cst.FunctionDef) and owner is not None and self.is_layer_class(owner) and \
+            keras_layers.MODEL_PREDICTIONS.get(func.name.value) == name
+
+    def _returns_unit(self, cls: cst.ClassDef | None, depth: int) -> bool:
+        call = self.methods.get(cls, {}).get("call") if cls is not None else None
+        if call is None or depth > 8:
+            return False
+        own = self.region_for(call, cls)
+        return bool(own.returns) and all(self.unit_interval(v, own, depth + 1) for v in own.returns)
+
+    def _probability_layer(self, func: cst.BaseExpression, region: Region) -> bool:
+        """``func`` is bound once (``self.head = ...`` in the class, or a name) to a Keras layer whose output is a
+        probability: built with a probability activation, or a ``Softmax`` layer."""
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self" and \
+                region.owner is not None:
+            values = [v for _, v in self.attribute_values(region.owner, func.attr.value)]
+        elif isinstance(func, cst.Name):
+            values = region.assigned.get(func.value) or self.module_values.get(func.value, [])
+        else:
+            values = [func]
+        if len(values) != 1 or not isinstance(values[0], cst.Call):
+            return False
+        built = values[0]
+        resolved = self.resolve(built.func) or ""
+        kind = resolved.rpartition(".")[2]
+        if not resolved.startswith(("keras.layers.", "keras.src.layers.")):
+            return False
+        if kind in keras_layers.PROBABILITY_LAYERS:
+            return True
+        activation = argument(built, "activation", 0 if kind == "Activation" else None)
+        if activation is None:
+            return False
+        value = activation.value
+        if isinstance(value, cst.SimpleString):
+            return str(value.evaluated_value).lower() in keras_layers.PROBABILITY_ACTIVATIONS
+        spec = specs.lookup(self.resolve(value))
+        return spec is not None and spec.has(Kind.PROBABILITY)
 
     def _is(self, node: cst.BaseExpression, kind: "specs.Kind") -> bool:
         if not isinstance(node, cst.Call):

@@ -245,6 +245,12 @@ class DtypeFacts:
         region = self._region(node)
         return region is not None and self._a.probability(node, region)
 
+    def unit_interval(self, node: cst.BaseExpression) -> bool:
+        """``node`` in [0, 1] by its form: probabilities (ops, layers with a probability activation, a model's own
+        predictions in its loss hook), ``1 - p``, products of such, clips into [0, 1]."""
+        region = self._region(node)
+        return region is not None and self._a.unit_interval(node, region)
+
     def bounded_above(self, node: cst.BaseExpression, bound: float) -> bool:
         """``node`` ≤ ``bound`` by its form (``clip_by_value(x, -10.0, 10.0)``, ``minimum(x, 5.0)``)."""
         region = self._region(node)
@@ -470,7 +476,7 @@ class DtypeFacts:
         """The operands a TensorFlow op needs in one dtype: ``tf.concat([a, b])``'s elements, ``tf.add(a, b)``."""
         resolved = self._a.resolve(call.func) or ""
         spec = op_table.lookup(resolved)
-        if spec is None or not spec.same_dtype or not resolved.startswith("tensorflow."):
+        if spec is None or not spec.same_dtype or not op_table.refuses_mixed(resolved):
             return []  # keras.ops promote to a common dtype
         positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
         if spec.tensor_list:

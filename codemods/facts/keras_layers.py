@@ -67,6 +67,22 @@ def layer(qualified: str, keras: int) -> LayerSpec | None:
     return LAYERS.get(keras, LAYERS[3]).get(qualified.rsplit(".", 1)[-1])
 
 
+# Activations whose outputs are probabilities, in [0, 1]: a layer built with one (``Dense(n, activation="sigmoid")``,
+# ``Activation("softmax")``, ``Softmax()``) outputs values in [0, 1].
+PROBABILITY_ACTIVATIONS = frozenset({"sigmoid", "softmax", "hard_sigmoid"})
+PROBABILITY_LAYERS = frozenset({"Softmax"})
+# A Keras model's hooks that Keras calls with the model's own output (Keras 3's trainers and tf_keras' train_step call
+# ``compute_loss(x=x, y=y, y_pred=y_pred, ...)``): the hook, and its parameter that holds ``self(x)``'s value.
+MODEL_PREDICTIONS = {"compute_loss": "y_pred", "compute_metrics": "y_pred"}
+MODEL_TARGETS = {"compute_loss": "y", "compute_metrics": "y"}
+# The calls that train a model on data, and per generation those that cast float arrays to floatx() (float32 under
+# mixed_float16). Run (TF 2.21 CPU, under mixed_float16, y seen in train_step): Keras 3 `fit` casts NumPy arrays and
+# tf.Tensors to float32 (keras/src/trainers/data_adapters/array_slicing.py) and a float16 tf.data pipeline stays
+# float16; tf_keras casts NumPy arrays only (a float16 tf.Tensor stays float16), so it is not listed.
+TRAINING_CALLS = frozenset({"fit", "train_on_batch", "fit_generator"})
+FIT_CASTS_TO_FLOATX = {3: frozenset({"fit"})}
+
+
 # Layers whose output is not their autocast input's compute dtype: it depends on what they wrap or read.
 OUTPUT_FOLLOWS_INPUT = frozenset({"Lambda", "InputLayer", "Masking", "Identity", "TFSMLayer", "TorchModuleWrapper",
                                   "JaxLayer", "FlaxLayer"})

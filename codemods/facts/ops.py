@@ -83,6 +83,14 @@ class Kind(Enum):
     # band_part(x, num_lower, num_upper): keeps a band around the diagonal; with num_lower = -1 every row
     # keeps its first column, so a causal mask of ones leaves no row fully masked.
     BAND = auto()
+    # A product of every element of an axis (reduce_prod, prod) or a running one (cumprod): probabilities multiplied
+    # in float16 fall below its smallest subnormal (≈ 6e-8, 0.5 ** 25) and round to 0 (TF 2.21 CPU, Keras 3.15.1: the
+    # float16 cumprod of 120 halves is 0.0 and its log -inf; 7.5e-37 in float32).
+    PRODUCT = auto()
+    RECIPROCAL = auto()
+    NATURAL_LOG = auto()  # log and log1p (base e; log2/log10 are not): log(1 + exp(x)) is softplus
+    EXPM1 = auto()  # exp(x) - 1: in the exp family, but log(1 + expm1(x)) is no softplus
+    LOGSUMEXP = auto()  # log(sum(exp(x))) ≥ max(x): x - logsumexp(x) ≤ 0  # 1 / x (tf.math.reciprocal, keras.ops.reciprocal): a gradient times it is divided by x
     ONES = auto()  # every element is one (True as a bool tensor): ones, ones_like  # divides by sqrt(max(sum(x²), epsilon)), epsilon 1e-12 by default
 
 
@@ -123,6 +131,7 @@ class OpSpec:
     # The result holds its first argument's value (``tf.constant(2.0)``, ``tf.Variable(20.0)``,
     # ``tf.cast(v, dtype)``): a number folded through it is still that number.
     keeps_value: bool = False
+    stable_log: str = ""  # the op that computes its log stably (softmax -> log_softmax, sigmoid -> log_sigmoid)
 
     @property
     def short(self) -> str:
@@ -215,6 +224,8 @@ _TABLE: tuple[OpSpec, ...] = (
     _spec("square", R.PRESERVES, G.NONNEGATIVE, K.SQUARE),
     *(_spec(n, R.PRESERVES, G.FOLLOWS, K.LONG_SUM, **_UNARY) for n in ("reduce_sum", "sum")),
     _spec("cumsum", R.PRESERVES, G.FOLLOWS, K.LONG_SUM, K.CUMULATIVE, **_UNARY),
+    *(_spec(n, R.PRESERVES, G.ANY, K.PRODUCT, label="product", **_UNARY) for n in ("reduce_prod", "prod")),
+    _spec("cumprod", R.PRESERVES, G.ANY, K.PRODUCT, K.CUMULATIVE, label="running product (cumprod)", **_UNARY),
     _spec("reduce_mean", R.PRESERVES, G.FOLLOWS, K.MEAN, K.LONG_MEAN, **_UNARY),
     _spec("mean", R.PRESERVES, G.FOLLOWS, K.MEAN, **_UNARY),
     *(_spec(n, R.PRESERVES, G.FOLLOWS, K.MAX, **_UNARY) for n in ("reduce_max", "max", "amax")),
@@ -228,16 +239,17 @@ _TABLE: tuple[OpSpec, ...] = (
                                                                      "linalg.l2_normalize")),
     # Exponentials and logarithms.
     _spec("exp", R.PRESERVES, G.NONNEGATIVE, K.EXP),
-    _spec("expm1", R.PRESERVES, G.ANY, K.EXP),
+    _spec("expm1", R.PRESERVES, G.ANY, K.EXP, K.EXPM1),
     *(_spec(n, R.PRESERVES, G.ANY, K.POW) for n in ("pow", "power")),
-    _spec("log", R.PRESERVES, G.ANY, K.LOG, K.SHRINKS),
-    _spec("log1p", R.PRESERVES, G.ANY, K.LOG, K.LOG1P, K.SHRINKS),
+    _spec("log", R.PRESERVES, G.ANY, K.LOG, K.NATURAL_LOG, K.SHRINKS),
+    _spec("log1p", R.PRESERVES, G.ANY, K.LOG, K.NATURAL_LOG, K.LOG1P, K.SHRINKS),
     *(_spec(n, R.PRESERVES, G.ANY, K.LOG) for n in ("log2", "log10")),
     *(_spec(n, R.PRESERVES, G.NONNEGATIVE, K.SOFTPLUS) for n in ("softplus", "nn.softplus")),
     *(_spec(n, R.PRESERVES, G.NONPOSITIVE, K.LOG_PROBABILITY) for n in (
         "log_softmax", "log_sigmoid", "log_softmax_v2", "nn.log_softmax")),
-    *(_spec(n, R.PRESERVES, G.ANY) for n in ("reduce_logsumexp", "logsumexp")),
-    *(_spec(n, R.PRESERVES, G.UNIT, K.PROBABILITY) for n in ("sigmoid", "softmax", "nn.softmax", "nn.sigmoid")),
+    *(_spec(n, R.PRESERVES, G.ANY, K.LOGSUMEXP) for n in ("reduce_logsumexp", "logsumexp")),
+    *(_spec(n, R.PRESERVES, G.UNIT, K.PROBABILITY, stable_log="log_sigmoid") for n in ("sigmoid", "nn.sigmoid")),
+    *(_spec(n, R.PRESERVES, G.UNIT, K.PROBABILITY, stable_log="log_softmax") for n in ("softmax", "nn.softmax")),
     *(_spec(n, R.PRESERVES, G.NONNEGATIVE, K.SHRINKS) for n in ("sqrt", "rsqrt")),
     *(_spec(n, R.PRESERVES, G.NONNEGATIVE) for n in ("abs", "relu", "relu6", "cosh", "nn.relu")),
     # Arithmetic.
@@ -247,6 +259,7 @@ _TABLE: tuple[OpSpec, ...] = (
     _spec("add_n", R.PRESERVES, G.ANY, K.ADD, K.ARITHMETIC, same_dtype=True, tensor_list=True),
     _spec("multiply", R.PRESERVES, G.ANY, K.ARITHMETIC, same_dtype=True),
     _spec("negative", R.PRESERVES, G.ANY, K.NEGATIVE),
+    _spec("reciprocal", R.PRESERVES, G.ANY, K.RECIPROCAL),
     _spec("maximum", R.PRESERVES, G.ANY, K.FLOOR, same_dtype=True),
     _spec("minimum", R.PRESERVES, G.ANY, K.CEILING, same_dtype=True),
     *(_spec(n, R.PRESERVES, G.ANY, K.CLIP) for n in ("clip_by_value", "clip")),
@@ -290,9 +303,29 @@ class Namespace(Enum):
     KERAS_BACKEND = auto()  # tf_keras' backend module (Keras 3's keras.backend has no math): thin TF wrappers
 
 
+# Keras 3's backend packages (`keras.src.backend.numpy.add`, `backend.nn.softmax`; keras.src folds to keras) are the
+# ops keras.ops call, with keras.ops' promotion; tf_keras' backend is one module of functions (`backend.dot`).
+_KERAS3_BACKEND_PACKAGES = ("numpy", "nn", "math", "linalg", "core", "image", "random", "tensorflow", "jax", "torch",
+                            "common", "openvino")
 _NAMESPACE_PREFIXES = (("tensorflow.", Namespace.TENSORFLOW), ("keras.ops.", Namespace.KERAS_OPS),
                        ("keras.src.ops.", Namespace.KERAS_OPS), ("keras.random.", Namespace.KERAS_OPS),
+                       *((f"{ns}backend.{package}.", Namespace.KERAS_OPS) for ns in ("keras.", "keras.src.")
+                         for package in _KERAS3_BACKEND_PACKAGES),
                        ("keras.backend.", Namespace.KERAS_BACKEND), ("keras.src.backend.", Namespace.KERAS_BACKEND))
+
+
+class Mixing(Enum):
+    """What a namespace's ops do with a float16 and a float32 tensor operand."""
+
+    REFUSES = auto()  # raises (no promotion): a float16 operand next to a float32 one is a mix, like ``x16 * y32``
+    PROMOTES = auto()  # computes in the promoted dtype (float32)
+
+
+# Run on TF 2.21 CPU, Keras 3.15.1 and tf_keras 2.21 with a float16 and a float32 (2, 2) tensor: tf.add/concat/matmul
+# raise InvalidArgumentError; keras.ops add/subtract/matmul/concatenate/where/maximum (and keras.src.backend.numpy.add)
+# return float32; tf_keras backend.concatenate/dot/maximum/minimum/stack (tf.concat, tf.matmul, ...) raise.
+MIXING: dict[Namespace, Mixing] = {Namespace.TENSORFLOW: Mixing.REFUSES, Namespace.KERAS_OPS: Mixing.PROMOTES,
+                                   Namespace.KERAS_BACKEND: Mixing.REFUSES}
 
 # Where one namespace's op computes unlike the op of the same name the table lists (sources of Keras 3.15.1 and
 # tf_keras 2.21; TF 2.21 CPU on 4096 float16 values of deviation 10): that namespace's spec.
@@ -313,6 +346,15 @@ def namespace(resolved: str | None) -> Namespace | None:
         if resolved and resolved.startswith(prefix):
             return space
     return None
+
+
+def refuses_mixed(resolved: str | None) -> bool:
+    """The resolved callee's namespace raises on a float16 operand next to a float32 one (``MIXING``): with a
+    ``same_dtype`` spec, its operands must share one dtype; with an elementwise spec, a float32 result proves its
+    tensor operands float32."""
+    space = namespace(resolved)
+    return space is not None and MIXING[space] is Mixing.REFUSES
+
 
 NAMESPACES = ("tensorflow.math.", "tensorflow.", "keras.ops.numpy.", "keras.ops.nn.", "keras.ops.", "keras.random.",
               "keras.backend.", "keras.src.ops.")
