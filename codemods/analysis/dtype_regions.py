@@ -151,9 +151,12 @@ class RegionFinder:
             func = self.functions.get(call.function)
             if func is None:
                 continue
-            if call.keras_instances:
-                layer_params[func] = layer_params.get(func, frozenset()) | call.keras_instances
-            if call.float16 or call.keras_instances:
+            # A parameter handed a Keras instance, or a callable that runs one (``lambda x: net(x)``): calling it
+            # gives the model's output.
+            handed = call.keras_instances | call.keras_callables
+            if handed:
+                layer_params[func] = layer_params.get(func, frozenset()) | handed
+            if call.float16 or handed:
                 seeds.append((func, "helper", None))
                 inherits[func] = inherits.get(func, True) and not call.float16
         # Parameters typed by what the function reads of them (``param_types``: ``net.meta``, an attribute only

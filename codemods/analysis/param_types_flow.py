@@ -43,8 +43,11 @@ def from_layer_params(analysis, node: cst.BaseExpression, region: Region, depth:
         if node.value in seen:
             return False
         seen.add(node.value)
+        # `attention, features = net(x)`: an element of the model's outputs (``region.unpacked``: source, index)
         return any(from_layer_params(analysis, v, region, depth + 1, seen)
-                   for v in region.assigned.get(node.value, ()) if v is not ELEMENT and v is not FLOAT32_VARIABLE)
+                   for v in region.assigned.get(node.value, ()) if v is not ELEMENT and v is not FLOAT32_VARIABLE) or \
+            any(from_layer_params(analysis, source, region, depth + 1, seen)
+                for source, _ in region.unpacked.get(node.value, ()))
     if node_type is cst.Lambda:
         return False
     return any(from_layer_params(analysis, child, region, depth + 1, seen) for child in node.children

@@ -34,6 +34,10 @@ class ArgKind(str, enum.Enum):
     # Structural typing (``mpfix.project.structural``): what the function reads of the parameter a plain project
     # class defines too, so no class of its own file may type it a Keras instance (the project's answer wins).
     NOT_KERAS = "not-keras"
+    # A callable that runs a project Keras layer/model instance (``lambda x: self._model(x, training=False)``,
+    # ``net.call``): a call of the parameter returns what the model computes, the compute dtype (research DELF's
+    # export_local_model.py hands ``ExtractLocalFeatures`` such a lambda).
+    KERAS_CALLABLE = "keras-callable"
 
 
 @dataclass(frozen=True, order=True)
@@ -56,6 +60,10 @@ class CrossCall:
     @property
     def keras_instances(self) -> frozenset[str]:
         return self.passes(ArgKind.KERAS_INSTANCE)
+
+    @property
+    def keras_callables(self) -> frozenset[str]:
+        return self.passes(ArgKind.KERAS_CALLABLE)
 
     @property
     def not_keras(self) -> frozenset[str]:

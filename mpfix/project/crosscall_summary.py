@@ -18,6 +18,7 @@ summary keeps the dotted names, the scan answers them over every file's summary.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -254,6 +255,60 @@ class _Collector:
                     assigned.setdefault(name.id, []).append((node.lineno, value, dotted))
 
 
+def hands_callable(value: ast.expr) -> ast.expr | None:
+    """What a callable argument calls: ``lambda x: net(x)`` -> ``net``; ``self._model.call`` -> ``self._model``."""
+    if isinstance(value, ast.Lambda) and isinstance(value.body, ast.Call):
+        return value.body.func
+    if isinstance(value, ast.Attribute) and value.attr in ("call", "__call__"):
+        return value.value
+    return None
+
+
+# Where a callable may be handed on: a lambda, or a bound ``.call``/``.__call__`` passed as an argument (two
+# literal-led patterns: one alternation starting at every `.` costs 6x more on tf-models' bytes).
+_HANDS_CALLABLE = (re.compile(rb"lambda\b"), re.compile(rb"call(?:(?<=\.call)\s*[,)]|__(?<=\.__call__)\s*[,)])"))
+
+
+def _callable_sites(collector: _Collector, data: bytes, class_nodes: dict[str, ast.ClassDef],
+                    keras: set[str]) -> list[Site]:
+    """Calls of project functions from the methods of a class that may not be a Keras class (an exporter's
+    ``tf.Module``) that hand on a callable (``hands_callable``): the scan asks whether it runs a project Keras
+    instance. Only methods whose lines hold such an argument (``_HANDS_CALLABLE``, on the bytes) are walked; a
+    site's ``bound`` holds the class's ``self.x = Cls(...)`` attributes (bound once, in its methods' statements) as
+    ``self.x``."""
+    rows = [data.count(b"\n", 0, m.start()) + 1 for pattern in _HANDS_CALLABLE for m in pattern.finditer(data)]
+    if not rows:
+        return []
+    sites: list[Site] = []
+    for name, cls in class_nodes.items():
+        if name in keras or not any(cls.lineno <= row <= (cls.end_lineno or cls.lineno) for row in rows):
+            continue
+        methods = [m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        walked = [m for m in methods if any(m.lineno <= row <= (m.end_lineno or m.lineno) for row in rows)]
+        if not walked:
+            continue
+        attrs: dict[str, list[ast.expr]] = {}
+        statements = [stmt for m in methods for stmt in m.body]
+        while statements:
+            stmt = statements.pop()
+            if isinstance(stmt, ast.Assign):
+                for target in stmt.targets:
+                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and \
+                            target.value.id == "self":
+                        attrs.setdefault(target.attr, []).append(stmt.value)
+            elif isinstance(stmt, (ast.If, ast.With, ast.Try, ast.For, ast.While)):
+                statements += [*stmt.body, *getattr(stmt, "orelse", ()), *getattr(stmt, "finalbody", ()),
+                               *(s for handler in getattr(stmt, "handlers", ()) for s in handler.body)]
+        held = {f"self.{attr}": collector.summary.ref(values[0].func) for attr, values in attrs.items()
+                if len(values) == 1 and isinstance(values[0], ast.Call)}
+        for method in walked:
+            for site in collector.collect(method, CallContext.PLAIN, None):
+                if any(hands_callable(v) is not None for v in [*site.positional, *site.keywords.values()]):
+                    site.bound = {**held, **site.bound}
+                    sites.append(site)
+    return sites
+
+
 def keras_base(dotted: str) -> bool:
     """A resolved base spelling that names a Keras layer or model."""
     return dotted.startswith(KERAS_LAYER_BASES) or dotted in ("keras.Model", "keras.Layer")
@@ -291,10 +346,13 @@ def summarise(path: str, data: bytes, module: str, is_project_module: Callable[[
     summary.functions = dict.fromkeys(function_nodes)  # type: ignore[assignment]
     collector = _Collector(summary, is_project_module)
     classes, functions = {}, {}
+    maybe_keras: set[str] = set()
     for name, cls in class_nodes.items():
         methods = {m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
         bases = tuple(summary.ref(b) for b in cls.bases)
         keras = _may_be_keras(bases, is_project_module)
+        if keras:
+            maybe_keras.add(name)
         walks: dict[str, list[ast.AST]] = {}
         reached = _reached_from(methods, "call", walks) if keras else set()
         classes[name] = ClassSummary(name, bases, frozenset(methods), frozenset(reached), cls.lineno)
@@ -315,6 +373,8 @@ def summarise(path: str, data: bytes, module: str, is_project_module: Callable[[
         if gather:
             summary.plain_sites += collector.collect(func, CallContext.PLAIN, name)
         functions[name] = FunctionSummary(name, params, kwonly, func.lineno)
+    if gather:
+        summary.plain_sites += _callable_sites(collector, data, class_nodes, maybe_keras)
     summary.classes, summary.functions = classes, functions
     summary.structural = structural.summarize(tree, summary.imports, called=called, source=data)
     return summary
@@ -326,12 +386,16 @@ def plain_sites(summary: FileSummary, data: bytes, is_project_module: Callable[[
         tree = ast.parse(data)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
-    nodes = {}
+    nodes, class_nodes = {}, {}
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             nodes[stmt.name] = stmt
+        elif isinstance(stmt, ast.ClassDef):
+            class_nodes[stmt.name] = stmt
     collector = _Collector(summary, is_project_module)
-    return [site for name, func in nodes.items() for site in collector.collect(func, CallContext.PLAIN, name)]
+    maybe_keras = {name for name, cls in summary.classes.items() if _may_be_keras(cls.bases, is_project_module)}
+    return [site for name, func in nodes.items() for site in collector.collect(func, CallContext.PLAIN, name)] + \
+        _callable_sites(collector, data, class_nodes, maybe_keras)
 
 
 def function_nodes(data: bytes) -> dict:

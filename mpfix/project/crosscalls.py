@@ -34,8 +34,9 @@ from mpfix import safe_read
 from mpfix.project.crosscall_records import ArgKind, CallContext, CrossCall
 from mpfix.project.call_pattern import CALL
 from mpfix.project.crosscall_summary import (KERAS_LAYER_BASES, FileSummary, Flow, Ref, Site, _Collector,
-                                             float32_classes, function_nodes, keras_base, plain_sites, summarise)
-from mpfix.project.structural import StructuralSummary
+                                             float32_classes, function_nodes, hands_callable, keras_base,
+                                             plain_sites, summarise)
+from mpfix.project.structural import StructuralSummary, dotted_name
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor, Future
@@ -341,6 +342,12 @@ class CrossCallScan:
     def _kind(self, file: FileSummary, site: Site, value: ast.expr, keras_params: set[tuple[str, str]]) -> ArgKind:
         if isinstance(value, ast.Constant):
             return ArgKind.NUMBER
+        called = hands_callable(value)
+        if called is not None:
+            held = dotted_name(called)
+            built = site.bound.get(held) if held is not None else None
+            ref = self._class(file, built) if built is not None else None
+            return ArgKind.KERAS_CALLABLE if ref is not None and self._float16_instance(ref) else ArgKind.UNKNOWN
         if isinstance(value, ast.Name):
             if site.caller is not None and (file.path, f"{site.caller}.{value.id}") in keras_params:
                 return ArgKind.KERAS_INSTANCE
@@ -458,7 +465,7 @@ class CrossCallScan:
                     continue
                 target = self._target(file, site)
                 cross = target[0] != file.path
-                keras = any(k is ArgKind.KERAS_INSTANCE for _, k in args)
+                keras = any(k is ArgKind.KERAS_INSTANCE or k is ArgKind.KERAS_CALLABLE for _, k in args)
                 if (site.context.float16 and cross) or keras:
                     context = site.context if cross else CallContext.PLAIN
                     found.setdefault(target[0], set()).add(CrossCall(target[1], context, args))
