@@ -179,6 +179,3 @@ def forget_roots() -> None:
     """Forget every folder's root (folders were created, markers added)."""
     _root_of_folder.cache_clear()
     is_project_root.cache_clear()
-    from mpfix.project.files import forget_listings
-
-    forget_listings()  # the listings and resolved folders (``path_forms``) were read from the same folders
