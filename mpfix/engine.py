@@ -25,8 +25,9 @@ from mpfix import fix_edits, fix_validation, gate
 from mpfix import policy as policies
 from mpfix import suppression
 from mpfix.findings import FileError, Finding, Fix, Position
-from mpfix.parsing import TooComplex, parse_module
+from mpfix.parsing import TooComplex, check_depth, parse_module
 from mpfix.cst_replace import Replace, chosen
+from mpfix.import_edits import add_imports  # re-exported: tests and callers import it from here
 from mpfix.positions import positions_of
 from mpfix.source import lines as source_lines
 from mpfix.text_diff import text_edits  # re-exported: the server and tests import it from here
@@ -135,6 +136,29 @@ class Engine:
         project = file_facts(path, consult_project=self.options.policy is None and self.options.project_policy)
         return gate.no_region(text, project.cross_calls)
 
+    def _idle(self, text: str, path: Path, rules: list[type[Rule]]) -> bool | None:
+        """True: no selected rule runs for the Keras generation the parse would give ``text`` (``_visit``
+        drops a rule of the other generation: MP106 is Keras 3's, MP103/MP107 Keras 2's), so the parse
+        would find nothing; False: none runs either, but CPython rejects the text (the parse reports it;
+        the depth pre-check ran); None: some rule runs, or the text does not decide the generation.
+
+        ``_run`` decides the generation from the parsed imports (``ImportTable.imports_module("tf_keras")``)
+        or their text (``targets.imports_tf_keras``); no import can name ``tf_keras`` where the text does
+        not spell it, so either the text's test holds or the word is absent, and the text decides alike.
+        """
+        if all(2 in r.keras_generations and 3 in r.keras_generations for r in rules):
+            return None
+        if targets.imports_tf_keras(text):
+            tf_keras = True
+        elif "tf_keras" not in text:
+            tf_keras = False
+        else:
+            return None
+        keras = targets.decide(self.options.keras, text, path, tf_keras).keras or targets.DEFAULT
+        if any(keras in r.keras_generations for r in rules):
+            return None
+        return check_depth(text)  # raises TooComplex as the parse would; False: CPython rejects it
+
     # -- one pass ----------------------------------------------------------------------
     def _run(self, text: str, path: Path, rules: list[type[Rule]], module: cst.Module | None = None,
              depth_checked: bool = False) -> tuple[cst.Module, RuleContext]:
@@ -214,6 +238,8 @@ class Engine:
             return LintResult(float16_unchecked=unchecked)
         try:
             gated = self._gated(text, path, rules)  # raises TooComplex as the parse would
+            if gated is None and GATE and not fix:
+                gated = self._idle(text, path, rules)  # rules of the other Keras generation only
             if gated:
                 return LintResult(float16_unchecked=unchecked)
             module, context = self._run(text, path, rules, depth_checked=gated is False)
@@ -491,61 +517,3 @@ def apply_fixes(module: cst.Module, fixes: list[Fix], positions: dict | None = N
     if imports:
         new_module = add_imports(new_module, imports)
     return new_module.code, count
-
-
-def add_imports(module: cst.Module, statements: list[str]) -> cst.Module:
-    """Add whole import statements missing from the module, after its last top-level import.
-
-    A statement is missing unless every name it binds is already bound to the same module, by an
-    import anywhere in the file (``import numpy as np, tensorflow as tf``, one inside ``try:``);
-    ``tensorflow.compat.v2`` counts as ``tensorflow`` (the same TF2 API), so ``import tensorflow as tf``
-    is not added next to ``import tensorflow.compat.v2 as tf``. An import that would rebind a name
-    the file binds otherwise is still added: fix validation rejects that fix (``rebound_names``).
-    """
-    from mpfix.codemods.names import ImportTable, fold_compat_v2
-
-    existing = {module.code_for_node(s).strip() for s in module.body if _is_import(s)}
-    table = ImportTable(module)
-
-    def present(statement: str) -> bool:
-        if statement in existing:
-            return True
-        try:
-            parsed = cst.parse_statement(statement)
-        except cst.ParserSyntaxError:
-            return False
-        small = parsed.body[0] if isinstance(parsed, cst.SimpleStatementLine) and len(parsed.body) == 1 else None
-        if not isinstance(small, cst.Import):
-            return False
-        for alias in small.names:
-            full = alias.evaluated_name
-            if alias.asname is None:  # ``import a.b`` binds ``a`` (``from a import x`` does not)
-                head = full.split(".")[0]
-                if full not in table.modules or table.aliases.get(head) != head:
-                    return False
-            elif fold_compat_v2(table.aliases.get(alias.evaluated_alias or "", "")) != fold_compat_v2(full):
-                return False
-        return True
-
-    missing = [s for s in statements if not present(s)]
-    if not missing:
-        return module
-    body = list(module.body)
-    index = 0
-    for i, stmt in enumerate(body):
-        if _is_import(stmt) or (i == 0 and _is_docstring(stmt)):
-            index = i + 1
-        elif index:
-            break
-    new = [cst.parse_statement(s + module.default_newline, config=module.config_for_parsing) for s in missing]
-    return module.with_changes(body=body[:index] + new + body[index:])
-
-
-def _is_import(stmt: cst.CSTNode) -> bool:
-    return isinstance(stmt, cst.SimpleStatementLine) and all(
-        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
-
-
-def _is_docstring(stmt: cst.CSTNode) -> bool:
-    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-            and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
