@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import sys
 from dataclasses import dataclass, field, replace
 from collections.abc import Callable
 from pathlib import Path
@@ -442,10 +443,11 @@ def _compiles(text: str, filename: str) -> bool:
 def _not_compiled(path: str, error: SyntaxError | ValueError) -> FileError:
     """A file CPython does not compile (``return`` outside a function, a duplicate parameter): apply
     and diff write nothing into it, as Ruff fixes no file with a syntax error."""
+    python = f"Python {sys.version_info.major}.{sys.version_info.minor}"  # newer syntax: another Python may
     if isinstance(error, SyntaxError):
-        return FileError(path, f"{type(error).__name__}: {error.msg} (CPython does not compile this file; "
+        return FileError(path, f"{type(error).__name__}: {error.msg} ({python} does not compile this file; "
                                "no fix was applied)", error.lineno or 1, max(1, error.offset or 1))
-    return FileError(path, f"CPython does not compile this file ({error}); no fix was applied")
+    return FileError(path, f"{python} does not compile this file ({error}); no fix was applied")
 
 
 def _validate(text: str, filename: str, must_compile: bool) -> cst.Module:

@@ -47,6 +47,11 @@ MAX_DEPTH = 1000
 PARSE_PROBE_SECONDS = 10.0
 
 
+# CPython's messages for a literal its parser reads but cannot turn into a value (any Python version):
+# LibCST keeps such a literal as text, and an analysis evaluating it raises.
+LITERAL_ERRORS = ("Exceeds the limit", "(unicode error)", "(value error)", "bytes can only contain ASCII")
+
+
 class TooComplex(RecursionError):
     """Source nested too deeply to parse safely (a RecursionError: callers already report those)."""
 
@@ -89,10 +94,11 @@ def check_depth(text: str) -> bool:
                    else "crashed on this file")
             raise TooComplex(f"{type(exc).__name__}: {exc.msg} (mpfix's parser {why})",
                              exc.lineno or 1, max(1, exc.offset or 1)) from None
-        if seen is None:
-            # LibCST accepts what CPython's parser rejects (an int literal over 4,300 digits, ``"\\N{NOPE}"``):
-            # the file is not Python CPython runs, so it is reported as CPython says, and no rule runs on
-            # it (one did: literal_eval of that literal raised inside an analysis, "internal error").
+        if seen is None and exc.msg.startswith(LITERAL_ERRORS):
+            # LibCST accepts a literal CPython cannot build (an int over 4,300 digits, ``"\\N{NOPE}"``):
+            # reported as CPython says, and no rule runs on it (one did: literal_eval of that literal
+            # raised inside an analysis, "internal error"). Other texts only LibCST parses are newer
+            # Python (``type X = int`` under 3.11): linted as before; apply writes nothing into them.
             raise cst.ParserSyntaxError(exc.msg, lines=text.split("\n"), raw_line=exc.lineno or 1,
                                         raw_column=max(0, (exc.offset or 1) - 1)) from None
         return False

@@ -23,6 +23,7 @@ from conftest import DEPRECATED, DEPRECATED_FIXED
 PARSER_REJECTS = {  # name: (tail after DEPRECATED's 9 lines, "line:col: message start")
     "digits.py": ("N = " + "9" * 5000 + "\n", "10:1: MP000 SyntaxError: Exceeds the limit (4300 digits)"),
     "names.py": ('x = "\\N{NO SUCH NAME}"\n', "10:23: MP000 SyntaxError: (unicode error) 'unicodeescape'"),
+    "bytes.py": ('x = b"caf\u00e9"\n', "10:5: MP000 SyntaxError: bytes can only contain ASCII literal characters"),
 }
 COMPILER_REJECTS = {
     "module_return.py": ("return 5\n", "10:1: MP000 SyntaxError: 'return' outside function"),
@@ -67,7 +68,8 @@ def test_apply_and_diff_write_nothing_into_a_file_cpython_does_not_compile(proje
     for name, (tail, where) in {**PARSER_REJECTS, **COMPILER_REJECTS}.items():
         assert f"{name}:{where}" in output, output
         assert (project / name).read_text() == DEPRECATED + tail, name
-    assert "(CPython does not compile this file; no fix was applied)" in output
+    assert f"(Python {sys.version_info.major}.{sys.version_info.minor} does not compile this file; no fix was applied)" \
+        in output
     assert (project / "ok.py").read_text() == DEPRECATED_FIXED
 
 
@@ -91,3 +93,18 @@ def test_a_notebooks_top_level_await_still_compiles_and_is_fixed(tmp_path: Path)
     result = _mpfix("apply", "nb.ipynb", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "reduce_retracing" in json.loads((tmp_path / "nb.ipynb").read_text())["cells"][0]["source"]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="the syntax is valid on this Python")
+def test_newer_python_syntax_is_still_checked_but_not_fixed(tmp_path: Path):
+    # LibCST parses Python 3.12's `type` statement and generics; this Python does not. The file is the
+    # user's valid code for a newer Python: checked as before (not a syntax error), but apply cannot
+    # compile what it would write, so it writes nothing and says so.
+    text = DEPRECATED + "type Vector = list[float]\n\n\ndef first[T](xs: list[T]) -> T:\n    return xs[0]\n"
+    (tmp_path / "new.py").write_text(text)
+    check = _mpfix("check", "new.py", cwd=tmp_path)
+    assert check.returncode == 1 and "new.py:4:14: MP306" in check.stdout and "MP000" not in check.stdout, check.stdout
+    result = _mpfix("apply", "new.py", cwd=tmp_path)
+    assert result.returncode == 2 and "new.py:10:6: MP000 SyntaxError: invalid syntax (Python 3." in result.stdout, \
+        result.stdout
+    assert (tmp_path / "new.py").read_text() == text
