@@ -242,7 +242,8 @@ def _wanted(kind: str, only) -> bool:
 
 
 def fix_title(finding: Finding) -> str:
-    safety = "safe fix" if finding.fix_safety is FixSafety.SAFE else "unsafe fix: may change behaviour"
+    safety = {FixSafety.SAFE: "safe fix", FixSafety.DISPLAY_ONLY: "display-only fix: only `mpfix repair` can prove it"}.get(
+        finding.fix_safety, "unsafe fix: may change behaviour")
     return f"mpfix ({finding.code}): {finding.fix.description} [{safety}]"
 
 

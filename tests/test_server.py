@@ -232,3 +232,15 @@ def test_server_without_pygls_says_how_to_install(tmp_path):
                           stdin=subprocess.DEVNULL, timeout=60)
     assert done.returncode == 2
     assert "pip install 'mpfix[lsp]'" in done.stderr
+
+
+@pytest.mark.parametrize(("safety", "label"), [
+    ("SAFE", "[safe fix]"), ("UNSAFE", "[unsafe fix: may change behaviour]"),
+    ("DISPLAY_ONLY", "[display-only fix: only `mpfix repair` can prove it]")])
+def test_a_quick_fix_title_names_its_applicability(safety: str, label: str):
+    from mpfix.findings import Finding, Fix, FixSafety, Position
+    from mpfix.lsp import fix_title
+
+    fix = Fix(changes={}, safety=FixSafety[safety], description="Use reduce_retracing")
+    finding = Finding("MP306", "m", "a.py", Position(1, 1), Position(1, 2), fix=fix)
+    assert fix_title(finding) == f"mpfix (MP306): Use reduce_retracing {label}"
