@@ -215,7 +215,7 @@ class CrossCallScan:
             size += len(self._texts[path])
         pending: list[tuple[list[str], Future | None]] = []
         for chunk in chunks:
-            items = [(path, self._texts[path], self._called[path]) for path in chunk]
+            items = [(path, self._texts[path], None) for path in chunk]  # None: ``summarise`` finds its called names
             try:
                 pending.append((chunk, pool.submit(_summaries, self.root, items, modules, classes)))
             except Exception:  # a broken pool: ``_file`` summarises them here
@@ -231,10 +231,13 @@ class CrossCallScan:
             except Exception:
                 found = None
             if found is None:
+                for path in chunk:
+                    self._called[path] = _called_names(self._texts[path])
                 continue
             for path, summary in zip(chunk, found):
                 self.summaries[path] = summary
-                del self._texts[path]
+                data = self._texts.pop(path)
+                self._called[path] = summary.called if summary is not None else _called_names(data)
 
     # -- call sites ----------------------------------------------------------------
     def _float16_sites(self, file: FileSummary) -> None:
@@ -406,7 +409,6 @@ class CrossCallScan:
         # The bytes first: every file's called names and class names (cheap). Only a file with a top-level
         # class statement can hold a Keras class (float16 sites, the Keras names); the others are parsed
         # when a later pass asks for them (a callee's parameters, a module functions' walk, a re-export).
-        called: dict[str, frozenset[str]] = {}
         eager = []
         for path in self.files:
             data = self._read(path)
@@ -414,14 +416,19 @@ class CrossCallScan:
                 self.summaries[path] = None
                 continue
             self._class_names.update(n.decode("ascii", "replace") for n in _CLASS.findall(data))
-            called[path] = frozenset(n.decode("ascii", "replace") for n in CALL.findall(data))
             self._texts[path] = data
             if _TOP_CLASS.search(data):
                 eager.append(path)
-        self._called = called
         pending = self._queue(pool, eager)
         if then is not None:
             then()
+        # Every readable file's called names: the helper processes find those of the files they summarise
+        # (``summarise``, from the same bytes; ``_collect`` keeps them), this process the others meanwhile.
+        called = self._called
+        queued = {path for chunk, future in pending if future is not None for path in chunk}
+        for path, data in self._texts.items():
+            if path not in queued:
+                called[path] = _called_names(data)
         self._collect(pending)
         for path in eager:
             self._file(path)
@@ -472,6 +479,11 @@ class CrossCallScan:
         self._sites, self._texts, self._static = {}, {}, {}
         self._finished = True
         return {path: frozenset(calls) for path, calls in found.items()}
+
+
+def _called_names(data: bytes) -> frozenset[str]:
+    """Every name the bytes call (``name(``), as ``summarise`` finds them."""
+    return frozenset(n.decode("ascii", "replace") for n in CALL.findall(data))
 
 
 def _summaries(root: str, items: list[tuple[str, bytes, frozenset[str]]], modules: frozenset[str],
