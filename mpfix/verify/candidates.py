@@ -16,6 +16,8 @@ run whose applied gradients still carried a loss scale): the loss-scaling rules'
 their display-only fixes included) on the files the run used; a fixed loss scale only as the last resort
 when the run had a dynamic scale that misbehaved (collapsed, or kept skipping).
 For ``diverged``: the static MP205 fix, then ``dtype="float32"`` on the model's output layer.
+For ``non-finite`` at an op no layer built (the compiled loss, shown at the ``fit`` line): after
+the candidates at its node, ``dtype="float32"`` on each of the model's output layers.
 For ``crashed`` on a float16/float32 mix (``mix_crash``): a cast at each expression of the
 crash's line that spells the mixed op, the float16 operand to float32 first (the float32
 operand to the float16 one's dtype first inside a layer's method, as MP206 writes it).
@@ -135,11 +137,15 @@ def largest_layers(run) -> list[dict]:
     return out
 
 
+def output_layers(run) -> list[dict]:
+    """The layers whose outputs are a model's outputs, built in the user's code."""
+    return [layer for layer in ((run.layers or {}).values() if run is not None else ())
+            if layer.get("output_of") and layer.get("file")]
+
+
 def output_layer(run) -> dict | None:
-    for layer in (run.layers or {}).values() if run is not None else ():
-        if layer.get("output_of") and layer.get("file"):
-            return layer
-    return None
+    found = output_layers(run)
+    return found[0] if found else None
 
 
 def for_verdict(verdict, run, found: list[RuntimeFinding], texts, files: list[Path], to_original) -> list[Change]:
@@ -165,6 +171,15 @@ def for_verdict(verdict, run, found: list[RuntimeFinding], texts, files: list[Pa
             if change.kind is ChangeKind.LAYER:
                 change.path = to_original(change.path)
             out.append(change)
+    if verdict.name == "non-finite" and any(f.kind is Kind.NONFINITE and f.layer is None and f.owner is None
+                                            for f in targets[:2]):
+        # An op no layer built, at a line of the user's that is not its expression (`model.fit(...)`: the op is
+        # in the compiled loss): the loss of a float16 model output (wave 8's multi_output_k2: tf_keras casts
+        # the ~2000 price targets to a float16 head's dtype and `mse` squares past 65504). Each output layer
+        # made float32, one at a time: the run proves which.
+        for layer in output_layers(run):
+            out.append(_layer_change(layer, f"verdict non-finite: {verdict.summary}; `{layer.get('name')}` is an "
+                                            "output of the model whose loss the op computes", to_original))
     if verdict.evidence.get("cause") == SCALED_CAUSE:
         # Gradients applied with their loss scale: the cause is the step, not an op of the forward pass.
         out[:0] = loss_scaling(verdict, run, files)

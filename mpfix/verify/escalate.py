@@ -11,6 +11,8 @@ Two exist (Keras mixed-precision guide, and docs/verify.md):
 
 from __future__ import annotations
 
+from mpfix.verify.verdict import NO_UPDATES
+
 # A power of two well below 65504 / typical gradient magnitudes, the usual choice for
 # a fixed scale; the user tunes it.
 FIXED_SCALE = 1024
@@ -62,7 +64,13 @@ def escalation(report) -> list[str]:
             out.append(fixed_scale_edit(keras))
     elif verdict.name == "stalled":
         last = verdict.evidence.get("last_scale")
-        if last is not None and last <= 1.0:
+        if verdict.evidence.get("kind") == NO_UPDATES:
+            # The script's own condition held every update back; no loss scale changes that.
+            current = "optimizer.loss_scale" if keras == 2 else "optimizer.dynamic_scale"
+            out.append("a condition of the script on the gradients (a norm threshold, a finiteness check) reads them "
+                       f"while they still carry the loss scale: compare the unscaled value (divide by `{current}`), "
+                       "or leave skipping non-finite steps to the LossScaleOptimizer")
+        elif last is not None and last <= 1.0:
             # Overflow even at scale 1: scaling cannot help, the forward/backward math must
             # leave float16.
             out.append(

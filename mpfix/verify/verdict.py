@@ -110,6 +110,8 @@ def _fmt_scale(x) -> str:
     return f"{x:.10g}" if isinstance(x, float) and math.isfinite(x) else _fmt(x)
 
 
+# A stalled verdict's evidence["kind"] when the mixed run applied no update and float32 did.
+NO_UPDATES = "no-updates"
 # A non-finite verdict's evidence["cause"] when the applied gradients still carried a loss scale.
 SCALED_CAUSE = "scaled-gradients"
 
@@ -160,6 +162,12 @@ def judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_e
         launcher = launcher_hint(mixed.launches)
         if launcher:
             return Verdict("no-steps", launcher, {"launches": mixed.launches}, notes)
+        if usable is not None and usable.steps:
+            # Only the policy differs between the runs: a guard on scaled gradients or on a float16
+            # value (`if global_norm(grads) < 50: apply_gradients(...)`) that never lets an update through.
+            return Verdict("stalled", f"no optimizer update was applied under mixed precision while float32 applied "
+                           f"{usable.step_count} steps: a condition on the (scaled) gradients or the loss never let "
+                           "one through", {"kind": NO_UPDATES, "float32_steps": usable.step_count}, notes)
         return Verdict("no-steps", "the script finished without a single optimizer step. " + NO_STEPS_HINT, {}, notes)
 
     stalled = _stalled(mixed, usable, notes, baseline_expected)

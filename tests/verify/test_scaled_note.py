@@ -49,3 +49,60 @@ def test_the_non_finite_verdict_carries_the_cause_and_repair_tries_loss_scaling_
     assert plain.name == "non-finite" and "cause" not in plain.evidence
     assert all(c.kind is not ChangeKind.LOSS_SCALING
                for c in candidates.for_verdict(plain, mixed, [], lambda p: None, [Path("script.py")], lambda p: p))
+
+
+def test_no_update_under_mixed_precision_beside_a_float32_run_that_trains_is_stalled():
+    """wave 8's skip_spike_k3: `if global_norm(scaled grads) < 50: apply_gradients(...)` never lets a step through."""
+    empty = RunResult("mixed", end={"event": "end", "status": "finished", "policies": {"global": "mixed_float16"}},
+                      returncode=0)
+    verdict = judge(empty, FLOAT32, Path("script.py"), baseline_expected=True)
+    assert verdict.name == "stalled" and verdict.evidence == {"kind": "no-updates", "float32_steps": 5}, verdict
+    assert "float32 applied 5 steps" in verdict.summary
+    offered = candidates.for_verdict(verdict, empty, [], lambda p: None, [Path("script.py")], lambda p: p)
+    assert [c.kind for c in offered][:1] == [ChangeKind.LOSS_SCALING]
+    # Without a float32 run that trains, it stays no-steps (the script may not train at all).
+    assert judge(empty, None, Path("script.py"), baseline_expected=False).name == "no-steps"
+    assert judge(empty, _run("float32", []), Path("script.py"), baseline_expected=True).name == "no-steps"
+
+
+def test_a_non_finite_op_of_the_compiled_loss_offers_each_model_output_layer_float32(tmp_path):
+    """wave 8's multi_output_k2: tf_keras casts ~2000 price targets to a float16 `Dense(1)` head and `mse` squares
+    past 65504; the op sits at the `fit` line (no layer built it), where no island can be written."""
+    from mpfix.verify.evidence import Kind, RuntimeFinding
+
+    script = tmp_path / "train.py"
+    mixed = _run("mixed", [float("inf")], [float("inf")])
+    mixed.layers = {
+        "3": {"name": "dense_2", "class": "Dense", "file": str(script), "line": 18, "code": "x = Dense(6)(h)"},
+        "4": {"name": "price", "class": "Dense", "file": str(script), "line": 20, "output_of": "model",
+              "code": 'price = keras.layers.Dense(1, name="price")(h)'},
+        "6": {"name": "mean_squared_error", "class": "LossFunctionWrapper", "file": None, "output_of": None},
+    }
+    verdict = judge(mixed, FLOAT32, script, baseline_expected=True)
+    assert verdict.name == "non-finite"
+    op = RuntimeFinding("MP203", "float16 `SquaredDifference` gave inf/NaN", str(script), 39, 1, Kind.NONFINITE,
+                        "SquaredDifference", step=0)
+    text = "x = 1\n" * 40
+
+    layers = [c for c in candidates.for_verdict(verdict, mixed, [op], lambda p: text, [script], lambda p: p)
+              if c.kind is ChangeKind.LAYER]
+    assert [(c.line, c.class_name) for c in layers] == [(20, "Dense")], layers
+    # An op a layer built is that layer's: no output-layer guess.
+    owned = RuntimeFinding(**{**op.__dict__, "owner": mixed.layers["3"]})
+    layers = [c for c in candidates.for_verdict(verdict, mixed, [owned], lambda p: text, [script], lambda p: p)
+              if c.kind is ChangeKind.LAYER]
+    assert [c.line for c in layers] == [18]
+
+
+def test_the_advice_for_no_updates_is_to_compare_the_unscaled_value_not_a_fixed_scale():
+    from types import SimpleNamespace
+
+    from mpfix.verify.escalate import escalation
+
+    empty = RunResult("mixed", end={"event": "end", "status": "finished", "policies": {"global": "mixed_float16"}},
+                      returncode=0)
+    verdict = judge(empty, FLOAT32, Path("script.py"), baseline_expected=True)
+    for keras, spelling in ((3, "optimizer.dynamic_scale"), (2, "optimizer.loss_scale")):
+        report = SimpleNamespace(verdict=verdict, keras=keras, location=None, options=SimpleNamespace(locate=False))
+        (advice,) = escalation(report)
+        assert spelling in advice and "fixed loss scale" not in advice
