@@ -6,7 +6,7 @@ import libcst as cst
 
 from mpfix.codemods._gradient_fixes import describe, move_clip_changes, move_unscale_changes
 from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, K3_SCALE, foreign_api
-from mpfix.codemods.analysis.gradient_path import SCALED, UNSCALE, Flow, OptimizerKind, training_steps
+from mpfix.codemods.analysis.gradient_path import SCALED, THRESHOLD, UNSCALE, Flow, OptimizerKind, training_steps
 from mpfix.codemods.base import Fact, Invalid, Rule, Valid
 from mpfix.findings import FixSafety
 
@@ -22,6 +22,9 @@ class TransformOfScaledGradients(Rule):
                            "`{optimizer}.get_unscaled_gradients` comes after it; unscale first"),
         "keras3_scaled": ("{transform} acts on scaled gradients: Keras 3's LossScaleOptimizer unscales only inside "
                           "`apply_gradients`; clip with the inner optimizer's `global_clipnorm`/`clipnorm`/`clipvalue`"),
+        "keras3_threshold": ("{transform} decides the update on scaled gradients (x the loss scale, 32768 at first) "
+                             "against a fixed threshold: divide the tested value by `{optimizer}.dynamic_scale` (or "
+                             "scale the threshold); Keras 3's LossScaleOptimizer unscales only inside `apply_gradients`"),
     }
     notes = {"by_hand": "mpfix moves only a constant clip into an optimizer built in this file: move it by hand"}
     fix_safety = FixSafety.UNSAFE
@@ -33,13 +36,17 @@ class TransformOfScaledGradients(Rule):
         `tf.clip_by_value`, added noise, or a same-file helper doing one of them) applied to
         gradients of a scaled loss before they are unscaled: on Keras 2 before
         `get_unscaled_gradients`, on Keras 3 before `apply_gradients` of the LossScaleOptimizer
-        (which unscales inside `apply`).
+        (which unscales inside `apply`). On Keras 3 also an update taken only under a test of the
+        scaled gradients' size against a fixed threshold (`if tf.linalg.global_norm(grads) < 50:`, a
+        loss-spike guard), reported without a fix.
 
         ## Why is this bad?
         The gradients are 32768 times too large at that point (the dynamic loss scale, which also
         changes during training). A clip threshold of 1.0 acts as 1/32768 on the real gradients, so
         every update comes out thousands of times too small; noise is divided by the scale. SGD
         then barely trains (10-20x worse final loss in a few hundred steps); Adam hides part of it.
+        A threshold test on the scaled norm skips every step (TF 2.21, Keras 3, a guard at 50:
+        the scaled norm was ~1.7e5, the loss stayed flat for 4 epochs).
 
         ## Example
         ```python
@@ -241,6 +248,9 @@ class TransformOfScaledGradients(Rule):
         if not events:
             return
         seen.update(id(e.node) for e in events)
+        if events[0].kind == THRESHOLD:
+            self.report(events[0].node, "keras3_threshold", transform=describe(events[0]), optimizer=flow.optimizer)
+            return
         fix = None
         build = flow.build
         if build is not None and not cross:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from mpfix.codemods.analysis.gradient_builder import _analyse
 from mpfix.codemods.analysis.gradient_records import (
     ACCUMULATE, ALL_REDUCE, CLIP_GLOBAL_NORM, CLIP_NORM, CLIP_VALUE, DIVIDED, LSO, MANUAL, MANUAL_UNSCALE, NOISE,
-    SCALE_METHODS, SCALED, STRATEGY_CONSTRUCTORS, UNSCALE, UNSCALE_METHOD, UNSCALED, Analysis, EventKind, Flow, OptimizerBuild, OptimizerKind,
+    SCALE_METHODS, SCALED, STRATEGY_CONSTRUCTORS, THRESHOLD, UNSCALE, UNSCALE_METHOD, UNSCALED, Analysis, EventKind, Flow, OptimizerBuild, OptimizerKind,
     FileView, GradientKind, PathEvent, State, Statement,
 )
 from mpfix.codemods.analysis.gradient_syntax import (
@@ -42,7 +42,7 @@ from mpfix.codemods.analysis.gradient_syntax import (
 __all__ = [
     "ACCUMULATE", "ALL_REDUCE", "Analysis", "CLIP_GLOBAL_NORM", "CLIP_NORM", "CLIP_VALUE", "DIVIDED", "EventKind",
     "FileView", "Flow", "GradientKind", "LSO", "MANUAL", "MANUAL_UNSCALE", "NOISE", "OptimizerBuild", "OptimizerKind", "PathEvent",
-    "SCALED", "SCALE_METHODS", "STRATEGY_CONSTRUCTORS", "State", "Statement", "UNSCALE", "UNSCALED", "UNSCALE_METHOD", "assigned_targets",
+    "SCALED", "SCALE_METHODS", "STRATEGY_CONSTRUCTORS", "State", "Statement", "THRESHOLD", "UNSCALE", "UNSCALED", "UNSCALE_METHOD", "assigned_targets",
     "assigns_name", "calls_in", "contains", "exclusive", "in_tape", "names_in", "target_names", "training_steps",
 ]
 

@@ -126,6 +126,9 @@ class EventKind(str, enum.Enum):
     NOISE = "noise"
     HELPER = "helper"  # a same-file function that clips or adds noise
     CALLBACK = "callback"  # a same-file helper that runs functions its caller passed in (gradient callbacks)
+    # An update under `if <gradient size> < <fixed threshold>:` (a loss-spike guard): on scaled gradients
+    # the threshold is effectively divided by the loss scale.
+    THRESHOLD = "threshold"
     # Linear transforms: the loss scale passes through them unchanged (the scale only changes inside
     # apply, so accumulating scaled micro-batch gradients between two applies is fine).
     ACCUMULATE = "accumulate"
@@ -152,9 +155,9 @@ SCALED, UNSCALED, MANUAL, DIVIDED = State.SCALED, State.UNSCALED, State.MANUAL, 
 _AFTER_UNSCALE = {SCALED: UNSCALED, UNSCALED: DIVIDED, MANUAL: DIVIDED}
 _AFTER_MANUAL = {SCALED: MANUAL, UNSCALED: DIVIDED, MANUAL: DIVIDED}
 CLIP_GLOBAL_NORM, CLIP_NORM, CLIP_VALUE = EventKind.CLIP_GLOBAL_NORM, EventKind.CLIP_NORM, EventKind.CLIP_VALUE
-NOISE, CALLBACK = EventKind.NOISE, EventKind.CALLBACK
+NOISE, CALLBACK, THRESHOLD = EventKind.NOISE, EventKind.CALLBACK, EventKind.THRESHOLD
 SENSITIVE = frozenset({CLIP_GLOBAL_NORM, CLIP_NORM, CLIP_VALUE, EventKind.CLIP_AVERAGE_NORM, NOISE, EventKind.HELPER,
-                       CALLBACK})
+                       CALLBACK, THRESHOLD})
 ACCUMULATE, ALL_REDUCE = EventKind.ACCUMULATE, EventKind.ALL_REDUCE
 UNSCALE, MANUAL_UNSCALE = EventKind.UNSCALE, EventKind.MANUAL_UNSCALE
 

@@ -8,7 +8,7 @@ import libcst as cst
 from mpfix.codemods._walk import children
 from mpfix.codemods.analysis.gradient_records import (
     FileView, ACCUMULATE, ALL_REDUCE, APPLY_METHODS, ApplyCall, GradientCall, GradientPath, MANUAL_UNSCALE,
-    NOISE, PathEvent, SCALED, SCALE_METHODS, ScaleCall, Scope, Statement, UNSCALE, UNSCALED, UNSCALE_METHOD,
+    NOISE, PathEvent, SCALED, SCALE_METHODS, ScaleCall, Scope, Statement, THRESHOLD, UNSCALE, UNSCALED, UNSCALE_METHOD,
 )
 from mpfix.codemods.analysis.gradient_records import (
     _ACCUMULATE_METHODS, _AFTER_MANUAL, _AFTER_UNSCALE, _ALL_REDUCE_METHODS, _BUILTINS, _TRANSFORM_FUNCTIONS,
@@ -49,6 +49,7 @@ class _PathTracer:
             self.by_call[id(g.call)] = (g.index, frozenset({state}))
         self._position = {id(st.node): i for i, st in enumerate(scope.statements)}
         self.statement: Statement | None = None
+        self._gates: dict[int, tuple[cst.If, dict]] = {}  # `if` statements testing gradient sizes: id -> (if, value)
 
     def order(self, event: PathEvent) -> tuple[int, int]:
         # Events of another scope (a value accumulated elsewhere) come first.
@@ -59,6 +60,9 @@ class _PathTracer:
         out: dict[tuple[int, int], GradientPath] = {}
         for apply in applies:
             value = self.apply_values.get(id(apply.call), {})
+            for gate, gated in self._gates.values():  # an update under a size test: the test is on its path
+                if gate in apply.statement.parents:
+                    value = {i: (s, e | gated[i][1]) if i in gated else (s, e) for i, (s, e) in value.items()}
             apply.gradients = set(value)
             for index, (states, events) in value.items():
                 ordered = sorted((self.events[e] for e in events), key=self.order)
@@ -122,6 +126,8 @@ class _PathTracer:
             return
         if isinstance(node, (cst.If, cst.While)):
             self.eval(node.test, {})
+            if isinstance(node, cst.If):
+                self._gate(node)
             return
         if not isinstance(node, cst.SimpleStatementLine):
             return
@@ -155,6 +161,31 @@ class _PathTracer:
                 if value:
                     key = id(self.scope.node)
                     self.registry.returns[key] = _merge(self.registry.returns.get(key, {}), value)
+
+    def _gate(self, node: cst.If) -> None:
+        """``if grad_norm < MAX_NORM:``: an ordering test of a gradient value against a threshold that is
+        not scale-free (0, inf) and does not read the loss scale."""
+        for comparison in _comparisons(node.test):
+            sides = [comparison.left] + [t.comparator for t in comparison.comparisons]
+            ordering = all(isinstance(t.operator, _ORDERING) for t in comparison.comparisons)
+            values = [self.eval(side, {}) for side in sides]
+            if not ordering or sum(bool(v) for v in values) != 1:
+                continue
+            threshold = next(side for side, v in zip(sides, values) if not v)
+            if self._scale_free(threshold) or _reads_scale(threshold, self._scale_names):
+                continue
+            tested = next(v for v in values if v)
+            self._gates[id(node)] = (node, self._event(THRESHOLD, comparison, tested))
+            return
+
+    def _scale_free(self, node: cst.BaseExpression) -> bool:
+        """0 and infinity: a positive loss scale does not move them (`norm > 0`, `norm < float("inf")`)."""
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return node.evaluated_value == 0
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "float" \
+                and len(node.args) == 1 and isinstance(node.args[0].value, cst.SimpleString):
+            return node.args[0].value.evaluated_value.strip().lower().lstrip("+-") in ("inf", "infinity")
+        return self.context.resolve(node) in ("numpy.inf", "math.inf")
 
     def _bind(self, target: cst.BaseExpression, value: dict, strong: bool) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
@@ -408,3 +439,24 @@ class _PathTracer:
         if isinstance(node, cst.DictComp):
             return _merge(self.eval(node.key, inner), self.eval(node.value, inner))
         return self.eval(node.elt, inner)
+
+
+_ORDERING = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)
+
+
+def _comparisons(test: cst.BaseExpression) -> list[cst.Comparison]:
+    """The comparisons a condition is made of (through `not`, `and`, `or` and parentheses)."""
+    if isinstance(test, cst.Comparison):
+        return [test]
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _comparisons(test.expression)
+    if isinstance(test, cst.BooleanOperation):
+        return _comparisons(test.left) + _comparisons(test.right)
+    return []
+
+
+def _reads_scale(node: cst.BaseExpression, scale_names: dict[str, str]) -> bool:
+    """The threshold is in scaled units: it reads the optimizer's scale (`MAX_NORM * opt.dynamic_scale`)."""
+    if _scale_read(node) is not None or (isinstance(node, cst.Name) and node.value in scale_names):
+        return True
+    return any(_reads_scale(child, scale_names) for child in children(node))

@@ -79,3 +79,68 @@ def test_keras3_factory_called_on_another_branch_is_silent():
     outside = "optimizer = None"
     inside = "optimizer = build_optimizer(1e-3)"
     assert lint(factory(K3, outside, inside), "3") == []
+
+
+# 2. skip_spike_k3.py: a loss-spike guard tests the global norm of scale_loss gradients (x32768) against a
+#    fixed threshold and applies only below it. Ran, TF 2.21 CPU, Keras 3: every step skipped (norm ~1.7e5 vs
+#    50), loss 1.1429 flat over 4 epochs; the norm divided by optimizer.dynamic_scale: 0.50 -> 0.047, none skipped.
+GUARD = """
+    import keras
+    import tensorflow as tf
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    MAX_NORM = 50.0
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.Dense(1, dtype="float32")])
+    optimizer = {optimizer}
+
+
+    @tf.function
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+            scaled = {scale}
+        grads = tape.gradient(scaled, model.trainable_variables)
+        grad_norm = {norm}
+        if {test}:
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss, grad_norm
+"""
+LSO = "keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.02, momentum=0.9))"
+
+
+def guard(optimizer=LSO, scale="optimizer.scale_loss(loss)", norm="tf.linalg.global_norm(grads)",
+          test="grad_norm < MAX_NORM"):
+    return textwrap.dedent(GUARD).format(optimizer=optimizer, scale=scale, norm=norm, test=test)
+
+
+def test_keras3_threshold_on_the_norm_of_scaled_gradients_is_mp109():
+    found = lint(guard(), "3")
+    assert [(f.code, f.line) for f in found] == [("MP109", 17)]
+    assert "threshold" in found[0].message and "dynamic_scale" in found[0].message
+    assert found[0].fix is None
+
+
+def test_keras3_threshold_written_the_other_way_and_with_tf_norm_is_mp109():
+    found = lint(guard(norm="tf.norm(tf.concat([tf.reshape(g, [-1]) for g in grads], 0))",
+                       test="not grad_norm > MAX_NORM"), "3")
+    assert [(f.code, f.line) for f in found] == [("MP109", 17)]
+
+
+def test_keras3_norm_divided_by_the_dynamic_scale_is_silent():
+    assert lint(guard(norm="tf.linalg.global_norm(grads) / optimizer.dynamic_scale"), "3") == []
+
+
+def test_keras3_threshold_times_the_scale_is_silent():
+    assert lint(guard(test="grad_norm < MAX_NORM * optimizer.dynamic_scale"), "3") == []
+
+
+def test_scale_free_tests_are_silent():
+    # zero and infinity do not change under a positive scale; is_finite is not a threshold
+    assert lint(guard(test="grad_norm > 0"), "3") == []
+    assert lint(guard(test="tf.math.is_finite(grad_norm)"), "3") == []
+    assert lint(guard(test='grad_norm < float("inf")'), "3") == []
+
+
+def test_keras3_threshold_on_unscaled_gradients_of_a_plain_optimizer_is_not_mp109():
+    found = lint(guard(optimizer="keras.optimizers.SGD(0.02)", scale="loss"), "3")
+    assert "MP109" not in [f.code for f in found]
