@@ -142,6 +142,9 @@ def _bound(node: ast.AST, found: set[str]) -> None:
         _bound(node.value, found)
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}  # node type -> the fields ``_reads`` walks
+
+
 def _reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, frozenset[str]], ...]:
     """Parameter -> attributes read on it in the body (nested functions, lambdas, classes left out), for the
     parameters the function calls (``net(x)``: only a call's result can be the compute dtype) and never rebinds."""
@@ -151,6 +154,7 @@ def _reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, fro
     rebound: set[str] = set()
     called: set[str] = set()
     stack: list[ast.AST] = list(func.body)
+    fields_of = _FIELDS
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
@@ -163,7 +167,18 @@ def _reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, fro
             rebound.add(node.id)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             rebound.update(node.names)
-        stack.extend(ast.iter_child_nodes(node))
+        # ``ast.iter_child_nodes`` without its generator (the ``ctx`` markers left out: none of the tests above
+        # is about one); the order does not matter, every answer is a set.
+        kind = type(node)
+        names = fields_of.get(kind)
+        if names is None:
+            names = fields_of[kind] = tuple(name for name in kind._fields if name != "ctx")
+        for name in names:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                stack.extend([item for item in value if isinstance(item, ast.AST)])
+            elif isinstance(value, ast.AST):
+                stack.append(value)
     return tuple(sorted((p, frozenset(a)) for p, a in reads.items() if p in called and p not in rebound))
 
 
