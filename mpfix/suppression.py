@@ -41,7 +41,10 @@ def _codes(raw: str | None) -> set[str]:
 
 def _comments(text: str):
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        # newline=None: "\r\n" and a lone "\r" end a line as for Python (tokenize splits only at
+        # "\n"; a "\r"-ended line used to run on into the next, so a `# noqa` in a file with CR or
+        # mixed line ends was counted on the wrong line and suppressed nothing, or another finding).
+        for tok in tokenize.generate_tokens(io.StringIO(text, newline=None).readline):
             if tok.type == tokenize.COMMENT:
                 yield tok.start[0], tok.string
     except (tokenize.TokenError, SyntaxError, IndentationError):

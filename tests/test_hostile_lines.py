@@ -127,3 +127,17 @@ def test_an_undecodable_byte_in_a_cr_only_file_is_placed_on_its_line(tmp_path: P
     (tmp_path / "mac.py").write_bytes(DEPRECATED.replace("\n", "\r").encode() + b"name = 'caf\xe9'\r")
     result = _mpfix("check", "mac.py", cwd=tmp_path)
     assert result.returncode == 2 and "mac.py:10:12: MP000 cannot decode as utf-8" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("ending", ["\r", "mixed"])
+def test_noqa_counts_lines_as_python_does_in_cr_and_mixed_files(tmp_path: Path, ending: str):
+    # tokenize splits only at "\n": a "\r"-ended line ran on into the next, so the `# noqa` of line 4
+    # was counted on another line, suppressed nothing (or another line's finding).
+    from mpfix import api
+
+    lines = DEPRECATED.replace("(experimental_relax_shapes=True)", "(experimental_relax_shapes=True)  # noqa: MP306",
+                               1).splitlines()
+    ends = ["\r"] * len(lines) if ending == "\r" else ["\n", "\r", "\r\n"] * len(lines)
+    text = "".join(line + end for line, end in zip(lines, ends))
+    codes = [(f.code, f.line) for f in api.lint_text(text, tmp_path / "a.py").findings]
+    assert codes == [("MP307", 9)], codes  # line 4's MP306 is suppressed, line 9's MP307 is not
