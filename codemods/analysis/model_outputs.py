@@ -194,7 +194,8 @@ class _Models(Visitor):
             return
         if outputs is None:
             return
-        values = [e.value for e in outputs.value.elements] if isinstance(outputs.value, (cst.List, cst.Tuple)) else [outputs.value]
+        values = [e.value for e in outputs.value.elements] \
+            if isinstance(outputs.value, (cst.List, cst.Tuple, cst.Dict)) else [outputs.value]  # {"price": price}
         for value in values:
             name = None
             if isinstance(value, cst.Name):

@@ -144,3 +144,41 @@ def test_scale_free_tests_are_silent():
 def test_keras3_threshold_on_unscaled_gradients_of_a_plain_optimizer_is_not_mp109():
     found = lint(guard(optimizer="keras.optimizers.SGD(0.02)", scale="loss"), "3")
     assert "MP109" not in [f.code for f in found]
+
+
+# 3. multi_output_k2.py: a tf_keras functional model whose outputs are a dict ({"category": ..., "price": ...}):
+#    the float16 Dense(1) price head under a dict 'mse' loss. Ran, TF 2.21 CPU: price_loss inf every epoch
+#    (errors ~1600 squared in float16); dtype="float32" on the head: finite. Dict outputs were not read as outputs.
+OUTPUTS = """
+    import tf_keras as keras
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    features = keras.Input((20,))
+    h = keras.layers.Dense(64, activation="relu")(features)
+    category = keras.layers.Dense(6, activation="softmax", dtype="float32", name="category")(h)
+    price = keras.layers.Dense(1, name="price"{dtype})(h)
+    model = keras.Model(features, {outputs})
+    model.compile(optimizer="adam", loss={{"category": "sparse_categorical_crossentropy", "price": "mse"}})
+"""
+ALL = tuple(r for r in all_rules() if r.code.startswith(("MP1", "MP2")))
+
+
+def lint_all(code: str, keras: str):
+    code = textwrap.dedent(code).lstrip("\n")
+    return Engine(ALL, Options(keras=keras, project_policy=False)).lint(code, Path("train.py")).findings
+
+
+def test_float16_head_of_a_dict_output_model_is_mp205():
+    found = lint_all(OUTPUTS.format(dtype="", outputs='{"category": category, "price": price}'), "2")
+    assert [(f.code, f.line) for f in found] == [("MP205", 7)]
+    assert found[0].fix is not None
+
+
+def test_dict_and_list_outputs_agree():
+    as_dict = lint_all(OUTPUTS.format(dtype="", outputs='{"category": category, "price": price}'), "2")
+    as_list = lint_all(OUTPUTS.format(dtype="", outputs="[category, price]"), "2")
+    assert [(f.code, f.line) for f in as_dict] == [(f.code, f.line) for f in as_list]
+
+
+def test_float32_head_of_a_dict_output_model_is_silent():
+    assert lint_all(OUTPUTS.format(dtype=', dtype="float32"', outputs='{"category": category, "price": price}'), "2") == []
