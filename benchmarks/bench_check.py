@@ -25,7 +25,8 @@ The load average is printed before and after the run.
 
 Usage: python benchmarks/bench_check.py [--repeat 3] [--jobs N] [--corpus tfm,keras]
 (``MPFIX_GATE=0`` in the environment: every mpfix row without the gate before the parse, ``mpfix.gate``,
-for an A/B at one commit.)
+for an A/B at one commit; ``MPFIX_EARLY=0``: without the facts-free files the project pass's helpers check
+while it runs, ``mpfix.early``.)
 """
 
 from __future__ import annotations

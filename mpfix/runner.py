@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 from mpfix import safe_read, unchecked
+from mpfix.early import ENABLED as EARLY, collect, facts_free
 from mpfix.engine import Engine
 from mpfix.jobs import FileResult, Job, Mode  # re-exported: callers import them from here
 from mpfix.pools import stop_workers
@@ -70,23 +71,27 @@ def _os_error(path: Path, exc: OSError, verb: str = "read") -> FileError:
 
 # -- one file ------------------------------------------------------------------------------
 
-def process_file(path: Path, job: Job, ignored: tuple[str, ...] = (), accept=None, keyer=None) -> FileResult:
+def process_file(path: Path, job: Job, ignored: tuple[str, ...] = (), accept=None, keyer=None,
+                 early: bool = False) -> FileResult | None:
     """Lint (and for diff/apply, fix) one file; never raises for bad input.
 
     ``keyer`` (a ``cache.Keyer``): answer from its set of clean keys when the
-    file is known clean, and record in ``clean_keys`` what this run proves clean.
+    file is known clean, and record in ``clean_keys`` what this run proves clean. ``early``: only a file
+    that needs no project fact (``mpfix.early``); None for any other.
     """
     try:
-        return _process_file(path, job, ignored, accept, keyer)
+        return _process_file(path, job, ignored, accept, keyer, early)
     except Exception as exc:  # a bug anywhere (a notebook, the cache, a rule) costs this file only
         return FileResult(path=path, errors=[FileError(str(path), f"internal error in mpfix ({type(exc).__name__}: "
                                                                   f"{exc}); nothing was written; please report it")])
 
 
-def _process_file(path: Path, job: Job, ignored: tuple[str, ...], accept, keyer) -> FileResult:
+def _process_file(path: Path, job: Job, ignored: tuple[str, ...], accept, keyer, early: bool = False) -> FileResult | None:
     result = FileResult(path=path)
     try:
         data = _read(path, job.max_file_bytes)
+        if early and not facts_free(path, data, ignored, engine_for(job), keyer):
+            return None
     except SourceError as exc:
         result.errors.append(FileError(str(path), exc.message, exc.line, exc.column))
         return result
@@ -246,14 +251,14 @@ def _init_worker(job: Job, keyer, parent: int | None = None, scope=None) -> None
     _tune_collector()  # a spawned worker's own imports (forked ones inherit the parent's setting)
 
 
-def _work(batch: list[tuple[Path, tuple[str, ...]]]) -> list[FileResult]:
+def _work(batch: list[tuple[Path, tuple[str, ...]]], early: bool = False) -> list[FileResult | None]:
     results = []
     _WORKER["busy"] = True
     try:
         for path, ignored in batch:
             if _STOP.signum is not None:
                 os._exit(128 + _STOP.signum)  # the executor would only start the next file
-            results.append(process_file(path, _WORKER["job"], ignored, None, _WORKER["keyer"]))
+            results.append(process_file(path, _WORKER["job"], ignored, None, _WORKER["keyer"], early))
     finally:
         _WORKER["busy"] = False
     if _STOP.signum is not None:
@@ -428,15 +433,17 @@ def _lookup(paths, job, ignored_for, store, results, bar) -> list[int]:
     return todo
 
 
-def _scan_projects(paths, todo, job, workers: int) -> None:
+def _scan_projects(paths, todo, job, workers: int, keyer=None, ignored_for=None, results=None, bar=None) -> list[int]:
     """Scan the projects for float16 entry points once, before forking, so that workers inherit
     the result instead of each scanning them again (only for runs big enough to need it).
 
     The scan's per-file summaries and the callers index are made in ``workers`` short-lived helper
-    processes meanwhile (``facts.prepare``): the same facts, on every core instead of one."""
+    processes meanwhile (``facts.prepare``): the same facts, on every core instead of one. In a check
+    (``results`` given), the helpers first check the files that need no project fact (``mpfix.early``):
+    those fill the time the parent computes alone. Returns the indices of ``todo`` left to the workers."""
     if (len(todo) < 32 or _pool_context().get_start_method() != "fork"
             or not any(r.requires_float16 for r in rules_for(job))):
-        return
+        return todo
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -450,10 +457,15 @@ def _scan_projects(paths, todo, job, workers: int) -> None:
             roots[folder] = policies.project_root(paths[i])
     earlier = {child.pid for child in multiprocessing.active_children()}
     # Forked at its first task (none where every fact comes from the store).
-    helpers = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_init_helper,
-                                  initargs=(os.getpid(),))
+    early = EARLY and results is not None and job.mode is Mode.CHECK  # a check writes nothing (mpfix.early)
+    helpers = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_init_worker if early else _init_helper,
+                                  initargs=(job, keyer, os.getpid(), current_scope()) if early else (os.getpid(),))
     helpers._mpfix_earlier = earlier
+    pending = {}
     try:
+        for batch in _batches(paths, todo, workers) if early else ():
+            task = [(paths[i], ignored_for.get(paths[i], ())) for i in batch]
+            pending[helpers.submit(_work, task, True)] = batch
         for root in set(roots.values()):
             # The project facts each file's key and rules read (mpfix.project.facts): reach, callers index.
             prepare(root, consult_project=job.options.policy is None and job.options.project_policy, pool=helpers)
@@ -463,6 +475,10 @@ def _scan_projects(paths, todo, job, workers: int) -> None:
     if getattr(helpers, "_broken", False):
         stop_workers(helpers, grace=0.0)  # a helper died: prepare computed its part here
     helpers.shutdown(wait=True)  # its manager thread gone: the workers below may fork
+    if not early:
+        return todo
+    collect(pending, results, bar)
+    return [i for i in todo if results[i] is None]
 
 
 def _init_helper(parent: int) -> None:
@@ -484,10 +500,12 @@ def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> No
     from dataclasses import replace
 
     engine_for(job)  # built before forking, inherited by every worker
-    _scan_projects(paths, todo, job, workers)
     keyer = None
     if store is not None:
         keyer = replace(store.keyer, clean=frozenset())  # lookups are done; workers only compute keys
+    todo = _scan_projects(paths, todo, job, workers, keyer, ignored_for, results, bar)
+    if not todo:
+        return
     batches = _batches(paths, todo, workers)
     tasks = [[(paths[i], ignored_for.get(paths[i], ())) for i in batch] for batch in batches]
     earlier = {child.pid for child in multiprocessing.active_children()}
