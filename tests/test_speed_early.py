@@ -112,3 +112,33 @@ def test_mpfix_early_0_leaves_every_file_to_the_workers(tmp_path: Path, monkeypa
     monkeypatch.setattr(runner, "collect", lambda *args: called.append(args))
     results = process_all(paths, _job(), jobs=2, cache=False)
     assert not called and all(r is not None for r in results)
+
+
+def test_a_helper_that_dies_on_an_early_file_costs_only_that_file(tmp_path: Path, monkeypatch):
+    # A native crash in a helper breaks the helpers' pool: the project pass computes its part in the parent,
+    # and the early files go to the workers (where the same file kills a worker: it alone is reported).
+    import os
+
+    from mpfix import policy as policies
+    from mpfix.project import facts
+
+    paths = _project(tmp_path)
+    parent = os.getpid()
+    real = runner.process_file
+
+    def dying(path, *args, **kwargs):
+        if path.name == "plain3.py" and os.getpid() != parent:
+            os._exit(9)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "process_file", dying)  # inherited by forked helpers and workers
+    before = {c.pid for c in multiprocessing.active_children()}
+    pooled = process_all(paths, _job(), jobs=2, cache=False)
+    monkeypatch.setattr(runner, "process_file", real)
+    assert {c.pid for c in multiprocessing.active_children()} <= before
+    facts.forget()
+    policies.forget_projects()
+    alone = process_all(paths, _job(), jobs=1, cache=False)
+    dead = [i for i, path in enumerate(paths) if path.name == "plain3.py"]
+    assert [s for i, s in enumerate(_summary(pooled)) if i not in dead] == \
+        [s for i, s in enumerate(_summary(alone)) if i not in dead]
