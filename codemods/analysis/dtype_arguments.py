@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from mpfix.codemods._walk import walk
 from mpfix.codemods.analysis.dtype_partials import PartialCalls
 from mpfix.codemods.analysis.dtype_lattice import (
     BOOL, F16, F32, INT, PY, UNK, Dtype, argument, join_all, spelled_dtype,
@@ -17,6 +18,7 @@ from mpfix.codemods.analysis.dtype_syntax import blocks, walk_calls
 from mpfix.codemods.analysis.gradient_syntax import _is_tape
 from mpfix.codemods.analysis.loss_calls import compiled_loss_targets
 from mpfix.codemods.facts import keras_layers
+from mpfix.codemods.facts import ops as specs
 
 
 class ParameterDtypes(PartialCalls):
@@ -55,6 +57,9 @@ class ParameterDtypes(PartialCalls):
                         self._record_call(loss_call, call, caller, seen, spellings)
             elif by_function.get(target) is not None:
                 self._record_call(target, call, caller, seen, spellings)
+        for target, pairs, call, caller in self._closure_sites():  # body(a, b), tf.while_loop(cond, body, [a, b])
+            by_function[target] = self._region_by_func[target]
+            self._record_pairs(target, pairs, call, caller, seen, spellings)
         for target, pairs, call, caller in self.partial_records():  # functools.partial(f, w=self.w), its calls
             if target in by_function:
                 self._record_pairs(target, pairs, call, caller, seen, spellings)
@@ -187,6 +192,47 @@ class ParameterDtypes(PartialCalls):
             return None
         cls = self.classes.get(values[0].func.value)
         return self.methods.get(cls, {}).get(call.func.attr.value) if cls is not None else None
+
+    def _closure_sites(self):
+        """The call sites of a closure every reference of which (in the function that defines it) is a call,
+        ``body(a, b)``, or the body of a loop with a list of loop variables, ``tf.while_loop(cond, body, [a, b])``
+        (``ops.LOOPS``: the body runs first on them): research DELF's ``_ProcessSingleScale``, called once and
+        then looped, both with float32 accumulators. (target, [(parameter, value)], call, caller region)."""
+        found = []
+        for caller in self.regions:
+            if not isinstance(caller.node, cst.FunctionDef) or not caller.nested:
+                continue
+            names = None
+            for name, target in caller.nested.items():
+                if target not in self._region_by_func or target.params.star_arg is not cst.MaybeSentinel.DEFAULT:
+                    continue
+                if names is None:
+                    names = [n for n in walk(caller.node.body) if isinstance(n, cst.Name)]
+                uses = [n for n in names if n.value == name and n is not target.name]
+                params = [p.name.value for p in [*target.params.posonly_params, *target.params.params]]
+                sites = [self._closure_site(use, params, caller) for use in uses]
+                if uses and all(site is not None for site in sites):
+                    found += [(target, pairs, call, caller) for pairs, call in sites]
+        return found
+
+    def _closure_site(self, use: cst.Name, params: list[str], caller: Region):
+        """(pairs, call) where ``use`` is called (``use(a, b)``) or is a loop's body (``while_loop(c, use, [a, b])``)."""
+        for call in caller.calls:
+            if call.func is use and not any(a.star for a in call.args):
+                if any(a.keyword is not None for a in call.args) or len(call.args) > len(params):
+                    return None
+                return [(p, a.value) for p, a in zip(params, call.args)], call
+            where = specs.LOOPS.get(self.resolve(call.func) or "") if call.args else None
+            body = argument(call, where[0][1], where[0][0]) if where is not None else None
+            if body is not None and body.value is use:
+                loop_vars = argument(call, where[1][1], where[1][0])
+                elements = loop_vars.value.elements if loop_vars is not None and \
+                    isinstance(loop_vars.value, (cst.List, cst.Tuple)) else None
+                if elements is None or len(elements) != len(params) or \
+                        any(isinstance(e, cst.StarredElement) for e in elements):
+                    return None
+                return [(p, e.value) for p, e in zip(params, elements)], call
+        return None
 
     def _record_call(self, target: cst.FunctionDef, call: cst.Call, caller: Region | None,
                      seen: dict[cst.FunctionDef, dict[str, set[Dtype]]],

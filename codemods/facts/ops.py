@@ -282,6 +282,14 @@ BRANCHES: dict[str, tuple[tuple[int, str], ...]] = {
         "keras.src.utils.control_flow_util.smart_cond", "keras.src.utils.tf_utils.smart_cond")
 }
 
+# Loops that call a body function with their loop variables, positionally, first with the initial values:
+# `tf.while_loop(cond, body, loop_vars)` (TF 2.21: body(*loop_vars)), `keras.ops.while_loop(cond, body, loop_vars)`.
+# The positions/keywords of (body, loop_vars).
+LOOPS: dict[str, tuple[tuple[int, str], tuple[int, str]]] = {
+    name: ((1, "body"), (2, "loop_vars")) for name in (
+        "tensorflow.while_loop", "tensorflow.compat.v1.while_loop", "keras.ops.while_loop", "keras.src.ops.while_loop")
+}
+
 # Calls that apply a function to every leaf of a structure, by the position of that function:
 # `tf.nest.map_structure(fn, x)`, `tf.nest.map_structure_up_to(shallow, fn, x)`, Keras 3's `tree.*` twins.
 MAP_STRUCTURE: dict[str, int] = {

@@ -144,3 +144,57 @@ def test_a_model_that_spells_float32_may_return_float32(project):
     _write(project, dtype=', dtype="float32"')
     assert _kinds(project).get("attention_model_fn") is not ArgKind.KERAS_CALLABLE
     assert _check(project) == []
+
+
+# -- the closure DELF loops: run once, then by tf.while_loop, on float32 accumulators -------------------------
+LOOPED = textwrap.dedent("""
+    import tensorflow as tf
+
+    FEATURE_DEPTH = 64
+
+
+    def extract_local_features(image, image_scales, attention_model_fn):
+        def _process_single_scale(scale_index, features, scores):
+            scale = tf.gather(image_scales, scale_index)
+            size = tf.cast(tf.cast(tf.shape(image)[1:3], tf.float32) * scale, tf.int32)
+            attention_prob, feature_map = attention_model_fn(tf.image.resize(image, size))
+            selected_features = tf.reshape(feature_map, [-1, FEATURE_DEPTH])
+            selected_scores = tf.reshape(attention_prob, [-1])
+            features = tf.concat([features, selected_features], 0)
+            scores = tf.concat([scores, selected_scores], 0)
+            return scale_index + 1, features, scores
+
+        output_features = tf.zeros([0, FEATURE_DEPTH], dtype={dtype})
+        output_scores = tf.zeros([0], dtype={dtype})
+        {first}
+        i = tf.constant(1, dtype=tf.int32)
+        num_scales = tf.shape(image_scales)[0]
+        keep_going = lambda j, f, s: tf.less(j, num_scales)
+        _, output_features, output_scores = tf.while_loop(
+            cond=keep_going, body=_process_single_scale, loop_vars=[i, output_features, output_scores])
+        return output_features, output_scores
+""").lstrip("\n")
+FIRST = "_, output_features, output_scores = _process_single_scale(0, output_features, output_scores)"
+
+
+def _looped(root: Path, dtype: str = "tf.float32", first: str = FIRST) -> None:
+    _write(root)
+    (root / "pkg" / "extract.py").write_text(LOOPED.format(dtype=dtype, first=first))
+
+
+@pytest.mark.parametrize("first", [FIRST, "pass"])
+def test_a_looped_closure_gets_its_loop_variables(project, first):
+    # Ran (TF 2.21 CPU, Keras 3, mixed_float16): the first call's concat raises "cannot compute ConcatV2 as input
+    # #1(zero-based) was expected to be a float tensor but is a half tensor" (research DELF's ExtractLocalFeatures).
+    _looped(project, first=first)
+    assert _check(project) == ["pkg/extract.py:13:MP206", "pkg/extract.py:14:MP206"]
+
+
+def test_float16_accumulators_are_no_mix(project):
+    _looped(project, dtype="tf.float16")
+    assert _check(project) == []
+
+
+def test_a_closure_also_handed_elsewhere_keeps_its_parameters_unknown(project):
+    _looped(project, first="tf.nest.map_structure(print, _process_single_scale)")
+    assert _check(project) == []
