@@ -305,6 +305,13 @@ def test_a_change_is_kept_only_when_the_loss_agrees_and_float32_is_unchanged():
     assert _agrees(run([1.0 - 0.02 * i + 1e-4 * (-1) ** i for i in range(30)]), float32)
     assert not _agrees(run([1.0 - 0.01 * i for i in range(30)]), float32)  # ends far from float32 (diverged)
     assert not _agrees(run([1.0] * 29 + [float("nan")]), float32)  # non-finite
+    # 9 of 10 updates skipped (stalled at a loss of 2e7, wave 8's accum_class_k2): learns nothing, though
+    # `diverged` finds no pair of losses after the same number of applied updates.
+    short = run([1.5 - 0.03 * i for i in range(10)], "float32")
+    stalled = run([2.139e7 + 4e4 * i for i in range(10)])
+    for s in stalled.steps[1:]:
+        s.skipped = True
+    assert not _agrees(stalled, short)
     assert _same_float32(run([1.0 - 0.02 * i for i in range(30)], "float32"), float32)
     assert not _same_float32(run([1.0 - 0.02 * i for i in range(20)], "float32"), float32)  # fewer steps
     assert not _same_float32(run([1.0 + 0.05 * i for i in range(30)], "float32"), float32)  # float32 changed
