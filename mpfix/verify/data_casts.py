@@ -12,18 +12,21 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from mpfix.codemods.facts import ops
 from mpfix.verify import cst_edits
 
-# Calls that convert a tensor to the dtype they are given, and where that dtype is passed.
-_CASTS = {"cast": 1, "convert_image_dtype": 1}
+# Calls that convert a tensor to the dtype they are given: the ops table's casts (``cast``, ``saturate_cast``, ``image.convert_image_dtype``): their dtype is the second
+# positional argument or ``dtype=`` (``ops.Result.CAST``).
+_CASTS = frozenset(spec.short for spec in ops.TABLE.values() if spec.is_cast)
+_DTYPE_POSITION = 1
 # Spellings of float16 as an attribute (tf.float16, tf.half, np.float16) or a string, and their float32.
 _FLOAT16_NAMES = {"float16": "float32", "half": "float32"}
 
 
 def _dtype_arg(call: cst.Call) -> cst.Arg | None:
-    position = _CASTS.get(cst_edits.call_name(call) or "")
-    if position is None:
+    if cst_edits.call_name(call) not in _CASTS:
         return None
+    position = _DTYPE_POSITION
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == "dtype":
             return arg

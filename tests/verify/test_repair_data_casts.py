@@ -82,3 +82,10 @@ def test_a_float32_run_may_change_only_when_the_scripts_own_float16_data_broke_i
     assert not float32_repaired(run([2.0, inf]), own, data)  # still non-finite
     assert not float32_repaired(run([2.0, 1.9]), run([inf]), data)  # float32 data broken by itself
     assert not float32_repaired(run([2.0, 1.9]), run([2.0, 1.9]), data)  # nothing was broken
+
+
+def test_every_cast_the_ops_table_knows_is_a_site():
+    """The casts are the table's (codemods/facts/ops.py), not a list of repair's own: saturate_cast too."""
+    text = "a = tf.dtypes.saturate_cast(x, tf.float16); b = tf.cast(y, 'float16'); c = tf.round(z)\n"
+    assert data_casts.sites(text, 1) == ["tf.dtypes.saturate_cast(x, tf.float16)", "tf.cast(y, 'float16')"]
+    assert data_casts.to_float32(text, 1, 0) == text.replace("saturate_cast(x, tf.float16)", "saturate_cast(x, tf.float32)")
