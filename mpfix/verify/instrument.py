@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from mpfix.source import lines as lines_of
+
 EXIT_ERROR = 2
 
 
@@ -78,8 +80,8 @@ def instrument(script: Path, mode: str, output: Path | None, keras: str) -> None
         click.echo(f"wrote {printable(str(output))} ({changed} training step(s) instrumented)")
         return
     diff = difflib.unified_diff(
-        source.splitlines(keepends=True),
-        new.splitlines(keepends=True),
+        lines_of(source),  # rows as Python counts them (a form feed is inside a line)
+        lines_of(new),
         fromfile=shown,
         tofile=f"{shown} (instrumented)",
     )

@@ -114,3 +114,24 @@ def test_instrumented_plain_keras3_optimizer_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     printed = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("loss scale:")]
     assert [float(line.split(":")[1]) for line in printed] == [expected] * 3
+
+
+def test_the_diff_counts_rows_as_python_does_so_git_applies_it(tmp_path):
+    """A form feed inside a comment is inside its line (str.splitlines split it, and the diff's hunk rows
+    and text no longer matched the file)."""
+    script = tmp_path / "loop.py"
+    text = (SCRIPTS / "healthy_loop.py").read_text()
+    at = text.index("loss = ")
+    start = text.rindex("\n", 0, at) + 1
+    # Right above the line the instrumentation changes, so the diff's hunk holds it.
+    script.write_text(text[:start] + text[start:at] + "# page \x0c break\n" + text[start:])
+    result = CliRunner().invoke(instrument, [str(script)])
+    assert result.exit_code == 0
+    patch = tmp_path / "p.diff"
+    patch.write_text(result.output.replace(str(script), "loop.py").replace("loop.py (instrumented)", "loop.py"))
+    written = tmp_path / "written.py"
+    assert CliRunner().invoke(instrument, [str(script), "-o", str(written)]).exit_code == 0
+    applied = subprocess.run(["git", "apply", "--unsafe-paths", "-p0", str(patch)], cwd=tmp_path,
+                             capture_output=True, text=True)
+    assert applied.returncode == 0, applied.stderr
+    assert script.read_text() == written.read_text()
