@@ -198,6 +198,20 @@ class TransformOfScaledGradients(Rule):
             """,
             keras=3,
         ),
+        # A loss-spike guard on the scaled norm: every step is skipped. Reported without a fix.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            def train_step(opt, x, y):
+                with tf.GradientTape() as tape:
+                    scaled_loss = opt.scale_loss(loss_fn(y, model(x)))
+                grads = tape.gradient(scaled_loss, model.trainable_variables)
+                if tf.linalg.global_norm(grads) < 50.0:
+                    opt.apply_gradients(zip(grads, model.trainable_variables))
+            """,
+            keras=3,
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
