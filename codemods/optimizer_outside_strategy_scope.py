@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from mpfix.codemods._factory_scopes import under_a_scope
 from mpfix.codemods.analysis.gradient_path import STRATEGY_CONSTRUCTORS, assigned_targets, exclusive, training_steps
 from mpfix.codemods.names import dotted_name
 from mpfix.codemods.base import Fact, Invalid, Rule, Valid
@@ -130,7 +131,7 @@ class OptimizerOutsideStrategyScope(Rule):
                     continue  # built on another branch (`if use_strategy: ... else: ...`): no scope there
                 if not (self.context.float16 or build.is_lso):
                     continue
-                if build.statement is None and _under_a_scope(analysis, build.call):
+                if build.statement is None and under_a_scope(analysis, build.call):
                     continue  # the factory builds it under its own `with ....scope():` (measure's probe: trains)
                 self.report(build.call if build.statement is not None else build.site_call)
 
@@ -156,29 +157,3 @@ class OptimizerOutsideStrategyScope(Rule):
                     return True
         return False
 
-
-def _enters_a_scope(node) -> bool:
-    """``with X.scope():`` for any X: in a factory, whatever strategy it enters is the one it builds under."""
-    return isinstance(node, cst.With) and any(
-        isinstance(item.item, cst.Call) and isinstance(item.item.func, cst.Attribute)
-        and item.item.func.attr.value == "scope" and not item.item.args for item in node.items)
-
-
-def _contains(node: cst.CSTNode, target: cst.CSTNode) -> bool:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if current is target:
-            return True
-        stack.extend(current.children)
-    return False
-
-
-def _under_a_scope(analysis, call: cst.Call) -> bool:
-    """Whether a factory's build call lies inside a ``with X.scope():`` of the factory."""
-    for scope in analysis.scopes:
-        for st in scope.statements:
-            if st.node is not None and _contains(st.node, call) and (
-                    any(_enters_a_scope(w) for w in st.parents) or _enters_a_scope(st.node)):
-                return True
-    return False
