@@ -9,6 +9,7 @@ must give what one process gives.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sys
 from pathlib import Path
 
@@ -74,13 +75,17 @@ def test_only_files_without_a_float16_trigger_are_facts_free(tmp_path: Path):
     assert runner.process_file(tmp_path / "utf16.py", _job(), early=True).errors
 
 
-def test_a_pooled_check_with_early_files_equals_one_process(tmp_path: Path, monkeypatch):
+def _pooled_check(root: Path) -> None:
+    """Run in a fresh interpreter (``__main__`` below): the runner forks helpers only while no other thread is
+    alive (``runner._pool_context``), and a test session's other tests may leave one."""
+    import os
+
     from mpfix import policy as policies
     from mpfix.project import facts
 
-    paths = _project(tmp_path)
+    paths = _project(root)
     assert len(paths) >= 32  # the runner's threshold for the project pass
-    monkeypatch.setenv("MPFIX_CACHE_DIR", str(tmp_path / "cache"))
+    os.environ["MPFIX_CACHE_DIR"] = str(root / "cache")
     filled = []
     real = runner.collect
 
@@ -89,11 +94,11 @@ def test_a_pooled_check_with_early_files_equals_one_process(tmp_path: Path, monk
         real(pending, results, bar)
         filled.append(sum(r is not None for r in results) - before)
 
-    monkeypatch.setattr(runner, "collect", counting)
+    runner.collect = counting
     before = {c.pid for c in multiprocessing.active_children()}
     pooled = process_all(paths, _job(), jobs=2, cache=True)
     assert {c.pid for c in multiprocessing.active_children()} <= before  # helpers and workers are gone
-    assert filled and filled[0] >= 28  # the plain and deprecated files, at least, were checked early
+    assert filled and filled[0] >= 28, filled  # the plain and deprecated files, at least, were checked early
     warm = process_all(paths, _job(), jobs=2, cache=True)
     facts.forget()
     policies.forget_projects()
@@ -103,6 +108,16 @@ def test_a_pooled_check_with_early_files_equals_one_process(tmp_path: Path, monk
     assert any(r.findings for r in alone if r.path.name.startswith("layer"))
     # What the early files proved clean went into the cache: the warm run checked no clean file again.
     assert all(r.cached for r in warm if not r.findings and not r.errors)
+
+
+def test_a_pooled_check_with_early_files_equals_one_process(tmp_path: Path):
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    env.pop("MPFIX_EARLY", None)
+    child = subprocess.run([sys.executable, __file__, str(tmp_path)], env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert child.returncode == 0, child.stdout + child.stderr
 
 
 def test_mpfix_early_0_leaves_every_file_to_the_workers(tmp_path: Path, monkeypatch):
@@ -142,3 +157,7 @@ def test_a_helper_that_dies_on_an_early_file_costs_only_that_file(tmp_path: Path
     dead = [i for i, path in enumerate(paths) if path.name == "plain3.py"]
     assert [s for i, s in enumerate(_summary(pooled)) if i not in dead] == \
         [s for i, s in enumerate(_summary(alone)) if i not in dead]
+
+
+if __name__ == "__main__":
+    _pooled_check(Path(sys.argv[1]))
