@@ -149,22 +149,11 @@ def _bfs(root: ast.AST) -> list[ast.AST]:
     """``ast.walk``'s nodes in ``ast.walk``'s order (breadth first), without its generators, and without the
     ``ctx`` markers (``Load``/``Store``), which no pass here reads."""
     todo = [root]
-    fields_of = _FIELDS
     for node in todo:  # the list grows as it is read
-        kind = type(node)
-        names = fields_of.get(kind)
-        if names is None:
-            names = fields_of[kind] = tuple(name for name in kind._fields if name != "ctx")
-        for name in names:
-            value = getattr(node, name, None)
-            if type(value) is list:
-                todo.extend([item for item in value if isinstance(item, ast.AST)])
-            elif isinstance(value, ast.AST):
-                todo.append(value)
+        todo.extend(structural.ast_children(node))
     return todo
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}  # node type -> the fields ``_bfs`` reads
 
 
 def _reached_from(methods: dict, start: str, walks: dict[str, list[ast.AST]]) -> set[str]:

@@ -142,7 +142,24 @@ def _bound(node: ast.AST, found: set[str]) -> None:
         _bound(node.value, found)
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}  # node type -> the fields ``_reads`` walks
+_FIELDS: dict[type, tuple[str, ...]] = {}  # node type -> the fields ``ast_children`` reads
+
+
+def ast_children(node: ast.AST) -> list[ast.AST]:
+    """``ast.iter_child_nodes`` without its generator, and without the ``ctx`` markers (``Load``/``Store``),
+    which no project pass reads (the order of the fields, as ``ast`` gives them)."""
+    kind = type(node)
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = _FIELDS[kind] = tuple(name for name in kind._fields if name != "ctx")
+    out: list[ast.AST] = []
+    for name in names:
+        value = getattr(node, name, None)
+        if type(value) is list:
+            out.extend([item for item in value if isinstance(item, ast.AST)])
+        elif isinstance(value, ast.AST):
+            out.append(value)
+    return out
 
 
 def _reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, frozenset[str]], ...]:
@@ -154,7 +171,6 @@ def _reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, fro
     rebound: set[str] = set()
     called: set[str] = set()
     stack: list[ast.AST] = list(func.body)
-    fields_of = _FIELDS
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
@@ -167,18 +183,7 @@ def _reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, fro
             rebound.add(node.id)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             rebound.update(node.names)
-        # ``ast.iter_child_nodes`` without its generator (the ``ctx`` markers left out: none of the tests above
-        # is about one); the order does not matter, every answer is a set.
-        kind = type(node)
-        names = fields_of.get(kind)
-        if names is None:
-            names = fields_of[kind] = tuple(name for name in kind._fields if name != "ctx")
-        for name in names:
-            value = getattr(node, name, None)
-            if type(value) is list:
-                stack.extend([item for item in value if isinstance(item, ast.AST)])
-            elif isinstance(value, ast.AST):
-                stack.append(value)
+        stack.extend(ast_children(node))  # the order does not matter: every answer is a set
     return tuple(sorted((p, frozenset(a)) for p, a in reads.items() if p in called and p not in rebound))
 
 
