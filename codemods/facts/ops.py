@@ -79,7 +79,7 @@ class Kind(Enum):
     SELECT = auto()  # where/select: the dtype of the two branches
     STOP_GRADIENT = auto()
     NEGATIVE = auto()
-    L2_NORMALIZE = auto()
+    L2_NORMALIZE = auto()  # divides by sqrt(max(sum(x²), epsilon)), epsilon 1e-12 by default
     # band_part(x, num_lower, num_upper): keeps a band around the diagonal; with num_lower = -1 every row
     # keeps its first column, so a causal mask of ones leaves no row fully masked.
     BAND = auto()
@@ -87,11 +87,14 @@ class Kind(Enum):
     # in float16 fall below its smallest subnormal (≈ 6e-8, 0.5 ** 25) and round to 0 (TF 2.21 CPU, Keras 3.15.1: the
     # float16 cumprod of 120 halves is 0.0 and its log -inf; 7.5e-37 in float32).
     PRODUCT = auto()
-    RECIPROCAL = auto()
+    RECIPROCAL = auto()  # 1 / x (tf.math.reciprocal, keras.ops.reciprocal): a gradient times it is divided by x
     NATURAL_LOG = auto()  # log and log1p (base e; log2/log10 are not): log(1 + exp(x)) is softplus
     EXPM1 = auto()  # exp(x) - 1: in the exp family, but log(1 + expm1(x)) is no softplus
-    LOGSUMEXP = auto()  # log(sum(exp(x))) ≥ max(x): x - logsumexp(x) ≤ 0  # 1 / x (tf.math.reciprocal, keras.ops.reciprocal): a gradient times it is divided by x
-    ONES = auto()  # every element is one (True as a bool tensor): ones, ones_like  # divides by sqrt(max(sum(x²), epsilon)), epsilon 1e-12 by default
+    LOGSUMEXP = auto()  # log(sum(exp(x))) ≥ max(x): x - logsumexp(x) ≤ 0
+    ONES = auto()  # every element is one (True as a bool tensor): ones, ones_like
+    # Its values lie in [-1, 1] whatever its input (tanh, sin, cos, erf): an overflow computed in float32 before it is
+    # back in float16's range after it (``mpfix repair``'s float32 islands end there).
+    BOUNDED = auto()
 
 
 # Ops whose result float16 cannot hold when their input is large: a float32 value computed with
@@ -252,6 +255,7 @@ _TABLE: tuple[OpSpec, ...] = (
     *(_spec(n, R.PRESERVES, G.UNIT, K.PROBABILITY, stable_log="log_softmax") for n in ("softmax", "nn.softmax")),
     *(_spec(n, R.PRESERVES, G.NONNEGATIVE, K.SHRINKS) for n in ("sqrt", "rsqrt")),
     *(_spec(n, R.PRESERVES, G.NONNEGATIVE) for n in ("abs", "relu", "relu6", "cosh", "nn.relu")),
+    *(_spec(n, R.PRESERVES, G.ANY, K.BOUNDED) for n in ("tanh", "sin", "cos", "erf")),
     # Arithmetic.
     *(_spec(n, R.PRESERVES, G.ANY, K.DIVISION, K.ARITHMETIC, same_dtype=True) for n in (
         "divide", "truediv", "div_no_nan", "realdiv", "divide_no_nan")),
@@ -259,6 +263,8 @@ _TABLE: tuple[OpSpec, ...] = (
     _spec("add_n", R.PRESERVES, G.ANY, K.ADD, K.ARITHMETIC, same_dtype=True, tensor_list=True),
     _spec("multiply", R.PRESERVES, G.ANY, K.ARITHMETIC, same_dtype=True),
     _spec("negative", R.PRESERVES, G.ANY, K.NEGATIVE),
+    # (a - b)²: a square (TF 2.21 raises on float16 next to float32, as for any binary op of TensorFlow).
+    _spec("squared_difference", R.PRESERVES, G.NONNEGATIVE, K.SQUARE, same_dtype=True),
     _spec("reciprocal", R.PRESERVES, G.ANY, K.RECIPROCAL),
     _spec("maximum", R.PRESERVES, G.ANY, K.FLOOR, same_dtype=True),
     _spec("minimum", R.PRESERVES, G.ANY, K.CEILING, same_dtype=True),
@@ -298,8 +304,10 @@ MAP_STRUCTURE: dict[str, int] = {
 }
 
 TABLE: dict[str, OpSpec] = {}
+_BY_SHORT: dict[str, OpSpec] = {}
 for _op in _TABLE:
     TABLE.setdefault(_op.name, _op)
+    _BY_SHORT.setdefault(_op.short, _op)
 del _op
 
 
@@ -427,6 +435,12 @@ def known(resolved: str | None) -> OpSpec | None:
         return None
     return BY_NAMESPACE.get((namespace(resolved), op)) or TABLE.get(op) or \
         TABLE.get(op.rsplit(".", 1)[-1])  # type: ignore[arg-type]
+
+
+def by_short_name(name: str) -> OpSpec | None:
+    """The listed spec of an op spelled without its namespace (``l2_loss`` for ``tf.nn.l2_loss``); None when none
+    is listed. For code that has only a call's last name, as ``mpfix repair`` does."""
+    return _BY_SHORT.get(name)
 
 
 def named(*kinds: Kind) -> frozenset[str]:

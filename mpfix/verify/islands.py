@@ -6,7 +6,7 @@
   dtype of the expression's first named operand). The island grows from the op's node:
   an op that *overflows* (a matmul, a sum, an exp) is useless alone, since casting its
   result back to float16 gives the same inf. So it grows to the nearest enclosing call that
-  brings values back into range (``RANGE_REDUCING``: softmax, log, a division...), else to
+  brings values back into range (``_range_reducing``: softmax, log, a division...), else to
   the whole expression of the statement, and on to the next statement when that is where the
   value is brought back (``scores = matmul(q, k^T)`` then ``weights = softmax(scores)``, the
   name read there only: the scores stay float32 in between, the cast back follows the
@@ -29,6 +29,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider
 
+from mpfix.codemods.facts import ops
 from mpfix.verify.cst_edits import (
     OPERATORS,
     CastStyle,
@@ -46,21 +47,37 @@ OVERFLOWING = frozenset(
     {"Exp", "MatMul", "BatchMatMulV2", "Einsum", "Sum", "Square", "Pow", "Mul", "AddV2", "Cumsum", "L2Loss",
      "SquaredDifference", "Prod", "Sub"}
 )
-# Calls (and the division operator) whose result is back in float16's range. Not a mean:
-# the mean of squares that overflowed is past 65504 too.
-RANGE_REDUCING = frozenset(
-    {"softmax", "log_softmax", "sigmoid", "tanh", "log", "log1p", "sqrt", "rsqrt", "l2_normalize",
-     "reduce_logsumexp", "logsumexp", "normalize", "cos", "sin"}
-)
-# Calls whose positional arguments are tensors of the computation (cast inside the island);
-# any other call inside it (a layer, reshape) is an operand as a whole.
-MATH_CALLS = frozenset(
-    {"matmul", "dot", "einsum", "softmax", "log_softmax", "exp", "log", "log1p", "sqrt", "rsqrt", "square",
-     "pow", "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "reduce_logsumexp", "sum",
-     "mean", "max", "min", "prod", "logsumexp", "add", "subtract", "multiply", "divide", "truediv", "maximum",
-     "minimum", "sigmoid", "tanh", "relu", "abs", "l2_loss", "l2_normalize", "cumsum", "squared_difference",
-     "negative", "reciprocal", "cos", "sin", "erf"}
-)
+# Calls whose result is back in float16's range, by their class in the one table of ops: probabilities, log
+# probabilities, logs and square roots, l2_normalize, logsumexp, values in [-1, 1] (tanh); and the division
+# operator. Not a mean: the mean of squares that overflowed is past 65504 too.
+_RANGE_REDUCING_KINDS = (ops.Kind.PROBABILITY, ops.Kind.LOG_PROBABILITY, ops.Kind.SHRINKS, ops.Kind.L2_NORMALIZE,
+                         ops.Kind.LOGSUMEXP, ops.Kind.BOUNDED)
+
+
+def _math_spec(name: str | None) -> ops.OpSpec | None:
+    """The table's spec of a call spelled ``name`` when its tensor arguments are values of the computation (cast
+    inside the island at the positions its result's dtype follows, ``dtype_args``); None for any other call (a layer,
+    a reshape, a split, a creator or a cast), which is an operand as a whole."""
+    spec = ops.by_short_name(name) if name else None
+    if spec is None or spec.result is not ops.Result.PRESERVES or spec.keeps_bool or not spec.elementwise \
+            or spec.tensor_list or spec.elements is not ops.Elements.UNKNOWN or spec.index_args:
+        return None
+    return spec
+
+
+def _range_reducing(name: str | None) -> bool:
+    spec = ops.by_short_name(name) if name else None
+    return name == "/" or (spec is not None and spec.has(*_RANGE_REDUCING_KINDS))
+
+
+def _math(expr) -> bool:
+    """An operator, or a call of a math op (``_math_spec``): the island goes inside it."""
+    if isinstance(expr, cst.BinaryOperation):
+        return spelling(expr) in _OPERATOR_NAMES
+    return isinstance(expr, cst.Call) and _math_spec(spelling(expr)) is not None
+
+
+_OPERATOR_NAMES = frozenset(OPERATORS.values())
 
 
 def _find(wrapper: MetadataWrapper, line: int, column: int, op: str):
@@ -108,8 +125,7 @@ def _root(node, parents, op: str):
             return last_expr, False
         if isinstance(parent, cst.BaseExpression):
             last_expr = parent
-            name = spelling(parent)
-            if name in RANGE_REDUCING or name == "/":
+            if _range_reducing(spelling(parent)):
                 return parent, False
         current = parent
 
@@ -132,7 +148,7 @@ class _CastLeaves(cst.CSTTransformer):
             return expr
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.expression, (cst.Integer, cst.Float)):
             return expr
-        if isinstance(expr, (cst.Call, cst.BinaryOperation)) and spelling(expr) in MATH_CALLS | set(OPERATORS.values()):
+        if _math(expr):
             return self._inner(expr)
         if isinstance(expr, cst.UnaryOperation):
             return expr.with_changes(expression=self._leaf(expr.expression))
@@ -144,16 +160,17 @@ class _CastLeaves(cst.CSTTransformer):
     def _inner(self, expr):
         if isinstance(expr, cst.BinaryOperation):
             return expr.with_changes(left=self._leaf(expr.left), right=self._leaf(expr.right))
+        tensors = _math_spec(spelling(expr)).dtype_args  # axes, shapes and options are left as they are
         args = []
-        for arg in expr.args:
-            if arg.keyword is None and arg.star == "":
+        for position, arg in enumerate(expr.args):
+            if arg.keyword is None and arg.star == "" and position in tensors:
                 args.append(arg.with_changes(value=self._leaf(arg.value)))
             else:
                 args.append(arg)
         return expr.with_changes(args=args)
 
     def island(self, root: cst.BaseExpression) -> cst.BaseExpression:
-        if isinstance(root, (cst.Call, cst.BinaryOperation)) and spelling(root) in MATH_CALLS | set(OPERATORS.values()):
+        if _math(root):
             return self._inner(root)
         return self._leaf(root)
 
@@ -195,7 +212,7 @@ def _float32_island(text: str, line: int, column: int, op: str, output: bool = F
     computed = caster.island(root)
     if caster.count == 0:
         return None
-    if output and (op not in OVERFLOWING or spelling(root) in RANGE_REDUCING | {"/"}
+    if output and (op not in OVERFLOWING or _range_reducing(spelling(root))
                    or not _returned_by_call(root, parents)):
         return None  # a value back in range (or not an overflow) is cast back as usual
     if into_float32 or output:
@@ -240,7 +257,7 @@ class _Names(cst.CSTVisitor):
 def _later_reducer(root, parents):
     """``(name, call)`` when ``root`` is the whole value of ``name = ...`` and ``name`` is read
     once more in its function, by a later plain statement of the same block, inside a call that
-    brings values back into range (``RANGE_REDUCING``, or a division), or as the value a cast to
+    brings values back into range (``_range_reducing``), or as the value a cast to
     float32 takes (``(name, None)``: nothing to change there); else None. Any other read
     (a second use, a loop, a nested function, a `self.name` attribute) leaves the island alone."""
     assign = parents.get(root)
@@ -273,8 +290,7 @@ def _later_reducer(root, parents):
             call = parents.get(parent)
             # `tf.cast(reg, tf.float32)`: that statement wants the float32 value as it is.
             into_float32 = isinstance(call, cst.Call) and call.args[0] is parent and _casts_to_float32(call)
-        if reducer is None and isinstance(parent, cst.BaseExpression) and (
-                spelling(parent) in RANGE_REDUCING or spelling(parent) == "/"):
+        if reducer is None and isinstance(parent, cst.BaseExpression) and _range_reducing(spelling(parent)):
             reducer = parent
         current = parent
     body = list(getattr(block, "body", ()))

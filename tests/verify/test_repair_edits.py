@@ -115,6 +115,25 @@ def test_island_leaves_keyword_and_literal_arguments_alone():
     assert "tf.pow(tf.cast(h, tf.float32), 2)" in out and "axis=n" in out
 
 
+def test_island_casts_only_the_tensor_arguments_the_op_table_names_not_a_positional_axis():
+    # ops table: reduce_sum's result follows its first argument only (dtype_args); `axis` is an int.
+    text = "import tensorflow as tf\ndef pool(h, axis):\n    return tf.reduce_sum(tf.exp(h), axis) / 8.0\n"
+    col, _ = op_column(text.splitlines()[2], "Exp")
+    out = islands.float32_island(text, 3, col, "Exp")
+    assert "tf.reduce_sum(tf.exp(tf.cast(h, tf.float32)), axis) / 8.0" in out
+    assert "tf.cast(axis" not in out
+    _compiles(out)
+
+
+def test_island_of_an_overflow_ends_at_an_op_the_table_calls_bounded():
+    # tanh is in [-1, 1] whatever its input (ops.Kind.BOUNDED): float16 holds it again, so the cast back is there.
+    text = "import tensorflow as tf\nclass A:\n    def call(self, x):\n        return tf.tanh(tf.exp(x)) * 2.0\n"
+    col, _ = op_column(text.splitlines()[3], "Exp")
+    out = islands.float32_island(text, 4, col, "Exp")
+    assert "tf.cast(tf.tanh(tf.exp(tf.cast(x, tf.float32))), self.compute_dtype) * 2.0" in out
+    _compiles(out)
+
+
 def test_island_returns_none_when_the_node_is_not_there():
     assert islands.float32_island("x = 1\n", 1, 1, "Exp") is None
     assert islands.float32_island("def f(:\n", 1, 1, "Exp") is None
