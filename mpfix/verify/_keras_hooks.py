@@ -10,7 +10,11 @@ How the float32 baseline is forced (documented in docs/verify.md):
 * a loss scale optimizer the script builds becomes a pass-through: Keras 2
   ``dynamic=False, initial_scale=1`` (exactly the inner optimizer); Keras 3 has no fixed
   form, so its scale starts at 1 and never grows (it still skips a step whose gradients
-  are non-finite, which float32 training rarely produces).
+  are non-finite, which float32 training rarely produces); a Keras 3 fixed loss scale
+  (``loss_scale_factor=N`` on any optimizer) is dropped, so ``scale_loss`` returns the loss
+  and ``apply`` divides by nothing: the baseline is float32 training with no loss scaling at
+  all, and a script whose own scaling is half done (the factor without ``scale_loss``: every
+  update 1/N) stalls beside it instead of agreeing with it.
 
 ``--policy X`` for the mixed run sets the global policy to X before the script runs and
 turns every later ``set_global_policy``/``set_dtype_policy`` call into a request for X
@@ -119,6 +123,17 @@ def install_keras3(rec: Recorder, mode: str, policy: str) -> None:
         return __init__
 
     _wrap(lso, "__init__", make_lso_init)
+
+    def make_base_init(original):
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            # A fixed loss scale is a pass-through too: scale_loss returns the loss, apply divides by nothing.
+            self.loss_scale_factor = None
+
+        return __init__
+
+    if mode == "float32":
+        _wrap(base, "__init__", make_base_init)
 
     _wrap_model(rec, keras.Model)
     from keras.src.layers import layer as layer_module

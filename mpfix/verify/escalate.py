@@ -11,7 +11,7 @@ Two exist (Keras mixed-precision guide, and docs/verify.md):
 
 from __future__ import annotations
 
-from mpfix.verify.verdict import NO_UPDATES
+from mpfix.verify.verdict import NO_UPDATES, UNSCALED_KIND
 
 # A power of two well below 65504 / typical gradient magnitudes, the usual choice for
 # a fixed scale; the user tunes it.
@@ -70,6 +70,13 @@ def escalation(report) -> list[str]:
             out.append("a condition of the script on the gradients (a norm threshold, a finiteness check) reads them "
                        f"while they still carry the loss scale: compare the unscaled value (divide by `{current}`), "
                        "or leave skipping non-finite steps to the LossScaleOptimizer")
+        elif verdict.evidence.get("kind") == UNSCALED_KIND:
+            # The optimizer divides by a scale the loss never got: a (fixed) scale is already there.
+            call = ("loss = optimizer.get_scaled_loss(loss) before tape.gradient, and "
+                    "grads = optimizer.get_unscaled_gradients(grads)") if keras == 2 else \
+                "loss = optimizer.scale_loss(loss) inside the tape, before tape.gradient"
+            out.append(f"scale the loss the optimizer unscales: {call} (`mpfix apply --unsafe-fixes` writes it where "
+                       "the step is in this file: MP102)")
         elif last is not None and last <= 1.0:
             # Overflow even at scale 1: scaling cannot help, the forward/backward math must
             # leave float16.

@@ -114,6 +114,8 @@ def _fmt_scale(x) -> str:
 NO_UPDATES = "no-updates"
 # A non-finite verdict's evidence["cause"] when the applied gradients still carried a loss scale.
 SCALED_CAUSE = "scaled-gradients"
+# A stalled verdict's evidence["kind"] when the applied gradients were ~1/scale of float32's (the loss was not scaled).
+UNSCALED_KIND = "unscaled-gradients"
 
 
 def judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_expected: bool | None = None) -> Verdict:
@@ -203,7 +205,7 @@ def judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_e
     if unscaled is not None:
         # The root cause, whatever the loss did in the steps measured (ten steps can look healthy):
         # stalled, which offers the loss-scaling fixes (MP1xx) to `repair`.
-        return Verdict("stalled", unscaled, {"kind": "unscaled-gradients"}, notes)
+        return Verdict("stalled", unscaled, {"kind": UNSCALED_KIND}, notes)
     risk = at_risk(mixed, script)
     if risk is not None:
         if gap is not None:
