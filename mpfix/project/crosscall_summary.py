@@ -148,12 +148,7 @@ def _imports(summary: FileSummary, tree: ast.Module) -> None:
 def _bfs(root: ast.AST) -> list[ast.AST]:
     """``ast.walk``'s nodes in ``ast.walk``'s order (breadth first), without its generators, and without the
     ``ctx`` markers (``Load``/``Store``), which no pass here reads."""
-    todo = [root]
-    for node in todo:  # the list grows as it is read
-        todo.extend(structural.ast_children(node))
-    return todo
-
-
+    return structural.breadth_first(root)
 
 
 def _reached_from(methods: dict, start: str, walks: dict[str, list[ast.AST]]) -> set[str]:

@@ -142,24 +142,55 @@ def _bound(node: ast.AST, found: set[str]) -> None:
         _bound(node.value, found)
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}  # node type -> the fields ``ast_children`` reads
+# Fields that never hold a node in a parsed tree (names, numbers, flags, a constant's value), so no walk reads them;
+# ``name`` is a string everywhere but in ``TypeAlias`` (3.12). Lists hold nodes only, but for two that may hold None.
+_SCALARS = frozenset({"ctx", "id", "attr", "arg", "asname", "module", "level", "kind", "conversion", "simple",
+                      "is_async", "type_comment", "rest", "kwd_attrs", "tag"})
+_SCALARS_OF = {ast.Constant: frozenset({"value"}), ast.Global: frozenset({"names"}), ast.Nonlocal: frozenset({"names"})}
+_MAY_HOLD_NONE = frozenset({"keys", "kw_defaults"})  # ``{**x}``'s key, a keyword-only parameter with no default
+_TYPE_ALIAS = getattr(ast, "TypeAlias", None)
+_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}  # node type -> (field, may hold None in its list)
+
+
+def _fields(kind: type) -> tuple[tuple[str, bool], ...]:
+    skip = _SCALARS_OF.get(kind, frozenset())
+    names = _FIELDS[kind] = tuple((name, name in _MAY_HOLD_NONE) for name in kind._fields
+                                  if name not in _SCALARS and name not in skip and (name != "name" or kind is _TYPE_ALIAS))
+    return names
 
 
 def ast_children(node: ast.AST) -> list[ast.AST]:
     """``ast.iter_child_nodes`` without its generator, and without the ``ctx`` markers (``Load``/``Store``),
     which no project pass reads (the order of the fields, as ``ast`` gives them)."""
-    kind = type(node)
-    names = _FIELDS.get(kind)
+    names = _FIELDS.get(type(node))
     if names is None:
-        names = _FIELDS[kind] = tuple(name for name in kind._fields if name != "ctx")
+        names = _fields(type(node))
     out: list[ast.AST] = []
-    for name in names:
+    for name, may_hold_none in names:
         value = getattr(node, name, None)
         if type(value) is list:
-            out.extend([item for item in value if isinstance(item, ast.AST)])
+            out.extend([item for item in value if item is not None] if may_hold_none else value)
         elif isinstance(value, ast.AST):
             out.append(value)
     return out
+
+
+def breadth_first(root: ast.AST) -> list[ast.AST]:
+    """``ast.walk``'s nodes in ``ast.walk``'s order (breadth first) without the ``ctx`` markers: ``ast_children``
+    inlined (a function call per node was half of the walk: 1,347 top-level definitions of tf-models, 0.23 -> 0.11 s)."""
+    todo = [root]
+    get = _FIELDS.get
+    for node in todo:  # the list grows as it is read
+        names = get(type(node))
+        if names is None:
+            names = _fields(type(node))
+        for name, may_hold_none in names:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                todo.extend([item for item in value if item is not None] if may_hold_none else value)
+            elif isinstance(value, ast.AST):
+                todo.append(value)
+    return todo
 
 
 def _reads(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, frozenset[str]], ...]:
