@@ -102,6 +102,11 @@ def _analyse(context: FileView) -> Analysis:
                     inner = factories[value.func.value]
                     builds.append(OptimizerBuild(inner, text, resolve(inner.func) or "", scope, None, st, value))
 
+    # A fixed scale given as `loss_scale_factor=LOSS_SCALE`: that expression is the optimizer's scale.
+    for build in builds:
+        if build.statement is not None and (factor := build.scale_factor()) is not None:
+            registry.scale_factors.setdefault(context.code(factor), (build.target, id(build.scope.node)))
+
     # An optimizer's own methods (`minimize` calling `self.apply_gradients`, a wrapper forwarding to
     # `self.optimizer`) implement updates; they are not training loops.
     optimizer_classes = _optimizer_classes(module)

@@ -248,6 +248,14 @@ class OptimizerBuild:
     def has_loss_scale_factor(self) -> bool:
         return any(a.keyword is not None and a.keyword.value == "loss_scale_factor" for a in self.call.args)
 
+    def scale_factor(self) -> cst.BaseExpression | None:
+        """The fixed scale given as ``loss_scale_factor=`` (not ``None``), else None."""
+        for arg in self.call.args:
+            if arg.keyword is not None and arg.keyword.value == "loss_scale_factor":
+                value = arg.value
+                return None if isinstance(value, cst.Name) and value.value == "None" else value
+        return None
+
     @property
     def is_v1(self) -> bool:
         """A TF1 optimizer (``tf.compat.v1.train.*Optimizer``), or its mixed-precision wrapper."""

@@ -15,7 +15,8 @@ from mpfix.codemods.analysis.gradient_records import (
 )
 from mpfix.codemods.analysis.gradient_syntax import assigned_targets, target_names
 from mpfix.codemods.analysis.gradient_values import (
-    _Helpers, _Registry, _has_random, _merge, _root_key, _scale_of, _scale_read, divided_by_scale, reciprocal_scale,
+    _Helpers, _Registry, _has_random, _merge, _root_key, _scale_of, _scale_read, divided_by_scale, fixed_scale,
+    reciprocal_scale,
 )
 from mpfix.codemods.names import dotted_name
 
@@ -413,6 +414,8 @@ class _PathTracer:
             owner = _scale_read(node.right)
             if owner is None and isinstance(node.right, cst.Name):
                 owner = self._scale_names.get(node.right.value)
+            if owner is None and self.registry.scale_factors:
+                owner = fixed_scale(self.registry, self.context, self.scope, node.right)
             if owner is not None:
                 return self._event(MANUAL_UNSCALE, node, left, owner or None, state=_AFTER_MANUAL)
         if operator is cst.Multiply and bool(left) != bool(right):

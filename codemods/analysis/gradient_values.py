@@ -237,6 +237,21 @@ def divided_by_scale(context, call: cst.Call) -> tuple[cst.BaseExpression, str] 
     return None if owner is None else (positional[0], owner)
 
 
+def fixed_scale(registry: "_Registry", context, scope, divisor: cst.BaseExpression) -> str | None:
+    """The optimizer whose ``loss_scale_factor=`` is this same expression (``g / LOSS_SCALE`` with
+    ``SGD(loss_scale_factor=LOSS_SCALE)``), unless ``scope`` binds a name of it that the build's scope does not see."""
+    found = registry.scale_factors.get(context.code(divisor))
+    if found is None:
+        return None
+    optimizer, build_scope = found
+    if build_scope != id(scope.node):
+        names = names_in(divisor)
+        for st in scope.statements:
+            if any(names & target_names(target) for target, _ in assigned_targets(st.node)):
+                return None
+    return optimizer
+
+
 def reciprocal_scale(context, expr: cst.BaseExpression) -> str | None:
     """``1.0 / opt.dynamic_scale`` or ``tf.math.reciprocal(opt.dynamic_scale)``: the optimizer whose
     scale ``expr`` inverts, else None (a gradient times it is unscaled by hand)."""
@@ -260,3 +275,7 @@ class _Registry:
         self.calls_into: dict[int, list[dict[str, dict]]] = {}
         # What a same-file function that takes gradients returns: its node id -> the value of its returns.
         self.returns: dict[int, dict] = {}
+        # The source of each `loss_scale_factor=` an optimizer build of the file is given (a fixed scale):
+        # its code -> (the optimizer, the node id of the scope building it). A gradient divided by it is
+        # unscaled by hand.
+        self.scale_factors: dict[str, tuple[str, int]] = {}

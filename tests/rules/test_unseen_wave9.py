@@ -1,0 +1,89 @@
+"""Classes found missing (or wrongly reported) on wave 9 of ``benchmarks/unseen`` (turn 13, scored before tuning).
+
+1. lsf_manual_unscale_k3.py: a Keras 3 port of a Keras 2 fixed-scale loop. The optimizer takes the fixed
+   scale (``SGD(..., loss_scale_factor=LOSS_SCALE)``), the loop calls ``optimizer.scale_loss`` and then
+   divides the gradients by hand by the same ``LOSS_SCALE`` (where Keras 2 called
+   ``get_unscaled_gradients``) before ``apply_gradients``, which divides by ``loss_scale_factor`` again.
+   Ran, TF 2.21 CPU: loss 1.67 -> 1.11 over 4 epochs; without the manual division 0.22 -> 0.0000.
+   The fact missing: the expression given as an optimizer's ``loss_scale_factor`` is that optimizer's
+   scale, so a gradient divided by it is unscaled by hand (MP110)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from mpfix.codemods import all_rules
+from mpfix.engine import Engine, Options
+
+MP1 = tuple(r for r in all_rules() if r.code.startswith("MP1"))
+
+
+def lint(code: str, keras: str = "3", rules=MP1):
+    code = textwrap.dedent(code).lstrip("\n")
+    compile(code, "train.py", "exec")
+    return Engine(rules, Options(keras=keras, project_policy=False)).lint(code, Path("train.py")).findings
+
+
+def fix(code: str, keras: str = "3", rules=MP1) -> str:
+    code = textwrap.dedent(code).lstrip("\n")
+    result = Engine(rules, Options(keras=keras, project_policy=False, unsafe_fixes=True)).lint(code, Path("train.py"), fix=True)
+    return result.fixed_text or code
+
+
+LSF = """
+    import tensorflow as tf
+    import keras
+
+    {module}
+
+    def main():
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(5), keras.layers.Activation("softmax", dtype="float32")])
+        optimizer = keras.optimizers.SGD(0.05, momentum=0.9, loss_scale_factor={factor})
+        loss_fn = keras.losses.SparseCategoricalCrossentropy()
+
+        @tf.function
+        def train_step(x, y):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+                scaled_loss = optimizer.scale_loss(loss)
+            scaled_grads = tape.gradient(scaled_loss, model.trainable_variables)
+            grads = [g / {divisor} for g in scaled_grads]
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+"""
+
+
+def lsf(module="LOSS_SCALE = 512.0", factor="LOSS_SCALE", divisor="LOSS_SCALE") -> str:
+    return LSF.format(module=module, factor=factor, divisor=divisor)
+
+
+def test_division_by_the_optimizers_loss_scale_factor_name_is_a_manual_unscale():
+    found = [f for f in lint(lsf()) if f.code == "MP110"]
+    assert len(found) == 1
+    assert found[0].line == 18  # grads = [g / LOSS_SCALE for g in scaled_grads]
+
+
+def test_division_by_the_same_literal_factor_is_a_manual_unscale():
+    found = [f for f in lint(lsf(module="", factor="512.0", divisor="512.0")) if f.code == "MP110"]
+    assert [f.line for f in found] == [18]
+
+
+def test_its_fix_drops_the_manual_division():
+    fixed = fix(lsf())
+    assert "g / LOSS_SCALE" not in fixed
+    assert "optimizer.apply_gradients(zip(" in fixed
+    compile(fixed, "train.py", "exec")
+
+
+def test_another_divisor_is_not_an_unscale():
+    # dividing by an accumulation count, or by a different constant, is no unscale
+    code = lsf(module="LOSS_SCALE, ACCUM = 512.0, 4.0", divisor="ACCUM")
+    assert not [f for f in lint(code) if f.code == "MP110"]
+
+
+def test_a_factor_the_loop_does_not_scale_with_stays_with_mp102_only():
+    # no loss_scale_factor on the optimizer: a plain optimizer and a division by a constant is no double unscale
+    code = lsf(module="LOSS_SCALE = 512.0", factor="None", divisor="LOSS_SCALE")
+    assert not [f for f in lint(code) if f.code == "MP110"]
