@@ -236,6 +236,15 @@ class _Project:
         return out
 
     def _by_folder(self, folder: str, module: str, names: tuple[str, ...]) -> list[str]:
+        # A candidate is a file below ``folder`` whose first step is the module's head (or a name): where the
+        # folder holds no such entry, none is present (most imports of a script's folder: ``import tensorflow``).
+        entries = self._entries().get(folder)
+        if entries is not None:
+            if module:
+                if module.partition(".")[0] not in entries:
+                    return []
+            elif not any(n in entries for n in names):
+                return []
         out = []
         base = os.path.join(folder, *module.split(".")) if module else folder
         for candidate in [_join(base, n) for n in names] + ([base] if module else []):
@@ -243,6 +252,24 @@ class _Project:
                 if file in self._present:
                     out.append(file)
         return out
+
+    def _entries(self) -> dict[str, set[str]]:
+        """Each folder at or below the root -> the first steps of the paths of the project's ``.py`` files below it
+        (``name`` of ``name.py``, a subfolder's name): every such path, so a name not among them leads to none."""
+        found = getattr(self, "_entries_memo", None)
+        if found is None:
+            found = self._entries_memo = {}
+            root = os.path.abspath(self.root)
+            below = os.path.join(root, "")
+            for file in self.files:
+                if not file.endswith(".py") or not file.startswith(below):
+                    continue  # (a file outside the root: its folders are no keys, and are looked up in full)
+                folder, name = os.path.split(file)
+                found.setdefault(folder, set()).add(name[:-3])
+                while len(folder) > len(root):
+                    folder, name = os.path.split(folder)
+                    found.setdefault(folder, set()).add(name)
+        return found
 
     @property
     def _present(self) -> set[str]:
