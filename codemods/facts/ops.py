@@ -310,6 +310,31 @@ for _op in _TABLE:
     _BY_SHORT.setdefault(_op.short, _op)
 del _op
 
+# The TensorFlow graph op types of the ops above, by the names the table lists them under: what a traced graph,
+# ``tf.debugging.enable_check_numerics`` and a run-time error name an op (``mpfix verify``/``repair`` find its
+# expression on a source line by them). TF 2.21 runs ``matmul``/``dot`` of batches as BatchMatMulV2 and may lower an
+# ``einsum`` to a matmul.
+GRAPH_OPS: dict[str, tuple[str, ...]] = {
+    "Exp": ("exp",), "Expm1": ("expm1",), "Log": ("log",), "Log1p": ("log1p",), "Pow": ("pow",),
+    "Square": ("square",), "Sqrt": ("sqrt",), "Rsqrt": ("rsqrt",), "Reciprocal": ("reciprocal",),
+    "Sum": ("reduce_sum", "sum"), "Mean": ("reduce_mean", "mean"), "Prod": ("reduce_prod", "prod"),
+    "L2Loss": ("l2_loss",), "Cumsum": ("cumsum",), "SquaredDifference": ("squared_difference",),
+    "MatMul": ("matmul", "dot", "einsum"), "BatchMatMulV2": ("matmul", "dot", "einsum"), "Einsum": ("einsum",),
+    "Softmax": ("softmax",), "LogSoftmax": ("log_softmax",),
+    "Mul": ("multiply",), "AddV2": ("add",), "Add": ("add",), "Sub": ("subtract",), "RealDiv": ("divide", "truediv"),
+    "Maximum": ("maximum",), "Minimum": ("minimum",), "ConcatV2": ("concat",), "Pack": ("stack",), "Cast": ("cast",),
+}
+# Python's operators, by the graph ops they build.
+OPERATOR_OPS: dict[str, tuple[str, ...]] = {
+    "+": ("AddV2", "Add"), "-": ("Sub",), "*": ("Mul",), "/": ("RealDiv",), "**": ("Pow",),
+    "@": ("MatMul", "BatchMatMulV2"),
+}
+
+
+def graph_specs(graph_op: str) -> list[OpSpec]:
+    """The table's specs of the ops a graph op type computes (``BatchMatMulV2``: matmul, dot, einsum)."""
+    return [spec for name in GRAPH_OPS.get(graph_op, ()) if (spec := by_short_name(name)) is not None]
+
 
 class Namespace(Enum):
     """Whose op a resolved callee is: one op name can compute differently in each library."""

@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mpfix.codemods.facts import ops
+
 FLOAT16_MAX = 65504.0
 # The at-risk verdict's fraction of float16's range (verdict.HEADROOM_FRACTION, 1/8).
 HEADROOM = FLOAT16_MAX / 8
@@ -33,40 +35,17 @@ RUNTIME_CODES = {
     "MP902": "float16 op output past 1/8 of 65504 (three doublings from overflow)",
     "MP903": "constant that became inf or 0 in float16",
 }
-# The static rule whose subject an op type is.
-OP_RULES = {
-    "Exp": "MP204",
-    "Pow": "MP204",
-    "Square": "MP203",
-    "L2Loss": "MP203",
-    "SquaredDifference": "MP203",
+# The static rule whose subject an op type is, by its class in the one table of ops: exponentials and powers are
+# MP204's, squares and sums of squares MP203's.
+_RULE_OF_KIND = {ops.Kind.EXP: "MP204", ops.Kind.POW: "MP204", ops.Kind.SQUARE: "MP203", ops.Kind.SQUARED_SUM: "MP203"}
+OP_RULES: dict[str, str] = {
+    graph_op: rule for graph_op in ops.GRAPH_OPS for spec in ops.graph_specs(graph_op)
+    for kind, rule in _RULE_OF_KIND.items() if spec.has(kind)
 }
-# Python spellings of an op type on a source line: call names, and operators.
+# Python spellings of an op type on a source line: the table's call names, and the operators that build it.
 OP_NAMES: dict[str, tuple[str, ...]] = {
-    "Exp": ("exp",),
-    "Log": ("log",),
-    "Log1p": ("log1p",),
-    "Pow": ("pow", "**"),
-    "Square": ("square",),
-    "Sqrt": ("sqrt",),
-    "Rsqrt": ("rsqrt",),
-    "Reciprocal": ("reciprocal",),
-    "Sum": ("reduce_sum", "sum"),
-    "Mean": ("reduce_mean", "mean"),
-    "Prod": ("reduce_prod", "prod"),
-    "L2Loss": ("l2_loss",),
-    "MatMul": ("matmul", "dot", "@", "einsum"),
-    "BatchMatMulV2": ("matmul", "dot", "@", "einsum"),
-    "Einsum": ("einsum",),
-    "Softmax": ("softmax",),
-    "LogSoftmax": ("log_softmax",),
-    "Mul": ("*", "multiply"),
-    "AddV2": ("+", "add"),
-    "Sub": ("-", "subtract"),
-    "RealDiv": ("/", "divide", "truediv"),
-    "Cumsum": ("cumsum",),
-    "SquaredDifference": ("squared_difference",),
-    "Cast": ("cast",),
+    graph_op: names + tuple(o for o, built in ops.OPERATOR_OPS.items() if graph_op in built)
+    for graph_op, names in ops.GRAPH_OPS.items()
 }
 _OPERATORS = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", ast.MatMult: "@",

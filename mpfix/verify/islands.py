@@ -42,10 +42,14 @@ from mpfix.verify.cst_edits import (
 )
 from mpfix.verify.evidence import OP_NAMES
 
-# Ops whose result overflows (the island must reach past them).
+# Graph ops whose result overflows, by their class in the table (the island must reach past them): exponentials,
+# powers, squares, contractions, long sums and products, and the operators' arithmetic (not a division).
+_OVERFLOWING_KINDS = (ops.Kind.EXP, ops.Kind.POW, ops.Kind.SQUARE, ops.Kind.SQUARED_SUM, ops.Kind.MATMUL,
+                      ops.Kind.LONG_SUM, ops.Kind.PRODUCT)
 OVERFLOWING = frozenset(
-    {"Exp", "MatMul", "BatchMatMulV2", "Einsum", "Sum", "Square", "Pow", "Mul", "AddV2", "Cumsum", "L2Loss",
-     "SquaredDifference", "Prod", "Sub"}
+    graph_op for graph_op in ops.GRAPH_OPS if any(
+        spec.has(*_OVERFLOWING_KINDS) or spec.has(ops.Kind.ARITHMETIC) and not spec.has(ops.Kind.DIVISION)
+        for spec in ops.graph_specs(graph_op))
 )
 # Calls whose result is back in float16's range, by their class in the one table of ops: probabilities, log
 # probabilities, logs and square roots, l2_normalize, logsumexp, values in [-1, 1] (tanh); and the division

@@ -30,27 +30,36 @@ from dataclasses import dataclass
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider
 
+from mpfix.codemods.facts import ops
 from mpfix.verify import cst_edits
 
-# TF op -> (Python operator, function names that spell it).
+def _spellings(graph_op: str, binary: bool) -> frozenset[str]:
+    """The call names of ``graph_op`` whose first two positional arguments are its two tensors (``binary``), or whose
+    first is the list of tensors (not ``einsum``, whose first is the equation)."""
+    return frozenset(spec.short for spec in ops.graph_specs(graph_op)
+                     if spec.tensor_list != binary and (not binary or spec.dtype_args[:2] == (0, 1)))
+
+
+def _operator(graph_op: str) -> str | None:
+    return next((o for o, built in ops.OPERATOR_OPS.items() if graph_op in built), None)
+
+
+# TF op -> (Python operator, function names that spell it): the table's binary ops that refuse mixed tensors
+# (``same_dtype``), and tf.pow, which raises on them too (TF 2.21: "cannot compute Pow as input #1(zero-based) was
+# expected to be a half tensor but is a float tensor") though the table leaves a Python number's promotion to it.
 SPELLINGS: dict[str, tuple[str | None, frozenset[str]]] = {
-    "AddV2": ("+", frozenset({"add"})),
-    "Add": ("+", frozenset({"add"})),
-    "Sub": ("-", frozenset({"subtract"})),
-    "Mul": ("*", frozenset({"multiply"})),
-    "RealDiv": ("/", frozenset({"divide", "truediv"})),
-    "MatMul": ("@", frozenset({"matmul"})),
-    "BatchMatMulV2": ("@", frozenset({"matmul"})),
-    "Maximum": (None, frozenset({"maximum"})),
-    "Minimum": (None, frozenset({"minimum"})),
-    "SquaredDifference": (None, frozenset({"squared_difference"})),
-    "Pow": ("**", frozenset({"pow"})),
-    # A float16 value assigned into a float32 variable (a metric's `self.total.assign_add(reduce_sum(x))`): the
-    # variable is the float32 side, the value the float16 one.
-    "Assign": (None, frozenset({"assign", "assign_add", "assign_sub"})),
+    graph_op: (_operator(graph_op), names) for graph_op in ops.GRAPH_OPS
+    if (names := _spellings(graph_op, True)) and (graph_op == "Pow" or any(
+        spec.same_dtype and not spec.tensor_list for spec in ops.graph_specs(graph_op)))
 }
+# A float16 value assigned into a float32 variable (a metric's `self.total.assign_add(reduce_sum(x))`): the
+# variable is the float32 side, the value the float16 one.
+SPELLINGS["Assign"] = (None, frozenset({"assign", "assign_add", "assign_sub"}))
 # TF op -> function names taking a list of tensors (``tf.concat([a, b], axis)``).
-LIST_OPS: dict[str, frozenset[str]] = {"ConcatV2": frozenset({"concat"}), "Pack": frozenset({"stack"})}
+LIST_OPS: dict[str, frozenset[str]] = {
+    graph_op: names for graph_op in ops.GRAPH_OPS if (names := _spellings(graph_op, False))
+    and any(spec.same_dtype for spec in ops.graph_specs(graph_op))
+}
 _ARGUMENT_INDEX = {"x": 0, "a": 0, "y": 1, "b": 1}
 _FLOAT16 = {"float16", "half"}
 _GRAPH = re.compile(r"Input '(\w+)' of '(\w+)' Op has type (\w+) that does not match type (\w+) of argument '(\w+)'")

@@ -453,3 +453,19 @@ def test_a_crash_round_with_no_writable_cast_names_the_crash_line():
     note = _nothing_to_try([], verdict)
     assert note.startswith("no cast could be written at train.py:12") and "by hand" in note
     assert "--locate" in _nothing_to_try([], SimpleNamespace(name="non-finite", evidence={}))
+
+
+def test_the_runtime_op_tables_are_read_from_the_one_table_of_ops():
+    from mpfix.codemods.facts import ops
+    from mpfix.verify import evidence, mix_crash
+
+    # Every graph op type names ops the table lists (adding one is a line in ops.GRAPH_OPS).
+    assert all(ops.graph_specs(graph_op) for graph_op in ops.GRAPH_OPS)
+    # Classes decide: expm1 is in the exp family (MP204's subject, an overflow the island reaches past), a division
+    # is no overflow, a contraction is.
+    assert evidence.OP_RULES["Expm1"] == "MP204" and evidence.OP_RULES["SquaredDifference"] == "MP203"
+    assert {"Expm1", "BatchMatMulV2", "Sum"} <= islands.OVERFLOWING and "RealDiv" not in islands.OVERFLOWING
+    assert set(evidence.OP_NAMES["BatchMatMulV2"]) == {"matmul", "dot", "einsum", "@"}
+    # A mix crash's two tensors are the first two positional arguments: never einsum's equation.
+    assert mix_crash.SPELLINGS["MatMul"] == ("@", frozenset({"matmul", "dot"}))
+    assert mix_crash.LIST_OPS == {"ConcatV2": frozenset({"concat"}), "Pack": frozenset({"stack"})}
