@@ -115,6 +115,17 @@ def _from_weight(facts: DtypeFacts, context, node: cst.BaseExpression, depth: in
     return False
 
 
+def _along_an_axis(call: cst.Call, spec: op_table.OpSpec) -> bool:
+    """The reduction names an axis (``axis=0``; a ``reduce_*``'s second positional argument; a norm's second is
+    its ``ord``): it sums one row or column of a weight, not the whole tensor."""
+    axis = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "axis"), None)
+    if axis is not None:
+        return not (isinstance(axis, cst.Name) and axis.value == "None")
+    positional = [a.value for a in call.args if a.keyword is None and not a.star]
+    return not spec.has(Kind.NORM) and len(positional) >= 2 and not (
+        isinstance(positional[1], cst.Name) and positional[1].value == "None")
+
+
 def _weight_attribute(context, cls: cst.ClassDef, attr: str) -> bool:
     """Every ``self.<attr> = ...`` in the class builds a weight (``self.add_weight``, ``tf.Variable``)."""
     values = []
@@ -176,7 +187,8 @@ class Float16UnsafeReduction(Rule):
     requires_float16 = True
     needs = frozenset({Need.FLOAT16_REGION})  # reports only in a float16 dtype region (the parse gate)
     # Substrings, and regexes that start with a literal (a leading \b makes re try every position).
-    triggers = ("l2_loss", "reduce_variance", "reduce_std", ".var(", ".std(", re.compile(r"square(?<!\wsquare)\s*\("),
+    triggers = ("l2_loss", "squared_difference", "reduce_variance", "reduce_std", ".var(", ".std(",
+                re.compile(r"square(?<!\wsquare)\s*\("),
                 re.compile(r"norm(?<!\wnorm)\s*\("), re.compile(r"\*\*\s*2\b"), re.compile(r"sum(?<![a-z]sum)\s*\("),
                 "reduce_mean",
                 "cumsum(", "prod(", "einsum(", "matmul(", "euclidean_norm(", "tensordot(", re.compile(r"dot(?<!\wdot)\s*\("))
@@ -200,7 +212,9 @@ class Float16UnsafeReduction(Rule):
         Squares grow fast and float16 stops at 65504: 3,000 activations of magnitude 5 sum to
         75,000, which is `inf`. An activity regulariser `1e-4 * tf.nn.l2_loss(h)` makes the loss
         `inf` from the first step while the gradients stay finite, so the loss scale never
-        reacts. Weights are float32 variables and are not flagged outside a layer's `call`.
+        reacts. Weights are float32 variables and are not flagged outside a layer's `call`; inside
+        it, a weight's rows or columns (`ops.norm(self.w, axis=0)`, a cosine head) sum about
+        fan-in times the initializer's variance and are not flagged either (its whole norm is).
 
         ## Example
         ```python
@@ -409,6 +423,8 @@ class Float16UnsafeReduction(Rule):
                     what = "variance" if in_range else "mean of squares"
             if what is None or facts.dtype_of(target) is not Dtype.FLOAT16:
                 continue
+            if _along_an_axis(call, spec) and _from_weight(facts, self.context, target):
+                continue  # a weight's rows or columns: ~fan-in x its initializer's variance, not activations
             self._report(facts, call, target, replaced, what, in_range=in_range)
         for binop in facts.nodes(cst.BinaryOperation):
             self._scaled_after_product(facts, binop)

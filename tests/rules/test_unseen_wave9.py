@@ -87,3 +87,44 @@ def test_a_factor_the_loop_does_not_scale_with_stays_with_mp102_only():
     # no loss_scale_factor on the optimizer: a plain optimizer and a division by a constant is no double unscale
     code = lsf(module="LOSS_SCALE = 512.0", factor="None", divisor="LOSS_SCALE")
     assert not [f for f in lint(code) if f.code == "MP110"]
+
+
+# 2. ops_cosine_k3.py: a Keras 3 cosine-softmax head normalises its float16 features with ops.norm (the seeded
+#    bug: raw 0-255 pixels, the features' sum of squares overflows; ran: loss ln 6 flat) and the columns of its own
+#    weight, `self.w / ops.norm(self.w, axis=0, keepdims=True)`, which MP203 reported too. A weight's sum of squares
+#    along one axis is about fan-in x its initializer's variance (~1-2 for glorot/he, 256 x 0.15**2 at most here):
+#    no overflow. A norm of a whole weight (no axis: an embedding table's Frobenius norm) is still reported.
+MP2 = tuple(r for r in all_rules() if r.code.startswith("MP2"))
+
+COSINE = """
+    import keras
+    from keras import ops
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+    class CosineHead(keras.layers.Layer):
+        def build(self, input_shape):
+            self.w = self.add_weight(shape=(input_shape[-1], 6), initializer="glorot_uniform", name="w")
+
+        def call(self, feats):
+            feats = feats / ops.norm(feats, axis=-1, keepdims=True)
+            w = self.w / {weight_norm}
+            return 16.0 * ops.matmul(feats, w)
+"""
+
+
+def mp203_lines(weight_norm: str) -> list[int]:
+    return sorted(f.line for f in lint(COSINE.format(weight_norm=weight_norm), rules=MP2) if f.code == "MP203")
+
+
+def test_a_weights_norm_along_an_axis_is_not_an_activation_sum():
+    assert mp203_lines("ops.norm(self.w, axis=0, keepdims=True)") == [12]  # the features' norm only
+
+
+def test_a_weights_sum_of_squares_along_an_axis_is_not_reported_either():
+    assert mp203_lines("ops.sqrt(ops.sum(ops.square(self.w), axis=0, keepdims=True))") == [12]
+
+
+def test_a_whole_weights_norm_is_still_reported():
+    assert mp203_lines("ops.norm(self.w)") == [12, 13]
