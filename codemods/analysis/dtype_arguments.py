@@ -302,7 +302,7 @@ class ParameterDtypes(PartialCalls):
                 continue
             # An instance built with its own `dtype=` (tfm gaussian_process.py: `dtype=self.dtype`, a float32 layer)
             # casts its first input unlike the class's `call` region models: nothing is learnt from it.
-            built = {self.module.code_for_node(v.func) if isinstance(v, cst.Call) and
+            built = {self.code(v.func) if isinstance(v, cst.Call) and
                      argument(v, "dtype", None) is None else None
                      for _, v in self.attribute_values(caller.owner, func.attr.value)}
             cls = self.classes.get(next(iter(built)) or "") if len(built) == 1 else None

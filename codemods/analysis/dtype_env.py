@@ -57,8 +57,7 @@ class NameDtypes(ParameterDtypes):
                     dtype = region.params.get(pname, UNK)  # what the enclosing function passes (`_closure_params`)
                 elif param.default is not None and not isinstance(param.default, cst.Name):
                     dtype = PY
-                elif param.annotation is not None and self.module.code_for_node(param.annotation.annotation) in (
-                        "int", "float", "bool", "str"):
+                elif param.annotation is not None and _python_annotation(param.annotation.annotation):
                     dtype = PY
                 elif heuristics.PYTHON_PARAMETER.search(pname):
                     dtype = PY
@@ -309,6 +308,12 @@ class NameDtypes(ParameterDtypes):
 
 
 _ASSIGNS = frozenset({"assign", "assign_add", "assign_sub"})
+
+
+def _python_annotation(node: cst.BaseExpression) -> bool:
+    """``int``/``float``/``bool``/``str``: the annotation's code is one of them exactly (a bare name, unparenthesized;
+    read from the node, not generated)."""
+    return type(node) is cst.Name and not node.lpar and node.value in ("int", "float", "bool", "str")
 
 
 def _one(dtypes: set[Dtype]) -> Dtype:

@@ -70,7 +70,7 @@ class ExpressionDtypes:
                         if b.name.startswith("self.") and b.name.count(".") == 1 and b.element is None and not b.starred:
                             table.setdefault(b.name[5:], []).append((func, b.value))
             for base in cls.bases:
-                spelled = self.module.code_for_node(base.value)
+                spelled = self.code(base.value)
                 parent = self.classes.get(spelled)
                 if parent is not None and parent is not cls:
                     for name, values in self.attribute_values_table(parent).items():
@@ -197,7 +197,7 @@ class ExpressionDtypes:
         """A layer class of this file whose ``call`` returns float32 whatever its inputs (a ``dtype="float32"``
         sublayer's output, ``tf.cast(..., tf.float32)`` values) outputs float32 under a policy too: Keras casts
         a layer's inputs, never its outputs (C36, C37: research detr_lib.py's wrapper and position embedding)."""
-        cls = self.classes.get(self.module.code_for_node(built.func))
+        cls = self.classes.get(self.code(built.func))
         call = self.methods.get(cls, {}).get("call") if cls is not None and self.is_layer_class(cls) else None
         return F32 if call is not None and self.return_dtype(call, cls) is F32 else None
 

@@ -86,28 +86,37 @@ def spelled_dtype(node: cst.BaseExpression, resolve) -> Dtype | None:
 
 def number(node: cst.BaseExpression) -> float | None:
     """The value of a numeric literal (with unary minus), ``float("inf")``, ``np.inf`` … or None."""
+    # Exact type tests (LibCST's node classes are ABCs: isinstance costs a Python call; these leaf classes have no
+    # subclasses): the inference asks this of nearly every expression.
     sign = 1.0
-    while isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
-        if isinstance(node.operator, cst.Minus):
+    node_type = type(node)
+    while node_type is cst.UnaryOperation and type(node.operator) in _SIGNS:
+        if type(node.operator) is cst.Minus:
             sign = -sign
         node = node.expression
-    if isinstance(node, (cst.Float, cst.Integer)):
+        node_type = type(node)
+    if node_type is cst.Float or node_type is cst.Integer:
         try:
             return sign * float(node.evaluated_value)
         except (ValueError, OverflowError):
             return None
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "float" \
-            and len(node.args) == 1 and isinstance(node.args[0].value, cst.SimpleString):
+    if node_type is cst.Name or node_type is cst.SimpleString:
+        return None
+    if node_type is cst.Call and type(node.func) is cst.Name and node.func.value == "float" \
+            and len(node.args) == 1 and type(node.args[0].value) is cst.SimpleString:
         text = (node.args[0].value.evaluated_value or "").strip().lower()
         if text in ("inf", "+inf", "-inf", "infinity", "-infinity"):
             return sign * float(text)
         return None
-    dotted = dotted_name(node) if isinstance(node, cst.Attribute) else None
+    dotted = dotted_name(node) if node_type is cst.Attribute else None
     if dotted and dotted.split(".")[-1] == "inf" and dotted.split(".")[0] in ("np", "numpy", "math", "jnp"):
         return sign * float("inf")
     if dotted and re.search(r"float(32|64)\.(min|max)$", dotted):
         return sign * (-3.4e38 if dotted.endswith("min") else 3.4e38)
     return None
+
+
+_SIGNS = (cst.Minus, cst.Plus)
 
 
 def is_float_literal(node: cst.BaseExpression) -> bool:

@@ -247,7 +247,7 @@ class RegionFinder:
         found = self._float32_state.get(owner)
         if found is None:  # once per class, not once per method
             found = self._float32_state[owner] = heuristics.FLOAT32_STATE_CLASS.search(
-                " ".join([owner.name.value, *(self.module.code_for_node(b.value) for b in owner.bases)])) is not None
+                " ".join([owner.name.value, *(self.code(b.value) for b in owner.bases)])) is not None
         return found
 
     def _seed_kind(self, func: cst.FunctionDef, owner: cst.ClassDef | None) -> str | None:
@@ -263,7 +263,7 @@ class RegionFinder:
             if self.resolve(target) == "tensorflow.function":
                 return "tf-function"
         if owner is not None and name == "call":
-            if any(heuristics.OPS_OPERATION_BASE.search(self.module.code_for_node(b.value)) for b in owner.bases):
+            if any(heuristics.OPS_OPERATION_BASE.search(self.code(b.value)) for b in owner.bases):
                 return None  # keras.ops' own Operation classes: called on whatever the user passes, never autocast
             return "layer-call"
         if name in ("train_step", "test_step", "predict_step", "compute_loss") or heuristics.STEP_NAME.search(name):

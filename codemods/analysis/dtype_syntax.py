@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods._walk import Visitor, children
+from mpfix.codemods._walk import Visitor, children, walk
 from mpfix.codemods.names import dotted_name
 
 
@@ -17,15 +17,23 @@ def walk_calls(root: cst.CSTNode):
 def assignments(func: cst.FunctionDef):
     """Every ``Assign`` in ``func``'s body (nested functions included, nested classes not)."""
     stack = [func.body]
+    expression = _EXPRESSION
     while stack:
         node = stack.pop()
-        if isinstance(node, cst.Assign):
+        node_type = type(node)
+        if node_type is cst.Assign:
             yield node
-        if isinstance(node, cst.ClassDef):
+        if node_type is cst.ClassDef:
             continue
-        if isinstance(node, (cst.BaseExpression,)):
+        found = expression.get(node_type)
+        if found is None:  # isinstance once per node type (LibCST's classes are ABCs: each test is a Python call)
+            found = expression[node_type] = isinstance(node, cst.BaseExpression)
+        if found:
             continue  # assignments are statements: do not walk into expressions
         stack.extend(children(node))
+
+
+_EXPRESSION: dict[type, bool] = {}
 
 
 def imported_names(module: cst.Module) -> set[str]:
@@ -78,9 +86,8 @@ def blocks(stmt: cst.CSTNode) -> list:
     todo = [stmt]
     while todo:
         node = todo.pop()
-        if isinstance(node, (cst.If, cst.Try, cst.TryStar, cst.With, cst.For, cst.While, cst.Else, cst.Finally,
-                             cst.ExceptHandler, cst.ExceptStarHandler)):
-            if isinstance(node.body, cst.IndentedBlock):
+        if type(node) in _COMPOUND:  # exact types: these classes have no subclasses, and isinstance on ABCs is slow
+            if type(node.body) is cst.IndentedBlock:
                 found.append(node.body.body)
             for attr in ("orelse", "finalbody"):
                 more = getattr(node, attr, None)
@@ -88,6 +95,10 @@ def blocks(stmt: cst.CSTNode) -> list:
                     todo.append(more)
             todo.extend(getattr(node, "handlers", ()))
     return found
+
+
+_COMPOUND = frozenset({cst.If, cst.Try, cst.TryStar, cst.With, cst.For, cst.While, cst.Else, cst.Finally,
+                       cst.ExceptHandler, cst.ExceptStarHandler})
 
 
 def builder_returns(func: cst.FunctionDef, call: cst.BaseExpression) -> tuple[cst.FunctionDef, list] | None:
@@ -127,3 +138,22 @@ def through_builders(values: list) -> list:
         built = builder_returns(func, value) if isinstance(func, cst.FunctionDef) else None
         found.extend([(built[0], v) for v in built[1]] if built else [(func, value)])
     return found
+
+
+# The nodes whose text is their own (every other node's code is fixed tokens and whitespace around its children's).
+_TEXT = frozenset({cst.Name, cst.SimpleString, cst.FormattedStringText, cst.TemplatedStringText, cst.Comment,
+                   cst.Integer, cst.Float, cst.Imaginary})
+
+
+def mentions(node: cst.CSTNode, words: tuple[str, ...]) -> bool:
+    """Whether ``module.code_for_node(node)`` can contain one of ``words`` (each letters, digits and ``_``): such a
+    word lies within one token (a name, string, number or comment), so this reads those tokens, trivia included,
+    without generating the code. False means no; True means look at the code."""
+    text = _TEXT
+    for child in walk(node, trivia=True):
+        if type(child) in text:
+            value = child.value
+            for word in words:
+                if word in value:
+                    return True
+    return False

@@ -19,6 +19,7 @@ import libcst as cst
 from mpfix.codemods._walk import Visitor, walk
 from mpfix.codemods.analysis.bindings import BindingKind, decompose
 from mpfix.codemods.analysis.dtype_lattice import Dtype
+from mpfix.codemods.analysis.dtype_syntax import mentions
 from mpfix.codemods.facts import heuristics
 
 
@@ -148,10 +149,11 @@ class _Collector(Visitor):
                 region.returns.append(node.value)
         elif node_type is cst.If or node_type is cst.IfExp or node_type is cst.While:
             test = node.test
-            if heuristics.GUARD.search(analysis.module.code_for_node(test)):
+            # The words first (a walk of the test's tokens), the code only where one is there.
+            if mentions(test, heuristics.GUARD_WORDS) and heuristics.GUARD.search(code := analysis.code(test)):
                 self.guard_depth += 1
                 self.guard_nodes.append(node)
-                if node_type is cst.If and heuristics.FLOAT16_TEST.search(analysis.module.code_for_node(test)):
+                if node_type is cst.If and heuristics.FLOAT16_TEST.search(code):
                     region.dtype_aware = True
         elif node_type is cst.Assign:
             for target in node.targets:

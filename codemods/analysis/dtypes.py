@@ -79,6 +79,7 @@ class DtypeAnalysis(RegionFinder, LayerClasses, NameDtypes, ExpressionDtypes, Sp
         self._calls_by_name: dict[str, list[cst.Call]] | None = None
         self._closure_of: dict[cst.FunctionDef, cst.FunctionDef] = {}  # a nested function -> the one around it
         self._final = False
+        self._codes: dict[int, tuple[cst.CSTNode, str]] = {}  # `code`: the node kept with its code (ids stay unique)
         # Names bound by imports (relative ones too): helpers from other files whose result
         # dtype this file cannot see.
         self.imported: set[str] = imported_names(module)
@@ -106,6 +107,14 @@ class DtypeAnalysis(RegionFinder, LayerClasses, NameDtypes, ExpressionDtypes, Sp
                 collector.walk(self.module)
                 self._all_calls = collector.calls
         return self._all_calls
+
+    def code(self, node: cst.CSTNode) -> str:
+        """``module.code_for_node(node)``, generated once per node (base classes and callees are spelled again and
+        again while the regions are found)."""
+        found = self._codes.get(id(node))
+        if found is None or found[0] is not node:
+            found = self._codes[id(node)] = (node, self.module.code_for_node(node))
+        return found[1]
 
     def in_region(self, node: cst.CSTNode) -> Region | None:
         return self.region_of.get(node)

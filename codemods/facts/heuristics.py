@@ -31,6 +31,8 @@ def is_constructor_name(simple: str) -> bool:
 # A region's `if`/`while`/`IfExp` testing a dtype guards its body (its constants are the author's
 # float16-aware choice): `big = tf.float16.min if x.dtype == tf.float16 else -1e9` (MP201's VALID).
 GUARD = re.compile(r"float16|half|fp16|bfloat16|\.dtype|compute_dtype|mixed")
+# A word every match of GUARD (and of FLOAT16_TEST) holds (``dtype_syntax.mentions``, before the code is generated).
+GUARD_WORDS = ("float16", "half", "fp16", "dtype", "mixed")
 # ... and an `if` that names float16 makes the whole function dtype-aware (tf-models' attention masks).
 FLOAT16_TEST = re.compile(r"float16|half|fp16")
 # Training steps by name when nothing else marks them: `train_step`, `val_step`, `step_fn`.
@@ -49,6 +51,8 @@ NO_AUTOCAST_BASE = re.compile(r"Preprocessing|Preprocessor|FeatureExtractor|Toke
                               r"Rescaling|Normalization\b|Resizing|Discretization|Hashing|Lookup|Encoding")
 # `super().__init__(autocast=False)` or `self._autocast = False` anywhere in `__init__`.
 AUTOCAST_FALSE = re.compile(r"autocast\s*=\s*False|_autocast\s*=\s*False")
+# A word every match of AUTOCAST_FALSE holds (``dtype_syntax.mentions`` looks for it before the code is generated).
+AUTOCAST_WORDS = ("autocast",)
 # keras.ops' own Operation classes: `call` runs on whatever the user passes, never autocast.
 OPS_OPERATION_BASE = re.compile(r"(^|\.)(Operation|Function)$")
 # `for v in model.trainable_variables`: float32 variables, safe to reduce.
