@@ -64,6 +64,14 @@ class Need(Enum):
     # Reports only on nodes of a non-module dtype region (a function the inference analyses as float16
     # compute: a layer's call, a training step, a loss, a tf.function and their helpers), never module code.
     FLOAT16_REGION = "float16-region"
+    # Reports only an output layer's call (``keras_layers.OUTPUT_LAYERS``) built without ``dtype=``, never in test code.
+    OUTPUT_HEAD = "output-head"
+    # Reports only on a gradient scaled by ``<optimizer>.scale_loss``/``get_scaled_loss`` in this file.
+    SCALE_CALL = "scale-call"
+    # Reports only an import or a name of the ``mixed_precision`` module (``_api_table.MIXED_PRECISION``).
+    MIXED_PRECISION_API = "mixed-precision-api"
+    # Reports only on a gradient update: a call ``<optimizer>.apply_gradients(...)``/``.apply(...)`` in this file.
+    GRADIENT_UPDATE = "gradient-update"
 
 
 class FixAvailability(Enum):

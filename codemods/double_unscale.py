@@ -7,7 +7,7 @@ import libcst as cst
 from mpfix.codemods._gradient_fixes import pass_through, single_assign
 from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, K3_SCALE, foreign_api, step_flows
 from mpfix.codemods.analysis.gradient_path import MANUAL, MANUAL_UNSCALE, SCALED, UNSCALE, UNSCALED, Flow, OptimizerKind
-from mpfix.codemods.base import Fact, Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, Invalid, Need, Rule, Valid
 from mpfix.codemods.names import dotted_name
 from mpfix.findings import FixSafety
 
@@ -16,6 +16,7 @@ class DoubleUnscale(Rule):
     code = "MP110"
     name = "double-unscale"
     uses = frozenset({Fact.GRADIENT_PATH})
+    needs = frozenset({Need.SCALE_CALL, Need.GRADIENT_UPDATE})  # a scaled gradient, an update (the parse gate)
     message = "Gradients are unscaled twice (by hand and by the optimizer); every update is divided by the loss scale"
     messages = {
         "unscaled_twice": ("`{optimizer}` unscales gradients that were already divided by the loss scale: every update "

@@ -12,7 +12,7 @@ import libcst as cst
 from mpfix.codemods._walk import find_all
 
 from mpfix.codemods import _api_table as table
-from mpfix.codemods.base import Fact, Invalid, Valid
+from mpfix.codemods.base import Fact, Invalid, Need, Valid
 from mpfix.codemods._mp_api_support import (
     ApiDriftRule,
     attribute_uses,
@@ -40,6 +40,7 @@ class ExperimentalMixedPrecisionApi(ApiDriftRule):
     fix_needs_tf = table.STABLE_SINCE
     name = "experimental-mixed-precision-api"
     uses = frozenset({Fact.VERSION_GUARDS, Fact.DECLARED_TF})
+    needs = frozenset({Need.MIXED_PRECISION_API})  # the mixed_precision module spelled (the parse gate)
     message = ("`mixed_precision.experimental` was removed in TF 2.9; use the stable "
                "`tf.keras.mixed_precision` names")
     messages = {

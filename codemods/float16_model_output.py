@@ -11,7 +11,7 @@ from mpfix.codemods.analysis.dtype_targets import loss_promotes_predictions
 from mpfix.codemods.analysis.model_outputs import (
     _FEATURE_ACTIVATIONS, _OUTPUT_LAYERS, _SAFE_HEADS, _activation_name, _with_float32, model_facts,
 )
-from mpfix.codemods.base import Fact, FixAvailability, Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, FixAvailability, Invalid, Need, Rule, Valid
 from mpfix.findings import FixSafety
 from mpfix.project.files import is_test_code
 
@@ -20,6 +20,7 @@ class Float16ModelOutput(Rule):
     code = "MP205"
     name = "float16-model-output"
     uses = frozenset({Fact.MODEL_OUTPUTS, Fact.PROJECT})
+    needs = frozenset({Need.OUTPUT_HEAD})  # an output layer built without dtype=, not test code (the parse gate)
     message = "The model's output layer computes in float16 under mixed_float16; build it with dtype=\"float32\""
     messages = {
         "output_layer": "`{layer}` is the model's {head} and computes in float16; build it with `dtype=\"float32\"`",

@@ -9,7 +9,7 @@ from mpfix.codemods.analysis.gradient_path import Flow
 from mpfix.codemods._loss_scaling_support import (
     STEP_TRIGGERS, Shape, computed_scaled_loss, foreign_api, needs_lso_guard, scale_method, scaling_changes, step_flows, unfixable_shape, where,
 )
-from mpfix.codemods.base import Fact, Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, Invalid, Need, Rule, Valid
 from mpfix.findings import FixSafety
 from mpfix.policy import Policy
 
@@ -18,6 +18,7 @@ class LossNotScaled(Rule):
     code = "MP102"
     name = "loss-not-scaled"
     uses = frozenset({Fact.GRADIENT_PATH})
+    needs = frozenset({Need.GRADIENT_UPDATE})  # an apply_gradients/apply call: every flow's update (the parse gate)
     message = "The optimizer scales losses but the gradient is taken of an unscaled loss; scale it inside the tape"
     _UNSCALED = ("`{optimizer}` scales losses but the gradient in {where} is taken of the unscaled loss; compute "
                  "`{optimizer}.{scale}(loss)` inside the tape")

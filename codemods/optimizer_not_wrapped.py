@@ -6,7 +6,7 @@ import libcst as cst
 
 from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, step_flows, where
 from mpfix.codemods._unwrapped_optimizers import built_by, kept_by_object, unscaled, unseen_builds
-from mpfix.codemods.base import Fact, Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, Invalid, Need, Rule, Valid
 from mpfix.findings import FixSafety
 from mpfix.policy import Policy
 
@@ -15,6 +15,7 @@ class OptimizerNotWrapped(Rule):
     code = "MP101"
     name = "optimizer-not-wrapped"
     uses = frozenset({Fact.GRADIENT_PATH})
+    needs = frozenset({Need.GRADIENT_UPDATE})  # an apply_gradients/apply call: every flow's update (the parse gate)
     message = ("Custom training loop under mixed_float16 with a bare optimizer: wrap it in "
                "LossScaleOptimizer and scale the loss, or most float16 gradients underflow to zero")
     _UNSCALED = ("`{optimizer}` has no loss scaling under mixed_float16: most float16 gradients underflow to zero; "

@@ -6,7 +6,7 @@ import libcst as cst
 
 from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, foreign_api, step_flows
 from mpfix.codemods.analysis.gradient_path import SCALED, UNSCALED, EventKind, OptimizerKind
-from mpfix.codemods.base import Fact, Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, Invalid, Need, Rule, Valid
 from mpfix.findings import FixSafety
 
 
@@ -14,6 +14,7 @@ class ScaledGradientsToPlainOptimizer(Rule):
     code = "MP111"
     name = "scaled-gradients-to-plain-optimizer"
     uses = frozenset({Fact.GRADIENT_PATH})
+    needs = frozenset({Need.GRADIENT_UPDATE})  # an apply_gradients/apply call: every flow's update (the parse gate)
     message = ("Gradients of a loss scaled by one optimizer are applied, still scaled, by another that does "
                "not unscale them; every such update is multiplied by the loss scale")
     messages = {"plain": "Gradients of `{scaler}.{method}(...)` reach `{optimizer}`, which does not unscale them: its "

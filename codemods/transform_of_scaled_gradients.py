@@ -7,7 +7,7 @@ import libcst as cst
 from mpfix.codemods._gradient_fixes import describe, move_clip_changes, move_unscale_changes
 from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, K3_SCALE, foreign_api
 from mpfix.codemods.analysis.gradient_path import SCALED, THRESHOLD, UNSCALE, Flow, OptimizerKind, training_steps
-from mpfix.codemods.base import Fact, Invalid, Rule, Valid
+from mpfix.codemods.base import Fact, Invalid, Need, Rule, Valid
 from mpfix.findings import FixSafety
 
 
@@ -15,6 +15,7 @@ class TransformOfScaledGradients(Rule):
     code = "MP109"
     name = "transform-of-scaled-gradients"
     uses = frozenset({Fact.GRADIENT_PATH})
+    needs = frozenset({Need.GRADIENT_UPDATE})  # an apply_gradients/apply call: every flow's update (the parse gate)
     message = ("Gradients are clipped (or get noise) while they still carry the loss scale; "
                "transform them after unscaling")
     messages = {

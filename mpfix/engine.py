@@ -19,10 +19,9 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from mpfix.codemods import Rule, RuleContext
-from mpfix.codemods.base import Need
 from mpfix.codemods._walk import visit_batched
 from mpfix.codemods.names import ImportTable
-from mpfix import fix_edits, fix_validation, gate
+from mpfix import fix_edits, fix_validation, prechecks
 from mpfix import policy as policies
 from mpfix import suppression
 from mpfix.findings import FileError, Finding, Fix, Position
@@ -129,13 +128,27 @@ class Engine:
                 unchecked = self.options.policy is None and policy is policies.Policy.NONE
         return rules, unchecked
 
-    def _gated(self, text: str, path: Path, rules: list[type[Rule]]) -> bool | None:
-        """True: no selected rule can report in ``text`` (each needs a float16 region, none can exist there);
-        False: the gate ran (and with it the depth pre-check) but cannot rule that out; None: it did not run."""
-        if not GATE or not all(Need.FLOAT16_REGION in r.needs for r in rules):
-            return None
+    def _gated(self, text: str, path: Path, rules: list[type[Rule]], fix: bool = False) -> tuple[list[type[Rule]], bool]:
+        """The selected rules whose ``Rule.needs`` may all hold in ``text`` (``mpfix.prechecks``: the others
+        cannot report there), and whether the depth pre-check ran (it raises ``TooComplex`` as the parse would).
+
+        The text and path decide first; the ``ast`` is asked only where every rule left declares needs, so that
+        the file may go unparsed (elsewhere the LibCST parse comes anyway, and an ``ast`` parse would only add
+        to it). A text CPython rejects keeps every rule (the parse reports it). ``fix`` keeps every rule unless
+        none is left: a fix changes the text, and a need may hold in the fixed text."""
+        needs = frozenset().union(*(r.needs for r in rules))
+        if not GATE or not needs or (fix and not all(r.needs for r in rules)):
+            return rules, False
         project = file_facts(path, consult_project=self.options.policy is None and self.options.project_policy)
-        return gate.no_region(text, project.cross_calls)
+        possible = prechecks.spelled(text, path, needs, project.cross_calls)
+        kept = [r for r in rules if r.needs <= possible]
+        if kept and not all(r.needs for r in kept):
+            return (rules if fix else kept), False
+        held = prechecks.held(text, path, frozenset().union(*(r.needs for r in kept)), project.cross_calls)
+        if held is None:
+            return rules, True
+        kept = [r for r in kept if r.needs <= held]
+        return (rules if fix and kept else kept), True
 
     def _idle(self, text: str, path: Path, rules: list[type[Rule]]) -> bool | None:
         """True: no selected rule runs for the Keras generation the parse would give ``text`` (``_visit``
@@ -162,8 +175,9 @@ class Engine:
 
     # -- one pass ----------------------------------------------------------------------
     def _run(self, text: str, path: Path, rules: list[type[Rule]], module: cst.Module | None = None,
-             depth_checked: bool = False) -> tuple[cst.Module, RuleContext]:
-        """Parse ``text`` (unless ``module`` is its parse already) and run ``rules`` over it in one pass."""
+             depth_checked: bool = False, visit: list[type[Rule]] | None = None) -> tuple[cst.Module, RuleContext]:
+        """Parse ``text`` (unless ``module`` is its parse already) and run ``rules`` over it in one pass
+        (only ``visit`` of them where given: the reach and project facts still follow all ``rules``)."""
         if module is None:
             module = parse_module(text, depth_checked=depth_checked)
         imports = ImportTable(module)
@@ -182,7 +196,7 @@ class Engine:
         if reach is not None and reach.partial and policy is policies.Policy.FLOAT16:
             # A test module where only some tests run under the policy: float16 findings count there only.
             context.cache[_REGIONS] = float16_regions(text, reach.fixtures)
-        self._visit(module, context, rules)
+        self._visit(module, context, rules if visit is None else visit)
         fixers = {rule.code for rule, report in context.reports if report.fix is not None}
         if not target.known and fixers:
             # Unknown target: the findings are the default generation's; a fix is kept only
@@ -238,12 +252,11 @@ class Engine:
         if not rules:
             return LintResult(float16_unchecked=unchecked)
         try:
-            gated = self._gated(text, path, rules)  # raises TooComplex as the parse would
-            if gated is None and GATE and not fix:
-                gated = self._idle(text, path, rules)  # rules of the other Keras generation only
-            if gated:
+            visit, checked = self._gated(text, path, rules, fix)  # raises TooComplex as the parse would
+            idle = self._idle(text, path, visit) if visit and GATE and not fix else None  # other generation only
+            if not visit or idle:
                 return LintResult(float16_unchecked=unchecked)
-            module, context = self._run(text, path, rules, depth_checked=gated is False)
+            module, context = self._run(text, path, rules, depth_checked=checked or idle is False, visit=visit)
         except cst.ParserSyntaxError as exc:
             return LintResult(errors=[_syntax_error(name, text, exc)], float16_unchecked=unchecked)
         except TooComplex as exc:  # refused before LibCST's native parser could crash on it

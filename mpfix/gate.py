@@ -68,7 +68,7 @@ def _seeded_by_name(func: ast.FunctionDef | ast.AsyncFunctionDef, bound: set[str
     return _seed_name(func.name) or "y_pred" in _parameters(func)
 
 
-def _decided_by_text(text: str, cross_calls: tuple) -> bool | None:
+def decided_by_text(text: str, cross_calls: tuple) -> bool | None:
     """``may_have_region`` where the text alone decides it (None: it does not): most files a float16 rule
     triggers in either define a layer's ``call`` (a seed by name) or hold no decorator and no class."""
     if cross_calls or "GradientTape" in text or "y_pred" in text:
@@ -136,7 +136,7 @@ def no_region(text: str, cross_calls: tuple = ()) -> bool:
     a text CPython rejects is never skipped: the engine's parse reports it as before."""
     if not check_depth(text):
         return False  # CPython rejects it: the parse reports the syntax error
-    decided = _decided_by_text(text, cross_calls)
+    decided = decided_by_text(text, cross_calls)
     if decided is not None:
         return not decided
     try:

@@ -135,60 +135,17 @@ def test_a_rule_needing_a_region_fires_only_where_there_is_one(rule, monkeypatch
     assert fired
 
 
-def test_the_engine_gates_only_where_every_selected_rule_needs_a_region(monkeypatch):
+def test_the_engine_drops_the_rules_needing_a_region_where_there_is_none(monkeypatch):
     plain = IMPORTS + PLAIN[0][1]
     options = Options(policy="mixed_float16", project_policy=False)
     undeclared = [r for r in all_rules() if r.requires_float16 and not r.needs]
-    assert Engine(tuple(undeclared[:1]), options)._gated(plain, Path("m.py"), undeclared[:1]) is None
+    assert Engine(tuple(undeclared[:1]), options)._gated(plain, Path("m.py"), undeclared[:1]) == (undeclared[:1], False)
     declaring = _declaring()
-    if declaring:
-        assert Engine(tuple(declaring), options)._gated(plain, Path("m.py"), declaring) is True
-        assert Engine(tuple(declaring), options)._gated(plain + SEEDED[3][1], Path("m.py"), declaring) is False
-        monkeypatch.setattr(engine_module, "GATE", False)
-        assert Engine(tuple(declaring), options)._gated(plain, Path("m.py"), declaring) is None
-
-
-def _scripts(tmp_path: Path) -> list[Path]:
-    """The repository's scripts, each folder copied as a project of its own (its facts, not mpfix's)."""
-    found = []
-    for folder in FOLDERS:
-        source = ROOT / folder
-        if not source.is_dir():
-            continue
-        dest = tmp_path / folder.replace("/", "_")
-        shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__"))
-        (dest / "pyproject.toml").write_text("[project]\nname = 'scripts'\n")
-        found.extend(sorted(dest.rglob("*.py")))
-    return found
-
-
-@pytest.mark.parametrize("policy", [None, "mixed_float16"])
-def test_every_skipped_script_has_no_region_and_no_finding(tmp_path, monkeypatch, policy):
-    from mpfix import policy as policies
-
-    policies.forget_projects()
-    policies.use_store(None)
-    paths = _scripts(tmp_path)
-    assert len(paths) > 100
-    rules = all_rules()
-    declared = tuple(r for r in rules if r.needs)
-    engine = Engine(rules, Options(policy=policy))
-    skipped = 0
-    for path in paths:
-        text = path.read_text(encoding="utf-8")
-        consult = policy is None
-        facts = file_facts(path, consult_project=consult)
-        try:
-            if not gate.no_region(text, facts.cross_calls):
-                continue
-        except RecursionError:
-            continue
-        skipped += 1
-        assert not _regions(text, facts), f"{path.name}: skipped by the gate, yet it has a float16 region"
-        monkeypatch.setattr(engine_module, "GATE", False)
-        for rule in declared:  # each declaring rule alone, and all of them: nothing to find
-            assert not Engine((rule,), Options(policy=policy)).lint(text, path).findings, (path.name, rule.code)
-        monkeypatch.setattr(engine_module, "GATE", True)
-    assert skipped, "the gate skipped no script: the test checks nothing"
-    policies.forget_projects()
-    del engine
+    assert declaring
+    assert Engine(tuple(declaring), options)._gated(plain, Path("m.py"), declaring) == ([], True)
+    assert Engine(tuple(declaring), options)._gated(plain + SEEDED[3][1], Path("m.py"), declaring) == (declaring, True)
+    mixed = undeclared[:1] + declaring
+    assert Engine(tuple(mixed), options)._gated(plain, Path("m.py"), mixed) == (undeclared[:1], False)  # text decides
+    assert Engine(tuple(mixed), options)._gated(plain, Path("m.py"), mixed, fix=True) == (mixed, False)
+    monkeypatch.setattr(engine_module, "GATE", False)
+    assert Engine(tuple(declaring), options)._gated(plain, Path("m.py"), declaring) == (declaring, False)
