@@ -149,3 +149,49 @@ def test_the_engine_drops_the_rules_needing_a_region_where_there_is_none(monkeyp
     assert Engine(tuple(mixed), options)._gated(plain, Path("m.py"), mixed, fix=True) == (mixed, False)
     monkeypatch.setattr(engine_module, "GATE", False)
     assert Engine(tuple(declaring), options)._gated(plain, Path("m.py"), declaring) == (declaring, False)
+
+
+def _scripts(tmp_path: Path) -> list[Path]:
+    """The repository's scripts, each folder copied as a project of its own (its facts, not mpfix's)."""
+    found = []
+    for folder in FOLDERS:
+        source = ROOT / folder
+        if not source.is_dir():
+            continue
+        dest = tmp_path / folder.replace("/", "_")
+        shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__"))
+        (dest / "pyproject.toml").write_text("[project]\nname = 'scripts'\n")
+        found.extend(sorted(dest.rglob("*.py")))
+    return found
+
+
+@pytest.mark.parametrize("policy", [None, "mixed_float16"])
+def test_every_skipped_script_has_no_region_and_no_finding(tmp_path, monkeypatch, policy):
+    from mpfix import policy as policies
+
+    policies.forget_projects()
+    policies.use_store(None)
+    paths = _scripts(tmp_path)
+    assert len(paths) > 100
+    rules = all_rules()
+    declared = tuple(r for r in rules if Need.FLOAT16_REGION in r.needs)
+    engine = Engine(rules, Options(policy=policy))
+    skipped = 0
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        consult = policy is None
+        facts = file_facts(path, consult_project=consult)
+        try:
+            if not gate.no_region(text, facts.cross_calls):
+                continue
+        except RecursionError:
+            continue
+        skipped += 1
+        assert not _regions(text, facts), f"{path.name}: skipped by the gate, yet it has a float16 region"
+        monkeypatch.setattr(engine_module, "GATE", False)
+        for rule in declared:  # each declaring rule alone, and all of them: nothing to find
+            assert not Engine((rule,), Options(policy=policy)).lint(text, path).findings, (path.name, rule.code)
+        monkeypatch.setattr(engine_module, "GATE", True)
+    assert skipped, "the gate skipped no script: the test checks nothing"
+    policies.forget_projects()
+    del engine
