@@ -19,6 +19,7 @@ import libcst as cst
 
 from mpfix.codemods._walk import walk
 from mpfix.codemods.analysis.cast_consumers import _reads
+from mpfix.codemods.analysis.dtype_lattice import Dtype, argument, spelled_dtype
 from mpfix.codemods.facts import keras_layers
 from mpfix.codemods.facts import ops as op_table
 
@@ -77,6 +78,27 @@ def _promoted_next_to_targets(context, hook: cst.FunctionDef, predictions: str, 
                 return False
             other = positional[1 - positional.index(parent)].value
             if not _is_targets(other, targets):
+                return False
+            seen = True
+    return seen
+
+
+def _cast_first(context, hook: cst.FunctionDef, predictions: str) -> bool:
+    """Every read of ``predictions`` in ``hook`` is the tensor of a cast to float32 (``ops.cast(y_pred, "float32")``,
+    ``tf.cast(y_pred, tf.float32)``: the ops table's casts) and the name is not rebound: MP205's cast-first case,
+    written in the loss hook. The targets' dtype does not matter then."""
+    if predictions in _assigned(hook):
+        return False
+    seen = False
+    for stmt in hook.body.body if isinstance(hook.body, cst.IndentedBlock) else ():
+        for read, parent, call in _reads(stmt, predictions):
+            if read is None or not isinstance(parent, cst.Arg) or parent.keyword is not None or parent.star or \
+                    not isinstance(call, cst.Call) or not call.args or call.args[0] is not parent:
+                return False
+            spec = op_table.lookup(context.resolve(call.func))
+            dtype = argument(call, "dtype", 1)
+            if spec is None or spec.result is not op_table.Result.CAST or dtype is None or \
+                    spelled_dtype(dtype.value, context.resolve) is not Dtype.FLOAT32:
                 return False
             seen = True
     return seen
@@ -151,5 +173,6 @@ def loss_promotes_predictions(context, cls: cst.ClassDef, keras: int) -> bool:
     if hook is None or predictions is None or targets is None or \
             not {predictions, targets} <= set(_params(hook)):
         return False
-    return _promoted_next_to_targets(context, hook, predictions, targets) and \
-        _own_step_passes_data(cls, targets, predictions) and _fit_casts_targets(context, keras)
+    promoted = _cast_first(context, hook, predictions) or (
+        _promoted_next_to_targets(context, hook, predictions, targets) and _fit_casts_targets(context, keras))
+    return promoted and _own_step_passes_data(cls, targets, predictions)

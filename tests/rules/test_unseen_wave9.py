@@ -13,6 +13,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from mpfix.codemods import all_rules
 from mpfix.engine import Engine, Options
 
@@ -128,3 +130,109 @@ def test_a_weights_sum_of_squares_along_an_axis_is_not_reported_either():
 
 def test_a_whole_weights_norm_is_still_reported():
     assert mp203_lines("ops.norm(self.w)") == [12, 13]
+
+
+# 3. settings_mask_k3.py: the policy is set at import time by a settings module (w9_settings.py calls
+#    set_global_policy at module level); the script only imports a constant from it (`from w9_settings import
+#    HPARAMS`) and adds `(1.0 - keep) * -1e9` to float16 attention scores (ran: loss nan every epoch; -3e4 trains).
+#    Importing a module runs its top-level code: the importer runs under the policy the module sets there.
+SETTINGS = '''
+import os
+
+import keras
+
+HPARAMS = {"dim": 64}
+PRECISION = os.environ.get("MP_PRECISION", "mixed_float16")
+{setter}
+'''
+SCRIPT = '''
+import tensorflow as tf
+
+from w9_settings import HPARAMS
+
+
+def scores_with_mask(scores, keep):
+    return scores + (1.0 - keep) * -1e9
+'''
+
+
+def reach_of_importer(tmp_path: Path, setter: str):
+    from mpfix.project.reachability import scan_project
+
+    (tmp_path / "w9_settings.py").write_text(SETTINGS.replace("{setter}", setter))
+    (tmp_path / "train.py").write_text(SCRIPT)
+    files = [tmp_path / "w9_settings.py", tmp_path / "train.py"]
+    return scan_project(tmp_path, files).reach_for(tmp_path / "train.py")
+
+
+@pytest.mark.xfail(strict=True, reason="the miss: mpfix/project/reachability.py does not reach importers of a module-level setter")
+def test_a_module_that_sets_the_policy_at_import_reaches_its_importers(tmp_path):
+    reach = reach_of_importer(tmp_path, "keras.mixed_precision.set_global_policy(PRECISION)")
+    assert str(reach.policy) == "mixed_float16", reach.why
+    assert "w9_settings.py" in reach.why
+
+
+def test_a_setter_under_the_main_guard_does_not_run_on_import(tmp_path):
+    setter = 'if __name__ == "__main__":\n    keras.mixed_precision.set_global_policy(PRECISION)'
+    assert str(reach_of_importer(tmp_path, setter).policy) == "none"
+
+
+def test_a_setter_function_nobody_calls_does_not_reach_the_importer(tmp_path):
+    setter = "def configure():\n    keras.mixed_precision.set_global_policy(PRECISION)"
+    assert str(reach_of_importer(tmp_path, setter).policy) == "none"
+
+
+# 4. zloss_compute_loss_k3_ok.py (correct; ran: loss 5.49 -> 2.34): a Keras 3 Model subclass whose float16 logits
+#    head is read by its own compute_loss only as `logits = ops.cast(y_pred, "float32")`: the cast-first case of
+#    MP205, spelled in the loss hook. MP205 reported the head.
+ZLOSS = """
+    import keras
+    import tensorflow as tf
+    from keras import ops
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+    class TinyLM(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.embed = keras.layers.Embedding(256, 64)
+            self.rnn = keras.layers.GRU(96)
+            self.head = keras.layers.Dense(256)
+            self.xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+        def call(self, tokens):
+            return self.head(self.rnn(self.embed(tokens)))
+
+        def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+            {body}
+
+
+    def main(x, y):
+        model = TinyLM()
+        model.compile(optimizer=keras.optimizers.Adam(3e-3))
+        model.fit(x, y, batch_size=64, epochs=3)
+"""
+CAST_FIRST = ('logits = ops.cast(y_pred, "float32")\n'
+              '            return self.xent(y, logits) + 1e-4 * ops.mean(ops.square(ops.logsumexp(logits, axis=-1)))')
+
+
+def mp205(body: str) -> list[int]:
+    return [f.line for f in lint(ZLOSS.format(body=body), rules=MP2) if f.code == "MP205"]
+
+
+def test_a_loss_hook_that_casts_its_predictions_first_sees_no_float16_head():
+    assert mp205(CAST_FIRST) == []
+
+
+def test_the_tf_cast_spelling_too():
+    assert mp205(CAST_FIRST.replace('ops.cast(y_pred, "float32")', "tf.cast(y_pred, tf.float32)")) == []
+
+
+def test_a_hook_that_also_reads_the_float16_predictions_still_reports_the_head():
+    body = CAST_FIRST.replace("+ 1e-4 * ops.mean(", "+ 1e-4 * ops.mean(ops.square(y_pred)) + ops.mean(")
+    assert mp205(body) == [13]
+
+
+def test_a_cast_to_float16_is_no_cast_first():
+    assert mp205(CAST_FIRST.replace('"float32"', '"float16"')) == [13]
