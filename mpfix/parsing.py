@@ -4,13 +4,19 @@ Every LibCST node runs ``_validate()`` from ``__post_init__``. That check is for
 trees built by hand (a rule's replacement nodes); a tree the parser built from
 source is valid by construction, yet re-checking it costs about a fifth of a
 parse on real code (``benchmarks/bench_check.py`` measures it). ``parse_module``
-switches the check off for the parse only: nodes built anywhere else, fixes
-included, are still validated. Fixed text is re-parsed here and also compiled
-by CPython before it is written, so nothing relies on the skipped check.
+switches the check off for the parse only, and in the parsing thread only: nodes
+built anywhere else, fixes included (in another thread too), are still validated.
+Fixed text is re-parsed here and also compiled by CPython before it is written.
+``benchmarks/parse_equality.py`` compares the trees with LibCST's own on whole corpora.
+
+Importing this module also gives LibCST's node classes (ABCs) the plain MRO
+check for ``isinstance`` (``_MroChecks``): the same answers, without a
+Python-level ``ABCMeta.__instancecheck__`` call per negative check.
 """
 
 from __future__ import annotations
 
+import abc
 import ast
 import hashlib
 import symtable
@@ -26,10 +32,57 @@ from mpfix import parse_probe
 _VALIDATING_INIT = cst.CSTNode.__dict__.get("__post_init__")
 
 _LOCK = threading.Lock()
+_PARSING: int | None = None  # the thread inside ``parse_module``'s LibCST parse, while it runs
 
 
-def _skip_validation(self: object) -> None:
-    return None
+def _skip_validation(self: cst.CSTNode, _ident=threading.get_ident) -> None:
+    # The hook is class-wide, and the parse gives other threads the interpreter between nodes: a node
+    # one of them builds meanwhile (the editor server's fix) is validated as ever.
+    if _ident() != _PARSING:
+        _VALIDATING_INIT(self)
+
+
+class _MroChecks(abc.ABCMeta):
+    """``ABCMeta`` whose ``isinstance``/``issubclass`` are ``type``'s own check of the class's MRO.
+
+    LibCST's node classes are all ABCs, so every ``isinstance(node, cst.Attribute)`` that is False (and
+    every one against a base such as ``cst.BaseExpression``) runs ``ABCMeta.__instancecheck__``, a
+    Python-level call: 3.1M of them in a check of tf-models (rules and analyses, ``<frozen abc>`` in
+    the profile). Without a virtual subclass (``register``) or a ``__subclasshook__`` — LibCST has
+    neither — ABCMeta answers exactly as the MRO does. ``register`` hands the class, and the classes
+    above it, back to ``ABCMeta`` first, so a virtual subclass is still seen."""
+
+    __instancecheck__ = type.__instancecheck__
+    __subclasscheck__ = type.__subclasscheck__
+
+    def register(cls, subclass):
+        for above in cls.__mro__:
+            if type(above) is _MroChecks:
+                above.__class__ = abc.ABCMeta
+        return abc.ABCMeta.register(cls, subclass)
+
+
+def _plain_abcs() -> list[type]:
+    """LibCST's node classes, when ``ABCMeta``'s checks of every one are the MRO's: no registered
+    virtual subclass and no ``__subclasshook__`` anywhere among them (else none: nothing changes)."""
+    dump = getattr(abc, "_get_dump", None)  # CPython's C ``_abc``: (registry, cache, negative cache, version)
+    found, seen, stack = [], set(), [cst.CSTNode]
+    while stack:
+        node_class = stack.pop()
+        if node_class in seen:
+            continue
+        seen.add(node_class)
+        stack.extend(node_class.__subclasses__())
+        if dump is None or dump(node_class)[0] or any("__subclasshook__" in vars(c) for c in node_class.__mro__
+                                                          if c is not object):
+            return []
+        if type(node_class) is abc.ABCMeta and node_class.__module__.startswith("libcst."):
+            found.append(node_class)
+    return found
+
+
+for _node_class in _plain_abcs():
+    _node_class.__class__ = _MroChecks
 
 
 # Expressions nested or chained deeper than this are refused before LibCST sees them. LibCST's
@@ -209,12 +262,15 @@ def parse_module(text: str, depth_checked: bool = False) -> cst.Module:
         if _VALIDATING_INIT is None:  # pragma: no cover
             return cst.parse_module(text)
         # The hook is class-wide: a lock keeps two parsing threads from restoring it early.
+        global _PARSING
         with _LOCK:
+            _PARSING = threading.get_ident()
             cst.CSTNode.__post_init__ = _skip_validation
             try:
                 return cst.parse_module(text)
             finally:
                 cst.CSTNode.__post_init__ = _VALIDATING_INIT
+                _PARSING = None
     except cst.ParserSyntaxError as exc:  # the next parse of this text raises it again without parsing
         _remember(_digest(text), (exc.message, exc.raw_line, exc.raw_column))
         raise

@@ -163,3 +163,83 @@ def test_threads_parsing_rejected_texts_at_once_get_their_own_errors():
     expected = [one(text) for text in texts]
     assert all(e is not None for e in expected)
     assert first == expected * 2
+
+
+def test_a_node_another_thread_builds_during_the_parse_is_still_validated(monkeypatch):
+    """The skipped re-validation is class-wide while the parse runs, and the parse lets other threads run
+    between nodes (the editor server's): a node built in another thread meanwhile, a fix's replacement,
+    is validated as ever. The other thread builds its nodes while this one is inside LibCST's parse."""
+    import threading
+
+    from mpfix import parsing
+
+    real = cst.parse_module
+    seen = []
+
+    def build_elsewhere():
+        seen.append(validation_active())
+        for value in ("not a name", "1x"):
+            try:
+                cst.Name(value)
+                seen.append(f"{value!r} built")
+            except cst.CSTValidationError:
+                seen.append(f"{value!r} refused")
+
+    def parse_while_another_thread_builds(source, *args, **kwargs):
+        other = threading.Thread(target=build_elsewhere)
+        other.start()
+        other.join()
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(parsing.cst, "parse_module", parse_while_another_thread_builds)
+    assert parse_module("x = y\n").deep_equals(real("x = y\n"))
+    assert seen == [False, "'not a name' refused", "'1x' refused"]  # False: the class-wide hook was in place
+    assert validation_active()
+
+
+def test_libcst_node_classes_answer_isinstance_by_their_mro_as_abcmeta_does():
+    """mpfix.parsing gives LibCST's node classes (all ABCs) type's own C check of the MRO: 3.1M
+    ``ABCMeta.__instancecheck__`` calls were ~5% of a check of tf-models. The answers are ABCMeta's for
+    every pair of node classes, and a registered virtual subclass is still seen (in a fresh process:
+    registering changes the classes for good)."""
+    import abc
+    import subprocess
+    import sys
+
+    from mpfix import parsing
+
+    classes = [c for c in vars(cst).values() if isinstance(c, type) and issubclass(c, cst.CSTNode)]
+    assert len(classes) > 150
+    assert all(type(c) is parsing._MroChecks for c in classes)  # the hook applies (fails if LibCST changed)
+    for above in classes:
+        for below in classes:
+            assert issubclass(below, above) == abc.ABCMeta.__subclasscheck__(above, below), (below, above)
+    assert isinstance(cst.Name("x"), cst.BaseExpression) and not isinstance(cst.Name("x"), cst.Attribute)
+    script = """
+import libcst as cst
+from mpfix import parsing
+class Virtual:
+    pass
+assert not isinstance(Virtual(), cst.BaseExpression)
+cst.BaseExpression.register(Virtual)
+assert isinstance(Virtual(), cst.BaseExpression) and isinstance(Virtual(), cst.CSTNode)
+assert issubclass(Virtual, cst.BaseExpression) and not isinstance(Virtual(), cst.BaseStatement)
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_same_tree_as_libcst_on_a_sample():
+    """The quick form of the slow corpus test above (``benchmarks/parse_equality.py`` runs it on whole corpora)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from parse_equality import compare
+
+    here = Path(__file__).resolve().parents[1]
+    texts = [SNIPPET, SNIPPET.replace("\n", "\r\n"), "x = [1,\ndef f(:\n    pass\n"]
+    texts += [(here / "mpfix" / name).read_text(encoding="utf-8") for name in ("engine.py", "runner.py", "parsing.py")]
+    assert [compare(text) for text in texts] == [None] * len(texts)
+    assert compare("x = 1\n") is None and validation_active()
