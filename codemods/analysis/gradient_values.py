@@ -244,11 +244,14 @@ def fixed_scale(registry: "_Registry", context, scope, divisor: cst.BaseExpressi
     if found is None:
         return None
     optimizer, build_scope = found
-    if build_scope != id(scope.node):
-        names = names_in(divisor)
-        for st in scope.statements:
-            if any(names & target_names(target) for target, _ in assigned_targets(st.node)):
-                return None
+    names, text = names_in(divisor), context.code(divisor)
+    for st in scope.statements:
+        if build_scope != id(scope.node) and any(names & target_names(t) for t, _ in assigned_targets(st.node)):
+            return None
+        # `optimizer.scale_loss(loss) * LOSS_SCALE`: the step scales by hand too, and the division undoes that.
+        if any(type(n.operator) is cst.Multiply and text in (context.code(n.left), context.code(n.right))
+               for n in walk(st.node) if isinstance(n, cst.BinaryOperation)):
+            return None
     return optimizer
 
 

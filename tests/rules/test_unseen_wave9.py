@@ -79,6 +79,14 @@ def test_its_fix_drops_the_manual_division():
     compile(fixed, "train.py", "exec")
 
 
+def test_a_step_that_also_multiplies_by_the_factor_is_not_reported():
+    # measure's probe of 95d0278: scale_loss(loss) * LOSS_SCALE, divided once by hand: correct (trains 0.195 -> 0)
+    code = lsf().replace("scaled_loss = optimizer.scale_loss(loss)",
+                         "scaled_loss = optimizer.scale_loss(loss) * LOSS_SCALE")
+    assert "* LOSS_SCALE" in code
+    assert not [f for f in lint(code) if f.code == "MP110"]
+
+
 def test_another_divisor_is_not_an_unscale():
     # dividing by an accumulation count, or by a different constant, is no unscale
     code = lsf(module="LOSS_SCALE, ACCUM = 512.0, 4.0", divisor="ACCUM")
