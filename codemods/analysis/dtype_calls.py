@@ -34,26 +34,32 @@ def _keeps_dtype_of(value: cst.BaseExpression, param: str, bound: dict[str, list
     return False
 
 
+_CALLEES = (cst.Call, cst.Attribute, cst.Name)
+
+
 class CallDtypes:
     """Mixed into ``DtypeAnalysis``: ``_call_dtype``."""
 
     def _call_dtype(self, node: cst.Call, region: Region, depth: int) -> Dtype:
+        # Exact type tests of the callee (LibCST's classes are ABCs: isinstance is a Python call; these have no
+        # subclasses): asked of every call the inference types.
+        func_type = type(node.func)
         resolved = self.resolve(node.func) or ""
         func_name = dotted_name(node.func) or ""
-        if isinstance(node.func, cst.Name) and node.func.value in PYTHON_FUNCS and not resolved:
+        if func_type is cst.Name and node.func.value in PYTHON_FUNCS and not resolved:
             if node.func.value == "float" and node.args and isinstance(node.args[0].value, cst.SimpleString):
                 return PY
             return PY
-        if isinstance(node.func, cst.Name) and node.func.value == "complex" and not resolved:
+        if func_type is cst.Name and node.func.value == "complex" and not resolved:
             return CPLX
         if resolved.startswith(("math.", "numpy.", "random.", "time.")) or func_name.startswith(("np.", "math.")):
             return PY
         if resolved.endswith("backend.floatx") or func_name.endswith("floatx"):
             return PY  # a dtype name; float32 under every mixed policy
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("gradient", "jacobian") and \
+        if func_type is cst.Attribute and node.func.attr.value in ("gradient", "jacobian") and \
                 heuristics.TAPE_NAME.search(dotted_name(node.func.value) or ""):
             return F32  # gradients of the float32 variables (LossScaleOptimizer unscales in float32)
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value in keras_layers.OPTIMIZER_RESULTS and \
+        if func_type is cst.Attribute and node.func.attr.value in keras_layers.OPTIMIZER_RESULTS and \
                 heuristics.OPTIMIZER_NAME.search(dotted_name(node.func.value) or ""):
             if keras_layers.OPTIMIZER_RESULTS[node.func.attr.value] == "int":
                 return INT
@@ -67,11 +73,11 @@ class CallDtypes:
                 return F32
             pred = argument(node, "y_pred", 1)
             return self.dtype(pred.value, region, depth) if pred is not None else UNK
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("assign", "assign_add", "assign_sub"):
+        if func_type is cst.Attribute and node.func.attr.value in ("assign", "assign_add", "assign_sub"):
             return F32  # a variable's assign returns the variable: float32 (the policy's variable dtype)
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "astype" and node.args:
+        if func_type is cst.Attribute and node.func.attr.value == "astype" and node.args:
             return self.dtype_of_spelling(node.args[0].value, region, depth)
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("numpy", "item", "as_list", "get_shape", "tolist",
+        if func_type is cst.Attribute and node.func.attr.value in ("numpy", "item", "as_list", "get_shape", "tolist",
                                                                               "num_elements"):
             return PY
         position = specs.MAP_STRUCTURE.get(resolved)
@@ -84,7 +90,7 @@ class CallDtypes:
             found = {self._callable_result(arg.value, region, depth) if arg is not None else UNK
                      for arg in (argument(node, keyword, position) for position, keyword in branches)}
             return UNK if UNK in found else join_all(found)
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value in keras_layers.GENERATOR_METHODS and \
+        if func_type is cst.Attribute and node.func.attr.value in keras_layers.GENERATOR_METHODS and \
                 not resolved:
             if keras_layers.GENERATOR_METHODS[node.func.attr.value] == "like":
                 if heuristics.RANDOM_GENERATOR.search(dotted_name(node.func.value) or ""):
@@ -93,7 +99,7 @@ class CallDtypes:
             else:
                 dtype_arg = argument(node, "dtype", None)
                 return self.dtype_of_spelling(dtype_arg.value, region, depth) if dtype_arg is not None else F32
-        if isinstance(node.func, cst.Call) and \
+        if func_type is cst.Call and \
                 (self.resolve(node.func.func) or "").startswith(keras_layers.INITIALIZER_MODULES):
             dtype_arg = argument(node, "dtype", 1)  # GlorotUniform()(shape, dtype=None): floatx by default
             return self.dtype_of_spelling(dtype_arg.value, region, depth) if dtype_arg is not None else F32
@@ -108,14 +114,14 @@ class CallDtypes:
                 # its result's dtype is decided there.
                 return UNK
             if resolved.startswith("keras."):
-                if isinstance(node.func, cst.Call):
+                if func_type is cst.Call:
                     pass
                 else:
                     return UNK  # constructors
             if region.kind in ("module",):
                 return self._top_level_call_dtype(node, region, depth)
             # A layer built with a dtype outputs that dtype (`self.norm = LayerNorm(dtype="float32")`).
-            if isinstance(node.func, (cst.Call, cst.Attribute, cst.Name)):
+            if func_type in _CALLEES:
                 declared = self.layer_output_dtype(node.func, region)
                 if declared is not None:
                     return declared
@@ -155,7 +161,7 @@ class CallDtypes:
                     return UNK  # a function of this file on values of unknown dtype: as unknown as they are
             if region.kind == "shadow":
                 return UNK
-            if isinstance(node.func, cst.Name) and node.func.value in region.param_dtypes and \
+            if func_type is cst.Name and node.func.value in region.param_dtypes and \
                     node.func.value not in region.layer_params and not heuristics.MODEL_CALL_NAME.search(node.func.value):
                 # A callable parameter (`distance_metric(embeddings)`): it maps its argument, whose
                 # dtype is the best guess of its result's.

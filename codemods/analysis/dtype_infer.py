@@ -413,12 +413,12 @@ class ExpressionDtypes:
             return UNK
         if node_type is cst.UnaryOperation:
             inner = self.dtype(node.expression, region, deeper)
-            if isinstance(node.operator, cst.Not):
+            if type(node.operator) is cst.Not:
                 return BOOL if inner not in (PY,) else PY
             return inner
         if node_type is cst.BinaryOperation:
             left, right = self.dtype(node.left, region, deeper), self.dtype(node.right, region, deeper)
-            if isinstance(node.operator, BITWISE) and BOOL in (left, right):
+            if type(node.operator) in BITWISE and BOOL in (left, right):
                 return BOOL
             return arith(left, right, strict=not region.layer_method)
         if node_type in (cst.Comparison, cst.BooleanOperation):
@@ -436,7 +436,7 @@ class ExpressionDtypes:
                 return PY
             if attr in ("real", "imag"):
                 return F32
-            if isinstance(node.value, cst.Name) and node.value.value == "self" and region.owner is not None:
+            if type(node.value) is cst.Name and node.value.value == "self" and region.owner is not None:
                 return self.attribute_dtype(region.owner, attr, depth, in_call=region.layer_method)
             return UNK
         if node_type is cst.Subscript:

@@ -140,6 +140,8 @@ class _Collector(Visitor):
             analysis.order[node] = len(analysis.order)
             if self.guard_depth:
                 analysis.guarded.add(node)
+        if node_type not in _TABLED:
+            return True
         if node_type is cst.Call:
             region.calls.append(node)
         elif node_type is cst.BinaryOperation:
@@ -253,6 +255,11 @@ class _Collector(Visitor):
                     own(tables.iterated).setdefault(name, []).append(value)
             else:
                 assigned.setdefault(name, []).append(value)
+
+
+# The node types ``_Collector.on_visit`` records something of (every other node: its parent, region and order only).
+_TABLED = frozenset({cst.Call, cst.BinaryOperation, cst.Return, cst.If, cst.IfExp, cst.While, cst.Assign, cst.AnnAssign,
+                     cst.AugAssign, cst.For, cst.CompFor, cst.With, cst.Nonlocal})
 
 
 def own(table: dict) -> dict:

@@ -58,7 +58,7 @@ class DtypeAnalysis(RegionFinder, LayerClasses, NameDtypes, ExpressionDtypes, Sp
         self.index = index  # codemods._walk.nodes_by_type, shared with other analyses
         self.keras = keras
         self._resolve = resolve
-        self.resolve = lambda node: without_compat(resolve(node))
+        self.resolve = _memo_resolve(resolve)
         self.order: dict[cst.CSTNode, int] = {}  # source order of region nodes
         self.parent: dict[cst.CSTNode, cst.CSTNode] = {}
         self.region_of: dict[cst.CSTNode, Region] = {}
@@ -128,6 +128,20 @@ class DtypeAnalysis(RegionFinder, LayerClasses, NameDtypes, ExpressionDtypes, Sp
         while node is not None:
             yield node
             node = self.parent.get(node)
+
+
+def _memo_resolve(resolve):
+    """``without_compat(resolve(node))``, once per node: the inference resolves the same callees again and again
+    (an import table's answer for a node never changes; the node is kept with it, so its id stays unique)."""
+    found: dict[int, tuple[cst.CSTNode, str | None]] = {}
+
+    def resolved(node: cst.CSTNode) -> str | None:
+        entry = found.get(id(node))
+        if entry is None or entry[0] is not node:
+            entry = found[id(node)] = (node, without_compat(resolve(node)))
+        return entry[1]
+
+    return resolved
 
 
 def dtype_analysis(context) -> DtypeAnalysis:
