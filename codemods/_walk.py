@@ -96,6 +96,29 @@ def _fields(node_type: type, trivia: bool) -> tuple[str, ...]:
     return everything if trivia else syntax
 
 
+# node type -> a function pushing a node's children onto a stack last-first (so they pop in source order),
+# one per node type and trivia flag: the field reads unrolled, each checked as the generic loop checks it
+# (a tuple or list: its items; a node: itself; anything else, None or a sentinel: nothing).
+_PUSHERS: tuple[dict[type, Callable], dict[type, Callable]] = ({}, {})
+
+
+def _pusher(node_type: type, trivia: bool) -> Callable:
+    fields = (_ALL_FIELDS if trivia else _SYNTAX_FIELDS).get(node_type) or _fields(node_type, trivia)
+    lines = ["def push_children(node, push, extend):"]
+    for name in reversed(fields):
+        lines += [f"    value = node.{name}",
+                  "    value_type = type(value)",
+                  "    if value_type is tuple or value_type is list:",
+                  "        extend(reversed(value))",
+                  "    elif is_node.get(value_type) or (value_type not in is_node and is_node_type(value_type)):",
+                  "        push(value)"]
+    lines.append("    return None")
+    namespace = {"is_node": _IS_NODE, "is_node_type": _is_node_type}
+    exec("\n".join(lines), namespace)  # field names are identifiers read from the dataclass
+    found = _PUSHERS[trivia][node_type] = namespace["push_children"]
+    return found
+
+
 def children(node: cst.CSTNode, trivia: bool = False) -> list[cst.CSTNode]:
     """``node``'s child nodes in source order (``node.children`` without rebuilding anything)."""
     table = _ALL_FIELDS if trivia else _SYNTAX_FIELDS
@@ -120,27 +143,16 @@ def walk(root: cst.CSTNode, trivia: bool = False) -> Iterator[cst.CSTNode]:
 
     Trivia (whitespace, brackets, commas, operator tokens) only with ``trivia=True``.
     """
-    table = _ALL_FIELDS if trivia else _SYNTAX_FIELDS
+    pushers = _PUSHERS[trivia]
     stack = [root]
     pop = stack.pop
     push = stack.append
     extend = stack.extend
-    is_node = _IS_NODE
     while stack:
         node = pop()
         yield node
         node_type = type(node)
-        fields = table.get(node_type)
-        if fields is None:
-            fields = _fields(node_type, trivia)
-        # Push children last-first so they pop in source order.
-        for name in reversed(fields):
-            value = getattr(node, name)
-            value_type = type(value)
-            if value_type is tuple or value_type is list:
-                extend(reversed(value))
-            elif is_node.get(value_type) or (value_type not in is_node and _is_node_type(value_type)):
-                push(value)
+        (pushers.get(node_type) or _pusher(node_type, trivia))(node, push, extend)
 
 
 def find_all(root: cst.CSTNode, node_type: type[cst.CSTNode] | tuple[type[cst.CSTNode], ...],
@@ -167,12 +179,20 @@ def nodes_by_type(context) -> dict[type, list[cst.CSTNode]]:
     if cached is not None and cached[0] is context.module:
         return cached[1]
     index: dict[type, list[cst.CSTNode]] = {}
-    for node in walk(context.module):
-        found = index.get(type(node))
+    pushers = _PUSHERS[False]
+    stack = [context.module]  # ``walk(context.module)``, inlined
+    pop = stack.pop
+    push = stack.append
+    extend = stack.extend
+    while stack:
+        node = pop()
+        node_type = type(node)
+        found = index.get(node_type)
         if found is None:
-            index[type(node)] = [node]
+            index[node_type] = [node]
         else:
             found.append(node)
+        (pushers.get(node_type) or _pusher(node_type, False))(node, push, extend)
     context.cache["_walk.nodes_by_type"] = (context.module, index)
     return index
 
@@ -220,8 +240,7 @@ class Visitor:
 
     def walk(self, root: cst.CSTNode) -> None:
         trivia = self._uses_trivia()
-        table = _ALL_FIELDS if trivia else _SYNTAX_FIELDS
-        is_node = _IS_NODE
+        pushers = _PUSHERS[trivia]
         stack: list = [root]
         pop = stack.pop
         push = stack.append
@@ -249,16 +268,7 @@ class Visitor:
                     continue
                 if leave is not None:
                     push((item, leave))
-                fields = table.get(node_type)
-                if fields is None:
-                    fields = _fields(node_type, trivia)
-                for name in reversed(fields):  # children last-first: they pop in source order
-                    value = getattr(item, name)
-                    value_type = type(value)
-                    if value_type is tuple or value_type is list:
-                        extend(reversed(value))
-                    elif is_node.get(value_type) or (value_type not in is_node and _is_node_type(value_type)):
-                        push(value)
+                (pushers.get(node_type) or _pusher(node_type, trivia))(item, push, extend)
             return
         on_visit = self.on_visit
         on_leave = self.on_leave
@@ -272,16 +282,7 @@ class Visitor:
                 on_leave(item)
                 continue
             push((item,))
-            fields = table.get(node_type)
-            if fields is None:
-                fields = _fields(node_type, trivia)
-            for name in reversed(fields):  # as ``children(item, trivia)`` reversed, without the list
-                value = getattr(item, name)
-                value_type = type(value)
-                if value_type is tuple or value_type is list:
-                    extend(reversed(value))
-                elif is_node.get(value_type) or (value_type not in is_node and _is_node_type(value_type)):
-                    push(value)
+            (pushers.get(node_type) or _pusher(node_type, trivia))(item, push, extend)
 
 
 def visit_batched(wrapper: "cst.MetadataWrapper", visitors: list) -> None:
@@ -312,14 +313,13 @@ def visit_batched(wrapper: "cst.MetadataWrapper", visitors: list) -> None:
             method(module)
         return
     trivia = any(_is_trivia_name(n) for n in type_names)
-    table = _ALL_FIELDS if trivia else _SYNTAX_FIELDS
+    pushers = _PUSHERS[trivia]
     dispatch: dict[type, tuple[tuple, tuple]] = {}
     none: tuple = ()
     stack: list = [wrapper.module]
     pop = stack.pop
     push = stack.append
     extend = stack.extend
-    is_node = _IS_NODE
     while stack:
         node = pop()
         node_type = type(node)
@@ -336,13 +336,4 @@ def visit_batched(wrapper: "cst.MetadataWrapper", visitors: list) -> None:
             method(node)
         if entry[1]:
             push((node, entry[1]))
-        fields = table.get(node_type)
-        if fields is None:
-            fields = _fields(node_type, trivia)
-        for name in reversed(fields):
-            value = getattr(node, name)
-            value_type = type(value)
-            if value_type is tuple or value_type is list:
-                extend(reversed(value))
-            elif is_node.get(value_type) or (value_type not in is_node and _is_node_type(value_type)):
-                push(value)
+        (pushers.get(node_type) or _pusher(node_type, trivia))(node, push, extend)
