@@ -165,3 +165,22 @@ def test_a_helper_that_dies_costs_only_time(tmp_path: Path, monkeypatch):
         stop_workers(pool, grace=0.0)
         pool.shutdown(wait=True)
     assert {c.pid for c in multiprocessing.active_children()} <= before
+
+
+def test_literal_led_class_patterns_match_as_the_line_start_ones():
+    """``call_pattern.CLASS_NAME``/``top_class`` search for ``class`` first and check the line start behind it:
+    the same answers as ``^class...`` (MULTILINE), a BOM and form feeds before a top-level class included."""
+    import re
+
+    from mpfix.project.call_pattern import CLASS_NAME, top_class
+
+    line_start_name = re.compile(rb"^class[ \t]+([A-Za-z_]\w*)[ \t]*\(", re.MULTILINE)
+    line_start_top = re.compile(rb"^(?:\xef\xbb\xbf)?\f*class\b", re.MULTILINE)
+    samples = [b"\xef\xbb\xbfclass A: pass", b"x\n\fclass A(B):", b"x\n\xef\xbb\xbf\f\fclass A", b"  class A(B):",
+               b"classy = 1", b"\nclass\n", b"x\rclass A(B)", b"\f\xef\xbb\xbfclass A", b"a.class(x)\nclass B (C):\n",
+               b"# class A(B):\nclass C(D, E):\n    class F(G): pass\n", b""]
+    samples += [path.read_bytes() for path in sorted(Path(crosscalls.__file__).parent.glob("*.py"))]
+    assert any(top_class(s) for s in samples) and any(not top_class(s) for s in samples)
+    for data in samples:
+        assert CLASS_NAME.findall(data) == line_start_name.findall(data), data[:40]
+        assert top_class(data) == (line_start_top.search(data) is not None), data[:40]

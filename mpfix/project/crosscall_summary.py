@@ -167,6 +167,9 @@ def _reached_from(methods: dict, start: str, walks: dict[str, list[ast.AST]]) ->
     return reached
 
 
+_ASSIGNING = frozenset({ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For})  # what binds a name in a float16 flow
+
+
 class _Collector:
     """The call sites of one function body (one ``ast.walk``), as the scan needs them."""
 
@@ -191,14 +194,17 @@ class _Collector:
         calls: list[ast.Call] = []
         assigned: dict[str, list[tuple[int, ast.expr, str | None]]] = {}
         float16 = context.float16
+        # Exact types (``ast.parse`` makes no subclass instances): one ``type`` per node instead of three isinstance.
+        call, assign, name = ast.Call, ast.Assign, ast.Name
         for node in _bfs(func) if nodes is None else nodes:
-            if isinstance(node, ast.Call):
+            kind = type(node)
+            if kind is call:
                 calls.append(node)
                 continue
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                    and isinstance(node.value, ast.Call):
+            if kind is assign and len(node.targets) == 1 and type(node.targets[0]) is name \
+                    and type(node.value) is call:
                 bound[node.targets[0].id] = self.summary.ref(node.value.func)
-            if float16 and isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For)):
+            if float16 and kind in _ASSIGNING:
                 self._assignment(node, assigned)
         flow = None
         if float16:

@@ -25,14 +25,13 @@ from __future__ import annotations
 import ast
 import gc
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mpfix import safe_read
 from mpfix.project.crosscall_records import ArgKind, CallContext, CrossCall
-from mpfix.project.call_pattern import CALL
+from mpfix.project.call_pattern import CALL, CLASS_NAME, top_class
 from mpfix.project.crosscall_summary import (KERAS_LAYER_BASES, FileSummary, Flow, Ref, Site, _Collector,
                                              float32_classes, function_nodes, hands_callable, keras_base,
                                              plain_sites, summarise)
@@ -44,9 +43,6 @@ if TYPE_CHECKING:
 _MAX_BYTES = 2_000_000
 _CHUNKS = 8  # the eager summaries go to helper processes in this many tasks
 _UNSEEN = object()
-_CLASS = re.compile(rb"^class[ \t]+([A-Za-z_]\w*)[ \t]*\(", re.MULTILINE)
-# A top-level class statement (at a line start; a form feed may precede it; a BOM at the file start).
-_TOP_CLASS = re.compile(rb"^(?:\xef\xbb\xbf)?\f*class\b", re.MULTILINE)
 __all__ = ["KERAS_LAYER_BASES", "CrossCallScan", "cross_calls", "scan_project"]
 
 
@@ -415,9 +411,9 @@ class CrossCallScan:
             if data is None:
                 self.summaries[path] = None
                 continue
-            self._class_names.update(n.decode("ascii", "replace") for n in _CLASS.findall(data))
+            self._class_names.update(n.decode("ascii", "replace") for n in CLASS_NAME.findall(data))
             self._texts[path] = data
-            if _TOP_CLASS.search(data):
+            if top_class(data):
                 eager.append(path)
         pending = self._queue(pool, eager)
         if then is not None:
