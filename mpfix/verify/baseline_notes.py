@@ -72,6 +72,12 @@ def nonfinite_baseline_notes(mixed_step: int, baseline: RunResult) -> list[str]:
                     f"where the script casts to float16 itself{_cast_lines(baseline)}: `{own}` was inf/NaN at step "
                     f"{base_step} of both runs; keep that data float32 (float16 ends at 65504) and let the policy "
                     "cast inside the model"]
+        if baseline.data_casts:
+            # Its input pipeline makes float16 data itself (wave 9's tfdata_standardize_k2: `var + 1e-8` in a float16
+            # map is 0/0 for a constant window), which no policy undoes: not a claim that mixed precision is innocent.
+            return [f"the float32 baseline is non-finite too (from step {base_step}), but its input pipeline makes "
+                    f"float16 data itself{_cast_lines(baseline)}, which no policy undoes: keep that data float32 and "
+                    "let the policy cast inside the model"]
         return [f"the float32 baseline is non-finite too (from step {base_step}): the cause is not mixed precision"]
     return [
         f"float32 is non-finite too, but only from step {base_step} (mixed: step {mixed_step}): mixed "

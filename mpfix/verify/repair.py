@@ -3,7 +3,10 @@
 1. Verify the script (mixed beside float32). Healthy: nothing is changed, nothing written.
 2. Apply the static fixes (safe and unsafe) to the files the run used that have findings
    (the static analysis is told the policy and Keras generation the run used), and verify
-   again; kept only if the verdict improves, like every other change.
+   again; kept only if the verdict improves, like every other change. A script whose float32
+   run crashed too (an API the installed Keras lacks) has no baseline to compare with: each
+   file's static fixes are tried alone, kept when both runs of the fixed script finish and the
+   mixed one is better beside that float32 run, which becomes the baseline.
 3. While the verdict is not healthy (at most ``max_rounds`` rounds, ``timeout`` seconds in
    all): from the runtime evidence of the last run, try the candidates of
    ``candidates.for_verdict`` one by one on a working copy of the script's folder, each
@@ -28,8 +31,6 @@ deadline itself and its whole process group is killed when it ends.
 from __future__ import annotations
 
 import functools
-import os
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from mpfix.verify import candidates as candidates_mod
 from mpfix.verify.changes import Change, ChangeKind, static_findings, static_fixed
 from mpfix.verify.evidence import moved_downstream
 from mpfix.verify import repair_checks
+from mpfix.verify.repair_workspace import Workspace, compose, problem
 from mpfix.verify.verdict import Verdict, judge
 
 # Better verdicts rank higher. A change is kept only if it raises the rank.
@@ -46,8 +48,6 @@ RANK = {
     "crashed": 0, "timeout": 0, "no-steps": 0, "non-finite": 1, "stalled": 2, "underflow": 2, "unstable": 2,
     "diverged": 3, "at-risk": 4, "healthy": 5,
 }
-# Folders linked whole into the working copy, never walked.
-_LINKED = {".git", ".hg", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache", ".pytest_cache"}
 
 
 class RepairError(Exception):
@@ -96,108 +96,6 @@ class RepairResult:
     @property
     def exit_code(self) -> int:
         return self.after.verdict.exit_code
-
-
-class Workspace:
-    """A working copy of the script's folder: Python files copied, the rest linked."""
-
-    def __init__(self, folder: Path, tmp: Path) -> None:
-        self.folder = folder.resolve()
-        self.root = tmp / "work"
-        self.root.mkdir()
-        self.originals: dict[Path, str] = {}
-        for current, dirs, files in os.walk(self.folder):
-            here = Path(current)
-            target = self.root / here.relative_to(self.folder)
-            keep = []
-            for name in dirs:
-                if name in _LINKED or (here / name).is_symlink():
-                    os.symlink(here / name, target / name)
-                else:
-                    (target / name).mkdir()
-                    keep.append(name)
-            dirs[:] = keep
-            for name in files:
-                source = here / name
-                # Only regular files are copied: a FIFO or a device named x.py is linked like data
-                # (copying would fail, or block on the FIFO), so it cannot stop the repair.
-                if name.endswith((".py", ".ipynb")) and not source.is_symlink() and source.is_file():
-                    shutil.copy2(source, target / name)
-                else:
-                    os.symlink(source, target / name)
-        self.current: dict[Path, str] = {}
-
-    def mirror(self, path: Path) -> Path:
-        return self.root / Path(path).resolve().relative_to(self.folder)
-
-    def original(self, path: Path) -> Path:
-        path = Path(os.path.abspath(path))
-        try:
-            return self.folder / path.relative_to(self.root)
-        except ValueError:
-            return path
-
-    def text(self, path: Path) -> str | None:
-        """The original text of a user file (None: not a readable Python file of the folder)."""
-        path = Path(path).resolve()
-        if path not in self.originals:
-            from mpfix.source import SourceError
-
-            try:
-                self.originals[path] = _read(path).text
-            except (OSError, ValueError, SourceError):
-                return None
-        return self.originals[path]
-
-    def set(self, texts: dict[Path, str]) -> None:
-        """Make the working copy hold ``texts`` (user path -> text) and the originals elsewhere."""
-        for path in list(self.current):
-            if path not in texts:
-                shutil.copy2(path, self.mirror(path))
-                del self.current[path]
-        for path, text in texts.items():
-            if self.current.get(path) != text:
-                # The file's own encoding and BOM: a coding cookie must stay true.
-                self.mirror(path).write_bytes(_read(path).encode(text))
-                self.current[path] = text
-
-
-def _read(path: Path):
-    """The decoded source of a file the run used; OSError for a FIFO, a device or a file over
-    10 MB (``safe_read``: reading a FIFO would block the repair forever)."""
-    from mpfix import safe_read
-    from mpfix.source import decode
-
-    return decode(safe_read.read_bytes(path, follow_outside=True))
-
-
-def compose(workspace: Workspace, changes: list[Change]) -> dict[Path, str] | None:
-    """The texts of the files ``changes`` touch, each applied in order to the originals;
-    None when one no longer applies."""
-    texts: dict[Path, str] = {}
-    for change in changes:
-        path = Path(change.path).resolve()
-        current = texts.get(path, workspace.text(path))
-        if current is None:
-            return None
-        new = change.apply(current)
-        if new is None:
-            return None
-        texts[path] = new
-    return texts
-
-
-def problem(path: Path, original: str, new: str) -> str | None:
-    """Why ``new`` must not replace ``original`` (None: it passes the validation
-    ``mpfix apply`` runs on every fix: it parses and compiles, uses no name the file does not
-    bind, creates no float16/float32 mix)."""
-    if Path(path).suffix == ".ipynb":
-        from mpfix.verify import repair_notebooks
-
-        return repair_notebooks.problem(Path(path), original, new)
-    from mpfix.verify.python_problem import python_problem
-
-    return python_problem(Path(path), original, new)
 
 
 class Repairer:
@@ -276,17 +174,26 @@ class Repairer:
         if first.verdict.name == "healthy":
             return result
         mix = candidates_mod.crash_mix(first.verdict)
-        if first.verdict.name in ("crashed", "timeout", "no-steps") and mix is None:
+        if first.verdict.name == "crashed" and mix is None and not repair_checks.usable(baseline):
+            # The float32 run crashed too (an API the installed Keras lacks, a strategy mixed up): no
+            # numerics to compare; the static fixes are tried, each proven by both runs of the fixed script.
+            baseline = self._crash_static_stage(workspace, tmp, result)
+            if baseline is None:
+                return result
+            first_after, kept = result.after, list(result.changes)
+        elif first.verdict.name in ("crashed", "timeout", "no-steps") and mix is None:
             result.notes.append(f"nothing to repair: the script's verdict is {first.verdict.name}")
             return result
+        else:
+            first_after, kept = first, []
         if baseline is None or not repair_checks.usable(baseline):
             result.notes.append("the float32 baseline did not run cleanly: no change can be judged against it")
             return result
-        kept: list[Change] = []
-        current = first
+        current = first_after
         checked = False
         try:
-            current, kept = self._static_stage(workspace, tmp, baseline, current, kept, result)
+            if not kept:  # (a crash's stage already applied the static fixes)
+                current, kept = self._static_stage(workspace, tmp, baseline, current, kept, result)
             rounds = 0
             while current.verdict.name != "healthy" and rounds < self.max_rounds:
                 rounds += 1
@@ -377,6 +284,40 @@ class Repairer:
             if better is not None:
                 current, kept = better
         return current, kept
+
+    def _crash_static_stage(self, workspace, tmp, result):
+        """The static fixes of each file the crashed run used, tried one file at a time: kept when both runs of the
+        fixed script finish and the mixed one is better than crashed beside that float32 run (its new baseline, which
+        is returned; None when no fix ends the crash)."""
+        policy, keras = candidates_mod.policy_of(result.before.run), candidates_mod.keras_of(result.before.run)
+        for path in self._files(workspace, result.before.run):
+            text = workspace.text(path)
+            if path.suffix == ".ipynb" or text is None or static_fixed(text, path, ("MP",), None, policy, None,
+                                                                        keras) is None:
+                continue
+            codes = sorted({f.code for f in static_findings(text, path, policy, keras) if f.fixable(True)})
+            change = Change(ChangeKind.STATIC, path, "the static fixes (safe and unsafe) of this file",
+                            f"static findings {', '.join(codes) or 'with fixes'} in {path.name}; the float32 run "
+                            "crashed too, so the fixed script's own float32 run is the baseline",
+                            codes=("MP",), policy=policy, keras=keras)
+            texts = compose(workspace, [change])
+            reason = next((why for p, t in (texts or {}).items() if (why := problem(p, workspace.text(p), t))), None)
+            if not texts or reason is not None:
+                result.trials.append(Trial(change, "-", False, f"fails validation: {reason}"))
+                continue
+            self.progress(f"trying {change.kind}: {change.description}")
+            workspace.set(texts)
+            mixed, baseline = self._run(workspace, tmp, [("mixed", False), ("float32", False)])
+            outcome = Outcome(judge(mixed, baseline, workspace.mirror(self.script), baseline_expected=True), mixed)
+            if repair_checks.usable(baseline) and outcome.rank > result.before.rank:
+                change.verdict = outcome.verdict.name
+                result.trials.append(Trial(change, outcome.verdict.name, True, "the crash is gone in both runs"))
+                result.after, result.changes, result.baseline = outcome, [change], baseline
+                return baseline
+            result.trials.append(Trial(change, outcome.verdict.name, False, "the fixed script still crashes"))
+            workspace.set({})
+        result.notes.append("nothing to repair: the script crashed in float32 too, and no static fix ends the crash")
+        return None
 
     def _try(self, workspace, tmp, baseline, current, kept, offered, result):
         for change in offered:

@@ -36,9 +36,10 @@ def same_float32(new, old) -> bool:
 
 def float32_repaired(new, old, kept) -> bool:
     """A float32 run made finite by keeping the script's own data float32: the original's float32
-    run was non-finite where it computed in float16 the script cast itself (``own_float16``: no
-    policy made those values), and every step of the new one is finite."""
+    run was non-finite where it computed in float16 the script cast itself (``own_float16``, or data its input
+    pipeline cast to float16: no policy made those values), and every step of the new one is finite."""
     if not any(c.kind is ChangeKind.DATA_CAST for c in kept) or not usable(new):
         return False
     bad = first_nonfinite(old)
-    return bad is not None and own_float16(old, bad[0].step) is not None and all(s.loss_finite for s in new.steps)
+    own = bad is not None and (own_float16(old, bad[0].step) is not None or bool(old.data_casts))
+    return own and all(s.loss_finite for s in new.steps)
