@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods._walk import walk
+from mpfix.codemods._walk import children, walk
 from mpfix.codemods.analysis.dtype_lattice import F16, PY, argument
 from mpfix.codemods.analysis.dtype_regions import Region
 from mpfix.codemods.facts import keras_layers
@@ -209,7 +209,7 @@ def _own_nodes(scope: cst.CSTNode):
         node = stack.pop()
         yield node
         if not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            stack.extend(node.children)
+            stack.extend(children(node, trivia=True))  # node.children, without LibCST rebuilding the list
 
 
 def _assignments(scope: cst.CSTNode) -> dict[str, list[cst.BaseExpression]]:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import libcst as cst
 
-from mpfix.codemods._walk import walk
+from mpfix.codemods._walk import children, walk
 from mpfix.project.structural_types import KERAS_CLASS_BASES, ClassShape, class_index, typed_parameters
 
 # -- one file (LibCST) ------------------------------------------------------------------------------------
@@ -154,7 +154,7 @@ def parameter_reads(func: cst.FunctionDef) -> dict[str, frozenset[str]]:
             _bound(node.target, rebound)
         elif node_type is cst.Global or node_type is cst.Nonlocal or node_type is cst.Del:
             rebound.update(params)  # rare: give up on the function
-        stack.extend(node.children)
+        stack.extend(children(node, trivia=True))  # node.children, without LibCST rebuilding the list
     return {p: frozenset(names) for p, names in reads.items() if p in called and p not in rebound}
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import libcst as cst
 
+from mpfix.codemods._walk import children
 from mpfix.codemods.analysis.dtype_lattice import UNK, Dtype, join_all
 from mpfix.codemods.analysis.dtype_regions import ELEMENT, FLOAT32_VARIABLE, Region
 
@@ -50,7 +51,7 @@ def from_layer_params(analysis, node: cst.BaseExpression, region: Region, depth:
                 for source, _ in region.unpacked.get(node.value, ()))
     if node_type is cst.Lambda:
         return False
-    return any(from_layer_params(analysis, child, region, depth + 1, seen) for child in node.children
+    return any(from_layer_params(analysis, child, region, depth + 1, seen) for child in children(node, trivia=True)
                if isinstance(child, (cst.BaseExpression, cst.Arg, cst.Element)))
 
 
