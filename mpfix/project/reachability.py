@@ -307,6 +307,7 @@ def scan_project(root: Path, files: list[Path]) -> ProjectReach:
     if not entries:
         return result
     _callers_of_setters(project, entries)
+    _importers_of_import_setters(project, entries)
     for file, found in entries.items():
         for entry in found:
             if entry.scope == "global":
@@ -371,6 +372,30 @@ def _callers_of_setters(project: _Project, entries: dict[str, list[Entry]]) -> N
                     entry.policy, line_of(code, match.start()),
                     f"calls {name}() of {project.display(file)}, which {entry.what}",
                     function=Defs(code).enclosing(match.start())))
+
+
+# A policy setter called by a module's top-level code (the call starts a line at column 0: not in a function, not
+# under `if __name__ == "__main__":`): importing the module sets the policy.
+_TOP_LEVEL_SETTER = re.compile(rb"^(?:[A-Za-z_][\w.]*\.)?(?:set_global_policy|set_dtype_policy)[ \t]*\(", re.M)
+
+
+def _importers_of_import_setters(project: _Project, entries: dict[str, list[Entry]]) -> None:
+    """Files that import a module whose top-level code sets a policy become entry points too (one step: the
+    importer itself, not the files importing it). Test files and notebooks are left out."""
+    importers = project.importers() if entries else {}
+    for file, found in list(entries.items()):
+        at_import = [e for e in found if e.scope == "global" and e.function is None and not e.in_test]
+        if not at_import or file.endswith(".ipynb") or not _TOP_LEVEL_SETTER.search(project.code(file)):
+            continue
+        module = os.path.basename(file).rpartition(".")[0].encode()
+        for other in sorted(importers.get(file, ())):
+            if not _is_test_file(other) and not other.endswith(".ipynb"):
+                code = project.code(other)
+                found = re.search(rb"^[ \t]*(?:from|import)[ \t]+[\w.]*" + re.escape(module), code, re.M)
+                line = line_of(code, found.start()) if found else 1
+                entries.setdefault(other, []).extend(
+                    Entry(e.policy, line, f"imports {project.display(file)}, whose top-level code {e.what}")
+                    for e in at_import)
 
 
 def _reach_by_imports(project: _Project, entries: dict[str, list[Entry]], policy: Policy,

@@ -13,8 +13,6 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from mpfix.codemods import all_rules
 from mpfix.engine import Engine, Options
 
@@ -173,7 +171,6 @@ def reach_of_importer(tmp_path: Path, setter: str):
     return scan_project(tmp_path, files).reach_for(tmp_path / "train.py")
 
 
-@pytest.mark.xfail(strict=True, reason="the miss: mpfix/project/reachability.py does not reach importers of a module-level setter")
 def test_a_module_that_sets_the_policy_at_import_reaches_its_importers(tmp_path):
     reach = reach_of_importer(tmp_path, "keras.mixed_precision.set_global_policy(PRECISION)")
     assert str(reach.policy) == "mixed_float16", reach.why
