@@ -5,11 +5,11 @@ each op's largest ``|value|``, the first step its output was non-finite and whet
 inputs were still finite then (``born``), plus the constants that became inf or 0 in
 float16. Here they become ``RuntimeFinding``s at ``path:line:col``:
 
-* a static rule's code where one covers the op (``OP_RULES``; the static finding mpfix
+* a static rule's code where one covers the op (``op_rules``; the static finding mpfix
   reports on that very line wins), else a runtime code (``RUNTIME_CODES``: MP901 an op whose
   finite inputs gave a non-finite output, MP902 an op past 1/8 of 65504, MP903 a constant
   that became inf or 0);
-* the column is the op's expression on that line (``OP_NAMES``: ``Exp`` is a call of
+* the column is the op's expression on that line (``op_names``: ``Exp`` is a call of
   ``exp``, ``BatchMatMulV2`` one of ``matmul`` or ``@``...), else the line's first column.
 
 An op built inside a library layer (``Dense``) is reported at the line that built the layer.
@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import ast
 import enum
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from mpfix.codemods.facts import ops
 
 FLOAT16_MAX = 65504.0
 # The at-risk verdict's fraction of float16's range (verdict.HEADROOM_FRACTION, 1/8).
@@ -35,18 +34,29 @@ RUNTIME_CODES = {
     "MP902": "float16 op output past 1/8 of 65504 (three doublings from overflow)",
     "MP903": "constant that became inf or 0 in float16",
 }
-# The static rule whose subject an op type is, by its class in the one table of ops: exponentials and powers are
-# MP204's, squares and sums of squares MP203's.
-_RULE_OF_KIND = {ops.Kind.EXP: "MP204", ops.Kind.POW: "MP204", ops.Kind.SQUARE: "MP203", ops.Kind.SQUARED_SUM: "MP203"}
-OP_RULES: dict[str, str] = {
-    graph_op: rule for graph_op in ops.GRAPH_OPS for spec in ops.graph_specs(graph_op)
-    for kind, rule in _RULE_OF_KIND.items() if spec.has(kind)
-}
-# Python spellings of an op type on a source line: the table's call names, and the operators that build it.
-OP_NAMES: dict[str, tuple[str, ...]] = {
-    graph_op: names + tuple(o for o, built in ops.OPERATOR_OPS.items() if graph_op in built)
-    for graph_op, names in ops.GRAPH_OPS.items()
-}
+
+
+@functools.cache
+def op_rules() -> dict[str, str]:
+    """The static rule whose subject an op type is, by its class in the one table of ops: exponentials and powers
+    are MP204's, squares and sums of squares MP203's. (Read on first use: the table's package imports LibCST, which
+    verify's reports never need.)"""
+    from mpfix.codemods.facts import ops
+
+    of_kind = {ops.Kind.EXP: "MP204", ops.Kind.POW: "MP204", ops.Kind.SQUARE: "MP203", ops.Kind.SQUARED_SUM: "MP203"}
+    return {graph_op: rule for graph_op in ops.GRAPH_OPS for spec in ops.graph_specs(graph_op)
+            for kind, rule in of_kind.items() if spec.has(kind)}
+
+
+@functools.cache
+def op_names() -> dict[str, tuple[str, ...]]:
+    """Python spellings of an op type on a source line: the table's call names, and the operators that build it."""
+    from mpfix.codemods.facts import ops
+
+    return {graph_op: names + tuple(o for o, built in ops.OPERATOR_OPS.items() if graph_op in built)
+            for graph_op, names in ops.GRAPH_OPS.items()}
+
+
 _OPERATORS = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", ast.MatMult: "@",
 }
@@ -129,7 +139,7 @@ def _display(path: str, root: Path | None) -> str:
 
 def op_column(source_line: str, op_type: str) -> tuple[int, int] | None:
     """1-based (start, end) columns of the expression of ``op_type`` on ``source_line``."""
-    names = OP_NAMES.get(op_type, ())
+    names = op_names().get(op_type, ())
     if not names:
         return None
     text = source_line.strip()
@@ -178,7 +188,7 @@ def _code_for(op: str, file: str, line: int, kind: Kind, static: dict | None) ->
             return code
     if kind is Kind.CONSTANT:
         return "MP903"
-    return OP_RULES.get(op) or ("MP901" if kind is Kind.NONFINITE else "MP902")
+    return op_rules().get(op) or ("MP901" if kind is Kind.NONFINITE else "MP902")
 
 
 def _line_text(file: str, line: int) -> str:

@@ -40,7 +40,7 @@ from mpfix.verify.cst_edits import (
     resolve_positions,
     spelling,
 )
-from mpfix.verify.evidence import OP_NAMES
+from mpfix.verify.evidence import op_names
 
 # Graph ops whose result overflows, by their class in the table (the island must reach past them): exponentials,
 # powers, squares, contractions, long sums and products, and the operators' arithmetic (not a division).
@@ -86,7 +86,7 @@ _OPERATOR_NAMES = frozenset(OPERATORS.values())
 
 def _find(wrapper: MetadataWrapper, line: int, column: int, op: str):
     """The expression node of ``op`` starting at ``line``:``column`` (1-based column)."""
-    names = OP_NAMES.get(op, ())
+    names = op_names().get(op, ())
     positions = resolve_positions(wrapper)
     best = None
     for node, pos in positions.items():
