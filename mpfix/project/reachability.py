@@ -382,17 +382,18 @@ _TOP_LEVEL_SETTER = re.compile(rb"^(?:[A-Za-z_][\w.]*\.)?(?:set_global_policy|se
 def _importers_of_import_setters(project: _Project, entries: dict[str, list[Entry]]) -> None:
     """Files that import a module whose top-level code sets a policy become entry points too (one step: the
     importer itself, not the files importing it). Test files and notebooks are left out."""
-    importers = project.importers() if entries else {}
+    importers = None  # built only when some module sets a policy at import (a serial cost in the parent)
     for file, found in list(entries.items()):
         at_import = [e for e in found if e.scope == "global" and e.function is None and not e.in_test]
         if not at_import or file.endswith(".ipynb") or not _TOP_LEVEL_SETTER.search(project.code(file)):
             continue
+        importers = project.importers() if importers is None else importers
         module = os.path.basename(file).rpartition(".")[0].encode()
         for other in sorted(importers.get(file, ())):
             if not _is_test_file(other) and not other.endswith(".ipynb"):
                 code = project.code(other)
-                found = re.search(rb"^[ \t]*(?:from|import)[ \t]+[\w.]*" + re.escape(module), code, re.M)
-                line = line_of(code, found.start()) if found else 1
+                statement = re.search(rb"^[ \t]*(?:from|import)[ \t]+[\w.]*" + re.escape(module), code, re.M)
+                line = line_of(code, statement.start()) if statement else 1
                 entries.setdefault(other, []).extend(
                     Entry(e.policy, line, f"imports {project.display(file)}, whose top-level code {e.what}")
                     for e in at_import)
