@@ -12,7 +12,6 @@ Three layers, each able to fail on its own:
 
 from __future__ import annotations
 
-import shutil
 import textwrap
 from pathlib import Path
 
@@ -29,8 +28,9 @@ from mpfix.engine import Engine, Options
 from mpfix.project.crosscall_records import CallContext, CrossCall
 from mpfix.project.facts import ProjectFileFacts, file_facts
 
+from script_projects import copied_scripts
+
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = ("samples", "benchmarks/unseen", "tests/rules/fixtures", "tests/verify/scripts")
 
 
 def _regions(text: str, project=None) -> set[str]:
@@ -151,18 +151,7 @@ def test_the_engine_drops_the_rules_needing_a_region_where_there_is_none(monkeyp
     assert Engine(tuple(declaring), options)._gated(plain, Path("m.py"), declaring) == (declaring, False)
 
 
-def _scripts(tmp_path: Path) -> list[Path]:
-    """The repository's scripts, each folder copied as a project of its own (its facts, not mpfix's)."""
-    found = []
-    for folder in FOLDERS:
-        source = ROOT / folder
-        if not source.is_dir():
-            continue
-        dest = tmp_path / folder.replace("/", "_")
-        shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__"))
-        (dest / "pyproject.toml").write_text("[project]\nname = 'scripts'\n")
-        found.extend(sorted(dest.rglob("*.py")))
-    return found
+_scripts = copied_scripts
 
 
 @pytest.mark.parametrize("policy", [None, "mixed_float16"])

@@ -13,7 +13,6 @@ Each layer can fail on its own:
 
 from __future__ import annotations
 
-import shutil
 import textwrap
 from pathlib import Path
 
@@ -27,8 +26,9 @@ from mpfix.engine import Engine, Options
 from mpfix.project.facts import file_facts
 from mpfix.testing import lint_snippet
 
+from script_projects import copied_scripts
+
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = ("samples", "benchmarks/unseen", "tests/rules/fixtures", "tests/verify/scripts")
 
 HEAD = """
 import tensorflow as tf
@@ -113,18 +113,7 @@ def test_a_declaring_rule_fires_only_where_its_needs_hold(rule, monkeypatch):
     assert fired
 
 
-def _scripts(tmp_path: Path) -> list[Path]:
-    """The repository's scripts, each folder copied as a project of its own (its facts, not mpfix's)."""
-    found = []
-    for folder in FOLDERS:
-        source = ROOT / folder
-        if not source.is_dir():
-            continue
-        dest = tmp_path / folder.replace("/", "_")
-        shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__"))
-        (dest / "pyproject.toml").write_text("[project]\nname = 'scripts'\n")
-        found.extend(sorted(dest.rglob("*.py")))
-    return found
+_scripts = copied_scripts
 
 
 def _key(result) -> list:
