@@ -33,6 +33,7 @@ from libcst.metadata import MetadataWrapper, ParentNodeProvider
 from mpfix.codemods.facts import ops
 from mpfix.verify import cst_edits
 
+
 def _spellings(graph_op: str, binary: bool) -> frozenset[str]:
     """The call names of ``graph_op`` whose first two positional arguments are its two tensors (``binary``), or whose
     first is the list of tensors (not ``einsum``, whose first is the equation)."""
