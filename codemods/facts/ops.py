@@ -92,8 +92,8 @@ class Kind(Enum):
     EXPM1 = auto()  # exp(x) - 1: in the exp family, but log(1 + expm1(x)) is no softplus
     LOGSUMEXP = auto()  # log(sum(exp(x))) ≥ max(x): x - logsumexp(x) ≤ 0
     ONES = auto()  # every element is one (True as a bool tensor): ones, ones_like
-    # Its values lie in [-1, 1] whatever its input (tanh, sin, cos, erf): an overflow computed in float32 before it is
-    # back in float16's range after it (``mpfix repair``'s float32 islands end there).
+    # Its values lie in [-1, 1] whatever its input (tanh, sin, cos, erf): float16 holds its result even where its
+    # input is past 65504, so ``mpfix repair``'s float32 islands can end there.
     BOUNDED = auto()
 
 
