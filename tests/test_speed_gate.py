@@ -151,16 +151,13 @@ def test_the_engine_drops_the_rules_needing_a_region_where_there_is_none(monkeyp
     assert Engine(tuple(declaring), options)._gated(plain, Path("m.py"), declaring) == (declaring, False)
 
 
-_scripts = copied_scripts
-
-
 @pytest.mark.parametrize("policy", [None, "mixed_float16"])
 def test_every_skipped_script_has_no_region_and_no_finding(tmp_path, monkeypatch, policy):
     from mpfix import policy as policies
 
     policies.forget_projects()
     policies.use_store(None)
-    paths = _scripts(tmp_path)
+    paths = copied_scripts(tmp_path)
     assert len(paths) > 100
     rules = all_rules()
     declared = tuple(r for r in rules if Need.FLOAT16_REGION in r.needs)

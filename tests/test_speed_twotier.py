@@ -113,9 +113,6 @@ def test_a_declaring_rule_fires_only_where_its_needs_hold(rule, monkeypatch):
     assert fired
 
 
-_scripts = copied_scripts
-
-
 def _key(result) -> list:
     return [(f.code, f.start, f.end, f.message) for f in result.findings] + [e.message for e in result.errors]
 
@@ -126,7 +123,7 @@ def test_every_dropped_rule_finds_nothing_in_the_scripts(tmp_path, monkeypatch, 
 
     policies.forget_projects()
     policies.use_store(None)
-    paths = _scripts(tmp_path)
+    paths = copied_scripts(tmp_path)
     assert len(paths) > 100
     rules = all_rules()
     engine = Engine(rules, Options(policy=policy))

@@ -266,20 +266,23 @@ class Repairer:
         run = self._run(workspace, tmp, [("mixed", True)])[0]
         return located(run, workspace.mirror(self.script), _ran_text)
 
-    def _static_stage(self, workspace, tmp, baseline, current, kept, result):
-        policy = candidates_mod.policy_of(current.run)
-        keras = candidates_mod.keras_of(current.run)
-        for path in self._files(workspace, current.run):
+    def _static_changes(self, workspace, run, why: str = ""):
+        """One change per file the run used that has static fixes (safe and unsafe), the static analysis told the
+        run's policy and Keras generation; ``why`` ends the evidence. Notebooks are left to `mpfix apply`."""
+        policy, keras = candidates_mod.policy_of(run), candidates_mod.keras_of(run)
+        for path in self._files(workspace, run):
             text = workspace.text(path)
-            if path.suffix == ".ipynb":
-                continue  # `mpfix apply` fixes notebooks; here only the runtime candidates
-            if text is None or static_fixed(text, path, ("MP",), None, policy, None, keras) is None:
+            if path.suffix == ".ipynb" or text is None or \
+                    static_fixed(text, path, ("MP",), None, policy, None, keras) is None:
                 continue
             codes = sorted({f.code for f in static_findings(text, path, policy, keras) if f.fixable(True)})
             told = f" (checked under the run's {policy} policy, Keras {keras})" if policy else ""
-            change = Change(ChangeKind.STATIC, path, "the static fixes (safe and unsafe) of this file",
-                            f"static findings {', '.join(codes) or 'with fixes'} in {path.name}{told}",
-                            codes=("MP",), policy=policy, keras=keras)
+            yield Change(ChangeKind.STATIC, path, "the static fixes (safe and unsafe) of this file",
+                         f"static findings {', '.join(codes) or 'with fixes'} in {path.name}{told}{why}",
+                         codes=("MP",), policy=policy, keras=keras)
+
+    def _static_stage(self, workspace, tmp, baseline, current, kept, result):
+        for change in list(self._static_changes(workspace, current.run)):
             better = self._try(workspace, tmp, baseline, current, kept, [change], result)
             if better is not None:
                 current, kept = better
@@ -289,17 +292,8 @@ class Repairer:
         """The static fixes of each file the crashed run used, tried one file at a time: kept when both runs of the
         fixed script finish and the mixed one is better than crashed beside that float32 run (its new baseline, which
         is returned; None when no fix ends the crash)."""
-        policy, keras = candidates_mod.policy_of(result.before.run), candidates_mod.keras_of(result.before.run)
-        for path in self._files(workspace, result.before.run):
-            text = workspace.text(path)
-            if path.suffix == ".ipynb" or text is None or static_fixed(text, path, ("MP",), None, policy, None,
-                                                                        keras) is None:
-                continue
-            codes = sorted({f.code for f in static_findings(text, path, policy, keras) if f.fixable(True)})
-            change = Change(ChangeKind.STATIC, path, "the static fixes (safe and unsafe) of this file",
-                            f"static findings {', '.join(codes) or 'with fixes'} in {path.name}; the float32 run "
-                            "crashed too, so the fixed script's own float32 run is the baseline",
-                            codes=("MP",), policy=policy, keras=keras)
+        why = "; the float32 run crashed too, so the fixed script's own float32 run is the baseline"
+        for change in list(self._static_changes(workspace, result.before.run, why)):
             texts = compose(workspace, [change])
             reason = next((why for p, t in (texts or {}).items() if (why := problem(p, workspace.text(p), t))), None)
             if not texts or reason is not None:
