@@ -222,7 +222,8 @@ def test_a_launcher_scripts_workers_are_followed():
     assert v.name == "non-finite" and v.evidence["step"] == 3 and "on worker 1 replica 0" in v.summary, v.summary
     assert [w.step_count for w in report.mixed.workers] == [5, 5]
     assert [w.step_count for w in report.baseline.workers] == [5, 5]
-    assert all(w.end["status"] == "stopped" for w in report.mixed.workers + report.baseline.workers)
+    ends = [(run.mode, i, w.end) for run in (report.mixed, report.baseline) for i, w in enumerate(run.workers)]
+    assert all(end["status"] == "stopped" for _, _, end in ends), ends
     assert report.mixed.launches and report.keras == 2
     pids = [w.start["pid"] for run in (report.mixed, report.baseline) for w in run.workers]
     assert len(pids) == 4 and not [p for p in pids if _alive(p)]
