@@ -50,6 +50,9 @@ def lint_text(text: str, path: Path | str, settings=None, *, fix: bool = False, 
     from mpfix.runner import Job, Mode, engine_for
 
     path = Path(path)
+    lone = _lone_surrogate(text, str(path))
+    if lone is not None:
+        return LintResult(errors=[lone])
     if settings is None:
         settings = settings_for(path)
     # The globs match the path below their configuration's folder (Ruff; the CLI does the same).
@@ -64,3 +67,25 @@ def lint_text(text: str, path: Path | str, settings=None, *, fix: bool = False, 
               options=Options(keras=settings.keras, policy=settings.policy, unsafe_fixes=unsafe))
     return engine_for(job).lint(text, path, fix=fix, edits=not fix, ignored=ignored)
 
+
+
+def _lone_surrogate(text: str, filename: str):
+    """The error for a text holding half of a UTF-16 pair (an editor's JSON may escape one, "\\ud800"), else None.
+
+    No file holds one (mpfix decodes strict UTF-8; a notebook cell is refused in ``mpfix.notebooks``),
+    CPython cannot compile it, and encoding the text for the scans raised (an "internal error")."""
+    import re
+
+    from mpfix.findings import FileError
+    from mpfix.source import lines
+
+    found = re.search("[\ud800-\udfff]", text)
+    if found is None:
+        return None
+    line, start = 1, 0
+    for text_line in lines(text):
+        if start + len(text_line) > found.start():
+            break
+        line, start = line + 1, start + len(text_line)
+    return FileError(filename, f"this text holds a lone surrogate ({ascii(found.group())[1:-1]}), half of a UTF-16 "
+                               "pair, which is not text; nothing was checked", line, found.start() - start + 1)
