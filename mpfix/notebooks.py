@@ -320,6 +320,19 @@ def _writer(text: str, raw: dict):
     return None
 
 
+def is_python_notebook(raw: dict) -> bool:
+    """False for a notebook whose kernel names another language (``language_info.name``, else
+    ``kernelspec.language``, as Jupyter writes them): its cells are not Python. True when unsaid."""
+    metadata = raw.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    for key, field in (("language_info", "name"), ("kernelspec", "language")):
+        table = metadata.get(key)
+        language = table.get(field) if isinstance(table, dict) else None
+        if isinstance(language, str) and language.strip():
+            return language.strip().lower().startswith(("python", "ipython"))
+    return True
+
+
 def cell_source(cell: dict) -> str:
     """A cell's source as one text (nbformat 4 writes a string or a list of lines)."""
     source = cell.get("source", "")
@@ -341,6 +354,8 @@ def process_notebook(path: Path, source, job, ignored: tuple[str, ...] = (), acc
         result.errors.append(read)
         return result
     raw = read
+    if not is_python_notebook(raw):
+        return result  # R, Julia...: no Python to check (Ruff skips them too)
 
     counter = [0]
     cells: list[_Cell] = []
