@@ -10,7 +10,9 @@ is read from the header on, and an absurd length is dropped (the bytes after it 
 up to the next header). At most the broken message and the one it overlaps are lost.
 
 A request after ``shutdown`` gets the InvalidRequest error the LSP specification asks for
-(``AfterShutdown``): pygls dropped it, so a client waiting for its answer waited forever.
+(``AfterShutdown``): pygls dropped it, so a client waiting for its answer waited forever. A change to
+a document the client never opened (or closed) is ignored: pygls' workspace raised KeyError, shown to
+the user as "Error in server: KeyError: 'file:///...'" (turn 14 fuzz).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import re
 from typing import BinaryIO
 
 from pygls.exceptions import JsonRpcInvalidRequest
-from pygls.protocol import LanguageServerProtocol
+from lsprotocol import types
+from pygls.protocol import LanguageServerProtocol, lsp_method
 from pygls.protocol.json_rpc import RPCRequest
 
 HEADER = b"Content-Length:"
@@ -62,3 +65,10 @@ class AfterShutdown(LanguageServerProtocol):
             self._send_response(message.id, error=error.to_response_error())
             return
         super().handle_message(message)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
+        if params.text_document.uri not in self.workspace.text_documents:
+            logger.warning("mpfix server: ignored a change to %s, which is not open", params.text_document.uri)
+            return
+        yield from super().lsp_text_document__did_change(params)

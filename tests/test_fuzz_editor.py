@@ -5,7 +5,11 @@ report it" diagnostic (the reach scan encoded the text)."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from pathlib import Path
+
+import pytest
 
 from mpfix import api
 
@@ -32,3 +36,32 @@ def test_fixing_a_buffer_with_a_lone_surrogate_writes_nothing(tmp_path: Path):
     result = api.lint_text(BUFFER, tmp_path / "a.py", fix=True, unsafe_fixes=True)
     assert result.fixed_text is None
     assert [e.line for e in result.errors] == [5]
+
+
+pytest.importorskip("pygls", reason="the server needs the lsp extra (pip install 'mpfix[lsp]')")
+pytest_lsp = pytest.importorskip("pytest_lsp")
+from lsprotocol import types  # noqa: E402
+
+
+@pytest.mark.asyncio
+async def test_a_change_to_a_document_never_opened_pops_up_no_error(tmp_path: Path):
+    """A client that sends didChange before didOpen (or after didClose) broke the protocol; before, the
+    editor showed the user "Error in server: KeyError: 'file:///...'" (pygls' workspace lookup)."""
+    config = pytest_lsp.ClientServerConfig(server_command=[sys.executable, "-m", "mpfix", "server"])
+    client = await config.start()
+    try:
+        await client.initialize_session(types.InitializeParams(
+            capabilities=pytest_lsp.client_capabilities("visual-studio-code"), root_uri=tmp_path.as_uri()))
+        uri = (tmp_path / "never_opened.py").as_uri()
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text="x = 1\n")]))
+        opened = (tmp_path / "a.py").as_uri()
+        client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
+            uri=opened, language_id="python", version=1, text=BUFFER)))
+        published = await asyncio.wait_for(
+            client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS), timeout=120)
+        assert published.uri == opened  # the server went on
+        assert [m.message for m in client.messages if m.type == types.MessageType.Error] == []
+    finally:
+        await client.shutdown_session()
