@@ -59,7 +59,7 @@ def lint_text(text: str, path: Path | str, settings=None, *, fix: bool = False, 
     folder = settings.config_file.parent if settings.config_file is not None else None
     if settings.exclude and not list(discover([path], exclude=settings.exclude, base=folder)):
         return LintResult()
-    rules = selection.select(settings.select, settings.ignore, settings.extend_select)
+    rules = selection.select_configured(settings)
     base = settings.config_file.parent if settings.config_file else Path.cwd()
     ignored = selection.ignored_for_file(path, settings.per_file_ignores, base)
     unsafe = settings.unsafe_fixes if unsafe_fixes is None else unsafe_fixes

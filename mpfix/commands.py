@@ -124,7 +124,8 @@ def run(mode_name: str, paths, *, fmt, quiet, config_path, select, extend_select
     results = []
     for group_settings, group_files in groups:
         try:
-            rules = selection.select(group_settings.select, group_settings.ignore, group_settings.extend_select)
+            rules = selection.select_configured(group_settings, [
+                code for codes in (select, extend_select, ignore) for code in _split_codes(codes) or ()])
         except config_mod.ConfigError as exc:
             click.echo(f"mpfix: error: {printable(str(exc))}", err=True)
             sys.exit(EXIT_ERROR)

@@ -19,6 +19,18 @@ def validate(codes: Iterable[str], rules: tuple[type[Rule], ...] | None = None) 
         raise ConfigError(f"unknown rule code(s): {', '.join(bad)}; valid codes: ALL, {', '.join(known)}")
 
 
+def select_configured(settings, command_line: Iterable[str] = ()) -> tuple[type[Rule], ...]:
+    """``select`` over ``settings`` (a ``[tool.mpfix]`` table with the ``command_line`` codes on top): a bad
+    code the command line did not give came from the table, and the error names its file."""
+    validate(tuple(command_line))
+    try:
+        return select(settings.select, settings.ignore, settings.extend_select)
+    except ConfigError as exc:
+        if settings.config_file is None:
+            raise
+        raise ConfigError(f"{settings.config_file}: [tool.mpfix] {exc}") from None
+
+
 def _matches(code: str, selectors: Iterable[str]) -> int:
     """Length of the longest selector matching ``code`` (0 = none); ALL counts as 1."""
     best = 0
