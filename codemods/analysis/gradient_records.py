@@ -190,7 +190,9 @@ STRATEGY_CONSTRUCTORS = frozenset({
 })
 _ALL_REDUCE_METHODS = {"all_reduce", "allreduce", "batch_reduce_to", "reduce_to", "grouped_allreduce"}
 _ACCUMULATE_METHODS = {"assign_add", "assign", "append", "extend"}
-_SCALE_ATTRIBUTES = {"dynamic_scale", "loss_scale"}
+# Attributes that read an optimizer's loss scale: Keras 3's LSO `dynamic_scale`, tf_keras' `loss_scale`, and Keras 3's
+# fixed `loss_scale_factor` (the base optimizer's attribute: apply_gradients divides by it).
+_SCALE_ATTRIBUTES = {"dynamic_scale", "loss_scale", "loss_scale_factor"}
 _BUILTINS = frozenset(dir(builtins))
 _RANDOM_PREFIXES = ("tensorflow.random.", "keras.random.", "numpy.random.", "tensorflow.compat.v1.random.")
 
