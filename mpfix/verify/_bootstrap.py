@@ -311,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
                     emit({"event": "hook-error", "where": "final flush", "error": repr(exc)[:500]})
                 status.update(steps=rec.steps, entries=sorted(rec.entries), keras=sorted(rec.generations))
             status["policies"] = _global_policies()
+            # Wall-clock time (a worker's peers compare it with their own ``left``).
+            status["time"] = time.time()
             emit(status)
 
     # The child must never outlive mpfix nor its deadline: the kernel's parent-death signal
@@ -506,7 +508,20 @@ def main(argv: list[str] | None = None) -> int:
             )
             status = {"event": "end", "status": "crashed"}
     finish(status)
+    if config.get("worker") is not None and _normal_end(status):
+        # A worker leaves the cluster only after its peers ended (``_peers``): leaving
+        # first can break their last collective.
+        from mpfix.verify._peers import wait_for_peers
+
+        wait_for_peers(config["records"], int(config["worker"]), os.environ.get("TF_CONFIG"), emit)
     return 0
+
+
+def _normal_end(status: dict) -> bool:
+    """Stopped at the step limit, finished, or exited with status 0."""
+    if status.get("status") in ("stopped", "finished"):
+        return True
+    return status.get("status") == "exit" and status.get("code") in (0, None)
 
 
 def _stop_class():

@@ -93,6 +93,8 @@ class RunResult:
     # Casts to float16 in the script's tf.data map functions (child: _data_casts.py): file,
     # line, function, nth (the cast's order among that line's), source dtype, code.
     data_casts: list = field(default_factory=list)
+    # A worker that ended normally: when it left the cluster, after its peers ended (_peers.py).
+    left: dict | None = None
 
     @property
     def finite_losses(self) -> list[float]:
@@ -234,6 +236,8 @@ def parse_run(mode: str, events: list[dict]) -> RunResult:
             run.numerics = event
         elif kind == "launch":
             run.launches.append(event)
+        elif kind == "left":
+            run.left = event
         elif kind in ("hook-error", "error"):
             run.errors.append(event)
     return run

@@ -141,7 +141,7 @@ def test_locate_names_the_layer_line_from_the_evidence_without_a_rerun(tmp_path)
 def test_repair_is_bounded_by_its_timeout_and_leaves_no_process(tmp_path):
     script = tmp_path / "hang.py"
     shutil.copy(SCRIPTS / "hang.py", script)
-    result = _mpfix("repair", script.name, "--timeout", "12", "--device", "cpu", cwd=tmp_path, timeout=120)
+    result = _mpfix("repair", script.name, "--timeout", "12", "--device", "cpu", cwd=tmp_path, timeout=300)
     assert result.returncode == 15, result.stdout + result.stderr  # the verdict's code: timeout
     assert "hang.py: timeout -> timeout (exit 15)" in result.stdout
     assert "nothing to repair" in result.stdout

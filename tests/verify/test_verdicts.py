@@ -136,7 +136,7 @@ def test_timeout_kills_the_process_group(tmp_path):
     pid_file = tmp_path / "helper.pid"
     started = time.monotonic()
     report = verify_script("sleeps.py", str(pid_file), baseline=False, timeout=15)
-    assert time.monotonic() - started < 45
+    assert time.monotonic() - started < 15 + 60  # the deadline ends it (no TensorFlow here), not a test timeout
     assert report.verdict.name == "timeout"
     assert report.exit_code == 15
     helper = int(pid_file.read_text())

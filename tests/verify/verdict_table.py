@@ -66,7 +66,7 @@ from mpfix.verify.run import verify
 cases = json.loads(sys.argv[1])
 for label, script, args, options in cases:
     args = [tempfile.mktemp() if a == "PIDFILE" else a for a in args]
-    opts = dict(steps=12, device="cpu", jobs=2, timeout=120)
+    opts = dict(steps=12, device="cpu", jobs=2, timeout=300)
     opts.update(options)
     try:
         report = verify(Path(script), args, **opts)

@@ -15,7 +15,8 @@ def verify_script(name: str, *args: str, **options):
     options.setdefault("steps", 12)
     options.setdefault("device", "cpu")
     options.setdefault("jobs", 2)
-    options.setdefault("timeout", 120)
+    # A bound, not a budget: generous for a loaded 2-core CI (two TensorFlow children at once).
+    options.setdefault("timeout", 300)
     return verify(SCRIPTS / name, list(args), **options)
 
 

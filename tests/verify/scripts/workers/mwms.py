@@ -4,7 +4,8 @@ worker at one step. (Keras 3.15's `fit` fails under this strategy before its fir
 
 --fault: none | nan (a NaN input batch) | overflow (inputs x 1e6: float16 activations
 overflow) | underflow (a loss weighted 1e-7 and no loss scaling) | crash (RuntimeError) |
-hang (the worker sleeps forever). --worker K --at S: where and when.
+hang (the worker sleeps forever) | slow (the worker's step S ends --pause seconds late, after
+its last collective: its peers are done before it). --worker K --at S: where and when.
 --lso outside: the LossScaleOptimizer is built before strategy.scope().
 Keras 2 with TF_USE_LEGACY_KERAS=1 (tf.keras is then tf_keras).
 """
@@ -21,9 +22,10 @@ KERAS3 = keras.layers.Dense.__module__.startswith("keras.")
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=1000)
-parser.add_argument("--fault", default="none", choices=["none", "nan", "overflow", "underflow", "crash", "hang"])
+parser.add_argument("--fault", default="none", choices=["none", "nan", "overflow", "underflow", "crash", "hang", "slow"])
 parser.add_argument("--worker", type=int, default=1)
 parser.add_argument("--at", type=int, default=3)
+parser.add_argument("--pause", type=float, default=3.0)
 parser.add_argument("--lso", default="inside", choices=["inside", "outside"])
 args = parser.parse_args()
 
@@ -65,10 +67,19 @@ def replica_step(xb, yb):
     return loss
 
 
+late = tf.Variable(0.0, trainable=False)  # --fault slow: seconds this step ends late
+
+
+def pause(seconds, after):
+    time.sleep(float(seconds))
+    return after
+
+
 @tf.function
 def train_step(xb, yb):
     losses = strategy.run(replica_step, args=(xb, yb))
-    return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+    total = strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+    return tf.numpy_function(pause, [late, total], tf.float32)  # after the step's last collective
 
 
 for step in range(args.steps):
@@ -82,5 +93,6 @@ for step in range(args.steps):
             raise RuntimeError(f"worker {index} failed at step {step}")
         elif args.fault == "hang":
             time.sleep(3600)
+    late.assign(args.pause if faulty and step == args.at and args.fault == "slow" else 0.0)
     loss = train_step(tf.constant(xb), tf.constant(yb))
 print("worker", index, "done, loss", float(loss))
