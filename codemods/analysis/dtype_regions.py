@@ -21,7 +21,7 @@ from mpfix.codemods.analysis.dtype_tables import (  # noqa: F401  (the tables, r
 )
 from mpfix.codemods.analysis.loss_calls import reached_by_compiled_losses
 from mpfix.codemods.analysis.param_types import structural_layer_params
-from mpfix.codemods.facts import heuristics, keras_layers
+from mpfix.codemods.facts import heuristics, keras_layers, ops
 from mpfix.codemods.names import dotted_name
 
 
@@ -76,6 +76,8 @@ class RegionFinder:
 
         self.wrapped_metrics = self._wrapped_metric_functions()
         walk_functions(self.module.body, None)
+        listed = {id(func) for func, _, _ in seeds}
+        seeds.extend((func, "tf-function", None) for func in self._dataset_functions() if id(func) not in listed)
         # A recursive closure refers to itself through its cell: unbound, its dicts of the module's
         # functions and classes are freed with the analysis, not left to the cyclic collector.
         walk_functions = None  # noqa: F841
@@ -141,6 +143,26 @@ class RegionFinder:
                             queue.append((target, "helper", closure_owner.get(target)))
         self._add_region(Region(node=self.module, kind="module"))
         self._learn_parameters()
+
+    def _dataset_functions(self) -> list[cst.FunctionDef]:
+        """This file's functions a tf.data pipeline traces (``ds.map(standardize)``, ``ops.DATASET_FUNCTIONS``), in a
+        file that builds one (a call in ``tf.data``): graph functions, as if decorated with ``@tf.function``."""
+        calls = self.all_calls
+        if not self.functions or not any((self.resolve(c.func) or "").startswith(ops.DATASET_NAMESPACE) for c in calls):
+            return []
+        found = []
+        for call in calls:
+            where = ops.DATASET_FUNCTIONS.get(call.func.attr.value) if isinstance(call.func, cst.Attribute) else None
+            if where is None:
+                continue
+            position, keyword = where
+            positional = [a.value for a in call.args if a.keyword is None and not a.star]
+            given = [a.value for a in call.args if a.keyword is not None and a.keyword.value == keyword]
+            value = given[0] if given else positional[position] if len(positional) > position else None
+            target = self.functions.get(value.value) if isinstance(value, cst.Name) else None
+            if target is not None and target not in found:
+                found.append(target)
+        return found
 
     def _cross_file_seeds(self, seeds: list, inherits: dict[cst.FunctionDef, bool]) -> dict[cst.FunctionDef, frozenset[str]]:
         """Cross-file seeds (``mpfix.project.crosscalls``): a module function another file calls from float16

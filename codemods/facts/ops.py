@@ -296,6 +296,15 @@ LOOPS: dict[str, tuple[tuple[int, str], tuple[int, str]]] = {
         "tensorflow.while_loop", "tensorflow.compat.v1.while_loop", "keras.ops.while_loop", "keras.src.ops.while_loop")
 }
 
+# tf.data.Dataset methods that trace the function they are given into a graph (TF 2.21: map, flat_map, interleave,
+# filter run it as a tf.function would, on the elements' tensors): the position and keyword of that function.
+# Such a function is a float16 region when it casts to float16 itself (`tf.cast(x, tf.float16)` then `+ 1e-8`).
+DATASET_FUNCTIONS: dict[str, tuple[int, str]] = {
+    "map": (0, "map_func"), "flat_map": (0, "map_func"), "interleave": (0, "map_func"), "filter": (0, "predicate"),
+}
+# The namespace whose calls build a tf.data pipeline (`tf.data.Dataset.from_tensor_slices`, `tf.data.TFRecordDataset`).
+DATASET_NAMESPACE = "tensorflow.data."
+
 # Calls that apply a function to every leaf of a structure, by the position of that function:
 # `tf.nest.map_structure(fn, x)`, `tf.nest.map_structure_up_to(shallow, fn, x)`, Keras 3's `tree.*` twins.
 MAP_STRUCTURE: dict[str, int] = {

@@ -86,3 +86,98 @@ def test_without_a_clip_its_fix_drops_the_division():
 def test_a_division_by_another_attribute_of_the_optimizer_is_no_unscale():
     code = attr(clip="").replace("g / optimizer.loss_scale_factor", "g / optimizer.learning_rate")
     assert not [f for f in lint(code) if f.code == "MP110"]
+
+
+# 2. tfdata_logpower_k3.py (and wave 9's tfdata_standardize_k2.py): a function a tf.data pipeline maps casts each
+#    example to float16 and adds a float16-invisible epsilon (log(energy + 1e-10), sqrt(var + 1e-8)). Ran, TF 2.21
+#    CPU: loss nan every epoch; computed in float32 and cast after: 2.44 -> 1.11. The fact missing: a function given
+#    to a tf.data method that traces it (``Dataset.map``; ops.DATASET_FUNCTIONS) runs as a graph function, a region
+#    whose parameters its caller decides, as a ``@tf.function`` is (the decorated spelling was already found).
+MAPPED = """
+    import numpy as np
+    import tensorflow as tf
+    import keras
+
+
+    def log_energy(clip, label):
+        frames = tf.reshape(tf.cast(clip, tf.float16), (50, 80))
+        energy = tf.reduce_mean(tf.square(frames), axis=-1)
+        return tf.math.log(energy + 1e-10)[:, None], label
+
+
+    def make_pipeline(clips, labels):
+        ds = tf.data.Dataset.from_tensor_slices((clips, labels))
+        return ds.{call}.batch(32)
+
+
+    def main():
+        keras.mixed_precision.set_global_policy("mixed_float16")
+"""
+
+
+def mapped(call="map(log_energy, num_parallel_calls=tf.data.AUTOTUNE)") -> str:
+    return MAPPED.format(call=call)
+
+
+def test_a_dataset_map_function_casting_to_float16_is_a_region():
+    found = [(f.code, f.line) for f in lint(mapped(), rules=MP2)]
+    assert found == [("MP202", 9)]
+
+
+def test_the_map_func_keyword_too():
+    assert [(f.code, f.line) for f in lint(mapped("map(map_func=log_energy)"), rules=MP2)] == [("MP202", 9)]
+
+
+def test_the_tf_keras_standardize_shape():
+    code = """
+        import os
+        os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+        import tensorflow as tf
+        import tf_keras as keras
+
+
+        def standardize(window, label):
+            window = tf.cast(window, tf.float16)
+            mean = tf.reduce_mean(window)
+            var = tf.reduce_mean(tf.square(window - mean))
+            window = (window - mean) / tf.sqrt(var + 1e-8)
+            return window[:, None], label
+
+
+        def make_pipeline(windows, labels):
+            ds = tf.data.Dataset.from_tensor_slices((windows, labels))
+            return ds.shuffle(1024).map(standardize, num_parallel_calls=tf.data.AUTOTUNE).batch(32)
+
+
+        keras.mixed_precision.set_global_policy("mixed_float16")
+    """
+    assert ("MP202", 11) in [(f.code, f.line) for f in lint(code, keras="2", rules=MP2)]
+
+
+def test_statistics_in_float32_then_a_cast_to_float16_stay_silent():
+    code = """
+        import numpy as np
+        import tensorflow as tf
+
+
+        def make_pipeline(raw, target):
+            mean, std = raw.mean(axis=0), raw.std(axis=0)
+
+            def standardize(x, y):
+                x = (x - mean) / (std + 1e-8)
+                return tf.cast(x, tf.float16), y
+
+            ds = tf.data.Dataset.from_tensor_slices((raw, target))
+            return ds.map(standardize).batch(64)
+
+
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    """
+    assert lint(code, rules=MP2) == []
+
+
+def test_a_function_given_to_pythons_map_is_no_dataset_function():
+    code = mapped().replace("ds = tf.data.Dataset.from_tensor_slices((clips, labels))", "return list(map(log_energy, clips, labels))")
+    code = code.replace("return ds.{call}.batch(32)".format(call="map(log_energy, num_parallel_calls=tf.data.AUTOTUNE)"), "")
+    assert "tf.data.Dataset" not in code and "list(map(log_energy, clips, labels))" in code
+    assert lint(code, rules=MP2) == []
