@@ -115,7 +115,7 @@ def _compute_helpers(root: Path, pending: Future | None) -> dict[str, frozenset[
     stamp = store.fingerprint(root, files) if store.folder() is not None else ""
     if stamp:
         data = store.load("callers", root, stamp)
-        if data is not None and all(isinstance(v, list) for v in data.values()):
+        if data is not None and all(isinstance(v, list) and all(isinstance(n, str) for n in v) for v in data.values()):
             return {path: frozenset(names) for path, names in data.items()}
     found = _result(pending)
     if found is None:

@@ -29,7 +29,7 @@ def project_reach(root: Path):
             reached = {path: reachability.Reach(Policy(policy), why, None if fixtures is None else tuple(fixtures))
                        for path, (policy, why, fixtures) in data["reached"].items()}
             return reachability.ProjectReach(root=root, reached=reached, entries=list(data["entries"]))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):  # AttributeError: a list, not a table
             pass  # damaged: scan again
     found = reachability.scan_project(root, files)
     store.save("reach", root, stamp, {
