@@ -135,6 +135,9 @@ class OpSpec:
     # ``tf.cast(v, dtype)``): a number folded through it is still that number.
     keeps_value: bool = False
     stable_log: str = ""  # the op that computes its log stably (softmax -> log_softmax, sigmoid -> log_sigmoid)
+    # TensorFlow registers no float16 kernel for it: a float16 input fails (MP208), eagerly (NotFoundError) or when the
+    # graph runs (InvalidArgumentError "No OpKernel was registered ... T=DT_HALF").
+    float16_kernel: bool = True
 
     @property
     def short(self) -> str:
@@ -272,6 +275,12 @@ _TABLE: tuple[OpSpec, ...] = (
     *(_spec(n, R.PRESERVES, G.ANY, K.MATMUL, same_dtype=True) for n in ("matmul", "linalg.matmul", "tensordot",
                                                                         "dot")),
     _spec("einsum", R.PRESERVES, G.ANY, K.MATMUL, dtype_args=(1, 2, 3), same_dtype=True),
+    # Linear algebra with no float16 kernel (TF 2.21 CPU, a float16 (4, 4) matrix, eager and in a tf.function: each
+    # raised NotFoundError / InvalidArgumentError; qr and inv have one). The namespace's own ops only: keras.ops wrap them.
+    *(_spec(n, R.PRESERVES, elementwise=False, float16_kernel=False, label=n) for n in (
+        "linalg.eigh", "linalg.eigvalsh", "linalg.cholesky", "linalg.svd", "linalg.det", "linalg.slogdet",
+        "linalg.logdet", "linalg.solve", "linalg.triangular_solve", "linalg.lstsq", "linalg.expm", "linalg.pinv",
+        "linalg.cholesky_solve")),
     # Convolutions (input, kernel) and paddings (input, sizes): the input's dtype.
     *(_spec(n, R.PRESERVES, dtype_args=(0, 1)) for n in ("conv1d", "conv2d", "conv3d", "depthwise_conv2d",
                                                        "separable_conv2d", "conv2d_transpose")),
@@ -480,6 +489,11 @@ def by_short_name(name: str) -> OpSpec | None:
 def named(*kinds: Kind) -> frozenset[str]:
     """Short names of the ops of any of ``kinds`` (for triggers and docs)."""
     return frozenset(spec.short for spec in TABLE.values() if spec.has(*kinds))
+
+
+def without_float16_kernel() -> frozenset[str]:
+    """Short names of the ops TensorFlow has no float16 kernel for (``eigh``, ``svd``: MP208's triggers)."""
+    return frozenset(spec.short for spec in TABLE.values() if not spec.float16_kernel)
 
 
 def _trigger_words() -> list[str]:

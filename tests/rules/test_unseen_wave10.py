@@ -181,3 +181,81 @@ def test_a_function_given_to_pythons_map_is_no_dataset_function():
     code = code.replace("return ds.{call}.batch(32)".format(call="map(log_energy, num_parallel_calls=tf.data.AUTOTUNE)"), "")
     assert "tf.data.Dataset" not in code and "list(map(log_energy, clips, labels))" in code
     assert lint(code, rules=MP2) == []
+
+
+# 3. zca_whiten_k2.py: a tf_keras batch ZCA whitening layer calls tf.linalg.eigh on the float16 covariance of its
+#    inputs. Ran, TF 2.21 CPU: InvalidArgumentError "No OpKernel was registered to support Op 'SelfAdjointEigV2' ...
+#    T=DT_HALF" at the first step; BatchWhitening(dtype="float32"): 1.09 -> 0.76. The fact missing: TensorFlow has
+#    no float16 kernel for eigh, cholesky, svd, det, solve, ... (ops table ``float16_kernel=False``, probed on TF 2.21
+#    CPU, eager and traced; qr and inv have one): MP208, reported without a fix.
+ZCA = """
+    import os
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tensorflow as tf
+    import tf_keras as keras
+
+
+    class BatchWhitening(keras.layers.Layer):
+        def __init__(self, epsilon=1e-3, **kwargs):
+            super().__init__(**kwargs)
+            self.epsilon = epsilon
+
+        def call(self, x):
+            x = x - tf.reduce_mean(x, axis=0, keepdims=True)
+            n = tf.cast(tf.shape(x)[0], x.dtype)
+            cov = tf.matmul(x, x, transpose_a=True) / n
+            eigvals, eigvecs = tf.linalg.{op}(cov + self.epsilon * tf.eye(tf.shape(x)[1], dtype=x.dtype))
+            whiten = eigvecs @ tf.linalg.diag(tf.math.rsqrt(eigvals)) @ tf.transpose(eigvecs)
+            return x @ whiten
+
+
+    def main():
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        model = keras.Sequential([keras.Input((48,)), keras.layers.Dense(16), {layer}, keras.layers.Dense(2),
+                                  keras.layers.Activation("softmax", dtype="float32")])
+"""
+
+
+def zca(op="eigh", layer="BatchWhitening()") -> str:
+    return ZCA.format(op=op, layer=layer)
+
+
+def test_eigh_of_a_float16_covariance_has_no_kernel():
+    found = [f for f in lint(zca(), keras="2", rules=MP2) if f.code == "MP208"]
+    assert [f.line for f in found] == [16]
+    assert "tf.linalg.eigh" in found[0].message and found[0].fix is None
+
+
+def test_a_keras_3_gaussian_layers_cholesky_too():
+    code = """
+        import tensorflow as tf
+        import keras
+
+
+        class GaussianLogLikelihood(keras.layers.Layer):
+            def call(self, residuals, kernel):
+                chol = tf.linalg.cholesky(kernel + 1e-3 * tf.eye(tf.shape(kernel)[0], dtype=kernel.dtype))
+                return tf.linalg.cholesky_solve(chol, residuals)
+
+
+        def main():
+            keras.mixed_precision.set_global_policy("mixed_float16")
+    """
+    assert [(f.code, f.line) for f in lint(code, rules=MP2) if f.code == "MP208"] == [("MP208", 7), ("MP208", 8)]
+
+
+def test_qr_has_a_float16_kernel():
+    assert not [f for f in lint(zca(op="qr"), keras="2", rules=MP2) if f.code == "MP208"]
+
+
+def test_a_float32_whitening_layer_stays_silent():
+    assert not [f for f in lint(zca(layer='BatchWhitening(dtype="float32")'), keras="2", rules=MP2)
+                if f.code == "MP208"]
+
+
+def test_a_covariance_cast_to_float32_first_stays_silent():
+    code = zca().replace("cov = tf.matmul(x, x, transpose_a=True) / n",
+                         "cov = tf.cast(tf.matmul(x, x, transpose_a=True) / n, tf.float32)").replace(
+        "dtype=x.dtype))", "dtype=tf.float32))")
+    assert "tf.cast(tf.matmul" in code
+    assert not [f for f in lint(code, keras="2", rules=MP2) if f.code == "MP208"]
