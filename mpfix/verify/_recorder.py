@@ -260,6 +260,9 @@ class Recorder:
         }
         if output_of:
             event["output_of"] = output_of
+        if hasattr(layer, "layers") and callable(getattr(layer, "fit", None)):
+            # A model (Functional, Sequential): a container whose own dtype does not reach the layers inside it.
+            event["model"] = True
         self.emit(event)
 
     def note_output_layer(self, model) -> None:

@@ -85,10 +85,19 @@ def at_finding(finding: RuntimeFinding, original: Path, text: str, policy: str |
                               column=finding.column - indent, op=finding.op, extra={"output": True}))
         out.append(Change(ChangeKind.ISLAND, original, f"compute `{finding.op}`'s expression in float32 and cast back",
                           evidence, anchor=anchor, line=finding.line, column=finding.column - indent, op=finding.op))
-    layer = finding.layer or finding.owner
-    if layer and layer.get("file") and layer.get("line"):
-        out.append(_layer_change(layer, evidence))
+    out.extend(_layer_change(layer, evidence) for layer in _float32_layers(finding))
     return out
+
+
+def _float32_layers(finding: RuntimeFinding) -> list[dict]:
+    """The layer ``dtype="float32"`` goes on: the library layer that built the op, else the innermost layer
+    whose call built it. An op a *model* built itself is its owner's (Keras 3's Functional casts a layer's
+    float32 output to the next layer's float16 compute dtype as it calls that layer: the Cast is the model's by
+    name, the next layer's by call), since a model's own dtype does not reach the layers inside it."""
+    layer = finding.layer or finding.owner
+    if finding.layer is not None and finding.layer.get("model") and finding.owner is not None:
+        layer = finding.owner
+    return [layer] if layer and layer.get("file") and layer.get("line") else []
 
 
 def _layer_change(layer: dict, evidence: str, to_original=None) -> Change:

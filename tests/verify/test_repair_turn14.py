@@ -1,0 +1,68 @@
+"""Turn 14's runtime held-out scripts (tests/verify/scripts/heldout14/: float16 failures no static rule sees, found
+only by running them) and the classes they showed in ``repair``:
+
+* an op a Keras 3 *model* built itself (Functional casts a layer's float32 output to the next layer's float16 compute
+  dtype as it calls that layer) goes to the layer it feeds, not to the model: a model's ``dtype`` does not reach the
+  layers inside it (dcn_cross_k3: a cross layer's output island, then the next cross layer's input cast).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mpfix.verify.candidates import at_finding
+from mpfix.verify.evidence import Kind, RuntimeFinding
+
+ROOT = Path(__file__).resolve().parents[2]
+HELDOUT = Path(__file__).parent / "scripts" / "heldout14"
+
+CROSS = {"name": "cross_1", "class": "Cross", "file": "/w/train.py", "line": 3, "code": "x2 = Cross()([inputs, x1])"}
+MODEL = {"name": "functional", "class": "Functional", "file": "/w/train.py", "line": 4,
+         "code": "model = keras.Model(inputs, output)", "model": True}
+NORM = {"name": "layer_normalization", "class": "LayerNormalization", "file": "/w/train.py", "line": 2,
+        "code": "norm = keras.layers.LayerNormalization()"}
+TEXT = "import keras\nnorm = keras.layers.LayerNormalization()\nx2 = Cross()([inputs, x1])\nmodel = keras.Model(inputs, output)\n"
+
+
+def _cast(layer, owner) -> RuntimeFinding:
+    return RuntimeFinding("MP901", "float16 `Cast` gave inf/NaN from finite inputs at step 0", "/w/train.py",
+                          layer["line"], 1, Kind.NONFINITE, "Cast", step=0, layer=layer, owner=owner)
+
+
+def test_an_op_a_model_built_goes_to_the_layer_it_feeds():
+    changes = at_finding(_cast(MODEL, CROSS), Path("/w/train.py"), TEXT, "mixed_float16")
+    assert [(c.kind.value, c.line, c.class_name) for c in changes] == [("float32 layer", 3, "Cross")], changes
+
+
+def test_an_op_a_library_layer_built_stays_that_layers():
+    changes = at_finding(_cast(NORM, NORM), Path("/w/train.py"), TEXT, "mixed_float16")
+    assert [(c.line, c.class_name) for c in changes] == [(2, "LayerNormalization")], changes
+    # A model with no inner layer to name keeps the model (nothing better is known).
+    assert [c.line for c in at_finding(_cast(MODEL, None), Path("/w/train.py"), TEXT, "mixed_float16")] == [4]
+
+
+def _repair(tmp_path: Path, name: str, steps: int = 4) -> tuple[subprocess.CompletedProcess, dict, str]:
+    script = tmp_path / name
+    shutil.copy(HELDOUT / name, script)
+    report = tmp_path / "repair.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    result = subprocess.run([sys.executable, "-m", "mpfix", "repair", name, "--steps", str(steps), "--device", "cpu",
+                             "--json", str(report)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
+    return result, json.loads(report.read_text()), script.read_text()
+
+
+@pytest.mark.slow
+def test_repair_keeps_a_float32_value_float32_into_the_layers_it_feeds(tmp_path):
+    result, data, after = _repair(tmp_path, "dcn_cross_k3.py")
+    assert result.returncode == 0 and "dcn_cross_k3.py: non-finite -> healthy" in result.stdout, result.stdout
+    kept = [(c["kind"], c["line"]) for c in data["changes"]]
+    assert ("float32 island", 22) in kept and ("float32 layer", 31) in kept, kept
+    assert "x2 = Cross(dtype=\"float32\")([inputs, x1])" in after, after
