@@ -259,3 +259,38 @@ def test_a_covariance_cast_to_float32_first_stays_silent():
         "dtype=x.dtype))", "dtype=tf.float32))")
     assert "tf.cast(tf.matmul" in code
     assert not [f for f in lint(code, keras="2", rules=MP2) if f.code == "MP208"]
+
+
+# 4. (authoring wave 10, and runtime's request) A GIN layer's sum aggregation, tf.math.unsorted_segment_sum of float16
+#    messages over a hub's in-edges, is a long sum like reduce_sum: the ops table lists it (result: the messages' dtype,
+#    the segment ids are indices), and a traced graph's UnsortedSegmentSum/SegmentSum find it.
+def test_segment_sums_are_long_sums_of_their_data():
+    from mpfix.codemods.facts import ops
+
+    for name in ("tensorflow.math.unsorted_segment_sum", "tensorflow.math.segment_sum"):
+        spec = ops.known(name)
+        assert spec is not None and spec.has(ops.Kind.LONG_SUM)
+        assert spec.dtype_args == (0,) and spec.index_args == (1,)
+    assert [s.name for s in ops.graph_specs("UnsortedSegmentSum")] == ["unsorted_segment_sum"]
+    assert [s.name for s in ops.graph_specs("SegmentSum")] == ["segment_sum"]
+
+
+def test_a_per_graph_sum_of_float16_squares_is_reported_as_reduce_sums_are():
+    code = """
+        import tensorflow as tf
+        import keras
+
+
+        class GraphNormPool(keras.layers.Layer):
+            def call(self, h, graph_ids, num_graphs):
+                counts = tf.math.unsorted_segment_sum(tf.ones_like(h[:, :1]), graph_ids, num_graphs)
+                mean = tf.math.unsorted_segment_sum(h, graph_ids, num_graphs) / counts
+                centred = h - tf.gather(mean, graph_ids)
+                var = tf.math.unsorted_segment_sum(tf.square(centred), graph_ids, num_graphs) / counts
+                return mean / tf.sqrt(var + 1e-3)
+
+
+        def main():
+            keras.mixed_precision.set_global_policy("mixed_float16")
+    """
+    assert [(f.code, f.line) for f in lint(code, rules=MP2)] == [("MP203", 10)]
