@@ -249,6 +249,17 @@ def _parenthesised(old, new, parents):
     return new
 
 
+def _dtype_read(name, parents) -> bool:
+    parent = parents.get(name)
+    return isinstance(parent, cst.Attribute) and parent.value is name and parent.attr.value == "dtype"
+
+
+def _statement(node, parents):
+    while node is not None and not isinstance(node, cst.SimpleStatementLine):
+        node = parents.get(node)
+    return node
+
+
 class _Names(cst.CSTVisitor):
     def __init__(self, name: str) -> None:
         self.name, self.found = name, []
@@ -262,8 +273,9 @@ def _later_reducer(root, parents):
     """``(name, call)`` when ``root`` is the whole value of ``name = ...`` and ``name`` is read
     once more in its function, by a later plain statement of the same block, inside a call that
     brings values back into range (``_range_reducing``), or as the value a cast to
-    float32 takes (``(name, None)``: nothing to change there); else None. Any other read
-    (a second use, a loop, a nested function, a `self.name` attribute) leaves the island alone."""
+    float32 takes (``(name, None)``: nothing to change there); else None. A read of ``name.dtype`` in that
+    same statement is no other read. Any other read (a second use, a loop, a nested function, a `self.name`
+    attribute) leaves the island alone."""
     assign = parents.get(root)
     if not (isinstance(assign, cst.Assign) and assign.value is root and len(assign.targets) == 1
             and isinstance(assign.targets[0].target, cst.Name)):
@@ -280,8 +292,12 @@ def _later_reducer(root, parents):
     names = _Names(target.value)
     scope.visit(names)
     uses = [n for n in names.found if n is not target]
-    if len(uses) != 1:
+    # `mean = summed / tf.cast(count, summed.dtype)`: a read of the name's dtype in the statement that reads its
+    # value follows the island (float32 there too), so it is no second use.
+    reads = [n for n in uses if not _dtype_read(n, parents)]
+    if len(reads) != 1 or any(_statement(n, parents) is not _statement(reads[0], parents) for n in uses):
         return None
+    uses = reads
     current, reducer, into_float32 = uses[0], None, False
     while True:
         parent = parents.get(current)

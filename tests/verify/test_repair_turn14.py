@@ -66,3 +66,29 @@ def test_repair_keeps_a_float32_value_float32_into_the_layers_it_feeds(tmp_path)
     kept = [(c["kind"], c["line"]) for c in data["changes"]]
     assert ("float32 island", 22) in kept and ("float32 layer", 31) in kept, kept
     assert "x2 = Cross(dtype=\"float32\")([inputs, x1])" in after, after
+
+
+MEAN_AGGREGATE = '''import tensorflow as tf
+
+
+class MeanAggregate(tf.keras.layers.Layer):
+    def call(self, messages):
+        summed = tf.math.reduce_sum(messages, axis=1)
+        mean = summed / tf.cast(tf.shape(messages)[1], summed.dtype)
+        return self.update(mean)
+'''
+
+
+def test_an_island_reaches_the_division_that_reads_the_sums_dtype_too():
+    """gnn_segment_sum_k2's shape: `mean = summed / tf.cast(count, summed.dtype)`. The dtype read follows the island
+    (float32 there as well), so the sum stays float32 until the division, and the cast back follows it."""
+    from mpfix.verify import islands
+
+    out = islands.float32_island(MEAN_AGGREGATE, 6, 18, "Sum")
+    assert out is not None
+    assert "summed = tf.math.reduce_sum(tf.cast(messages, tf.float32), axis=1)" in out, out
+    assert "mean = tf.cast(summed / tf.cast(tf.cast(tf.shape(messages)[1], summed.dtype), tf.float32), " \
+           "self.compute_dtype)" in out, out
+    # A second read of the value elsewhere still leaves the island alone (cast back right after the sum).
+    other = MEAN_AGGREGATE.replace("        return self.update(mean)", "        return self.update(mean + summed)")
+    assert "mean = summed / tf.cast" in islands.float32_island(other, 6, 18, "Sum")
