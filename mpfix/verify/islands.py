@@ -61,10 +61,11 @@ _RANGE_REDUCING_KINDS = (ops.Kind.PROBABILITY, ops.Kind.LOG_PROBABILITY, ops.Kin
 def _math_spec(name: str | None) -> ops.OpSpec | None:
     """The table's spec of a call spelled ``name`` when its tensor arguments are values of the computation (cast
     inside the island at the positions its result's dtype follows, ``dtype_args``); None for any other call (a layer,
-    a reshape, a split, a creator or a cast), which is an operand as a whole."""
+    a reshape, a split, a creator or a cast), which is an operand as a whole. Index arguments are no obstacle: only
+    the ``dtype_args`` are cast (``unsorted_segment_sum(messages, ids, n)``: the messages, never the segment ids)."""
     spec = ops.by_short_name(name) if name else None
     if spec is None or spec.result is not ops.Result.PRESERVES or spec.keeps_bool or not spec.elementwise \
-            or spec.tensor_list or spec.elements is not ops.Elements.UNKNOWN or spec.index_args:
+            or spec.tensor_list or spec.elements is not ops.Elements.UNKNOWN:
         return None
     return spec
 

@@ -92,3 +92,16 @@ def test_an_island_reaches_the_division_that_reads_the_sums_dtype_too():
     # A second read of the value elsewhere still leaves the island alone (cast back right after the sum).
     other = MEAN_AGGREGATE.replace("        return self.update(mean)", "        return self.update(mean + summed)")
     assert "mean = summed / tf.cast" in islands.float32_island(other, 6, 18, "Sum")
+
+
+def test_an_island_goes_inside_a_segment_sum_and_leaves_its_segment_ids_alone():
+    """gnn_segment_sum_k2.py itself: the float16 segment sum over a hub's 3000 in-edges overflows; the messages are
+    cast inside the call (not its inf result), the ids stay int, the cast back follows the division by the degree."""
+    from mpfix.verify import islands
+
+    text = (HELDOUT / "gnn_segment_sum_k2.py").read_text()
+    out = islands.float32_island(text, 33, 18, "UnsortedSegmentSum")
+    assert out is not None
+    assert "summed = tf.math.unsorted_segment_sum(tf.cast(messages, tf.float32), dst, N_NODES)" in out, out
+    assert "mean = tf.cast(summed / tf.cast(tf.cast(tf.maximum(degree, 1.0), summed.dtype), tf.float32), " \
+           "self.compute_dtype)" in out, out
