@@ -371,6 +371,10 @@ class DtypeFacts:
                 operands = [node.left, node.right] if node_type is cst.BinaryOperation else [node.target, node.value]
             elif node_type is cst.Call:
                 operands = self._same_dtype_operands(node)
+            elif node_type is cst.Comparison:
+                operands = _compared(node)
+                if self.keras == 3 and any(self._a.keras_variable(o, region) for o in operands):
+                    continue  # a Keras 3 variable's comparison operators are keras.ops: they promote
             else:
                 continue
             if len(operands) < 2:
@@ -485,6 +489,16 @@ class DtypeFacts:
                 return [e.value for e in first.elements if not isinstance(e, cst.StarredElement)]
             return []
         return [positional[i] for i in spec.dtype_args if i < len(positional)]
+
+
+_TENSOR_COMPARISONS = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
+
+
+def _compared(node: cst.Comparison) -> list[cst.BaseExpression]:
+    """``x >= t``: its two operands (TensorFlow's comparison operators need one dtype); a chain or ``is``/``in``: none."""
+    if len(node.comparisons) != 1 or not isinstance(node.comparisons[0].operator, _TENSOR_COMPARISONS):
+        return []
+    return [node.left, node.comparisons[0].comparator]
 
 
 def _same(module: cst.Module, a: cst.CSTNode, b: cst.CSTNode) -> bool:

@@ -189,8 +189,12 @@ _TABLE: tuple[OpSpec, ...] = (
     _spec("unique", R.INT, **_NOT_ELEMENTWISE),
     # tf.compat.v1.assign(variable, value) returns the variable: float32 under a mixed policy, like `v.assign(x)`.
     *(_spec(n, R.FLOAT32, **_NOT_ELEMENTWISE) for n in ("assign", "assign_add", "assign_sub")),
+    # Comparisons: TensorFlow's raise on a float16 and a float32 tensor as its arithmetic does (TF 2.21 CPU: tf.equal,
+    # tf.math.less, tf.greater_equal and the operators >=, <, ==, != each raised, eagerly and traced).
+    *(_spec(n, R.BOOL, same_dtype=True, dtype_args=(0, 1), **_NOT_ELEMENTWISE, **_BOOLS) for n in (
+        "equal", "not_equal", "greater", "less", "greater_equal", "less_equal")),
     *(_spec(n, R.BOOL, **_NOT_ELEMENTWISE, **_BOOLS) for n in (
-        "equal", "not_equal", "greater", "less", "greater_equal", "less_equal", "isnan", "isinf", "isfinite",
+        "isnan", "isinf", "isfinite",
         "is_nan", "is_inf", "is_finite", "sequence_mask", "in_top_k", "isclose", "all", "any", "reduce_all",
         "reduce_any", "logical_xor")),
     *(_spec(n, R.BOOL, **_BOOLS) for n in ("logical_and", "logical_or", "logical_not")),

@@ -294,3 +294,41 @@ def test_a_per_graph_sum_of_float16_squares_is_reported_as_reduce_sums_are():
             keras.mixed_precision.set_global_policy("mixed_float16")
     """
     assert [(f.code, f.line) for f in lint(code, rules=MP2)] == [("MP203", 10)]
+
+
+# 5. (measure's turn-14 probe, N22's first half) TensorFlow's comparisons raise on a float16 and a float32 tensor as its
+#    arithmetic does (TF 2.21 CPU: `>=`, `<`, `==`, `!=`, tf.greater_equal, tf.equal, tf.math.less: InvalidArgumentError
+#    eagerly, TypeError traced; a Python float is fine). A layer's `x >= tf.cast(0.5, tf.float32)` was silent while
+#    `x + tf.cast(0.5, tf.float32)` was MP206. The fact: comparisons are same_dtype ops (ops table), and a comparison
+#    operator meets its operands as a binary operator does.
+GATE = """
+    import tensorflow as tf
+
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+    class ThresholdGate(tf.keras.layers.Layer):
+        def call(self, x):
+            threshold = tf.cast(0.5, tf.float32)
+            keep = tf.where({test}, x, tf.zeros_like(x))
+            return keep
+"""
+
+
+def test_a_comparison_operator_of_float16_and_float32_is_a_mix():
+    found = [(f.code, f.line) for f in lint(GATE.format(test="x >= threshold"), rules=MP2)]
+    assert found == [("MP206", 9)]  # the float32 operand, where it meets x
+
+
+def test_a_comparison_op_too():
+    found = [(f.code, f.line) for f in lint(GATE.format(test="tf.math.greater_equal(x, threshold)"), rules=MP2)]
+    assert found == [("MP206", 9)]  # the float32 operand, where it meets x
+
+
+def test_a_python_float_threshold_is_no_mix():
+    assert lint(GATE.format(test="x >= 0.5"), rules=MP2) == []
+
+
+def test_the_fix_makes_the_threshold_the_compute_dtype():
+    fixed = fix(GATE.format(test="x >= threshold"), rules=MP2)
+    assert "threshold = tf.cast(0.5, self.compute_dtype)" in fixed
