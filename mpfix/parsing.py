@@ -253,6 +253,15 @@ def parse_module(text: str, depth_checked: bool = False) -> cst.Module:
     ``check_depth`` runs first: a file LibCST's native parser could crash on raises TooComplex
     (``depth_checked``: the caller ran it on this very text already, ``mpfix.gate``).
     """
+    module = _parse_module(text, depth_checked)
+    if text.endswith("\r") and not module.has_trailing_newline:
+        # LibCST prints a text ending in a lone "\r" back without it (``parse_module("x = 1\r").code ==
+        # "x = 1"``): every fix of a CR-only file dropped its last newline (turn 14 fuzz).
+        module = module.with_changes(has_trailing_newline=True)
+    return module
+
+
+def _parse_module(text: str, depth_checked: bool) -> cst.Module:
     if not depth_checked:
         check_depth(text)
     known = _known_error(text)
