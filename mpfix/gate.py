@@ -5,7 +5,8 @@ analyses as float16 compute (a *region* other than the module's own code: ``dtyp
 Every such region grows from a *seed*: a function ``_seed_kind`` names (a ``tf.function``, a method
 ``call``/``__call__``/a Keras layer hook, a training step or loss by its name, a ``y_pred`` parameter), a
 function another file calls from float16 code or hands a Keras instance (the project's cross-file calls),
-a function a Keras layer's ``__init__`` hands on, one whose parameters only a project Keras class fits
+a function a tf.data pipeline traces (``ds.map(standardize)``: ``ops.DATASET_FUNCTIONS``), a function a Keras
+layer's ``__init__`` hands on, one whose parameters only a project Keras class fits
 (``param_types.structural_layer_params``), or one a ``with tf.GradientTape()`` block calls; helpers and
 closures are reached from those. No seed, no region.
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import ast
 import re
 
-from mpfix.codemods.facts import heuristics, keras_layers
+from mpfix.codemods.facts import heuristics, keras_layers, ops
 from mpfix.parsing import check_depth
 
 _STEP_NAMES = frozenset({"train_step", "test_step", "predict_step", "compute_loss"})
@@ -29,6 +30,8 @@ _METHOD_SEEDS = frozenset({"call", "__call__"}) | keras_layers.LAYER_HOOKS
 _DEF = re.compile(r"\bdef[\s\\]+([^\s(\[\\]+)")
 _DECORATOR = re.compile(r"^[ \t\f]*@", re.MULTILINE)
 _CLASS = re.compile(r"\bclass\b")
+# A call of a tf.data method that traces a function (`.map(`, `.filter(`): text a dataset seed needs.
+_DATASET_CALL = re.compile(r"\.(?:" + "|".join(map(re.escape, sorted(ops.DATASET_FUNCTIONS))) + r")\s*\(")
 
 
 def _parameters(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
@@ -78,8 +81,8 @@ def decided_by_text(text: str, cross_calls: tuple) -> bool | None:
         return False  # no def: no function to be a region
     if any(_seed_name(name) for name in names):
         return True
-    if _DECORATOR.search(text) is None and _CLASS.search(text) is None:
-        return False  # no tf.function decorator, no class to hand functions on or to type parameters
+    if _DECORATOR.search(text) is None and _CLASS.search(text) is None and _DATASET_CALL.search(text) is None:
+        return False  # no tf.function decorator, no class to hand functions on or to type parameters, no tf.data map
     return None
 
 
@@ -114,6 +117,8 @@ def may_have_region(tree: ast.Module, text: str, cross_calls: tuple = ()) -> boo
     # (``ImportTable.resolve`` reads imports and module-level aliases).
     if any(_seeded_by_name(f, bound) for f in functions):
         return True
+    if _maps_a_function(tree, {f.name for f in functions}):
+        return True
     if not has_class:
         return False
     names = {f.name for f in functions}
@@ -126,6 +131,18 @@ def may_have_region(tree: ast.Module, text: str, cross_calls: tuple = ()) -> boo
                 return True
     # Structural typing: a function calling one of its own parameters by name, with a class in the file.
     return any(not name_calls.isdisjoint(_parameters(f)) for f in functions)
+
+
+def _maps_a_function(tree: ast.Module, names: set[str]) -> bool:
+    """A tf.data method call (``ds.map(fn)``, ``map_func=fn``) given a function this file defines: a seed
+    (``RegionFinder._dataset_functions``; that one also wants a ``tf.data`` call in the file)."""
+    for node in ast.walk(tree):
+        if type(node) is ast.Call and type(node.func) is ast.Attribute and node.func.attr in ops.DATASET_FUNCTIONS:
+            position, keyword = ops.DATASET_FUNCTIONS[node.func.attr]
+            values = [*node.args[position:position + 1], *(k.value for k in node.keywords if k.arg == keyword)]
+            if any(type(v) is ast.Name and v.id in names for v in values):
+                return True
+    return False
 
 
 def no_region(text: str, cross_calls: tuple = ()) -> bool:

@@ -332,3 +332,11 @@ def test_a_python_float_threshold_is_no_mix():
 def test_the_fix_makes_the_threshold_the_compute_dtype():
     fixed = fix(GATE.format(test="x >= threshold"), rules=MP2)
     assert "threshold = tf.cast(0.5, self.compute_dtype)" in fixed
+
+
+def test_the_parse_gate_keeps_a_file_whose_only_seed_is_a_dataset_map():
+    from mpfix import gate
+
+    code = textwrap.dedent(mapped()).lstrip("\n")
+    assert not gate.no_region(code)
+    assert gate.no_region(code.replace("ds.map(log_energy, num_parallel_calls=tf.data.AUTOTUNE)", "ds"))
