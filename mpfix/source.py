@@ -98,4 +98,6 @@ def decode(data: bytes) -> Source:
             line,
             column,
         ) from exc
+    except UnicodeError as exc:  # punycode, undefined: their decoders raise a bare UnicodeError (CPython refuses too)
+        raise SourceError(f"cannot decode as {encoding}: {exc}") from exc
     return Source(text=text, encoding=encoding, bom=bom)
