@@ -35,7 +35,8 @@ class Float16UnsupportedOp(Rule):
         Finds TensorFlow linear-algebra ops that have no float16 kernel (`tf.linalg.eigh`,
         `eigvalsh`, `cholesky`, `svd`, `det`, `slogdet`, `logdet`, `solve`, `triangular_solve`,
         `lstsq`, `expm`, `pinv`, `cholesky_solve`) called on a tensor that is float16 under
-        `mixed_float16`: a whitening layer's covariance, a Gaussian layer's kernel matrix.
+        `mixed_float16`: a whitening layer's covariance, a Gaussian layer's kernel matrix. Also
+        `tf.range` made in float16 (`dtype=x.dtype`): it has no float16 kernel in a graph.
 
         ## Why is this bad?
         TensorFlow registers these ops for float32/float64 (and complex) only. With a float16
@@ -111,6 +112,8 @@ class Float16UnsupportedOp(Rule):
             spec = op_table.known(resolved)
             if spec is None or spec.float16_kernel or op_table.namespace(resolved) is not op_table.Namespace.TENSORFLOW:
                 continue
-            operands = [a.value for a in call.args if not a.star][:2]
-            if any(facts.dtype_of(value) is Dtype.FLOAT16 for value in operands):
+            operands = [a.value for a in call.args if not a.star and a.keyword is None][:2]
+            # Its input is float16 (eigh of a float16 matrix), or what it makes is (range with a float16 dtype).
+            if facts.dtype_of(call) is Dtype.FLOAT16 if spec.creates_float32 else \
+                    any(facts.dtype_of(value) is Dtype.FLOAT16 for value in operands):
                 self.report(call, "no_kernel", op=self.context.code(call.func))

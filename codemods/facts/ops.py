@@ -182,7 +182,10 @@ _TABLE: tuple[OpSpec, ...] = (
     # tf.Variable(initial_value, ..., dtype=...): the initial value's dtype and value (C6: srelu's beta).
     _spec("Variable", R.VALUE, **_NOT_ELEMENTWISE, **_KEEPS),
     # ≥ 0 from a start ≥ 0 (dtype_ranges)
-    *(_spec(n, R.RANGE, dtype_position=3, **_NOT_ELEMENTWISE) for n in ("range", "arange")),
+    # tf.range has no float16 kernel in a graph (TF 2.21 CPU: `tf.range(0, 4, dtype=tf.float16)` works eagerly, raises
+    # ValueError "Unsupported dtype ... Range[Tidx=DT_HALF]" in a tf.function or a Keras layer's traced call).
+    _spec("range", R.RANGE, dtype_position=3, float16_kernel=False, **_NOT_ELEMENTWISE),
+    _spec("arange", R.RANGE, dtype_position=3, **_NOT_ELEMENTWISE),
     *(_spec(n, R.INT, G.NONNEGATIVE, **_NOT_ELEMENTWISE) for n in (
         "shape", "size", "rank", "argmax", "argmin", "argsort", "one_hot_indices", "count_nonzero", "searchsorted",
         "where_indices", "nonzero", "digitize", "bincount", "ndim", "top_k_indices")),

@@ -340,3 +340,36 @@ def test_the_parse_gate_keeps_a_file_whose_only_seed_is_a_dataset_map():
     code = textwrap.dedent(mapped()).lstrip("\n")
     assert not gate.no_region(code)
     assert gate.no_region(code.replace("ds.map(log_energy, num_parallel_calls=tf.data.AUTOTUNE)", "ds"))
+
+
+# 6. (authoring cumsum_pool_k2's first draft) tf.range with a float16 dtype: `tf.range(1, n + 1, dtype=x.dtype)` in a
+#    tf_keras layer's call under mixed_float16 raised ValueError "Unsupported dtype19 for Range[Tidx=DT_HALF]" at the
+#    first fit step (TF 2.21 CPU: a float16 Range works eagerly, not in a graph; /tmp/w10_probe2.py). MP208 on the op
+#    whose result is float16 (`float16_kernel=False` on `range`; keras.ops.arange is not TensorFlow's).
+RANGE = """
+    import os
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tensorflow as tf
+    import tf_keras as keras
+
+
+    class RunningMean(keras.layers.Layer):
+        def call(self, x):
+            total = tf.math.cumsum(x, axis=1)
+            count = {count}[None, :, None]
+            return total / count
+
+
+    def main():
+        keras.mixed_precision.set_global_policy("mixed_float16")
+"""
+
+
+def test_a_float16_range_in_a_layer_has_no_kernel():
+    code = RANGE.format(count="tf.range(1, tf.shape(x)[1] + 1, dtype=x.dtype)")
+    assert [(f.code, f.line) for f in lint(code, keras="2", rules=MP2) if f.code == "MP208"] == [("MP208", 10)]
+
+
+def test_an_int_range_cast_to_the_compute_dtype_is_fine():
+    code = RANGE.format(count="tf.cast(tf.range(1, tf.shape(x)[1] + 1), x.dtype)")
+    assert not [f for f in lint(code, keras="2", rules=MP2) if f.code == "MP208"]
