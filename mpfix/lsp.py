@@ -26,6 +26,7 @@ from pygls.workspace.position_codec import Utf16, impls
 from mpfix import __version__, api
 from mpfix.config import ConfigError
 from mpfix.findings import Finding, FixSafety
+from mpfix.lsp_stream import is_open
 from mpfix.rule_docs import rule_url
 
 SOURCE = "mpfix"
@@ -154,7 +155,7 @@ class MpfixServer(LanguageServer):
 
         None for a document the client never opened: pygls would read it from disk (a FIFO
         would block the server, a missing file raise)."""
-        if uri not in self.workspace.text_documents:
+        if not is_open(self.workspace, uri):
             return None
         document = self.workspace.get_text_document(uri)
         if not _is_python(document):
@@ -213,7 +214,7 @@ class MpfixServer(LanguageServer):
         pending = self.pending.pop(uri, None)
         if pending is not None:
             pending.cancel()
-        if uri not in self.workspace.text_documents:
+        if not is_open(self.workspace, uri):
             return  # closed meanwhile
         linted = self.lint(uri)
         if linted is None:
@@ -354,8 +355,8 @@ def create_server() -> MpfixServer:
 
         policy.forget_projects()
         ls.linted.clear()
-        for uri in list(ls.workspace.text_documents):
-            ls.publish(uri)
+        for document in list(ls.workspace.text_documents.values()):
+            ls.publish(document.uri)  # as the client spelt it (the keys are percent-decoded)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: MpfixServer, params: types.DidCloseTextDocumentParams) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 from typing import BinaryIO
+from urllib.parse import unquote
 
 from pygls.exceptions import JsonRpcInvalidRequest
 from lsprotocol import types
@@ -58,6 +59,12 @@ class Realigned:
         return self.raw.read(size)
 
 
+def is_open(workspace, uri: str) -> bool:
+    """Whether the client opened ``uri``: pygls keeps documents under the percent-decoded URI, and editors
+    encode a path's spaces and non-ASCII letters (``my%20project/caf%C3%A9.py``)."""
+    return unquote(uri) in workspace.text_documents
+
+
 class AfterShutdown(LanguageServerProtocol):
     def handle_message(self, message) -> None:
         if self._shutdown and isinstance(message, RPCRequest) and message.method != "exit":
@@ -68,7 +75,7 @@ class AfterShutdown(LanguageServerProtocol):
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
-        if params.text_document.uri not in self.workspace.text_documents:
+        if not is_open(self.workspace, params.text_document.uri):
             logger.warning("mpfix server: ignored a change to %s, which is not open", params.text_document.uri)
             return
         yield from super().lsp_text_document__did_change(params)

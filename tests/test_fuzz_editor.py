@@ -65,3 +65,31 @@ async def test_a_change_to_a_document_never_opened_pops_up_no_error(tmp_path: Pa
         assert [m.message for m in client.messages if m.type == types.MessageType.Error] == []
     finally:
         await client.shutdown_session()
+
+
+@pytest.mark.asyncio
+async def test_a_document_whose_uri_is_percent_encoded_is_linted(tmp_path: Path):
+    """Editors percent-encode a path's spaces and non-ASCII letters (``my%20project/caf%C3%A9.py``); pygls keeps
+    documents under the decoded URI. Before, the server looked the encoded one up, found nothing, and such a
+    document got no diagnostics, no code actions and no changes."""
+    config = pytest_lsp.ClientServerConfig(server_command=[sys.executable, "-m", "mpfix", "server"])
+    client = await config.start()
+    try:
+        await client.initialize_session(types.InitializeParams(
+            capabilities=pytest_lsp.client_capabilities("visual-studio-code"), root_uri=tmp_path.as_uri()))
+        uri = (tmp_path / "my project" / "café.py").as_uri()
+        assert "%20" in uri and "%C3%A9" in uri
+        source = "import tensorflow as tf\n\n\n@tf.function(experimental_relax_shapes=True)\ndef f(x):\n    return x\n"
+        client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
+            uri=uri, language_id="python", version=1, text=source)))
+        published = await asyncio.wait_for(
+            client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS), timeout=120)
+        assert [d.code for d in published.diagnostics] == ["MP306"]
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text="import tensorflow as tf\n")]))
+        published = await asyncio.wait_for(
+            client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS), timeout=120)
+        assert (published.version, list(published.diagnostics)) == (2, [])
+    finally:
+        await client.shutdown_session()
