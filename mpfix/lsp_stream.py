@@ -11,7 +11,7 @@ up to the next header). At most the broken message and the one it overlaps are l
 
 A request after ``shutdown`` gets the InvalidRequest error the LSP specification asks for
 (``AfterShutdown``): pygls dropped it, so a client waiting for its answer waited forever. A change to
-a document the client never opened (or closed) is ignored: pygls' workspace raised KeyError, shown to
+a document or notebook the client never opened (or closed) is ignored: pygls' workspace raised KeyError, shown to
 the user as "Error in server: KeyError: 'file:///...'" (turn 14 fuzz).
 """
 
@@ -79,3 +79,10 @@ class AfterShutdown(LanguageServerProtocol):
             logger.warning("mpfix server: ignored a change to %s, which is not open", params.text_document.uri)
             return
         yield from super().lsp_text_document__did_change(params)
+
+    @lsp_method(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def lsp_notebook_document__did_change(self, params: types.DidChangeNotebookDocumentParams):
+        if self.workspace.get_notebook_document(notebook_uri=params.notebook_document.uri) is None:
+            logger.warning("mpfix server: ignored a change to %s, which is not open", params.notebook_document.uri)
+            return
+        yield from super().lsp_notebook_document__did_change(params)

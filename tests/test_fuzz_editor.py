@@ -45,8 +45,9 @@ from lsprotocol import types  # noqa: E402
 
 @pytest.mark.asyncio
 async def test_a_change_to_a_document_never_opened_pops_up_no_error(tmp_path: Path):
-    """A client that sends didChange before didOpen (or after didClose) broke the protocol; before, the
-    editor showed the user "Error in server: KeyError: 'file:///...'" (pygls' workspace lookup)."""
+    """A client that sends didChange before didOpen (or after didClose), of a text document or a notebook,
+    broke the protocol; before, the editor showed the user "Error in server: KeyError: 'file:///...'"
+    (pygls' workspace lookup)."""
     config = pytest_lsp.ClientServerConfig(server_command=[sys.executable, "-m", "mpfix", "server"])
     client = await config.start()
     try:
@@ -56,6 +57,9 @@ async def test_a_change_to_a_document_never_opened_pops_up_no_error(tmp_path: Pa
         client.text_document_did_change(types.DidChangeTextDocumentParams(
             text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
             content_changes=[types.TextDocumentContentChangeWholeDocument(text="x = 1\n")]))
+        client.notebook_document_did_change(types.DidChangeNotebookDocumentParams(
+            notebook_document=types.VersionedNotebookDocumentIdentifier(version=2, uri=(tmp_path / "n.ipynb").as_uri()),
+            change=types.NotebookDocumentChangeEvent()))
         opened = (tmp_path / "a.py").as_uri()
         client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
             uri=opened, language_id="python", version=1, text=BUFFER)))
