@@ -31,7 +31,8 @@ class HardcodedFloat32InFloat16Compute(Rule):
     needs = frozenset({Need.FLOAT16_REGION})  # reports only in a float16 dtype region (the parse gate)
     # Generated from the one table of ops (facts.ops: creators and casts), so the
     # prefilter and the inference cannot disagree.
-    triggers = (*FLOAT32_TRIGGERS, "sqrt", "trainable_")  # trainable_weights: float32 variables in a loss
+    # trainable_weights: float32 variables in a loss; autocast=False: a Keras 3 variable that stays float32 in `call`.
+    triggers = (*FLOAT32_TRIGGERS, "sqrt", "trainable_", "autocast")
     # Layer methods (call and what it calls), or a float32 accumulator that meets a Keras model's output in a
     # function handed the model (research DELF: `descriptors = tf.concat([descriptors, net(x)], 0)`).
     # Or a training step (a tape), where a model built here meets a float32 tensor in the loss.

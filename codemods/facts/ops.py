@@ -256,7 +256,8 @@ _TABLE: tuple[OpSpec, ...] = (
     # Exponentials and logarithms.
     _spec("exp", R.PRESERVES, G.NONNEGATIVE, K.EXP),
     _spec("expm1", R.PRESERVES, G.ANY, K.EXP, K.EXPM1),
-    *(_spec(n, R.PRESERVES, G.ANY, K.POW) for n in ("pow", "power")),
+    # tf.pow raises on a float16 base and a float32 exponent as `**` does (TF 2.21 CPU); keras.ops.power promotes.
+    *(_spec(n, R.PRESERVES, G.ANY, K.POW, same_dtype=True) for n in ("pow", "power")),
     _spec("log", R.PRESERVES, G.ANY, K.LOG, K.NATURAL_LOG, K.SHRINKS),
     _spec("log1p", R.PRESERVES, G.ANY, K.LOG, K.NATURAL_LOG, K.LOG1P, K.SHRINKS),
     *(_spec(n, R.PRESERVES, G.ANY, K.LOG) for n in ("log2", "log10")),

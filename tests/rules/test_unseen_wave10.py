@@ -373,3 +373,41 @@ def test_a_float16_range_in_a_layer_has_no_kernel():
 def test_an_int_range_cast_to_the_compute_dtype_is_fine():
     code = RANGE.format(count="tf.cast(tf.range(1, tf.shape(x)[1] + 1), x.dtype)")
     assert not [f for f in lint(code, keras="2", rules=MP2) if f.code == "MP208"]
+
+
+# 7. dec_cluster_pow_k3.py's bug spelled as a call: `tf.pow(x16, y32)` raises as `x16 ** y32` does (TF 2.21 CPU:
+#    InvalidArgumentError 'cannot compute Pow as input #1 was expected to be a half tensor but is a float tensor'); the
+#    operator was MP206 already, the call was not: pow is a same-dtype op. keras.ops.power promotes.
+POW = """
+    import tensorflow as tf
+    import keras
+    from keras import ops
+
+
+    class StudentT(keras.layers.Layer):
+        def build(self, input_shape):
+            self.dof = self.add_weight(shape=(), initializer="ones", name="dof", autocast=False)
+
+        def call(self, dist):
+            return {power}(1.0 + dist, -(self.dof + 1.0) / 2.0)
+
+
+    def main():
+        keras.mixed_precision.set_global_policy("mixed_float16")
+"""
+
+
+def test_tf_pow_of_float16_and_float32_is_a_mix():
+    assert [(f.code, f.line) for f in lint(POW.format(power="tf.pow"), rules=MP2) if f.code == "MP206"] == [("MP206", 11)]
+
+
+def test_keras_ops_power_promotes():
+    assert not [f for f in lint(POW.format(power="ops.power"), rules=MP2) if f.code == "MP206"]
+
+
+def test_the_operator_spelling_with_no_float32_word_in_the_file():
+    # MP206's prefilter wanted a float32 spelling or a creator/cast call; `autocast=False` makes a float32 variable too.
+    code = POW.format(power="tf.pow").replace("return tf.pow(1.0 + dist, -(self.dof + 1.0) / 2.0)",
+                                               "return (1.0 + dist) ** (-(self.dof + 1.0) / 2.0)")
+    assert "** (-(self.dof" in code
+    assert [(f.code, f.line) for f in lint(code, rules=MP2) if f.code == "MP206"] == [("MP206", 11)]
