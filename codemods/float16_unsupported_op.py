@@ -6,6 +6,7 @@ import re
 
 import libcst as cst
 
+from mpfix.codemods._float16_scope import argument
 from mpfix.codemods.analysis.dtypes import Dtype
 from mpfix.codemods.base import Fact, FixAvailability, Invalid, Need, Rule, Valid
 from mpfix.codemods.facts import ops as op_table
@@ -19,9 +20,9 @@ class Float16UnsupportedOp(Rule):
     uses = frozenset({Fact.DTYPES})
     message = "TensorFlow has no float16 kernel for this op; a float16 input fails at run time: compute it in float32"
     messages = {
-        "no_kernel": ("`{op}` of a float16 tensor fails: TensorFlow has no float16 kernel for it (NotFoundError, or "
-                      "InvalidArgumentError 'No OpKernel was registered' in a graph); cast its input to float32 (and "
-                      "what it returns back to the compute dtype where it meets float16 tensors)"),
+        "no_kernel": ("`{op}` in float16 fails: TensorFlow has no float16 kernel for it (NotFoundError eagerly; in a "
+                      "graph InvalidArgumentError 'No OpKernel was registered', or for range ValueError 'Unsupported "
+                      "dtype'); compute it in float32 and cast what it returns back where it meets float16 tensors"),
     }
     fix_safety = FixSafety.UNSAFE
     fix_availability = FixAvailability.NONE
@@ -106,14 +107,24 @@ class Float16UnsupportedOp(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        facts = dtype_facts(self.context).assuming(Dtype.FLOAT16)
+        plain = dtype_facts(self.context)
+        facts = plain.assuming(Dtype.FLOAT16)
         for call in facts.nodes(cst.Call):
             resolved = self.context.resolve(call.func)
             spec = op_table.known(resolved)
             if spec is None or spec.float16_kernel or op_table.namespace(resolved) is not op_table.Namespace.TENSORFLOW:
                 continue
+            if spec.creates_float32:
+                # A creator (range) fails only when its dtype argument names float16 (`dtype=x.dtype`, x float16).
+                # Only a spelling that names its dtype (`tf.float16`, `x.dtype`, `self.compute_dtype`): a variable
+                # holding one of several dtypes (`tf.float32 if training else tf.int32`) is no certain float16.
+                dtype_arg = argument(call, "dtype", spec.dtype_position)
+                named = dtype_arg is not None and (isinstance(dtype_arg.value, cst.Attribute) or
+                                                   isinstance(dtype_arg.value, cst.SimpleString))
+                if named and plain.dtype_of_spelling(dtype_arg.value, call) is Dtype.FLOAT16:
+                    self.report(call, "no_kernel", op=self.context.code(call.func))
+                continue
             operands = [a.value for a in call.args if not a.star and a.keyword is None][:2]
-            # Its input is float16 (eigh of a float16 matrix), or what it makes is (range with a float16 dtype).
-            if facts.dtype_of(call) is Dtype.FLOAT16 if spec.creates_float32 else \
-                    any(facts.dtype_of(value) is Dtype.FLOAT16 for value in operands):
+            # Its input is float16 (eigh of a float16 matrix).
+            if any(facts.dtype_of(value) is Dtype.FLOAT16 for value in operands):
                 self.report(call, "no_kernel", op=self.context.code(call.func))

@@ -159,6 +159,11 @@ class CallDtypes:
                         return folded
                 elif callee[1] is None or closure:
                     return UNK  # a function of this file on values of unknown dtype: as unknown as they are
+            if func_type is cst.Name:
+                values = self._scoped_values(node.func, region)
+                if values and all(isinstance(v, cst.Lambda) for v in values):
+                    # `round_to_int = lambda x: tf.cast(tf.round(x), tf.int64)`: no layer, its body's dtype (C: xlnet).
+                    return self._callable_result(node.func, region, depth)
             if region.kind == "shadow":
                 return UNK
             if func_type is cst.Name and node.func.value in region.param_dtypes and \

@@ -411,3 +411,40 @@ def test_the_operator_spelling_with_no_float32_word_in_the_file():
                                                "return (1.0 + dist) ** (-(self.dof + 1.0) / 2.0)")
     assert "** (-(self.dof" in code
     assert [(f.code, f.line) for f in lint(code, rules=MP2) if f.code == "MP206"] == [("MP206", 11)]
+
+
+# 8. measure's false positives from 7905f11/af032ec on the corpora (02:49), fixed at their class:
+#    (a) MP208 read a creator's float16-guessed operands: `tf.range(B)` of shape ints, `tf.range(n, dtype=indices_dtype)`
+#        with indices_dtype float32 or int32. A creator fails only when its dtype argument names float16.
+#    (b) MP203 on `tf.cumsum(left_ctx_len)` in tfm xlnet's tf.data-mapped helper, where left_ctx_len =
+#        round_to_int(...) and round_to_int = lambda x: tf.cast(tf.round(x), tf.int64): a call of a name bound to a lambda
+#        is no layer call (the fallback guess float16); it returns what the lambda's body computes (int64 here).
+def test_an_integer_range_is_not_reported():
+    for count in ("tf.range(tf.shape(x)[1])[None, :, None]", "tf.range(1, tf.shape(x)[1] + 1, dtype=index_dtype)"):
+        code = RANGE.format(count=count).replace("        def call(self, x):\n",
+                                                 "        def call(self, x, training=False):\n            index_dtype = tf.float32 if not training else tf.int32\n")
+        assert "index_dtype = tf.float32" in code
+        assert not [f for f in lint(code, keras="2", rules=MP2) if f.code == "MP208"], count
+
+
+def test_a_lambda_helpers_int_result_is_no_float16_running_sum():
+    code = """
+        import tensorflow as tf
+        import keras
+
+
+        def span_mask(lengths, ratio):
+            round_to_int = lambda v: tf.cast(tf.round(v), tf.int64)
+            left = round_to_int(ratio * tf.cast(lengths, tf.float32))
+            return tf.cumsum(left)
+
+
+        def parser(record):
+            return span_mask(record["lengths"], tf.random.uniform([8]))
+
+
+        def main():
+            keras.mixed_precision.set_global_policy("mixed_float16")
+            ds = tf.data.TFRecordDataset(["a.tfrecord"]).map(parser)
+    """
+    assert lint(code, rules=MP2) == []
