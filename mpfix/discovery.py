@@ -48,7 +48,10 @@ def _too_costly_for_pathspec(line: str) -> bool:
 
 
 def _is_virtualenv(folder: Path) -> bool:
-    return (folder / "pyvenv.cfg").is_file()
+    try:
+        return (folder / "pyvenv.cfg").is_file()
+    except OSError:  # a folder listed but not searchable (mode r--, /proc/1): not a virtualenv we can tell
+        return False
 
 
 def _bracket(expression: str) -> str:
