@@ -200,7 +200,7 @@ class MpfixServer(LanguageServer):
         folders = [_path_of(f.uri) for f in self.workspace.folders.values()]
         if not folders and self.workspace.root_path:
             folders = [Path(self.workspace.root_path)]
-        if project.set_scope(project.scope_of(f for f in folders if f.is_dir())):
+        if project.set_scope(project.scope_of(project.walkable_workspaces(f for f in folders if f.is_dir()))):
             policy.forget_projects()
 
     def publish_soon(self, uri: str) -> None:

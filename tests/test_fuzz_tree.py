@@ -31,3 +31,30 @@ def test_a_folder_that_cannot_be_searched_is_no_traceback_and_the_rest_is_checke
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert result.exit_code == 1, result.output
     assert "open.py:4:14: MP306" in result.output
+
+
+def test_a_large_workspace_folder_without_a_marker_is_not_walked_whole(tmp_path: Path, monkeypatch):
+    """An editor opened on ``$HOME`` or ``/tmp``: the first lint of a stray script there walked and read every
+    file below the workspace folder (>120 s on this machine's /tmp, the server answering nothing meanwhile).
+    A marker-less workspace folder holding more Python files than the bound is left out of the scope, so
+    its documents are scripts among their siblings; a small one, or one with a marker, is walked whole."""
+    from mpfix import project
+
+    big, small, marked = tmp_path / "home", tmp_path / "unpacked", tmp_path / "repo"
+    for folder, count in ((big, 30), (small, 3), (marked, 30)):
+        for index in range(count):
+            (folder / f"pkg{index % 4}").mkdir(parents=True, exist_ok=True)
+            (folder / f"pkg{index % 4}" / f"m{index}.py").write_text("x = 1\n")
+    (marked / "pyproject.toml").write_text("[project]\nname = 'r'\n")
+    project.forget_roots()
+    assert project.walkable_workspaces([big, small, marked], limit=10) == [small, marked]
+    monkeypatch.setattr(project, "MAX_WORKSPACE_FILES", 10)
+    monkeypatch.chdir(tmp_path)
+    before = project.current_scope()
+    try:
+        project.set_scope(project.scope_of(project.walkable_workspaces([big, small])))
+        assert project.project_root(big / "pkg1" / "m1.py") == big / "pkg1"  # its own folder, flat
+        assert project.project_root(small / "pkg1" / "m1.py") == small
+    finally:
+        project.set_scope(before)
+        project.forget_roots()

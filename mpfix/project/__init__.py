@@ -102,6 +102,36 @@ def scope_of(paths: Iterable[str | os.PathLike]) -> Scope:
     return Scope(frozenset(folders), frozenset(file_folders))
 
 
+# An editor's workspace folder with no project marker is walked whole only up to this many Python files:
+# opened on ``$HOME`` or ``/tmp``, the first lint of a stray script read every file below (>120 s, the
+# server answering nothing meanwhile; turn 14 fuzz), and each save read them again.
+MAX_WORKSPACE_FILES = 5000
+
+
+def walkable_workspaces(folders: Iterable[Path], limit: int | None = None) -> list[Path]:
+    """The editor's workspace ``folders`` its documents' project facts may walk whole: those that start
+    a project, and marker-less ones holding at most ``limit`` Python files (counted by a walk that stops
+    there). A document under a larger one is a script among its siblings, as if no folder held it."""
+    limit = MAX_WORKSPACE_FILES if limit is None else limit
+    kept = []
+    for folder in folders:
+        if is_project_root(str(folder)) or _at_most(folder, limit):
+            kept.append(folder)
+    return kept
+
+
+@functools.lru_cache(maxsize=64)  # asked on every lint; forgotten with the roots (a save)
+def _at_most(folder: Path, limit: int) -> bool:
+    count = entries = 0
+    for _, dirs, files in os.walk(folder, onerror=lambda error: None):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        entries += len(dirs) + len(files)
+        count += sum(name.endswith((".py", ".ipynb")) for name in files)
+        if count > limit or entries > 50 * limit:
+            return False
+    return True
+
+
 def set_scope(scope: Scope | None) -> bool:
     """Bound the project facts of files with no marker above by ``scope`` (``scope_of`` the run's
     paths; None: the working directory). True when it changed: the caller then forgets every
@@ -179,3 +209,4 @@ def forget_roots() -> None:
     """Forget every folder's root (folders were created, markers added)."""
     _root_of_folder.cache_clear()
     is_project_root.cache_clear()
+    _at_most.cache_clear()
