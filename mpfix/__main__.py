@@ -36,7 +36,11 @@ def _without_working_directory() -> None:
     the checked-out repository. A ``click.py`` or ``libcst.py`` there would otherwise be imported
     in place of the real library, running the repository's code (issue 21). ``mpfix`` itself is
     imported already, and its submodules load from its own folder."""
-    if sys.path and sys.path[0] in ("", os.getcwd()):
+    try:
+        cwd = os.getcwd()
+    except OSError:  # removed under us: ``mpfix.cli`` says so
+        cwd = ""
+    if sys.path and sys.path[0] in ("", cwd):
         del sys.path[0]
 
 

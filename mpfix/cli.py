@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 import sys
 
 import click
@@ -69,6 +70,12 @@ def cli() -> None:
     mpfix rules          list the rules; mpfix explain CODE for one
     mpfix server         the Language Server for editors (pip install 'mpfix[lsp]')
     """
+    try:
+        os.getcwd()
+    except OSError as exc:  # the folder mpfix was started in was removed: every relative path is unknown
+        click.echo(f"mpfix: error: the working directory cannot be read ({exc.strerror}); "
+                   "run mpfix from an existing folder", err=True)
+        sys.exit(2)
 
 
 # The console script's target is the click group itself, so tools that drive click

@@ -58,3 +58,22 @@ def test_a_large_workspace_folder_without_a_marker_is_not_walked_whole(tmp_path:
     finally:
         project.set_scope(before)
         project.forget_roots()
+
+
+def test_a_working_directory_that_was_removed_is_a_clear_error(tmp_path: Path):
+    """``mpfix check /abs/file.py`` from a folder another process removed: ``os.getcwd()`` raises, and
+    ``python -m mpfix`` ended in a FileNotFoundError traceback before any command ran."""
+    import shlex
+    import subprocess
+    import sys
+
+    (tmp_path / "a.py").write_text(DEPRECATED)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = (f"cd {shlex.quote(str(gone))} && rmdir {shlex.quote(str(gone))} && "
+              f"exec {shlex.quote(sys.executable)} -m mpfix check --no-cache {shlex.quote(str(tmp_path / 'a.py'))}")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    result = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.returncode == 2
+    assert "mpfix: error: the working directory cannot be read" in result.stderr
