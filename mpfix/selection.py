@@ -24,6 +24,7 @@ def select_configured(settings, command_line: Iterable[str] = ()) -> tuple[type[
     code the command line did not give came from the table, and the error names its file."""
     validate(tuple(command_line))
     try:
+        validate(tuple(code for codes in settings.per_file_ignores.values() for code in codes))
         return select(settings.select, settings.ignore, settings.extend_select)
     except ConfigError as exc:
         if settings.config_file is None:

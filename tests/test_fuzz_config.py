@@ -46,3 +46,12 @@ def test_the_editor_names_the_file_too(tmp_path: Path):
         assert str(exc).startswith(f"{tmp_path / 'pyproject.toml'}: [tool.mpfix] unknown rule code(s): MP999")
     else:
         raise AssertionError("no ConfigError")
+
+
+def test_an_unknown_code_in_per_file_ignores_names_the_file(tmp_path: Path):
+    """A typo in ``per-file-ignores`` (``MP3O6`` for MP306) silently ignored nothing; Ruff rejects it too."""
+    (tmp_path / "pyproject.toml").write_text("[tool.mpfix]\nper-file-ignores = {'a.py' = ['MP3O6']}\n")
+    (tmp_path / "a.py").write_text(SOURCE)
+    result = _check(tmp_path, ".")
+    assert result.returncode == 2
+    assert f"{tmp_path / 'pyproject.toml'}: [tool.mpfix] unknown rule code(s): MP3O6" in result.stderr
