@@ -8,7 +8,7 @@ import libcst as cst
 
 from mpfix.codemods._float16_scope import argument
 from mpfix.codemods.analysis.dtypes import Dtype
-from mpfix.codemods.base import Fact, FixAvailability, Invalid, Need, Rule, Valid
+from mpfix.codemods.base import Fact, Invalid, Need, Rule, Valid
 from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.facts.dtype_facts import dtype_facts
 from mpfix.findings import FixSafety
@@ -24,8 +24,7 @@ class Float16UnsupportedOp(Rule):
                       "graph InvalidArgumentError 'No OpKernel was registered', or for range ValueError 'Unsupported "
                       "dtype'); compute it in float32 and cast what it returns back where it meets float16 tensors"),
     }
-    fix_safety = FixSafety.UNSAFE
-    fix_availability = FixAvailability.NONE
+    fix_safety = FixSafety.NONE  # report only: where to compute in float32 is the author's choice
     requires_float16 = True
     needs = frozenset({Need.FLOAT16_REGION})  # reports only in a float16 dtype region (the parse gate)
     # The ops the table lists without a float16 kernel, called as attributes (`tf.linalg.eigh(`).
