@@ -31,7 +31,14 @@ def stop_workers(executor, grace: float) -> None:
         if process.is_alive():
             process.kill()
             process.join(1.0)
+    manager = getattr(executor, "_executor_manager_thread", None)  # shutdown() forgets it
     executor.shutdown(wait=False, cancel_futures=True)
+    # The manager thread now closes its wake-up pipe. Wait for it: at exit CPython 3.11's
+    # _python_exit writes to every live manager's pipe without its lock, and a close
+    # racing that write printed "OSError: [Errno 9] Bad file descriptor" under Ctrl-C
+    # (CI, turn 14: apply --jobs 2). With no worker left it ends in milliseconds.
+    if manager is not None and manager is not threading.current_thread():
+        manager.join(5.0)
 
 
 def quiet_manager_thread_crash() -> None:

@@ -184,3 +184,21 @@ def test_literal_led_class_patterns_match_as_the_line_start_ones():
     for data in samples:
         assert CLASS_NAME.findall(data) == line_start_name.findall(data), data[:40]
         assert top_class(data) == (line_start_top.search(data) is not None), data[:40]
+
+
+def test_stop_workers_waits_for_the_managers_pipe_to_close():
+    """After ``stop_workers`` the executor's manager thread has ended and closed its wake-up pipe, so
+    the interpreter's exit hook (``_python_exit``) cannot write to a pipe being closed under it: that
+    race printed a Bad-file-descriptor traceback when ``apply --jobs 2`` was interrupted (CI, turn 14)."""
+    import time
+
+    from mpfix.pools import stop_workers
+
+    pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"))
+    futures = [pool.submit(time.sleep, 30) for _ in range(4)]
+    while not any(f.running() for f in futures):
+        time.sleep(0.01)
+    manager, wakeup = pool._executor_manager_thread, pool._executor_manager_thread_wakeup  # shutdown forgets them
+    stop_workers(pool, grace=1.0)
+    assert not manager.is_alive()
+    assert wakeup._closed
