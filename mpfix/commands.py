@@ -410,8 +410,12 @@ def rules(fmt):
 def explain(code):
     """Explain one rule: what it does, why it breaks, example, fix."""
     from mpfix.codemods import all_rules, rule_by_code
+    from mpfix.rule_docs import FILE_ERROR_CODE, explain_file_error
     from mpfix.rule_docs import explain as explain_rule
 
+    if code.upper() == FILE_ERROR_CODE:
+        click.echo(explain_file_error())
+        return
     rule = rule_by_code(code)
     if rule is None:
         valid = ", ".join(r.code for r in all_rules())

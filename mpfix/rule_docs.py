@@ -5,6 +5,31 @@ from __future__ import annotations
 DOCS = "https://github.com/mpfix/mpfix/blob/main/docs/rules.md"
 
 
+# MP000 is no rule: it is how a file that was not checked is reported (Ruff's E902/syntax errors).
+# Its JSON ``url``, SARIF descriptor, ``mpfix explain MP000`` and docs/rules.md read this one text.
+FILE_ERROR_CODE = "MP000"
+FILE_ERROR_NAME = "file-not-checked"
+FILE_ERROR_SUMMARY = "File could not be read or parsed"
+FILE_ERROR_DOC = """\
+### What it means
+mpfix could not read, decode or parse this file, so no rule ran on it and nothing was written
+to it. The message says why: a syntax error at CPython's line and column, code this Python does
+not compile, bytes that do not decode in the file's encoding, a binary file, a broken or looping
+symbolic link, a FIFO or other non-regular file, a file over `max-file-size`, code nested too
+deeply for the parser, or a notebook that is not valid JSON.
+
+### What to do
+Fix the cause the message names; for a file that is not yours to change, exclude it
+(`exclude` in `[tool.mpfix]`). Any MP000 makes the run exit with 2, as Ruff does for a
+file it cannot check; the other files are checked as usual.
+"""
+
+
+def explain_file_error() -> str:
+    """``mpfix explain MP000``."""
+    return f"# {FILE_ERROR_NAME} ({FILE_ERROR_CODE})\n\nNot a rule: reported for a file that was not checked.\n\n{FILE_ERROR_DOC}"
+
+
 def rule_url(code: str) -> str:
     return f"{DOCS}#{code.lower()}"
 

@@ -137,6 +137,14 @@ def test_explain_prints_the_rule_doc():
     assert bad.exit_code == 2 and "valid codes" in bad.output
 
 
+def test_explain_mp000_says_what_an_unchecked_file_means():
+    # MP000 is in every output (JSON url, SARIF rule, exit 2); `explain` must not call it unknown.
+    result = mpfix("explain", "mp000")
+    assert result.exit_code == 0, result.output
+    assert "file-not-checked (MP000)" in result.output and "Not a rule" in result.output
+    assert "syntax error" in result.output and "`exclude`" in result.output
+
+
 def test_check_does_not_import_tensorflow(tmp_path: Path):
     path = tmp_path / "train.py"
     path.write_text(DEPRECATED)

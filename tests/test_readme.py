@@ -72,7 +72,7 @@ RULES_DOC = ROOT / "docs" / "rules.md"
 def rules_doc() -> str:
     """docs/rules.md: every rule's documentation, anchored where ``rule_url`` (JSON ``url``) points."""
     from mpfix.codemods import all_rules
-    from mpfix.rule_docs import fix_summary
+    from mpfix.rule_docs import FILE_ERROR_CODE, FILE_ERROR_DOC, FILE_ERROR_NAME, fix_summary
 
     parts = ["# mpfix rules\n\nGenerated from the rule classes by `python tests/test_readme.py --write`; "
              "`mpfix explain CODE` prints the same text.\n"]
@@ -82,6 +82,9 @@ def rules_doc() -> str:
         body = re.sub(r"^(#+) ", r"#\1 ", rule.doc().strip(), flags=re.MULTILINE)
         parts.append(f'<a id="{rule.code.lower()}"></a>\n## {rule.code} {rule.name}\n\n'
                      f"Fix: {fix_summary(rule)}. Keras: {gens}{scope}.\n\n{body}\n")
+    body = re.sub(r"^(#+) ", r"#\1 ", FILE_ERROR_DOC.strip(), flags=re.MULTILINE)
+    parts.append(f'<a id="{FILE_ERROR_CODE.lower()}"></a>\n## {FILE_ERROR_CODE} {FILE_ERROR_NAME}\n\n'
+                 f"Not a rule: reported for a file that was not checked (exit code 2).\n\n{body}\n")
     return "\n".join(parts)
 
 
@@ -117,6 +120,8 @@ def test_rules_doc_is_current():
 
     assert RULES_DOC.read_text(encoding="utf-8") == rules_doc(), "run `python tests/test_readme.py --write`"
     assert rule_url("MP201").endswith("docs/rules.md#mp201") and '<a id="mp201"></a>' in rules_doc()
+    # An unreadable file's JSON/SARIF link (docs/rules.md#mp000) lands on a section too.
+    assert rule_url("MP000").endswith("docs/rules.md#mp000") and '<a id="mp000"></a>' in rules_doc()
 
 
 def test_quickstart_is_two_commands_and_ci_runs_the_second():

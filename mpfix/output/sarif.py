@@ -11,7 +11,7 @@ from mpfix.output.notebook_lines import Placer
 from mpfix.output.run_notes import declaration_metadata
 from mpfix.output.sarif_log import location, log, region, uri
 from mpfix.output.sarif_messages import Messages, message_strings
-from mpfix.rule_docs import rule_url
+from mpfix.rule_docs import FILE_ERROR_CODE, FILE_ERROR_NAME, FILE_ERROR_SUMMARY, rule_url
 
 
 def _rule_descriptor(rule) -> dict:
@@ -37,9 +37,10 @@ def render(report: Report) -> str:
     index = {r.code: i for i, r in enumerate(rules)}
     descriptors = [_rule_descriptor(r) for r in rules]
     descriptors.append({
-        "id": "MP000", "name": "syntax-error",
-        "shortDescription": {"text": "File could not be read or parsed"},
+        "id": FILE_ERROR_CODE, "name": FILE_ERROR_NAME,
+        "shortDescription": {"text": FILE_ERROR_SUMMARY},
         "fullDescription": {"text": "mpfix could not read, decode or parse this file, so it was not checked."},
+        "helpUri": rule_url(FILE_ERROR_CODE),
         "defaultConfiguration": {"level": "error"},
     })
     index["MP000"] = len(descriptors) - 1
