@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -78,10 +78,24 @@ def test_the_safe_reader_refuses_devices_and_bounds_what_it_reads(tmp_path: Path
     with pytest.raises(safe_read.Refused, match=r"\(a device\)"):
         safe_read.read_bytes("/dev/zero")
     os.mkfifo(tmp_path / "fifo")
-    started = time.monotonic()
-    with pytest.raises(safe_read.Refused, match=r"\(a FIFO\)"):
-        safe_read.read_bytes(tmp_path / "fifo")  # no writer: a plain open() would block forever
-    assert time.monotonic() - started < 5
+    # No writer: a plain open() would block forever. In a thread, so that a blocked open fails here (it
+    # is then released by opening the FIFO's write end) instead of hanging the test; no clock to race.
+    outcome: list = []
+
+    def read_fifo() -> None:
+        try:
+            outcome.append(safe_read.read_bytes(tmp_path / "fifo"))
+        except safe_read.Refused as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read_fifo, daemon=True)
+    reader.start()
+    reader.join(120)  # a bound for a loaded machine: the refusal takes microseconds
+    if reader.is_alive():
+        os.close(os.open(tmp_path / "fifo", os.O_WRONLY | os.O_NONBLOCK))  # releases the blocked open
+        pytest.fail("reading a FIFO with no writer blocked")
+    assert len(outcome) == 1 and isinstance(outcome[0], safe_read.Refused), outcome
+    assert "(a FIFO)" in str(outcome[0]), outcome
     (tmp_path / "big").write_bytes(b"x" * 1001)
     with pytest.raises(safe_read.Refused, match="too large"):
         safe_read.read_bytes(tmp_path / "big", limit=1000)
