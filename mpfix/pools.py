@@ -33,12 +33,28 @@ def stop_workers(executor, grace: float) -> None:
             process.join(1.0)
     manager = getattr(executor, "_executor_manager_thread", None)  # shutdown() forgets it
     executor.shutdown(wait=False, cancel_futures=True)
-    # The manager thread now closes its wake-up pipe. Wait for it: at exit CPython 3.11's
-    # _python_exit writes to every live manager's pipe without its lock, and a close
-    # racing that write printed "OSError: [Errno 9] Bad file descriptor" under Ctrl-C
-    # (CI, turn 14: apply --jobs 2). With no worker left it ends in milliseconds.
-    if manager is not None and manager is not threading.current_thread():
-        manager.join(5.0)
+    # The manager thread now closes its wake-up pipe. At exit CPython 3.11's _python_exit
+    # writes to every listed manager's pipe without the executor's lock, and a close racing
+    # that write printed "OSError: [Errno 9] Bad file descriptor" under Ctrl-C (CI, turn 14:
+    # apply --jobs 2). So the manager leaves that list (shutdown() above already woke it; the
+    # interpreter still joins it at exit, a non-daemon thread), then is waited for: with no
+    # worker left it ends in milliseconds, but a stalled machine may take longer than the wait.
+    if manager is not None:
+        _forget_at_exit(manager)
+        if manager is not threading.current_thread():
+            manager.join(MANAGER_JOIN_S)
+
+
+MANAGER_JOIN_S = 5.0
+
+
+def _forget_at_exit(manager) -> None:
+    """Take an executor's manager thread out of the table ``_python_exit`` wakes at exit."""
+    from concurrent.futures import process
+
+    table = getattr(process, "_threads_wakeups", None)
+    if table is not None:
+        table.pop(manager, None)
 
 
 def quiet_manager_thread_crash() -> None:

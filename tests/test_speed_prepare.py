@@ -187,10 +187,12 @@ def test_literal_led_class_patterns_match_as_the_line_start_ones():
 
 
 def test_stop_workers_waits_for_the_managers_pipe_to_close():
-    """After ``stop_workers`` the executor's manager thread has ended and closed its wake-up pipe, so
-    the interpreter's exit hook (``_python_exit``) cannot write to a pipe being closed under it: that
-    race printed a Bad-file-descriptor traceback when ``apply --jobs 2`` was interrupted (CI, turn 14)."""
+    """After ``stop_workers`` the interpreter's exit hook (``_python_exit``) cannot write to the executor's
+    wake-up pipe while the manager thread closes it: that race printed a Bad-file-descriptor traceback when
+    ``apply --jobs 2`` was interrupted (CI, turn 14). The manager is out of the hook's table, and it ends
+    and closes its pipe (``stop_workers`` waits for that; the bound here is only for a stalled machine)."""
     import time
+    from concurrent.futures import process
 
     from mpfix.pools import stop_workers
 
@@ -199,6 +201,43 @@ def test_stop_workers_waits_for_the_managers_pipe_to_close():
     while not any(f.running() for f in futures):
         time.sleep(0.01)
     manager, wakeup = pool._executor_manager_thread, pool._executor_manager_thread_wakeup  # shutdown forgets them
+    assert manager in process._threads_wakeups
     stop_workers(pool, grace=1.0)
+    assert manager not in process._threads_wakeups
+    manager.join(120)
     assert not manager.is_alive()
     assert wakeup._closed
+
+
+def test_a_manager_slower_than_stop_workers_wait_is_out_of_the_exit_hooks_reach(monkeypatch):
+    """The interleaving CI had, forced: the manager thread has not closed its wake-up pipe when
+    ``stop_workers`` returns (its wait ran out on a stalled machine). The exit hook must not find it:
+    it would write to that pipe, unlocked, while the manager closes it."""
+    import threading
+    import time
+    from concurrent.futures import process
+
+    from mpfix import pools
+
+    release = threading.Event()
+    real = process._ExecutorManagerThread.join_executor_internals
+
+    def slow(self):
+        release.wait(120)
+        real(self)
+
+    monkeypatch.setattr(process._ExecutorManagerThread, "join_executor_internals", slow)
+    monkeypatch.setattr(pools, "MANAGER_JOIN_S", 0.2)
+    pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"))
+    futures = [pool.submit(time.sleep, 30) for _ in range(4)]
+    while not any(f.running() for f in futures):
+        time.sleep(0.01)
+    manager, wakeup = pool._executor_manager_thread, pool._executor_manager_thread_wakeup
+    try:
+        pools.stop_workers(pool, grace=1.0)
+        assert manager.is_alive() and not wakeup._closed  # the wait ran out first
+        assert manager not in process._threads_wakeups  # _python_exit will not write to its pipe
+    finally:
+        release.set()
+        manager.join(120)
+    assert not manager.is_alive() and wakeup._closed
