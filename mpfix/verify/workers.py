@@ -26,6 +26,7 @@ hung or timed out). ``workers_judge`` merges the workers' steps and words the ve
 from __future__ import annotations
 
 import json
+import random
 import socket
 import time
 from pathlib import Path
@@ -40,17 +41,53 @@ POLL_S = 0.1
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct free TCP ports on 127.0.0.1 (all bound at once, then released)."""
+    """``count`` distinct free TCP ports on 127.0.0.1 (all bound at once, then released).
+
+    The workers bind them seconds later, after TensorFlow's import (20-40 s on a loaded machine), and
+    meanwhile a port of the kernel's ephemeral range can become the local end of any outgoing
+    connection, the workers' own gRPC connections to one another included; the late worker's server
+    then cannot start. So the ports come from outside that range (the kernel's own pick, a port of
+    the range, only when nothing outside it is free), drawn by a generator no script or test seeds:
+    two runs at once must not draw the same ports.
+    """
+    low, high = _ephemeral_range()
+    outside = [port for port in range(_LOWEST_PORT, 65536) if not low <= port <= high]
+    draw = random.SystemRandom()
     sockets = []
     try:
-        for _ in range(count):
+        for port in draw.sample(outside, min(len(outside), 64 * count)):
+            if len(sockets) == count:
+                break
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:  # in use
+                sock.close()
+                continue
             sockets.append(sock)
+        while len(sockets) < count:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind(("127.0.0.1", 0))
         return [sock.getsockname()[1] for sock in sockets]
     finally:
         for sock in sockets:
             sock.close()
+
+
+# Below this, ports are left to well-known and registered services.
+_LOWEST_PORT = 10_000
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of ports for outgoing connections and ``bind`` to port 0 (Linux; elsewhere the
+    IANA range)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as fh:
+            low, high = (int(part) for part in fh.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 49152, 65535
 
 
 def tf_config(ports: list[int], index: int) -> str:

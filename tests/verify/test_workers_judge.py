@@ -33,6 +33,38 @@ def test_tf_config_is_tensorflows_documented_layout():
     }
 
 
+def test_worker_ports_are_outside_the_ephemeral_range_and_free():
+    """The workers bind their ports only after TensorFlow's import; a port of the kernel's ephemeral range
+    could meanwhile become the local end of an outgoing connection (their own, to one another) and
+    the late worker's server would not start. Outside the range, free now, and not drawn from the
+    seedable generator (two runs at once, seeded alike, drew the same)."""
+    import random
+    import socket
+
+    from mpfix.verify import workers
+
+    low, high = workers._ephemeral_range()
+    random.seed(7)
+    first = free_ports(3)
+    random.seed(7)
+    second = free_ports(3)
+    assert first != second
+    for ports in (first, second):
+        assert len(set(ports)) == 3
+        assert not [p for p in ports if low <= p <= high], (ports, low, high)
+        for port in ports:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", port))
+
+
+def test_worker_ports_fall_back_to_the_kernels_choice_when_nothing_outside_the_range_is_free(monkeypatch):
+    from mpfix.verify import workers
+
+    monkeypatch.setattr(workers, "_ephemeral_range", lambda: (1, 65535))
+    ports = free_ports(3)
+    assert len(set(ports)) == 3 and all(p > 0 for p in ports)
+
+
 def test_a_nan_on_any_worker_is_the_groups_at_its_step_and_named():
     good = [1.0, 0.9, 0.8, 0.7, 0.6]
     runs = [worker(good), worker(good[:3] + [math.nan, 0.6])]
