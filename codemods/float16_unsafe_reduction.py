@@ -181,6 +181,9 @@ class Float16UnsafeReduction(Rule):
                                   "and keep it float32 until a sqrt/rsqrt brings it back in range"),
         "overflow_cast_back": ("float16 {reduction} of `{target}` overflows past 65504; compute it in float32 and cast "
                                "the result back"),
+        "cancellation": ("float16 variance `{variance}` (mean of squares minus squared mean) cancels: both terms are "
+                         "rounded to float16's spacing (32 near 30000), so the difference is coarse and can be negative "
+                         "(sqrt/rsqrt of it NaN); centre first (mean of `square(x - mean)`) or compute it in float32"),
     }
     fix_safety = FixSafety.UNSAFE
     fix_availability = FixAvailability.SOMETIMES
@@ -206,7 +209,9 @@ class Float16UnsafeReduction(Rule):
         (`tf.matmul(q, k, transpose_b=True) / math.sqrt(d)`: scale `q` first); and products of
         float16 probabilities (`tf.math.cumprod(1.0 - hazard)`, `reduce_prod`, `keras.ops.cumprod`),
         which underflow to 0 (25 halvings are below float16's smallest subnormal, ≈ 6e-8): a
-        survival curve over 120 bins is 0 and its log `-inf`. Products are reported without a fix.
+        survival curve over 120 bins is 0 and its log `-inf`. Products are reported without a fix,
+        and so are one-pass variances `mean(x²) - mean(x)²` of float16 activations: the two moments
+        carry float16's spacing (32 near 30,000), so their difference is coarse and can be negative.
 
         ## Why is this bad?
         Squares grow fast and float16 stops at 65504: 3,000 activations of magnitude 5 sum to
@@ -377,15 +382,30 @@ class Float16UnsafeReduction(Rule):
             """,
             policy='mixed_float16',
         ),
+        # A one-pass variance (mean of squares minus squared mean): the two float16 moments cancel. No fix here.
+        Invalid(
+            """
+            import keras
+            from keras import ops
+
+            class OnePassNorm(keras.layers.Layer):
+                def call(self, x):
+                    mean = ops.mean(x, axis=-1, keepdims=True)
+                    variance = ops.mean(ops.square(x), axis=-1, keepdims=True) - ops.square(mean)
+                    return (x - mean) * ops.rsqrt(variance + 1e-3)
+            """,
+            policy='mixed_float16',
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
         # tf_keras hands a compiled loss the model's outputs as they are: float16 without a float32 head.
         facts = dtype_facts(self.context).assuming(Dtype.FLOAT16)
+        reported = self._cancellations(facts)
         for call in facts.nodes(cst.Call):
             spec = op_table.known(self.context.resolve(call.func))
             x = first_arg(call)
-            if spec is None or x is None:
+            if spec is None or x is None or call in reported:
                 continue
             if spec.has(Kind.MATMUL):
                 target = _self_product(self.context, call, spec)
@@ -428,6 +448,41 @@ class Float16UnsafeReduction(Rule):
             self._report(facts, call, target, replaced, what, in_range=in_range)
         for binop in facts.nodes(cst.BinaryOperation):
             self._scaled_after_product(facts, binop)
+
+    def _cancellations(self, facts: DtypeFacts) -> set[cst.Call]:
+        """``mean(x²) - mean(x)²`` on float16 x: a one-pass variance. Both moments are ~mean² and carry float16's
+        spacing there (32 near 30000: raw readings ~180), so their difference is a multiple of it and can be
+        negative (wave 11's one-pass layer norm: rsqrt NaN). No fix: the centred form needs the mean's axes. The
+        means of squares reported here are not reported again as an overflow (returned)."""
+        done: set[cst.Call] = set()
+        for binop in facts.nodes(cst.BinaryOperation):
+            if not isinstance(binop.operator, cst.Subtract):
+                continue
+            moment = self._mean_of(facts, binop.left, squared=True)
+            square = self._square(facts, self._bound(facts, binop.right))
+            mean = self._mean_of(facts, square[0], squared=False) if square is not None else None
+            if moment is None or mean is None or self.context.code(moment[1]) != self.context.code(mean[1]) or \
+                    facts.dtype_of(moment[1]) is not Dtype.FLOAT16:
+                continue
+            done.add(moment[0])
+            self.report(binop, "cancellation", variance=self.context.code(binop))
+        return done
+
+    def _bound(self, facts: DtypeFacts, node: cst.BaseExpression) -> cst.BaseExpression:
+        """The value a local name is bound to (once), else the node itself."""
+        value = facts.value_of(node) if isinstance(node, cst.Name) else None
+        return value if value is not None else node
+
+    def _mean_of(self, facts: DtypeFacts, node, squared: bool) -> tuple[cst.Call, cst.BaseExpression] | None:
+        """``(mean call, x)`` when ``node`` is (a name bound to) a mean of x, or of x² when ``squared``."""
+        node = self._bound(facts, node) if node is not None else None
+        spec = op_table.known(self.context.resolve(node.func)) if isinstance(node, cst.Call) else None
+        if spec is None or not spec.has(Kind.MEAN) or first_arg(node) is None:
+            return None
+        if not squared:
+            return node, first_arg(node)
+        square = self._square(facts, self._bound(facts, first_arg(node)))
+        return (node, square[0]) if square is not None else None
 
     def _product(self, facts: DtypeFacts, call: cst.Call, spec: op_table.OpSpec, x: cst.BaseExpression) -> None:
         """A (running) product of float16 probabilities underflows to 0 (a survival curve ``cumprod(1 - hazard)``
