@@ -3,6 +3,7 @@ them (it trains nothing itself). Arguments after `--` go to every worker."""
 import argparse
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -14,9 +15,24 @@ parser.add_argument("rest", nargs=argparse.REMAINDER)
 args = parser.parse_args()
 extra = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
 
-sockets = [socket.socket() for _ in range(args.workers)]
-for s in sockets:
-    s.bind(("127.0.0.1", 0))
+# Free ports outside the kernel's ephemeral range: the workers bind them only after TensorFlow's
+# import, and meanwhile an outgoing connection (their own, to each other) may take a port of that range.
+try:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+        low, high = (int(part) for part in fh.read().split())
+except (OSError, ValueError):
+    low, high = 32768, 65535
+sockets = []
+for port in random.SystemRandom().sample([p for p in range(10_000, 65536) if not low <= p <= high], 64 * args.workers):
+    if len(sockets) == args.workers:
+        break
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        s.close()
+        continue
+    sockets.append(s)
 ports = [s.getsockname()[1] for s in sockets]
 for s in sockets:
     s.close()
