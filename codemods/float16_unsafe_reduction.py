@@ -181,6 +181,9 @@ class Float16UnsafeReduction(Rule):
                                   "and keep it float32 until a sqrt/rsqrt brings it back in range"),
         "overflow_cast_back": ("float16 {reduction} of `{target}` overflows past 65504; compute it in float32 and cast "
                                "the result back"),
+        "running_total": ("`{variable}` is a running total kept across calls and read as float16 inside `call` (layer "
+                          "weights are autocast): `{update}` passes 65504 and is inf (whole numbers past 2048 are "
+                          "not exact); create the weight with `{argument}` and update it in float32"),
         "cancellation": ("float16 variance `{variance}` (mean of squares minus squared mean) cancels: both terms are "
                          "rounded to float16's spacing (32 near 30000), so the difference is coarse and can be negative "
                          "(sqrt/rsqrt of it NaN); centre first (mean of `square(x - mean)`) or compute it in float32"),
@@ -194,6 +197,7 @@ class Float16UnsafeReduction(Rule):
                 re.compile(r"square(?<!\wsquare)\s*\("),
                 re.compile(r"norm(?<!\wnorm)\s*\("), re.compile(r"\*\*\s*2\b"), re.compile(r"sum(?<![a-z]sum)\s*\("),
                 "reduce_mean",
+                ".assign(",  # a layer weight's running total (self.count.assign(self.count + n))
                 "cumsum(", "prod(", "einsum(", "matmul(", "euclidean_norm(", "tensordot(", re.compile(r"dot(?<!\wdot)\s*\("))
     explanation = """
         ## What it does
@@ -212,6 +216,9 @@ class Float16UnsafeReduction(Rule):
         survival curve over 120 bins is 0 and its log `-inf`. Products are reported without a fix,
         and so are one-pass variances `mean(x²) - mean(x)²` of float16 activations: the two moments
         carry float16's spacing (32 near 30,000), so their difference is coarse and can be negative.
+        Running totals kept in a layer's weights (`self.count.assign(self.count + n)`, n ≥ 0) are
+        reported too, without a fix: inside `call` a weight is read as float16 (autocast), so a
+        total that only grows across calls passes 65504. Running means and moving averages are bounded.
 
         ## Why is this bad?
         Squares grow fast and float16 stops at 65504: 3,000 activations of magnitude 5 sum to
@@ -395,6 +402,20 @@ class Float16UnsafeReduction(Rule):
                     return (x - mean) * ops.rsqrt(variance + 1e-3)
             """,
             policy='mixed_float16',
+        ),    # A weight that only grows across calls (a running count), read as float16 in call: no fix here.
+        Invalid(
+            """
+            import keras
+
+            class Counter(keras.layers.Layer):
+                def build(self, input_shape):
+                    self.seen = self.add_weight(shape=(), initializer="zeros", trainable=False)
+
+                def call(self, x):
+                    self.seen.assign(self.seen + keras.ops.cast(keras.ops.shape(x)[0], x.dtype))
+                    return x
+            """,
+            policy='mixed_float16',
         ),
     ]
 
@@ -448,6 +469,35 @@ class Float16UnsafeReduction(Rule):
             self._report(facts, call, target, replaced, what, in_range=in_range)
         for binop in facts.nodes(cst.BinaryOperation):
             self._scaled_after_product(facts, binop)
+        self._running_totals(facts)
+
+    def _running_totals(self, facts: DtypeFacts) -> None:
+        """``self.v.assign(self.v + n)`` in a layer method, n ≥ 0: a weight that only grows across calls (a count,
+        a sum of squares). Read in ``call`` it is autocast to float16, so past 65504 it is inf (wave 11's Welford
+        normaliser). A running mean (an increment of either sign) or an EMA (``v * m + ...``) is bounded: silent.
+        No fix: the weight's creation (``autocast=False``) and every read of it change."""
+        for call in facts.nodes(cst.Call):
+            func = call.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "assign" and
+                    isinstance(func.value, cst.Attribute) and isinstance(func.value.value, cst.Name) and
+                    func.value.value.value == "self") or first_arg(call) is None:
+                continue
+            place = facts.place(call)
+            if place is None or not place.layer_method:
+                continue
+            variable = self.context.code(func.value)
+            value = self._bound(facts, first_arg(call))
+            for binop in walk(value):
+                if not (isinstance(binop, cst.BinaryOperation) and isinstance(binop.operator, cst.Add)):
+                    continue
+                operands = [binop.left, binop.right]
+                own = [o for o in operands if self.context.code(o) == variable]
+                if len(own) == 1 and facts.nonnegative(operands[1 - operands.index(own[0])]) and \
+                        facts.dtype_of(own[0]) is Dtype.FLOAT16 and facts.dtype_of(binop) is Dtype.FLOAT16:
+                    argument = "autocast=False" if self.context.keras == 3 else "experimental_autocast=False"
+                    self.report(binop, "running_total", variable=variable, update=self.context.code(binop),
+                                argument=argument)
+                    break
 
     def _cancellations(self, facts: DtypeFacts) -> set[cst.Call]:
         """``mean(x²) - mean(x)²`` on float16 x: a one-pass variance. Both moments are ~mean² and carry float16's

@@ -5,7 +5,15 @@
    difference is a multiple of 32 and often negative: ``rsqrt`` of it is NaN. Ran, TF 2.21 CPU: loss nan every
    epoch; the centred form ``mean(square(x - mean))``: 0.087 -> 0.042. Missed: the fact missing is that a
    difference of two float16 moments cancels (a variance must be centred before it is squared, or computed in
-   float32). Reported by MP203 without a fix (the centred form changes the call's arguments)."""
+   float32). Reported by MP203 without a fix (the centred form changes the call's arguments).
+2. welford_norm_k3.py: a Keras 3 running observation normaliser keeps count/mean/m2 as ``add_weight`` variables
+   and updates them in ``call`` (``self.count.assign(self.count + n)``). Inside ``call`` the variables are read
+   as float16 (autocast, both generations), so the running total passes 65504 after a few hundred batches'
+   samples: inf, then NaN. Ran: loss nan every epoch; ``autocast=False`` and a float32 update: 0.039 -> 0.019.
+   Missed: the fact missing is that a weight updated as ``itself + a non-negative amount`` grows across calls
+   without bound, and read as float16 it overflows. Reported by MP203 without a fix (the weight's creation and
+   every read change). A running mean (``mean + delta * n / total``: delta of either sign) and an EMA
+   (``v * m + x * (1 - m)``) are bounded and stay silent, as does the same layer built with ``dtype="float32"``."""
 
 from __future__ import annotations
 
@@ -101,3 +109,106 @@ def test_difference_of_unrelated_moments_is_not_a_cancellation():
     # E[x²] - E[y]²: not one variable's variance
     code = ONEPASS_K3.format(variance="mean_sq - ops.square(ops.mean(self.gamma))")
     assert not any("cancel" in f.message for f in lint(code))
+
+
+WELFORD_K3 = """
+    import keras
+    from keras import ops
+
+
+    class RunningNormalizer(keras.layers.Layer):
+        def build(self, input_shape):
+            self.count = self.add_weight(shape=(), initializer="zeros", trainable=False{autocast})
+            self.mean = self.add_weight(shape=(input_shape[-1],), initializer="zeros", trainable=False{autocast})
+            self.m2 = self.add_weight(shape=(input_shape[-1],), initializer="zeros", trainable=False{autocast})
+
+        def call(self, x, training=False):
+            if training:
+                n = ops.cast(ops.shape(x)[0], x.dtype)
+                batch_mean = ops.mean(x, axis=0)
+                batch_m2 = ops.sum(ops.square(x - batch_mean), axis=0)
+                total = self.count + n
+                delta = batch_mean - self.mean
+                self.mean.assign(self.mean + delta * n / total)
+                self.m2.assign(self.m2 + batch_m2 + ops.square(delta) * self.count * n / total)
+                self.count.assign(total)
+            return (x - self.mean) / ops.sqrt(self.m2 / ops.maximum(self.count, 1.0) + 1e-2)
+
+
+    def main():
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        model = keras.Sequential([keras.Input((15,)), RunningNormalizer({layer_dtype}), keras.layers.Dense(3, dtype="float32")])
+        model.compile("adam", "mse")
+"""
+
+WELFORD_K2 = """
+    import tensorflow as tf
+    import tf_keras as keras
+
+
+    class RunningNormalizer(keras.layers.Layer):
+        def build(self, input_shape):
+            self.count = self.add_weight("count", shape=(), initializer="zeros", trainable=False)
+            self.total = self.add_weight("total", shape=(input_shape[-1],), initializer="zeros", trainable=False)
+
+        def call(self, x, training=None):
+            if training:
+                self.count.assign(self.count + tf.cast(tf.shape(x)[0], x.dtype))
+                self.total.assign(self.total + tf.reduce_sum(x, axis=0))
+            return x - self.total / tf.maximum(self.count, 1.0)
+
+
+    def main():
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        model = keras.Sequential([keras.Input((9,)), RunningNormalizer({layer_dtype}), keras.layers.Dense(1, dtype="float32")])
+        model.compile("adam", "mse")
+"""
+
+EMA_K3 = """
+    import keras
+    from keras import ops
+
+
+    class EmaNorm(keras.layers.Layer):
+        def build(self, input_shape):
+            self.moving_mean = self.add_weight(shape=(input_shape[-1],), initializer="zeros", trainable=False)
+
+        def call(self, x, training=False):
+            if training:
+                self.moving_mean.assign(self.moving_mean * 0.99 + ops.mean(x, axis=0) * 0.01)
+            return x - self.moving_mean
+
+
+    def main():
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        model = keras.Sequential([keras.Input((9,)), EmaNorm(), keras.layers.Dense(1, dtype="float32")])
+        model.compile("adam", "mse")
+"""
+
+
+def running(findings) -> list[int]:
+    return sorted(f.line for f in findings if f.code == "MP203" and "running total" in f.message)
+
+
+def test_running_count_and_sum_of_squares_read_as_float16_are_reported_keras3():
+    found = lint(WELFORD_K3.format(autocast="", layer_dtype=""))
+    assert running(found) == [16, 19]  # count + n, m2 + batch_m2; not the running mean (delta of either sign)
+    assert all(f.fix is None for f in found if "running total" in f.message)
+    assert "self.count" in next(f for f in found if f.line == 16 and "running total" in f.message).message
+
+
+def test_running_count_and_total_are_reported_keras2():
+    found = lint(WELFORD_K2.format(layer_dtype=""), keras="2")
+    assert running(found) == [12]  # the count; the sum of x may be negative
+    finding = next(f for f in found if "running total" in f.message)
+    assert "experimental_autocast=False" in finding.message
+
+
+def test_running_state_kept_in_float32_is_silent():
+    assert running(lint(WELFORD_K3.format(autocast=", autocast=False", layer_dtype=""))) == []
+    assert running(lint(WELFORD_K3.format(autocast="", layer_dtype='dtype="float32"'))) == []
+    assert running(lint(WELFORD_K2.format(layer_dtype='dtype="float32"'), keras="2")) == []
+
+
+def test_moving_average_is_bounded_and_silent():
+    assert running(lint(EMA_K3)) == []
