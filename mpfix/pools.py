@@ -43,9 +43,28 @@ def stop_workers(executor, grace: float) -> None:
         _forget_at_exit(manager)
         if manager is not threading.current_thread():
             manager.join(MANAGER_JOIN_S)
+            if manager.is_alive():
+                # Every worker is gone, so the manager can only be stuck reading a result whose
+                # worker died while writing it (SIGTERM or SIGKILL between two writes of one
+                # message): it waits for the rest forever, as this process holds the pipe's write
+                # end too, and the interpreter would wait for it at exit (a hang after Ctrl-C).
+                # Closing that end ends its read (end of file); the pool is broken anyway.
+                _close_result_writer(manager)
+                manager.join(MANAGER_JOIN_S)
 
 
 MANAGER_JOIN_S = 5.0
+
+
+def _close_result_writer(manager) -> None:
+    """Close this process's write end of the pipe the manager reads results from (shutdown() already
+    dropped the executor's reference to it; the manager keeps one)."""
+    writer = getattr(getattr(manager, "result_queue", None), "_writer", None)
+    if writer is not None:
+        try:
+            writer.close()
+        except OSError:
+            pass
 
 
 def _forget_at_exit(manager) -> None:
