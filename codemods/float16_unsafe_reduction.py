@@ -182,8 +182,8 @@ class Float16UnsafeReduction(Rule):
         "overflow_cast_back": ("float16 {reduction} of `{target}` overflows past 65504; compute it in float32 and cast "
                                "the result back"),
         "running_total": ("`{variable}` is a running total kept across calls and read as float16 inside `call` (layer "
-                          "weights are autocast): `{update}` passes 65504 and is inf (whole numbers past 2048 are "
-                          "not exact); create the weight with `{argument}` and update it in float32"),
+                          "weights are autocast): `{update}` is rounded to float16, where adding 1 stops at 2048 and "
+                          "past 65504 it is inf; create the weight with `{argument}` and update it in float32"),
         "cancellation": ("float16 variance `{variance}` (mean of squares minus squared mean) cancels: both terms are "
                          "rounded to float16's spacing (32 near 30000), so the difference is coarse and can be negative "
                          "(sqrt/rsqrt of it NaN); centre first (mean of `square(x - mean)`) or compute it in float32"),
@@ -218,7 +218,8 @@ class Float16UnsafeReduction(Rule):
         carry float16's spacing (32 near 30,000), so their difference is coarse and can be negative.
         Running totals kept in a layer's weights (`self.count.assign(self.count + n)`, n ≥ 0) are
         reported too, without a fix: inside `call` a weight is read as float16 (autocast), so a
-        total that only grows across calls passes 65504. Running means and moving averages are bounded.
+        total that only grows across calls passes 65504 (inf), and a step counter stops at 2048
+        (2048 + 1 rounds to 2048; ran on Keras 3). Running means and moving averages are bounded.
 
         ## Why is this bad?
         Squares grow fast and float16 stops at 65504: 3,000 activations of magnitude 5 sum to
