@@ -159,6 +159,7 @@ def test_the_cache_does_not_serve_a_result_decided_by_another_scope(crowded: Pat
 
 
 def test_a_spawned_worker_gets_its_parents_scope(crowded: Path, monkeypatch):
+    import gc
     import signal
 
     from mpfix import runner
@@ -167,6 +168,9 @@ def test_a_spawned_worker_gets_its_parents_scope(crowded: Path, monkeypatch):
     monkeypatch.setitem(runner._WORKER, "job", runner._WORKER.get("job"))
     monkeypatch.setitem(runner._WORKER, "keyer", runner._WORKER.get("keyer"))
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    # The worker's collector setting (freeze, thresholds), undone too: left in this test process it made
+    # a later test in the same xdist worker fail (test_parallel's collector test, in a shuffled order).
+    thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
     scope = project.scope_of([crowded / "tiny"])
     project.set_scope(None)
     try:
@@ -175,6 +179,9 @@ def test_a_spawned_worker_gets_its_parents_scope(crowded: Path, monkeypatch):
     finally:
         for signum, handler in saved.items():  # the worker's handlers, undone
             signal.signal(signum, handler)
+        gc.set_threshold(*thresholds)
+        if not frozen:
+            gc.unfreeze()
     assert project.current_scope() == scope
 
 
