@@ -301,8 +301,11 @@ def _tune_collector() -> None:
 def _collector_tuned():
     """The cyclic collector set for many short-lived LibCST trees; restored afterwards."""
     before = gc.get_threshold()
-    frozen_by_caller = gc.get_freeze_count() > 0  # an embedding program's own freeze stays
-    _tune_collector()
+    frozen_by_caller = gc.get_freeze_count() > 0  # an embedding program's own freeze stays as it was:
+    if frozen_by_caller:  # a second freeze would make what it allocated since permanent
+        gc.set_threshold(*_GC_THRESHOLDS)
+    else:
+        _tune_collector()
     try:
         yield
     finally:

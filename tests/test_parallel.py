@@ -196,3 +196,24 @@ def test_the_collector_setting_is_scoped_to_the_run(tmp_path: Path, monkeypatch)
     process_all(files, _job(), jobs=1, cache=False)
     assert seen and all(s == (runner._GC_THRESHOLDS, True) for s in seen)
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+
+
+def test_an_embedding_programs_own_freeze_is_left_as_it_was(tmp_path: Path):
+    """A program that froze the collector itself and then calls mpfix: the run tunes the thresholds but
+    does not freeze again (that made what the program allocated since its freeze permanent)."""
+    import gc
+
+    files = _mixed(tmp_path, 6)
+    frozen_by_program = [[]]
+    gc.freeze()
+    try:
+        before = gc.get_threshold()
+        allocated_since = [[]]  # a tracked container, collectable: it must stay so
+        process_all(files, _job(), jobs=1, cache=False)
+        assert gc.get_threshold() == before
+        collectable = {id(o) for o in gc.get_objects()}  # the permanent generation's are not listed
+        still_collectable, still_frozen = id(allocated_since) in collectable, id(frozen_by_program) not in collectable
+        assert still_collectable, "the run froze what the program allocated after its freeze"
+        assert still_frozen, "the run undid the program's own freeze"
+    finally:
+        gc.unfreeze()
