@@ -9,8 +9,6 @@ hold no CST nodes, so they cross process boundaries cheaply.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import signal
 import sys
@@ -18,6 +16,7 @@ import threading
 from pathlib import Path
 
 from mpfix import safe_read, unchecked
+from mpfix.collector import tune as _tune_collector, tuned as _collector_tuned
 from mpfix.early import ENABLED as EARLY, collect, facts_free
 from mpfix.engine import Engine
 from mpfix.jobs import FileResult, Job, Mode  # re-exported: callers import them from here
@@ -208,6 +207,7 @@ def _note_signal(signum, frame) -> None:
 
 
 _STOP_GRACE_S = 10.0
+_POLL_S = 0.2  # the pool's results are waited for this long between looks for a signal
 
 
 def _force_exit(signum: int) -> None:
@@ -283,35 +283,6 @@ def _pool_context():
     if sys.platform.startswith("linux") and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context("spawn")
-
-
-# Collect young objects every 10,000 allocations instead of 700: a parse allocates about 10,000
-# objects per module on average, and each young-generation pass re-scans the live ones. Freezing
-# first takes everything imported so far out of the collector's view, so full passes scan only
-# what the run allocates. Measured on the keras corpus: ~3% of a cold check, same peak memory.
-_GC_THRESHOLDS = (10_000, 10, 10)
-
-
-def _tune_collector() -> None:
-    gc.freeze()
-    gc.set_threshold(*_GC_THRESHOLDS)
-
-
-@contextlib.contextmanager
-def _collector_tuned():
-    """The cyclic collector set for many short-lived LibCST trees; restored afterwards."""
-    before = gc.get_threshold()
-    frozen_by_caller = gc.get_freeze_count() > 0  # an embedding program's own freeze stays as it was:
-    if frozen_by_caller:  # a second freeze would make what it allocated since permanent
-        gc.set_threshold(*_GC_THRESHOLDS)
-    else:
-        _tune_collector()
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
-        if not frozen_by_caller:
-            gc.unfreeze()
 
 
 def _batches(paths: list[Path], todo: list[int], workers: int) -> list[list[int]]:
@@ -517,14 +488,19 @@ def _run_pool(paths, todo, job, ignored_for, store, results, bar, workers) -> No
     executor._mpfix_earlier = earlier  # children that are not this pool's workers
     try:
         # In completion order, not submission order: the first batches hold the largest files, and
-        # waiting for them kept the progress bar blank for most of a run.
-        from concurrent.futures import as_completed
+        # waiting for them kept the progress bar blank for most of a run. A signal is acted on within
+        # _POLL_S, not when the next batch ends: a batch holding a large file (seconds, more on a loaded
+        # machine) used up the _STOP_GRACE_S that stopping the workers also needs.
+        from concurrent.futures import FIRST_COMPLETED, wait
 
         pending = {executor.submit(_work, task): batch for batch, task in zip(batches, tasks)}
-        for future in as_completed(pending):
-            for i, result in zip(pending[future], future.result()):
-                results[i] = result
-                bar.update()
+        waiting = set(pending)
+        while waiting:
+            done, waiting = wait(waiting, timeout=_POLL_S, return_when=FIRST_COMPLETED)
+            for future in done:
+                for i, result in zip(pending[future], future.result()):
+                    results[i] = result
+                    bar.update()
             check_stop()
     except BrokenProcessPool:
         # The survivors may be blocked on a queue lock the dead worker left behind: a SIGTERM

@@ -143,3 +143,37 @@ process_all([Path({str(tmp_path / 'a.py')!r})], Job(rule_codes=("MP306",), optio
         process.kill()
     assert process.returncode == 143, err
     assert "did not finish within 2 s" in err and "Traceback" not in err
+
+
+def test_sigterm_during_a_long_batch_stops_the_pool_without_waiting_for_it(tmp_path: Path):
+    """A signal in a pooled run is acted on at once, not when the next batch ends: a batch holding a
+    large file (seconds; more on a loaded machine) used up the grace that stopping the workers also
+    needs, and the run was forced out ("did not finish within 10 s") instead of stopping cleanly."""
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text(DEPRECATED)
+    script = f"""
+import time
+from pathlib import Path
+from mpfix import runner
+from mpfix.engine import Options
+from mpfix.runner import Job, Mode, process_all
+
+def stuck(batch, early=False):
+    print("working", flush=True)
+    time.sleep(120)  # a batch far longer than the grace; the parent's SIGTERM ends this worker
+    return [None] * len(batch)
+
+stuck.__module__, stuck.__qualname__, stuck.__name__ = runner.__name__, "_work", "_work"  # pickled by name
+runner._work = stuck  # forked workers inherit it
+files = [Path({str(tmp_path)!r}) / name for name in ("a.py", "b.py")]
+process_all(files, Job(rule_codes=("MP306",), options=Options(), mode=Mode.CHECK), jobs=2, cache=False)
+"""
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "working"
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 143, err
+    assert "mpfix: terminated" in err and "did not finish" not in err and "Traceback" not in err, err

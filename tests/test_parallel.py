@@ -183,6 +183,8 @@ def test_a_worker_that_dies_does_not_hang_the_run(tmp_path: Path, monkeypatch):
 def test_the_collector_setting_is_scoped_to_the_run(tmp_path: Path, monkeypatch):
     import gc
 
+    from mpfix import collector
+
     files = _mixed(tmp_path, 6)
     seen = []
     real = runner.process_file
@@ -194,7 +196,7 @@ def test_the_collector_setting_is_scoped_to_the_run(tmp_path: Path, monkeypatch)
     before, frozen = gc.get_threshold(), gc.get_freeze_count()
     monkeypatch.setattr(runner, "process_file", spy)
     process_all(files, _job(), jobs=1, cache=False)
-    assert seen and all(s == (runner._GC_THRESHOLDS, True) for s in seen)
+    assert seen and all(s == (collector.THRESHOLDS, True) for s in seen)
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
 
 
