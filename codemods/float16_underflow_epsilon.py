@@ -39,6 +39,8 @@ class Float16UnderflowEpsilon(Rule):
                           "with `dtype=\"float32\"` (or use {safe_epsilon})"),
         "layer": ("{epsilon} becomes {float16} in float16; build the layer with `dtype=\"float32\"` (or use "
                   "{safe_epsilon})"),
+        "near_one": ("upper bound `{bound}` is 1.0 in float16 (its spacing below 1 is 4.9e-4), so the clip leaves "
+                     "probabilities of 1 and log(1 - p) is -inf; clip in float32 (cast the input first)"),
         "l2_normalize": ("`l2_normalize` on a float16 tensor: {epsilon} becomes {float16} in float16, so a zero vector "
                          "gives NaN; normalise in float32 and cast back"),
     }
@@ -221,6 +223,15 @@ class Float16UnderflowEpsilon(Rule):
             """,
             policy='mixed_float16',
         ),
+        # The upper bound 1 - 1e-7 of a clip of float16 probabilities is 1.0 in float16: no fix.
+        Invalid("""
+            import tensorflow as tf
+
+            class Bce(tf.keras.layers.Layer):
+                def call(self, logits):
+                    p = tf.clip_by_value(tf.sigmoid(logits), 1e-4, 1.0 - 1e-7)
+                    return tf.math.log(1.0 - p)
+        """, policy="mixed_float16"),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -234,6 +245,7 @@ class Float16UnderflowEpsilon(Rule):
             elif not isinstance(candidate, cst.Attribute) or _is_self_attribute(candidate):
                 self._check_additive(facts, candidate)
         for call in facts.all_calls:
+            self._check_near_one(facts, call)
             place = facts.place(call)
             if place is None or not place.compute:
                 # Layers are built in __init__, build() and model functions, outside any region.
@@ -243,6 +255,27 @@ class Float16UnderflowEpsilon(Rule):
                         resolved = self.context.resolve(call.func)
                         if value is not None and epsilon_vanishes(value) and op_table.op_name(resolved) is None:
                             self._check_constructor(facts, call, arg, value, resolved)
+
+    def _check_near_one(self, facts: DtypeFacts, call: cst.Call) -> None:
+        """``clip(p, eps, 1.0 - eps)`` on float16 p with eps <= 2**-12: float16 rounds the upper bound to 1.0, so a
+        saturated sigmoid stays 1 and ``log(1 - p)`` is -inf (wave 11's tf_keras focal loss, eps = 1e-7). No fix:
+        the float32 clip needs the input cast and its result's dtype decided by what follows."""
+        spec = op_table.lookup(self.context.resolve(call.func))
+        if spec is None or not spec.has(op_table.Kind.CLIP) or first_arg(call) is None:
+            return
+        upper = argument(call, "clip_value_max", 2) or argument(call, "x_max", 2)
+        bound = upper.value if upper is not None else None
+        if not (isinstance(bound, cst.BinaryOperation) and isinstance(bound.operator, cst.Subtract) and
+                number(bound.left) == 1.0):
+            return
+        value = number(bound.right)
+        if value is None:  # a name bound to a constant or to keras.backend.epsilon() (1e-7)
+            named = facts.value_of(bound.right) if isinstance(bound.right, cst.Name) else None
+            constant = facts.constant(bound.right) or (facts.constant(named) if named is not None else None)
+            value = constant.value if constant is not None else None
+        if value is None or not 0.0 < value <= 2.0 ** -12 or facts.dtype_of(first_arg(call)) is not Dtype.FLOAT16:
+            return
+        self.report(bound, "near_one", bound=self.context.code(bound))
 
     def _check_additive(self, facts: DtypeFacts, node) -> None:
         parent = facts.parent(node)

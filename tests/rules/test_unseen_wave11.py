@@ -21,7 +21,14 @@
    Embedding) built with dtype float32: 0.0122 -> 0.0096. Missed: the fact missing is that an id-reading layer
    (``keras_layers.READS_IDS``: Keras' own Embedding turns autocast off for this reason) fed a column of a float16
    input receives rounded ids. New rule MP209 (report only). A whole parameter handed to the Embedding (an int
-   Input the caller passes: store_id_embed_k3_ok) is left alone."""
+   Input the caller passes: store_id_embed_k3_ok) is left alone.
+4. focal_clip_k2.py: a tf_keras focal Loss subclass clips the float16 sigmoid output to
+   ``[epsilon, 1.0 - epsilon]`` with ``epsilon = keras.backend.epsilon()`` (1e-7). float16's spacing below 1 is
+   4.9e-4, so ``1.0 - 1e-7`` is 1.0: the clip leaves saturated probabilities at 1 and ``log(1 - p)`` is -inf,
+   NaN once multiplied by ``1 - y = 0``. Ran: loss nan from epoch 1; y_pred cast to float32 first: 0.217 -> 0.184.
+   Found at untuned only through MP205 (the float16 head); the clip itself, the root cause, was silent: the fact
+   missing is that ``1 - eps`` for eps <= 2**-12 rounds to 1 in float16. MP202 reports it (no fix) when the clipped
+   tensor is float16; a Keras 3 Loss subclass (y_pred cast to float32 by Loss.__call__) stays silent."""
 
 from __future__ import annotations
 
@@ -308,3 +315,59 @@ def test_a_column_handed_over_without_a_cast_is_silent():
     # a model fitted on int id pairs (benchmarks/unseen/minimize_train_step_k2_ok.py): no cast, maybe no float at all
     code = PACKED_K2.format(layer_dtype="").replace("tf.cast(features[:, 0], tf.int32)", "features[:, 0]")
     assert [f for f in lint(code, keras="2") if f.code == "MP209"] == []
+
+
+FOCAL_K2 = """
+    import tensorflow as tf
+    import tf_keras as keras
+
+
+    class BinaryFocalLoss(keras.losses.Loss):
+        def call(self, y_true, y_pred):
+            y_true = tf.cast(y_true, y_pred.dtype)
+            epsilon = keras.backend.epsilon()
+            p = tf.clip_by_value(y_pred, epsilon, {upper})
+            return -tf.reduce_mean(y_true * tf.math.log(p) + (1.0 - y_true) * tf.math.log(1.0 - p), axis=-1)
+
+
+    def main():
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, activation="sigmoid")])
+        model.compile("adam", BinaryFocalLoss())
+"""
+
+FOCAL_K3 = """
+    import keras
+    from keras import ops
+
+
+    class BinaryFocalLoss(keras.losses.Loss):
+        def call(self, y_true, y_pred):
+            p = ops.clip(y_pred, 1e-7, 1.0 - 1e-7)
+            return -ops.mean(y_true * ops.log(p) + (1.0 - y_true) * ops.log(1.0 - p), axis=-1)
+
+
+    def main():
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, activation="sigmoid")])
+        model.compile("adam", BinaryFocalLoss())
+"""
+
+
+def near_one(findings) -> list[int]:
+    return sorted(f.line for f in findings if f.code == "MP202" and "1.0 in float16" in f.message)
+
+
+def test_upper_clip_bound_rounding_to_one_is_reported_keras2():
+    found = lint(FOCAL_K2.format(upper="1.0 - epsilon"), keras="2")
+    assert near_one(found) == [9]
+    assert all(f.fix is None for f in found if f.code == "MP202" and f.line == 9)
+    assert near_one(lint(FOCAL_K2.format(upper="1 - 1e-7"), keras="2")) == [9]
+
+
+def test_upper_clip_bound_float16_can_hold_is_silent():
+    assert near_one(lint(FOCAL_K2.format(upper="1.0 - 1e-3"), keras="2")) == []
+
+
+def test_keras3_loss_class_clips_float32_predictions():
+    assert near_one(lint(FOCAL_K3)) == []
