@@ -5,8 +5,9 @@ main()``) on the ``PYTHONPATH`` of the script it runs, and names a config templa
 ``MPFIX_VERIFY_FOLLOW``. Every Python process the script starts inherits both. In one that
 has a ``TF_CONFIG`` (a worker the launcher started) and runs a ``.py`` file, ``main``
 replaces the process (``os.execv``: same pid, so the launcher still waits for it) with the
-bootstrap running that same file and arguments as worker ``task.index``, with its records
-beside the launcher's (``<mode>-w<i>.jsonl``). Everything else is left alone, and a
+bootstrap running that same file and arguments as worker i, its number in the cluster's training
+group (a chief first, then the workers: ``_peers.cluster_rank``), with its records beside the
+launcher's (``<mode>-w<i>.jsonl``). An evaluator or parameter server task is not followed. Everything else is left alone, and a
 ``sitecustomize`` the environment had is still run.
 """
 
@@ -17,6 +18,8 @@ import importlib.util
 import json
 import os
 import sys
+
+from mpfix.verify._peers import cluster_rank
 
 ENV = "MPFIX_VERIFY_FOLLOW"
 # Set before the exec: the bootstrap's own start (it imports this sitecustomize too) and
@@ -39,7 +42,10 @@ def _follow() -> None:
     script = sys.argv[0] if sys.argv else ""
     if not script.endswith(".py") or not os.path.isfile(script):
         return
-    index = int(json.loads(tf_config)["task"]["index"])
+    rank = cluster_rank(tf_config)
+    if rank is None:  # an evaluator or a parameter server: not a worker of the training group
+        return
+    index = rank[0]
     with open(template, encoding="utf-8") as fh:
         config = json.load(fh)
     folder = os.path.dirname(template)

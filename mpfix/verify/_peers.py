@@ -15,8 +15,8 @@ So a worker that ended normally (stopped at the step limit, finished, exited 0) 
 ``end`` event, then waits until every peer has written its own ``end`` (or its process is
 gone), and only then exits; it records ``left`` (the time, and each peer's state) for the
 record. Its watchdog still runs while it waits: a halt request, its deadline or the
-parent's death end it as before. The peers are the cluster's workers (``TF_CONFIG``), whose
-records lie beside this worker's (``<name>-w<index>.jsonl``: verify's ``--workers`` and the
+parent's death end it as before. The peers are the cluster's chief and workers (``TF_CONFIG``), whose
+records lie beside this worker's (``<name>-w<number>.jsonl``, ``cluster_rank``: verify's ``--workers`` and the
 workers a launcher starts, ``_follow``).
 """
 
@@ -33,16 +33,35 @@ POLL_S = 0.05
 MAX_WAIT_S = 60.0
 
 
-def peer_records(records: str, worker: int, tf_config: str | None) -> dict[int, str]:
-    """The records file of each other worker of the cluster, by index."""
-    match = re.fullmatch(rf"(.*)-w{worker}\.jsonl", records)
-    if match is None or not tf_config:
-        return {}
+def cluster_rank(tf_config: str | None) -> tuple[int, int] | None:
+    """(this task's number, the number of tasks) among a cluster's training tasks: the chief first, then
+    the workers, as TensorFlow numbers them (``multi_worker_util.id_in_cluster``/``worker_count``: a
+    chief is 0 and ``worker`` i is i + the number of chiefs). None for a task that does not train in
+    the collective group (an ``evaluator``, a ``ps``) or a ``TF_CONFIG`` that cannot be read.
+
+    Each task's records are named by this number (``-w<number>``): by ``task.index`` alone, a chief
+    and worker 0 wrote the same records file."""
     try:
-        count = len(json.loads(tf_config)["cluster"]["worker"])
-    except (ValueError, KeyError, TypeError):
+        config = json.loads(tf_config or "")
+        cluster, task = config["cluster"], config["task"]
+        chiefs, workers = len(cluster.get("chief", ())), len(cluster.get("worker", ()))
+        kind, index = task["type"], int(task["index"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if kind == "chief" and 0 <= index < chiefs:
+        return index, chiefs + workers
+    if kind == "worker" and 0 <= index < workers:
+        return chiefs + index, chiefs + workers
+    return None
+
+
+def peer_records(records: str, worker: int, tf_config: str | None) -> dict[int, str]:
+    """The records file of each other training task of the cluster (``cluster_rank``), by number."""
+    match = re.fullmatch(rf"(.*)-w{worker}\.jsonl", records)
+    rank = cluster_rank(tf_config)
+    if match is None or rank is None:
         return {}
-    return {i: f"{match.group(1)}-w{i}.jsonl" for i in range(count) if i != worker}
+    return {i: f"{match.group(1)}-w{i}.jsonl" for i in range(rank[1]) if i != worker}
 
 
 def _state(path: str) -> str:

@@ -242,6 +242,21 @@ def test_a_launcher_scripts_workers_are_followed():
     assert len(pids) == 4 and not [p for p in pids if _alive(p)]
 
 
+def test_a_launcher_scripts_chief_and_worker_keep_their_own_records():
+    """A cluster with a ``chief`` task: the chief and worker 0 both have ``task.index`` 0, and were
+    both followed as worker 0, into one records file. Numbered as TensorFlow numbers them (chief 0,
+    then the workers), each has its own records and waits for the other (_peers.cluster_rank)."""
+    report = verify(SCRIPTS / "workers" / "launcher.py", ["--chief", "--steps", "100"],
+                    steps=4, device="cpu", timeout=240, baseline=False)
+    assert report.verdict.name == "healthy", report.verdict.summary
+    workers = report.mixed.workers
+    assert [w.step_count for w in workers] == [4, 4]
+    pids = [w.start["pid"] for w in workers]
+    assert len(set(pids)) == 2 and not [p for p in pids if _alive(p)]
+    assert all(w.end["status"] == "stopped" for w in workers), [w.end for w in workers]
+    assert all(w.left and list(w.left["peers"].values()) == ["ended"] for w in workers), [w.left for w in workers]
+
+
 def test_a_launcher_scripts_crashing_worker_halts_its_peers():
     report = verify(
         SCRIPTS / "workers" / "launcher.py", ["--steps", "100", "--", "--fault", "crash", "--worker", "1", "--at", "2"],

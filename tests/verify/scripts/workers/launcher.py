@@ -11,6 +11,7 @@ import sys
 parser = argparse.ArgumentParser()
 parser.add_argument("--workers", type=int, default=2)
 parser.add_argument("--steps", type=int, default=3)
+parser.add_argument("--chief", action="store_true", help="the first process is the cluster's chief task")
 parser.add_argument("rest", nargs=argparse.REMAINDER)
 args = parser.parse_args()
 extra = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
@@ -38,8 +39,11 @@ for s in sockets:
     s.close()
 worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mwms.py")
 procs = []
-for index in range(args.workers):
-    config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]}, "task": {"type": "worker", "index": index}}
+addresses = [f"127.0.0.1:{p}" for p in ports]
+cluster = {"chief": addresses[:1], "worker": addresses[1:]} if args.chief else {"worker": addresses}
+tasks = [("chief", 0)] * args.chief + [("worker", i) for i in range(args.workers - args.chief)]
+for kind, index in tasks:
+    config = {"cluster": cluster, "task": {"type": kind, "index": index}}
     env = dict(os.environ, TF_CONFIG=json.dumps(config))
     procs.append(subprocess.Popen([sys.executable, worker, "--steps", str(args.steps), *extra], env=env))
 sys.exit(max(p.wait() for p in procs))
