@@ -10,6 +10,7 @@ from mpfix.codemods.analysis.dtypes import Dtype
 from mpfix.codemods.base import Fact, Invalid, Need, Rule, Valid
 from mpfix.codemods.facts import keras_layers, ops as op_table
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, dtype_facts
+from mpfix.codemods.names import self_attribute
 from mpfix.findings import FixSafety
 
 
@@ -106,17 +107,12 @@ class Float16IntegerIds(Rule):
             resolved = self.context.resolve(statement.value.func) or ""
             if not resolved.startswith("keras.") or resolved.rsplit(".", 1)[-1] not in keras_layers.READS_IDS:
                 continue
-            for target in statement.targets:
-                t = target.target
-                if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
-                    found.add(t.attr.value)
+            found.update(a for a in (self_attribute(t.target) for t in statement.targets) if a is not None)
         return found
 
     def _method(self, facts: DtypeFacts, method: cst.FunctionDef, inputs: str, embeddings: set[str]) -> None:
         for call in walk(method.body):
-            func = call.func if isinstance(call, cst.Call) else None
-            if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and
-                    func.value.value == "self" and func.attr.value in embeddings) or first_arg(call) is None:
+            if not isinstance(call, cst.Call) or self_attribute(call.func) not in embeddings or first_arg(call) is None:
                 continue
             place = facts.place(call)
             ids = first_arg(call)

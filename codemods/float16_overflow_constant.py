@@ -14,13 +14,10 @@ from mpfix.codemods.analysis.dtypes import Dtype
 from mpfix.codemods.base import Fact, FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, dtype_facts
+from mpfix.codemods.names import self_attribute
 from mpfix.findings import FixSafety
 
 _INF = float("inf")
-
-
-def _is_self_attribute(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self"
 
 
 def _makes_tensor(value: cst.BaseExpression) -> bool:
@@ -198,7 +195,7 @@ class Float16OverflowConstant(Rule):
                                                               and facts.constant(candidate) is None):
                 self._computed(facts, candidate, parent)
                 continue
-            if (isinstance(candidate, cst.Name) or _is_self_attribute(candidate)) and parent is not None:
+            if (isinstance(candidate, cst.Name) or self_attribute(candidate) is not None) and parent is not None:
                 if isinstance(parent, cst.Attribute) and parent.value is candidate:
                     continue  # `self` of `self.mask_value`
                 constant = facts.constant(candidate)

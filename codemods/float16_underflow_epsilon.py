@@ -14,14 +14,11 @@ from mpfix.codemods.base import Fact, FixAvailability, Invalid, Rule, Valid
 from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.facts import ops as op_table
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, dtype_facts
+from mpfix.codemods.names import self_attribute
 from mpfix.findings import FixSafety
 
 
 _EPSILON_KEYWORDS = {"epsilon", "eps", "variance_epsilon", "norm_epsilon", "layer_norm_eps", "layer_norm_epsilon"}
-
-
-def _is_self_attribute(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self"
 
 
 class Float16UnderflowEpsilon(Rule):
@@ -242,7 +239,7 @@ class Float16UnderflowEpsilon(Rule):
                 self._check_call(facts, candidate)
                 if not candidate.args and facts.constant(candidate) is not None:
                     self._check_additive(facts, candidate)  # keras.backend.epsilon(): 1e-7
-            elif not isinstance(candidate, cst.Attribute) or _is_self_attribute(candidate):
+            elif not isinstance(candidate, cst.Attribute) or self_attribute(candidate) is not None:
                 self._check_additive(facts, candidate)
         for call in facts.all_calls:
             self._check_near_one(facts, call)
@@ -279,7 +276,7 @@ class Float16UnderflowEpsilon(Rule):
 
     def _check_additive(self, facts: DtypeFacts, node) -> None:
         parent = facts.parent(node)
-        if isinstance(node, cst.Name) or _is_self_attribute(node):
+        if isinstance(node, cst.Name) or self_attribute(node) is not None:
             if isinstance(parent, cst.Attribute) and parent.value is node:
                 return  # `self` of `self.epsilon`
             constant = facts.constant(node)

@@ -14,6 +14,7 @@ from mpfix.codemods.base import Fact, FixAvailability, Invalid, Need, Rule, Vali
 from mpfix.codemods.facts import keras_layers, ops as op_table
 from mpfix.codemods.facts.dtype_facts import DtypeFacts, RegionKind, dtype_facts
 from mpfix.codemods.facts.heuristics import LOSS_NAME
+from mpfix.codemods.names import self_attribute
 from mpfix.findings import FixSafety
 
 Kind = op_table.Kind
@@ -106,7 +107,7 @@ def _from_weight(facts: DtypeFacts, context, node: cst.BaseExpression, depth: in
                 len([a for a in node.args if a.keyword is None and not a.star]) > 1:
             return False  # not a one-tensor TF op (inv, transpose, cast, reshape's shape is a keyword or a list)
         return _from_weight(facts, context, first, depth + 1)
-    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+    if self_attribute(node) is not None:
         place = facts.place(node)
         method = place.function if place is not None and place.in_class else None
         cls = next((c for c in walk(facts.module) if isinstance(c, cst.ClassDef) and method is not None
@@ -130,9 +131,7 @@ def _weight_attribute(context, cls: cst.ClassDef, attr: str) -> bool:
     """Every ``self.<attr> = ...`` in the class builds a weight (``self.add_weight``, ``tf.Variable``)."""
     values = []
     for node in walk(cls):
-        if isinstance(node, cst.Assign) and any(
-                isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name)
-                and t.target.value.value == "self" and t.target.attr.value == attr for t in node.targets):
+        if isinstance(node, cst.Assign) and any(self_attribute(t.target) == attr for t in node.targets):
             values.append(node.value)
     return bool(values) and all(_builds_weight(context, v) for v in values)
 
@@ -480,8 +479,7 @@ class Float16UnsafeReduction(Rule):
         for call in facts.nodes(cst.Call):
             func = call.func
             if not (isinstance(func, cst.Attribute) and func.attr.value == "assign" and
-                    isinstance(func.value, cst.Attribute) and isinstance(func.value.value, cst.Name) and
-                    func.value.value.value == "self") or first_arg(call) is None:
+                    self_attribute(func.value) is not None) or first_arg(call) is None:
                 continue
             place = facts.place(call)
             if place is None or not place.layer_method:

@@ -32,6 +32,13 @@ def dotted_name(node: cst.BaseExpression) -> str | None:
     return ".".join(reversed(parts))
 
 
+def self_attribute(node: cst.CSTNode | None) -> str | None:
+    """``x`` for ``self.x``, else None."""
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+        return node.attr.value
+    return None
+
+
 def canonical(qualified: str) -> str:
     """Fold the spellings of Keras into ``keras.…`` and drop TF's ``compat.v2``."""
     for prefix in _KERAS_PREFIXES:
