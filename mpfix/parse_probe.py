@@ -11,6 +11,11 @@ Two ways, one answer:
   ``subprocess`` (fork+exec is safe under threads) and reused across texts, parses each text; it is
   killed and started again only when a parse overruns or the helper dies. Starting it costs an
   interpreter and LibCST's import (~0.3-0.5 s) once, not per text; ``warm`` starts it ahead of need.
+
+The limit counts the CPU time of the parsing process (Linux: ``/proc/PID/stat``), not wall time: on a
+loaded machine a parse that needs 20 ms could wait seconds for a core, and the same file would read
+"did not finish" on one run and give LibCST's error on the next. A parse starved of CPU still ends at a
+wall-clock backstop (``_BACKSTOP``); where the CPU time cannot be read, the limit is wall time.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ DID_NOT_END = "did not end"
 CRASHED = "crashed"
 _REPLY_MAX = 65_536
 _START_S = 120.0  # an interpreter and LibCST's import, on a loaded machine; the parse's own limit starts after
+_BACKSTOP = (12.0, 60.0)  # wall-clock end of a CPU-time limit of s seconds: max(12 * s, 60 s)
+_POLL_S = 0.05
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def probe(text: str, seconds: float) -> object:
@@ -51,6 +59,41 @@ def helper_pid() -> int | None:
     return process.pid if process is not None and process.poll() is None else None
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU time (user + system) process ``pid`` has used, from ``/proc``; None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+        fields = data[data.rindex(b")") + 2:].split()  # the command name, in parentheses, may hold spaces
+        return (int(fields[11]) + int(fields[12])) / _TICKS  # utime and stime, fields 14 and 15
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Limit:
+    """``seconds`` of CPU time of process ``pid`` from now (wall time where that cannot be read)."""
+
+    def __init__(self, pid: int, seconds: float) -> None:
+        self.pid, self.seconds = pid, seconds
+        self.start = cpu_seconds(pid)
+        factor, least = _BACKSTOP
+        self.wall_end = time.monotonic() + (seconds if self.start is None else max(factor * seconds, least))
+
+    def passed(self) -> bool:
+        if time.monotonic() >= self.wall_end:
+            return True
+        now = cpu_seconds(self.pid) if self.start is not None else None
+        return now is not None and now - self.start >= self.seconds
+
+
+class _Wall:
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def passed(self) -> bool:
+        return time.monotonic() >= self.end
+
+
 def _forked(text: str, seconds: float) -> object:
     parent = os.getpid()
     read_end, write_end = os.pipe()
@@ -65,14 +108,16 @@ def _forked(text: str, seconds: float) -> object:
         os._exit(0)
     os.close(write_end)
     try:
-        deadline = time.monotonic() + seconds
+        limit = Limit(pid, seconds)
         delay = 0.001
-        while time.monotonic() < deadline:
+        while True:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 return CRASHED if os.WIFSIGNALED(status) else error_from(os.read(read_end, _REPLY_MAX))
+            if limit.passed():
+                break
             time.sleep(delay)
-            delay = min(delay * 2, 0.05)
+            delay = min(delay * 2, _POLL_S)
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         return DID_NOT_END
@@ -143,7 +188,7 @@ class _Helper:
             for _ in range(2):  # a helper that died (killed, or on this text) is replaced once
                 self.start()
                 if not self.ready:
-                    self.ready = self._read_line(_START_S) == b"ready\n"
+                    self.ready = self._read_line(_Wall(_START_S)) == b"ready\n"
                     if not self.ready:
                         self.stop()
                         return None
@@ -153,7 +198,7 @@ class _Helper:
                 except OSError:
                     self.stop()
                     continue
-                reply = self._read_line(seconds)
+                reply = self._read_line(Limit(self.process.pid, seconds))
                 if reply is None:  # overran: the parse is abandoned with its process
                     self.stop()
                     return DID_NOT_END
@@ -163,15 +208,15 @@ class _Helper:
                 self.stop()
             return CRASHED if died else None
 
-    def _read_line(self, seconds: float) -> bytes | None:
-        """One reply line; b"" at end of file; None when ``seconds`` pass first."""
+    def _read_line(self, limit: Limit | _Wall) -> bytes | None:
+        """One reply line; b"" at end of file; None when ``limit`` passes first."""
         fd = self.process.stdout.fileno()
-        deadline = time.monotonic() + seconds
         chunks = []
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
+            if not select.select([fd], [], [], _POLL_S)[0]:
+                if limit.passed():
+                    return None
+                continue
             chunk = os.read(fd, _REPLY_MAX)
             if not chunk:
                 return b""

@@ -96,7 +96,8 @@ MAX_DEPTH = 1000
 # take minutes on a long call chain in the wrong place (``a()()...(`` 8,000 calls inside a ``def``'s
 # parameters: 30 s+; the time grows ~4.5x per doubling). Its parse of such a file is tried outside this
 # process first (``mpfix.parse_probe``: a forked child, or where threads run a reused helper process)
-# and given this long; past it the file is an MP000 with CPython's message.
+# and given this much CPU time (the parsing process's, so a loaded machine does not change the answer);
+# past it the file is an MP000 with CPython's message.
 PARSE_PROBE_SECONDS = 10.0
 
 
