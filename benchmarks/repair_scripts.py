@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "verify" / "scripts" / "repair"
 # Helpers imported by the scripts, copied beside each.
-HELPERS = ("mp_setup.py", "train_config.json")
+HELPERS = ("mp_setup.py", "train_config.json", "pool_config.json")
 
 
 def _env(legacy: bool) -> dict:
