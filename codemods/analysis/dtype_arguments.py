@@ -270,10 +270,13 @@ class ParameterDtypes(PartialCalls):
                               spellings: dict[cst.FunctionDef, dict[str, set[Dtype]]]) -> None:
         """What other files' float16 code passes a function of this file (``ProjectFileFacts.cross_calls``): the
         caller's float16 activations, a float32 cast, a number, or a value the scan cannot judge; a ``dtype``
-        parameter a caller leaves out is its default (``get_padding_bias(x, dtype=tf.float32)``)."""
+        parameter a caller leaves out is its default (``get_padding_bias(x, dtype=tf.float32)``). A call from
+        anywhere that hands the function a Keras instance (or a callable running one) is one of the callers that
+        decide its other parameters too (research DELF's export_local_model.py: a float32 ``input_signature``
+        parameter and a lambda running the Delf model, N22)."""
         for call in getattr(self, "cross_calls", ()):
             target = self.functions.get(call.function)
-            if target not in by_function or not call.float16:
+            if target not in by_function or not (call.float16 or call.keras_instances or call.keras_callables):
                 continue
             dtypes = seen.setdefault(target, {})
             for name in call.tensors | call.float32 | call.numbers | call.unknown:

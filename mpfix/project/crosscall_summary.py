@@ -27,6 +27,7 @@ from mpfix.keras_spellings import fold_keras
 from mpfix.project import structural
 from mpfix.project.structural import StructuralSummary, dotted_name
 from mpfix.project.call_pattern import CALL
+from mpfix.project.signatures import signature_float32
 
 KERAS_MODEL_HOOKS = frozenset({"train_step", "test_step", "predict_step"})
 # Keras base classes whose subclasses' ``call`` runs under the compute dtype (resolved spellings,
@@ -85,6 +86,7 @@ class Site:
     bound: dict[str, Ref]  # the caller's names bound to a call (`net = Delf()`): the callable's Ref
     line: int = 0
     flow: Flow | None = None
+    float32: frozenset[str] = frozenset()  # the caller's parameters its input_signature makes float32 (``signatures``)
 
 
 @dataclass
@@ -214,12 +216,13 @@ class _Collector:
                 values.sort(key=lambda entry: entry[0])
             flow = Flow(frozenset(params), assigned)
         sites = []
+        float32 = signature_float32(func, self.summary.resolve) if func.decorator_list else frozenset()
         for call in calls:
             target = self.project_target(call.func)
             if target is None:
                 continue
             sites.append(Site(target[0], target[1], context, caller, list(call.args),
-                              {k.arg: k.value for k in call.keywords if k.arg}, bound, call.lineno, flow))
+                              {k.arg: k.value for k in call.keywords if k.arg}, bound, call.lineno, flow, float32))
         return sites
 
     def _assignment(self, node, assigned: dict) -> None:

@@ -355,8 +355,8 @@ class CrossCallScan:
                 ref = self._class(file, built)
                 if ref is not None and self._float16_instance(ref):
                     return ArgKind.KERAS_INSTANCE
-        if self._float32(file, value):
-            return ArgKind.FLOAT32
+        if self._float32(file, value) or isinstance(value, ast.Name) and value.id in site.float32:
+            return ArgKind.FLOAT32  # a cast, a float32 creator, the caller's input_signature float32 parameter
         if site.flow is not None:
             reaching = _reaching(site.flow, value.id, site.line) if isinstance(value, ast.Name) else None
             if reaching is not None and reaching is not True:
