@@ -56,7 +56,7 @@ class CallDtypes:
             return PY
         if resolved.endswith("backend.floatx") or func_name.endswith("floatx"):
             return PY  # a dtype name; float32 under every mixed policy
-        if func_type is cst.Attribute and node.func.attr.value in ("gradient", "jacobian") and \
+        if func_type is cst.Attribute and node.func.attr.value in keras_layers.TAPE_GRADIENT_METHODS and \
                 heuristics.TAPE_NAME.search(dotted_name(node.func.value) or ""):
             return F32  # gradients of the float32 variables (LossScaleOptimizer unscales in float32)
         if func_type is cst.Attribute and node.func.attr.value in keras_layers.OPTIMIZER_RESULTS and \

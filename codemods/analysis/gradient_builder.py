@@ -17,6 +17,7 @@ from mpfix.codemods.analysis.gradient_syntax import (
 )
 from mpfix.codemods.analysis.gradient_tracer import _PathTracer
 from mpfix.codemods.analysis.gradient_values import _Helpers, _Registry, _merge, _scale_of
+from mpfix.codemods.facts.keras_layers import TAPE_GRADIENT_METHODS
 from mpfix.codemods.names import dotted_name
 
 
@@ -160,7 +161,7 @@ def _analyse(context: FileView) -> Analysis:
             elif isinstance(func, cst.Attribute):
                 owner = dotted_name(func.value)
                 method = func.attr.value
-                if method == "gradient" and isinstance(func.value, cst.Name) and func.value.value in tapes and call.args:
+                if method in TAPE_GRADIENT_METHODS and isinstance(func.value, cst.Name) and func.value.value in tapes and call.args:
                     gradients.append(GradientCall(call, st, func.value.value, call.args[0].value,
                                                   len(all_gradients) + len(gradients)))
                 elif method == "compute_gradients" and owner is not None and call.args:

@@ -113,6 +113,9 @@ KERAS_CONSTANTS = {"keras.backend.epsilon": 1e-7, "keras.config.epsilon": 1e-7}
 
 # What Keras optimizer and loss calls return (C27, C28; measured against TensorFlow's traced dtypes):
 # `apply_gradients`/`minimize` return the iteration count (int64); a loss scaler returns its argument's dtype.
+# GradientTape methods that differentiate: `gradient`, and the per-example/per-output `jacobian` and
+# `batch_jacobian` (linear in the target, so a jacobian of a scaled loss carries the loss scale: DP-SGD steps).
+TAPE_GRADIENT_METHODS = frozenset({"gradient", "jacobian", "batch_jacobian"})
 OPTIMIZER_RESULTS = {"apply_gradients": "int", "minimize": "int", "scale_loss": "argument",
                      "get_scaled_loss": "argument", "get_unscaled_gradients": "argument"}
 # A Keras 3 `Loss` object converts y_true/y_pred to its dtype (floatx, float32) before computing;
