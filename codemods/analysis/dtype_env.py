@@ -38,6 +38,45 @@ class NameDtypes(ParameterDtypes):
             return found
         return None
 
+    def signature_float32(self, name: str, region: Region) -> bool:
+        """``name`` is a parameter that its function's ``@tf.function(input_signature=[...])`` makes float32 (a
+        ``tf.TensorSpec`` with ``dtype`` float32, or none: the default), read in that function or a closure of it,
+        and never rebound: the traced function gets it converted to the spec, whatever the policy (N22's caller)."""
+        while region is not None:
+            if any(name in own(table) for table in (region.assigned, region.unpacked, region.iterated)):
+                return False
+            node = region.node
+            if isinstance(node, cst.FunctionDef):
+                params = node.params
+                names = [p.name.value for p in [*params.posonly_params, *params.params]]
+                names = names[1:] if names and names[0] in ("self", "cls") else names
+                if name in names:
+                    specs_ = self._signature_specs(node)
+                    index = names.index(name)
+                    return specs_ is not None and index < len(specs_) and specs_[index]
+                if name in {p.name.value for p in params.kwonly_params} or isinstance(params.star_arg, cst.Param) \
+                        and params.star_arg.name.value == name:
+                    return False
+            region = region.enclosing if region.closure else None
+        return False
+
+    def _signature_specs(self, func: cst.FunctionDef) -> list[bool] | None:
+        """Per element of ``func``'s ``input_signature``: a ``tf.TensorSpec`` that is certainly float32."""
+        for decorator in func.decorators:
+            call = decorator.decorator
+            if isinstance(call, cst.Call) and self.resolve(call.func) == "tensorflow.function":
+                spec = argument(call, "input_signature", 1)
+                if spec is None or not isinstance(spec.value, (cst.List, cst.Tuple)):
+                    return None
+                found = []
+                for element in spec.value.elements:
+                    value = element.value
+                    dtype = argument(value, "dtype", 1) if isinstance(value, cst.Call) and \
+                        self.resolve(value.func) == "tensorflow.TensorSpec" else False
+                    found.append(dtype is None or dtype is not False and spelled_dtype(dtype.value, self.resolve) is F32)
+                return found
+        return None
+
     def _compute_env(self, region: Region) -> None:
         region.env = {}
         region.memo.clear()

@@ -363,20 +363,7 @@ class DtypeFacts:
                     self._output_mix(node, region, found)
                 continue
             node_type = type(node)
-            if node_type is cst.BinaryOperation or node_type is cst.AugAssign:
-                if isinstance(node.operator, _NOT_ARITHMETIC):
-                    continue
-                if node_type is cst.BinaryOperation and self._variable_promotes(node, region):
-                    continue  # Keras 3: the variable's operator is keras.ops, which promotes
-                operands = [node.left, node.right] if node_type is cst.BinaryOperation else [node.target, node.value]
-            elif node_type is cst.Call:
-                operands = self._same_dtype_operands(node)
-            elif node_type is cst.Comparison:
-                operands = _compared(node)
-                if self.keras == 3 and any(self._a.keras_variable(o, region) for o in operands):
-                    continue  # a Keras 3 variable's comparison operators are keras.ops: they promote
-            else:
-                continue
+            operands = self._operands(node, region, _NOT_ARITHMETIC)
             if len(operands) < 2:
                 continue
             dtypes = [a.dtype_insensitive(o, region) for o in operands]
@@ -403,18 +390,9 @@ class DtypeFacts:
         variable): TensorFlow raises (TypeError). Neither side guessed, so neither is evidence about the other."""
         a = self._a
         node_type = type(node)
-        if node_type is cst.BinaryOperation:
-            if isinstance(node.operator, (*_NOT_ARITHMETIC, cst.Power)) or self._variable_promotes(node, region):
-                return
-            operands = [node.left, node.right]
-        elif node_type is cst.AugAssign:
-            if isinstance(node.operator, _NOT_ARITHMETIC):
-                return
-            operands = [node.target, node.value]
-        elif node_type is cst.Call:
-            operands = self._same_dtype_operands(node)
-        else:
-            return
+        # A comparison too (TensorFlow's need one dtype): a float32 input_signature parameter meeting the model's
+        # scores in the tf.Module method that runs it (``signature_float32``: N22's class in one file).
+        operands = self._operands(node, region, (*_NOT_ARITHMETIC, cst.Power))
         if len(operands) < 2:
             return
         dtypes = [a.dtype(o, region) for o in operands]
@@ -439,6 +417,8 @@ class DtypeFacts:
             return False
         if self._source(node, region, 0, False) is not None:
             return True
+        if isinstance(node, cst.Name) and a.signature_float32(node.value, region):
+            return True  # the function's own input_signature makes it float32
         if isinstance(node, cst.Name) and node.value in region.param_dtypes:  # what every call site passes
             return bool(a.passed_everywhere(node.value, region, lambda value, caller: a.plain_float32_variable(
                 value, caller) or (caller.kind not in ("module", "shadow") and
@@ -467,6 +447,23 @@ class DtypeFacts:
                                                     for e in first.elements)
             return self._certainly_float32(first, region, depth + 1)
         return False
+
+    def _operands(self, node: cst.CSTNode, region: Region, binary_excluded: tuple) -> list[cst.BaseExpression]:
+        """The operands of ``node`` that must share one dtype: a binary operation's (not ``binary_excluded``, not a
+        Keras 3 variable's, whose operators promote), an augmented assignment's, a same-dtype op's, a comparison's."""
+        node_type = type(node)
+        if node_type is cst.BinaryOperation:
+            excluded = isinstance(node.operator, binary_excluded) or self._variable_promotes(node, region)
+            return [] if excluded else [node.left, node.right]
+        if node_type is cst.AugAssign:
+            return [] if isinstance(node.operator, _NOT_ARITHMETIC) else [node.target, node.value]
+        if node_type is cst.Call:
+            return self._same_dtype_operands(node)
+        if node_type is cst.Comparison:
+            operands = _compared(node)
+            # a Keras 3 variable's comparison operators are keras.ops: they promote
+            return [] if self.keras == 3 and any(self._a.keras_variable(o, region) for o in operands) else operands
+        return []
 
     def _variable_promotes(self, node: cst.BinaryOperation, region: Region) -> bool:
         """``x * self.w`` / ``self.w + x`` on a Keras 3 ``add_weight`` variable: no mix (keras_layers table)."""
