@@ -126,6 +126,9 @@ class Float16ExpOverflow(Rule):
                      "the result; use `softplus`"),
         "log_probability": ("`{expression}`: a float16 probability below 6e-8 rounds to 0 and its log is -inf (NaN in "
                             "the loss); use `log_softmax`/`log_sigmoid`, or compute in float32"),
+        "log_sum_exp": ("`{expression}` is a log-sum-exp by hand: in float16 each `exp` underflows to 0 below -17.3, "
+                        "and once all of them do the log is -inf; use `logsumexp` of log-weights + exponents, or "
+                        "compute in float32"),
         "manual_softmax": ("manual softmax `exp(x) / reduce_sum(exp(x))` overflows in float16 once x > 11.1; use "
                            "`tf.nn.softmax`"),
     }
@@ -146,7 +149,10 @@ class Float16ExpOverflow(Rule):
         `exp(clip_by_value(s, -10.0, 10.0))` — are left alone, and so are complex values and
         float32 ones. Also the log side of the same range: softplus spelled out
         (`log1p(exp(x))`, `log(1 + exp(x))`, inf once `exp` is) and `log` of a float16
-        softmax/sigmoid output (a probability below 6e-8 rounds to 0, and its log is -inf).
+        softmax/sigmoid output (a probability below 6e-8 rounds to 0, and its log is -inf), and
+        a log-sum-exp written by hand, `log(reduce_sum(w * exp(-z**2 / 2)))`: exps that cannot
+        overflow still underflow to 0 below -17.3, and the log of their sum is -inf (a Gaussian
+        mixture's likelihood); `exp(x - reduce_max(x))` sums hold a 1 and are left alone.
 
         ## Why is this bad?
         `exp(11.1)` already exceeds float16's 65504: a manual softmax turns into `inf / inf = NaN`
@@ -264,6 +270,18 @@ class Float16ExpOverflow(Rule):
             """,
             policy='mixed_float16',
         ),
+        # A log-sum-exp by hand (a Gaussian mixture's likelihood): the exps cannot overflow, but all underflow. No fix.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            class MixtureLikelihood(tf.keras.layers.Layer):
+                def call(self, z):
+                    density = tf.exp(-0.5 * tf.square(z))
+                    return tf.math.log(tf.reduce_mean(density, axis=-1))
+            """,
+            policy='mixed_float16',
+        ),
         # The log of a float16 probability reached through a name: no fix.
         Invalid(
             """
@@ -294,9 +312,13 @@ class Float16ExpOverflow(Rule):
             if spec is None or x is None:
                 continue
             if spec.has(Kind.LOG):
-                if not self._log_of_exp(facts, call, spec, x, handled) and not spec.has(Kind.LOG1P) and \
-                        facts.dtype_of(x) is Dtype.FLOAT16 and facts.probability(x):
+                if self._log_of_exp(facts, call, spec, x, handled) or spec.has(Kind.LOG1P) or \
+                        facts.dtype_of(x) is not Dtype.FLOAT16:
+                    continue
+                if facts.probability(x):
                     self._log_of_probability(call, x, natural=spec.has(Kind.NATURAL_LOG))
+                elif self._sum_of_exps(facts, x):
+                    self.report(call, "log_sum_exp", expression=self.context.code(call))
             elif spec.has(Kind.EXP):
                 if self._bounded(facts, x):
                     continue
@@ -382,6 +404,39 @@ class Float16ExpOverflow(Rule):
             if value is not None and value.value <= bound:
                 return True
         return False
+
+    def _sum_of_exps(self, facts: DtypeFacts, x: cst.BaseExpression) -> bool:
+        """``x`` is a sum of (weighted) exps that cannot overflow but can underflow (a Gaussian mixture's
+        ``sum(pi * exp(-z**2 / 2) / sigma)``): a log-sum-exp by hand, 0 once every exp is below float16's 6e-8."""
+        if isinstance(x, cst.Name):
+            x = facts.value_of(x)
+        if x is None or not _is(self.context, x, Kind.LONG_SUM, Kind.MEAN) or _is(self.context, x, Kind.CUMULATIVE):
+            return False
+        exps: list[cst.Call] = []
+        pending, seen = [first_arg(x)], 0
+        while pending and seen < 16:  # the summand through names, products and quotients' numerators
+            node, seen = pending.pop(), seen + 1
+            if isinstance(node, cst.Name):
+                pending.append(facts.value_of(node))
+            elif isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+                pending += [node.left, node.right]
+            elif isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
+                pending.append(node.left)
+            elif _is(self.context, node, Kind.EXP) and not _is(self.context, node, Kind.EXPM1) and first_arg(node):
+                exps.append(node)
+        # exp(x - max(x)) or exp(log_softmax(x)): the sum holds a 1 (or is 1); an unbounded exp is reported itself.
+        return bool(exps) and all(self._bounded(facts, first_arg(e)) and not self._normalised(facts, first_arg(e))
+                                  for e in exps)
+
+    def _normalised(self, facts: DtypeFacts, v: cst.BaseExpression) -> bool:
+        if _is(self.context, v, Kind.LOG_PROBABILITY):
+            return True
+        if not (isinstance(v, cst.BinaryOperation) and isinstance(v.operator, cst.Subtract)):
+            return False
+        right = facts.value_of(v.right) if isinstance(v.right, cst.Name) else v.right
+        while right is not None and _is(self.context, right, Kind.STOP_GRADIENT) and right.args:
+            right = right.args[0].value
+        return right is not None and (_is(self.context, right, Kind.MAX) or _is(self.context, right, Kind.LOGSUMEXP))
 
     def _exp_argument(self, facts: DtypeFacts, node) -> cst.BaseExpression | None:
         if _is(self.context, node, Kind.EXP) and first_arg(node) is not None:

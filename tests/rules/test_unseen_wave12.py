@@ -80,3 +80,102 @@ def test_jacobian_outside_a_training_step_is_silent():
             return tape.batch_jacobian(y, x)
     """
     assert lint(code) == []
+
+
+# 2. mdn_density_k3.py: a Keras 3 mixture density network's compute_loss casts y to the float16 head's dtype and
+#    writes the Gaussian mixture likelihood out: ``log(sum(pi * exp(-0.5 * z**2) / sigma))``. exp underflows to 0
+#    in float16 below -17.3 (float32: -103), so a target ~6 scales from every component has likelihood 0 and its
+#    log is -inf. Ran: loss inf, 1.03, inf; the head's parameters cast to float32: 1.14 -> 0.97. Missed: MP204
+#    exempts exp(-d**2) as bounded (it cannot overflow), but nothing knew the other side: a log of a sum of exps
+#    is a log-sum-exp by hand, -inf once every exp underflows. Reported by MP204 without a fix (logsumexp of
+#    log-weights + exponents rewrites the expression). The stable forms stay silent: logsumexp, exp(x - max(x))
+#    (the sum holds a 1), float32 parameters.
+MDN_K3 = """
+    import math
+
+    import keras
+    from keras import layers, ops
+
+
+    class PriceMDN(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.body = layers.Dense(64, activation="tanh")
+            self.head = layers.Dense(15)
+
+        def call(self, x):
+            return self.head(self.body(x))
+
+        def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+            logits, mu, log_sigma = ops.split(y_pred, 3, axis=-1)
+            y = ops.cast(y, mu.dtype)
+            pi = ops.softmax(logits, axis=-1)
+            sigma = ops.exp(ops.clip(log_sigma, -5.0, 5.0))
+            z = (y - mu) / sigma
+            density = ops.exp(-0.5 * ops.square(z)) / (sigma * math.sqrt(2.0 * math.pi))
+            likelihood = ops.sum(pi * density, axis=-1)
+            return -ops.mean(ops.log(likelihood))
+
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+"""
+
+MDN_K2 = """
+    import tensorflow as tf
+    import tf_keras as keras
+
+
+    def mixture_nll(y_true, y_pred):
+        logits, mu, log_sigma = tf.split(y_pred, 3, axis=-1)
+        sigma = tf.exp(tf.clip_by_value(log_sigma, -5.0, 5.0))
+        weights = tf.nn.softmax(logits, axis=-1)
+        return -tf.math.log(tf.reduce_sum(weights * tf.exp(-tf.square((y_true - mu) / sigma) / 2.0) / sigma, axis=-1))
+
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(32), keras.layers.Dense(15)])
+    model.compile("adam", loss=mixture_nll)
+"""
+
+
+def test_log_of_a_sum_of_gaussian_densities_is_reported_keras3():
+    findings = lint(MDN_K3)
+    assert rows(findings, "MP204") == [24], [(f.code, f.line, f.message) for f in findings]
+    assert all(f.fix is None for f in findings if f.code == "MP204")
+    assert "logsumexp" in next(f.message for f in findings if f.code == "MP204")
+
+
+def test_log_of_a_sum_of_gaussian_densities_is_reported_keras2():
+    findings = lint(MDN_K2, keras="2")
+    assert rows(findings, "MP204") == [9], [(f.code, f.line, f.message) for f in findings]
+
+
+def test_mixture_likelihood_by_logsumexp_is_silent():
+    code = MDN_K3.replace(
+        "            density = ops.exp(-0.5 * ops.square(z)) / (sigma * math.sqrt(2.0 * math.pi))\n"
+        "            likelihood = ops.sum(pi * density, axis=-1)\n"
+        "            return -ops.mean(ops.log(likelihood))\n",
+        "            log_density = -0.5 * ops.square(z) - ops.log(sigma) - 0.5 * math.log(2.0 * math.pi)\n"
+        "            return -ops.mean(ops.logsumexp(ops.log_softmax(logits, axis=-1) + log_density, axis=-1))\n")
+    assert "logsumexp" in code
+    assert rows(lint(code), "MP204") == []
+
+
+def test_mixture_likelihood_in_float32_is_silent():
+    code = MDN_K3.replace("logits, mu, log_sigma = ops.split(y_pred, 3, axis=-1)",
+                          "logits, mu, log_sigma = ops.split(ops.cast(y_pred, 'float32'), 3, axis=-1)")
+    assert rows(lint(code), "MP204") == []
+
+
+def test_log_sum_exp_after_subtracting_the_max_is_silent():
+    code = """
+        import tensorflow as tf
+
+        class LogSumExpPool(tf.keras.layers.Layer):
+            def call(self, x):
+                m = tf.reduce_max(x, axis=1, keepdims=True)
+                return m + tf.math.log(tf.reduce_sum(tf.exp(x - m), axis=1, keepdims=True))
+
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    """
+    assert rows(lint(code), "MP204") == []
