@@ -98,6 +98,10 @@ class RepairResult:
         return self.after.verdict.exit_code
 
 
+# A trial whose loss scale was still warming up when its run ended is judged again over this many times the steps.
+WARM_UP_STEPS = 4
+
+
 class Repairer:
     def __init__(self, script: Path, args: list[str], options: dict, max_rounds: int, timeout: float,
                  progress=None, run_timeout: float = 600.0) -> None:
@@ -120,7 +124,7 @@ class Repairer:
     def _left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def _run(self, workspace: Workspace, tmp: Path, modes) -> list:
+    def _run(self, workspace: Workspace, tmp: Path, modes, steps: int | None = None) -> list:
         from dataclasses import replace
 
         from mpfix.verify.run import run_children
@@ -128,7 +132,7 @@ class Repairer:
         left = self._left()
         if left < 5:
             raise TimeoutError
-        options = replace(self.options, timeout=min(self.per_run, left))
+        options = replace(self.options, timeout=min(self.per_run, left), steps=steps or self.options.steps)
         workdir = Path(tempfile.mkdtemp(prefix="run-", dir=tmp))
         self.runs += len(modes)
         script = workspace.mirror(self.script)
@@ -140,8 +144,8 @@ class Repairer:
             self.generated[str(runnable)] = self.script
         return run_children(runnable, self.args, modes, options, workdir, origin=script)
 
-    def outcome(self, workspace, tmp, baseline) -> Outcome:
-        mixed = self._run(workspace, tmp, [("mixed", False)])[0]
+    def outcome(self, workspace, tmp, baseline, steps: int | None = None) -> Outcome:
+        mixed = self._run(workspace, tmp, [("mixed", False)], steps)[0]
         return Outcome(judge(mixed, baseline, workspace.mirror(self.script), baseline_expected=True), mixed)
 
     def run(self) -> RepairResult:
@@ -199,7 +203,7 @@ class Repairer:
                 rounds += 1
                 found = _with_static_codes(current.run)
                 if not found and current.verdict.name == "non-finite":
-                    found = self._located(workspace, tmp)
+                    found = self._located(workspace, tmp, current.run)
                 to_original = functools.partial(self.to_original, workspace)
                 offered = candidates_mod.for_crash(current.verdict, _ran_text, to_original) + candidates_mod.for_verdict(
                     current.verdict, current.run, found, _ran_text, self._files(workspace, current.run), to_original)
@@ -258,13 +262,13 @@ class Repairer:
                     found.append(original)
         return found
 
-    def _located(self, workspace, tmp) -> list:
+    def _located(self, workspace, tmp, failed=None) -> list:
         """An eager step has no per-op evidence: the op ``--locate``'s re-run finds."""
         from mpfix.verify.repair_locate import located
 
         self.progress("locating the first op that gave NaN/Inf (an eager re-run)")
         run = self._run(workspace, tmp, [("mixed", True)])[0]
-        return located(run, workspace.mirror(self.script), _ran_text)
+        return located(run, workspace.mirror(self.script), _ran_text, failed.layers if failed is not None else None)
 
     def _static_changes(self, workspace, run, why: str = ""):
         """One change per file the run used that has static fixes (safe and unsafe), the static analysis told the
@@ -325,8 +329,16 @@ class Repairer:
                 continue
             self.progress(f"trying {change.kind}: {change.description}")
             workspace.set(texts)
-            outcome = self.outcome(workspace, tmp, baseline)
-            agrees = repair_checks.agrees(outcome.run, baseline)
+            outcome, longer = self.outcome(workspace, tmp, baseline), ""
+            if outcome.verdict.name == "stalled" and repair_checks.warming_up(outcome.run):
+                # Every step so far skipped by a scale still falling from its start: judged over 4x the steps (a first
+                # update can overshoot and start a second descent: leaky_scan's took 11 + 10 skips).
+                steps = WARM_UP_STEPS * self.options.steps
+                self.progress(f"the loss scale is still warming up: {change.kind} again over {steps} steps")
+                outcome = self.outcome(workspace, tmp, baseline, steps)
+                longer = f" (judged over {steps} steps: the loss scale was still warming up at {self.options.steps})"
+            agrees = repair_checks.agrees(outcome.run, baseline) and \
+                (not longer or repair_checks.enough_updates(outcome.run, self.options.steps))
             better = outcome.rank > current.rank
             moved = not better and outcome.verdict.name == current.verdict.name == "non-finite" and \
                 moved_downstream(current.run, outcome.run)
@@ -337,9 +349,12 @@ class Repairer:
                 change.verdict = outcome.verdict.name
                 why = ("verdict improved" if agrees else "the run no longer crashes") if better else \
                     "the op that created the first NaN/Inf no longer does; the next one is later in the step"
-                result.trials.append(Trial(change, outcome.verdict.name, True, why))
+                result.trials.append(Trial(change, outcome.verdict.name, True, why + longer))
                 return outcome, [*kept, change]
             why = "the final loss differs from float32's" if better else "the verdict did not improve"
+            if better and longer and not repair_checks.enough_updates(outcome.run, self.options.steps):
+                why = f"the loss scale was still warming up at {self.options.steps} steps, and over {steps} too few " \
+                      "updates were applied to compare with float32"
             result.trials.append(Trial(change, outcome.verdict.name, False, why))
         workspace.set(compose(workspace, kept) or {})
         return None

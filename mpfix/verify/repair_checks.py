@@ -28,6 +28,34 @@ def agrees(mixed, baseline) -> bool:
     return diverged(mixed, baseline) is None
 
 
+def warming_up(run) -> bool:
+    """A dynamic loss scale still in its first descent when the run ended: each optimizer's updates skipped from
+    the first one, the scale falling at every skip, none skipped after that prefix, the prefix at least half the
+    run, and every loss finite. The scaler is still searching for a scale the gradients fit (a change that made
+    the forward pass finite leaves gradients ~10^4 x the scale of 32768 to come down from: turn 16's
+    leaky_scan); ``stalled`` counts such a run's skips, but only a longer run tells a warm-up from a stall."""
+    if run is None or not run.steps or run.crash is not None or not all(s.loss_finite for s in run.steps):
+        return False
+    for optimizer in run.optimizers:
+        updates = run.of(optimizer)
+        warm = 0
+        while warm < len(updates) and updates[warm].skipped:
+            warm += 1
+        scales = [s.loss_scale for s in updates[:warm]]
+        if not updates or not all(s.dynamic for s in updates) or any(s.skipped for s in updates[warm:]) \
+                or 2 * warm < len(updates) or None in scales \
+                or any(later >= earlier for earlier, later in zip(scales, scales[1:])):
+            return False
+    return True
+
+
+def enough_updates(run, steps: int) -> bool:
+    """A run judged over more steps after a warm-up proves a change only with updates to compare: at least half
+    the steps asked for (3 at least) applied. A script that ends first (turn 16's leaky_scan: 12 steps, 11 of
+    them the scaler's warm-up, one update paired with float32's) proves nothing."""
+    return run is not None and sum(not s.skipped for s in run.steps) >= max(3, steps // 2)
+
+
 def same_float32(new, old) -> bool:
     if not usable(new) or new.step_count != old.step_count:
         return False

@@ -1,0 +1,126 @@
+"""Turn 16's runtime held-out scripts (tests/verify/scripts/repair/: leaky_scan, activity_l1, pool_temperature,
+pair_interactions, power_iteration; float16 failures no static rule sees at their line) and the classes they
+showed in ``repair``:
+
+* an op inside a control-flow body nested in a project layer's method (a ``tf.while_loop`` body in ``call``) has
+  no per-op evidence, and ``--locate``'s eager re-run names only its line: the layer whose class holds that line
+  is its owner, so ``dtype="float32"`` on that layer is a candidate (power_iteration: nothing was);
+* a change that makes the forward pass finite can leave the dynamic loss scale still falling from 32768 when the
+  run ends (every step skipped: ``stalled``); that trial is judged again over 4x the steps, and proves the
+  change only if enough updates were applied there to compare with float32.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mpfix.verify.records import RunResult, Step
+from mpfix.verify.repair_checks import enough_updates, warming_up
+from mpfix.verify.repair_locate import enclosing_class, located
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = Path(__file__).parent / "scripts" / "repair"
+
+LOOP_LAYER = '''import tensorflow as tf
+
+
+class Spectral(tf.keras.layers.Layer):
+    def call(self, x):
+        def body(i, v):
+            return i + 1, tf.matmul(x, v)
+
+        return tf.while_loop(lambda i, v: i < 3, body, (0, x))[1]
+
+
+layer = Spectral()
+'''
+
+
+def _located(tmp_path: Path, layers: dict) -> list:
+    script = tmp_path / "train.py"
+    script.write_text(LOOP_LAYER)
+    run = RunResult("mixed")
+    run.numerics = {"message": 'Detected Infinity or NaN in output 0 of eagerly-executing op "MatMul"',
+                    "frames": [{"file": str(script), "line": 7, "function": "body", "code": ""}]}
+    return located(run, script, lambda path: Path(path).read_text(), layers)
+
+
+def test_a_located_op_in_a_loop_body_of_a_layers_call_is_that_layers(tmp_path):
+    spectral = {"name": "spectral", "class": "Spectral", "file": str(tmp_path / "train.py"), "line": 12,
+                "code": "layer = Spectral()"}
+    other = {"name": "dense", "class": "Dense", "file": str(tmp_path / "train.py"), "line": 3, "code": ""}
+    (finding,) = _located(tmp_path, {0: other, 1: spectral})
+    assert (finding.op, finding.line, finding.column) == ("MatMul", 7, 27)
+    assert finding.owner == spectral, finding.owner
+    # No layer of that class in the run: no owner (nothing to edit), the island at the op stays the candidate.
+    (alone,) = _located(tmp_path, {0: other})
+    assert alone.owner is None
+
+
+def test_the_class_holding_a_line_is_the_innermost():
+    text = "class A:\n    class B:\n        def f(self):\n            return 1\n    x = 2\n\ny = 3\n"
+    assert [enclosing_class(text, line) for line in (4, 5, 7)] == ["B", "A", None]
+    assert enclosing_class("def (:\n", 1) is None
+
+
+def _steps(skipped: list[bool], scales: list[float], loss: float = 1.0) -> RunResult:
+    run = RunResult("mixed")
+    run.steps = [Step(k, loss, scale, True, skip, 0.0, 0.0, 1.0) for k, (skip, scale) in enumerate(zip(skipped,
+                                                                                                     scales))]
+    return run
+
+
+def test_a_scale_still_falling_from_its_start_is_a_warm_up_not_a_stall():
+    halving = [32768.0 / 2 ** k for k in range(10)]
+    assert warming_up(_steps([True] * 10, halving))
+    assert warming_up(_steps([True] * 6 + [False] * 4, halving[:6] + [halving[5]] * 4))
+    # A skip after an applied update, a scale that stopped falling, a short prefix, a non-finite loss: no warm-up.
+    assert not warming_up(_steps([True] * 6 + [False, True, False, False], halving))
+    assert not warming_up(_steps([True] * 10, [1.0] * 10))
+    assert not warming_up(_steps([True] * 3 + [False] * 7, halving[:3] + [halving[2]] * 7))
+    assert not warming_up(_steps([True] * 10, halving, loss=float("nan")))
+    # Over 40 steps, a change proves itself with at least half the steps asked for applied.
+    assert enough_updates(_steps([True] * 11 + [False] * 9, halving + [1.0] * 10), 10)
+    assert not enough_updates(_steps([True] * 11 + [False], halving + [1.0, 1.0]), 10)
+
+
+def _repair(tmp_path: Path, name: str, text: str | None = None) -> tuple[subprocess.CompletedProcess, dict, str]:
+    script = tmp_path / name
+    if text is None:
+        shutil.copy(SCRIPTS / name, script)
+    else:
+        script.write_text(text)
+    report = tmp_path / "repair.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1")
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    result = subprocess.run([sys.executable, "-m", "mpfix", "repair", name, "--steps", "10", "--device", "cpu",
+                             "--json", str(report)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=1500)
+    return result, json.loads(report.read_text()), script.read_text()
+
+
+@pytest.mark.slow
+def test_repair_puts_the_layer_of_a_while_loop_body_in_float32(tmp_path):
+    result, data, after = _repair(tmp_path, "power_iteration.py")
+    assert result.returncode == 0 and "power_iteration.py: non-finite -> healthy" in result.stdout, result.stdout
+    assert [(c["kind"], c["line"]) for c in data["changes"]] == [("float32 layer", 44)], data["changes"]
+    assert 'SpectralDense(64, dtype="float32"),' in after, after
+
+
+@pytest.mark.slow
+def test_repair_judges_a_change_over_the_loss_scales_warm_up(tmp_path):
+    # leaky_scan trained for 10 epochs (40 steps): the float32 integrator leaves a float16 Dense whose gradients
+    # need ~11 halvings of the scale, so its 10-step run skipped every step.
+    text = (SCRIPTS / "leaky_scan.py").read_text().replace("epochs=3", "epochs=10")
+    result, data, after = _repair(tmp_path, "leaky_scan.py", text)
+    assert result.returncode == 0 and "leaky_scan.py: non-finite -> healthy" in result.stdout, result.stdout
+    (kept,) = [t for t in data["trials"] if t["kept"]]
+    assert kept["kind"] == "float32 layer" and "still warming up" in kept["reason"], data["trials"]
+    assert "LeakyIntegrator(dtype=\"float32\")," in after, after
