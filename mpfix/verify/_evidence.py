@@ -220,13 +220,15 @@ class Evidence:
                 self._check_constant(graph, op)
             if op.type in PASSTHROUGH or op.type in SOURCES or not op.outputs:
                 continue
-            out = op.outputs[0]
-            if out.dtype != tf.float16:
+            # Its first float16 output: a `tf.while_loop`'s loop variables follow its int32 counter (turn 16's
+            # power_iteration: a vector grown past 65504 in the body came out of `While` as its second output).
+            out = next((t for t in op.outputs if t.dtype == tf.float16), None)
+            if out is None:
                 continue
             slot_of[id(out)] = len(slots)
             slots.append(out)
-            measured.append(op)
-        for op in measured:
+            measured.append((op, out))
+        for op, out in measured:
             inputs = []
             for t in op.inputs:
                 source = _through_passthrough(t)
@@ -238,7 +240,7 @@ class Evidence:
                     slot_of[id(source)] = len(slots)
                     slots.append(source)
                 inputs.append(slot_of[id(source)])
-            records.append(self._describe(graph, op, slot_of[id(op.outputs[0])], inputs))
+            records.append(self._describe(graph, op, slot_of[id(out)], inputs))
         return records, slots
 
     def _describe(self, graph, op, slot: int, inputs: list[int]) -> dict:

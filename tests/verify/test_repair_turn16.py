@@ -2,9 +2,12 @@
 pair_interactions, power_iteration; float16 failures no static rule sees at their line) and the classes they
 showed in ``repair``:
 
-* an op inside a control-flow body nested in a project layer's method (a ``tf.while_loop`` body in ``call``) has
-  no per-op evidence, and ``--locate``'s eager re-run names only its line: the layer whose class holds that line
-  is its owner, so ``dtype="float32"`` on that layer is a candidate (power_iteration: nothing was);
+* a ``tf.while_loop``'s loop variables follow its int32 counter: the per-op evidence measured only an op's first
+  output, so a vector grown past 65504 in the loop's body was no finding (power_iteration); now an op's first
+  float16 output is measured (``While`` at the loop's line, inside the layer whose ``call`` built it);
+* an op inside a control-flow body nested in a project layer's method has no per-op evidence of its own, and
+  ``--locate``'s eager re-run names only its line: the layer whose class holds that line is its owner, so
+  ``dtype="float32"`` on that layer is a candidate (power_iteration: nothing was);
 * a change that makes the forward pass finite can leave the dynamic loss scale still falling from 32768 when the
   run ends (every step skipped: ``stalled``); that trial is judged again over 4x the steps, and proves the
   change only if enough updates were applied there to compare with float32.
@@ -91,6 +94,23 @@ def test_a_scale_still_falling_from_its_start_is_a_warm_up_not_a_stall():
     assert not enough_updates(_steps([True] * 11 + [False], halving + [1.0, 1.0]), 10)
 
 
+def _env() -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1")
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    return env
+
+
+@pytest.mark.slow
+def test_verify_measures_the_loop_variables_a_while_loop_returns(tmp_path):
+    shutil.copy(SCRIPTS / "power_iteration.py", tmp_path / "power_iteration.py")
+    result = subprocess.run([sys.executable, "-m", "mpfix", "verify", "power_iteration.py", "--steps", "3",
+                             "--device", "cpu", "--no-baseline"], cwd=tmp_path, env=_env(), capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 10, result.stdout + result.stderr
+    assert "power_iteration.py:33:9: MP901 float16 `While` gave inf/NaN from finite inputs at step 0" \
+        in result.stdout, result.stdout
+
+
 def _repair(tmp_path: Path, name: str, text: str | None = None) -> tuple[subprocess.CompletedProcess, dict, str]:
     script = tmp_path / name
     if text is None:
@@ -98,10 +118,8 @@ def _repair(tmp_path: Path, name: str, text: str | None = None) -> tuple[subproc
     else:
         script.write_text(text)
     report = tmp_path / "repair.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1")
-    env.pop("TF_USE_LEGACY_KERAS", None)
     result = subprocess.run([sys.executable, "-m", "mpfix", "repair", name, "--steps", "10", "--device", "cpu",
-                             "--json", str(report)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             "--json", str(report)], cwd=tmp_path, env=_env(), capture_output=True, text=True,
                             timeout=1500)
     return result, json.loads(report.read_text()), script.read_text()
 
