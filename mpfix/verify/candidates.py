@@ -34,6 +34,7 @@ from mpfix.verify import data_casts, mix_crash
 from mpfix.verify.changes import Change, ChangeKind, static_findings
 from mpfix.verify.evidence import Kind, RuntimeFinding
 from mpfix.verify.frames import notebook_place
+from mpfix.verify.islands import DIVIDING
 from mpfix.verify.verdict import SCALED_CAUSE
 
 # The fixed scale of the last resort (escalate.FIXED_SCALE: well below 65504 / typical
@@ -83,6 +84,12 @@ def at_finding(finding: RuntimeFinding, original: Path, text: str, policy: str |
             out.append(Change(ChangeKind.ISLAND, original, f"compute `{finding.op}`'s expression in float32 and "
                               "return it as float32", evidence, anchor=anchor, line=finding.line,
                               column=finding.column - indent, op=finding.op, extra={"output": True}))
+        if finding.kind is Kind.NONFINITE and finding.op in DIVIDING:
+            # A quotient past 65504 from finite operands (a divisor below 1: `scores / temperature`): cast back
+            # as it is, it is inf again; grown like a product's island, the cast back follows the softmax.
+            out.append(Change(ChangeKind.ISLAND, original, f"compute `{finding.op}`'s expression in float32 until "
+                              "its values are back in range, and cast back", evidence, anchor=anchor,
+                              line=finding.line, column=finding.column - indent, op=finding.op, extra={"grow": True}))
         out.append(Change(ChangeKind.ISLAND, original, f"compute `{finding.op}`'s expression in float32 and cast back",
                           evidence, anchor=anchor, line=finding.line, column=finding.column - indent, op=finding.op))
     out.extend(_layer_change(layer, evidence) for layer in _float32_layers(finding))
@@ -212,7 +219,7 @@ def for_verdict(verdict, run, found: list[RuntimeFinding], texts, files: list[Pa
     unique, seen = [], set()
     for change in out:
         key = (change.kind, str(change.path), change.anchor, change.op, change.codes, change.loss_scale,
-               change.extra.get("site"), change.extra.get("output"))
+               change.extra.get("site"), change.extra.get("output"), change.extra.get("grow"))
         if key not in seen:
             seen.add(key)
             unique.append(change)

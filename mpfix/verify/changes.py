@@ -83,7 +83,8 @@ class Change:
         if self.kind is ChangeKind.ISLAND:
             source = text.splitlines()[line - 1]
             indent = len(source) - len(source.lstrip())
-            return islands.float32_island(text, line, indent + self.column, self.op, bool(self.extra.get("output")))
+            return islands.float32_island(text, line, indent + self.column, self.op, bool(self.extra.get("output")),
+                                          bool(self.extra.get("grow")))
         if self.kind is ChangeKind.LAYER:
             return islands.layer_float32(text, line, self.class_name)
         if self.kind is ChangeKind.CAST:

@@ -51,6 +51,11 @@ OVERFLOWING = frozenset(
         spec.has(*_OVERFLOWING_KINDS) or spec.has(ops.Kind.ARITHMETIC) and not spec.has(ops.Kind.DIVISION)
         for spec in ops.graph_specs(graph_op))
 )
+# Graph ops that divide: a divisor below 1 (a temperature of 0.002) makes a quotient past 65504 from finite operands,
+# which the run shows (a non-finite output of finite inputs); the candidates then ask for an island grown like an
+# overflowing op's (``grow``), cast back only where the values are in range again (after the softmax).
+DIVIDING = frozenset(graph_op for graph_op in ops.GRAPH_OPS
+                     if any(spec.has(ops.Kind.DIVISION) for spec in ops.graph_specs(graph_op)))
 # Calls whose result is back in float16's range, by their class in the one table of ops: probabilities, log
 # probabilities, logs and square roots, l2_normalize, logsumexp, values in [-1, 1] (tanh); and the division
 # operator. Not a mean: the mean of squares that overflowed is past 65504 too.
@@ -110,11 +115,11 @@ def _casts_to_float32(call) -> bool:
     return isinstance(dtype, cst.Attribute) and dtype.attr.value == "float32"
 
 
-def _root(node, parents, op: str):
+def _root(node, parents, op: str, grow: bool = False):
     """Where the island ends, and whether the code around it already wants float32 (a cast
     to float32: the island's float32 result goes in as it is, no cast back). See the module
-    docstring."""
-    if op not in OVERFLOWING:
+    docstring; ``grow``: the run showed this op overflow (a quotient), so it grows like an overflowing op."""
+    if op not in OVERFLOWING and not grow:
         return node, False
     current, last_expr = node, node
     while True:
@@ -180,13 +185,15 @@ class _CastLeaves(cst.CSTTransformer):
         return self._leaf(root)
 
 
-def float32_island(text: str, line: int, column: int, op: str, output: bool = False) -> str | None:
+def float32_island(text: str, line: int, column: int, op: str, output: bool = False,
+                   grow: bool = False) -> str | None:
     """``text`` with the ``op`` expression at ``line``:``column`` computed in float32 and cast back, or None.
     ``output``: only where an overflowing op's island, with nothing bringing it back in range, is the value a
     layer's ``call`` returns, and then with no cast back: the output stays float32, as under a float32 output
-    layer (``return exp(log_rate)`` past 65504, which a cast back would make inf again)."""
+    layer (``return exp(log_rate)`` past 65504, which a cast back would make inf again). ``grow``: grown as an
+    overflowing op's island is, for an op the run showed overflow though its kind need not (``DIVIDING``)."""
     try:
-        return _float32_island(text, line, column, op, output)
+        return _float32_island(text, line, column, op, output, grow)
     except RecursionError:  # a chain the parse allows but metadata/code generation cannot recurse through
         return None
 
@@ -202,7 +209,8 @@ def _returned_by_call(node, parents) -> bool:
     return current is not None and current.name.value == "call" and in_method(statement, parents)
 
 
-def _float32_island(text: str, line: int, column: int, op: str, output: bool = False) -> str | None:
+def _float32_island(text: str, line: int, column: int, op: str, output: bool = False,
+                    grow: bool = False) -> str | None:
     module = parsed(text)
     if module is None:
         return None
@@ -211,13 +219,14 @@ def _float32_island(text: str, line: int, column: int, op: str, output: bool = F
     if node is None:
         return None
     parents = wrapper.resolve(ParentNodeProvider)
-    root, into_float32 = _root(node, parents, op)
+    root, into_float32 = _root(node, parents, op, grow)
+    overflowing = op in OVERFLOWING or grow
     style = CastStyle(module)
     caster = _CastLeaves(style)
     computed = caster.island(root)
     if caster.count == 0:
         return None
-    if output and (op not in OVERFLOWING or _range_reducing(spelling(root))
+    if output and (not overflowing or _range_reducing(spelling(root))
                    or not _returned_by_call(root, parents)):
         return None  # a value back in range (or not an overflow) is cast back as usual
     if into_float32 or output:
@@ -228,7 +237,7 @@ def _float32_island(text: str, line: int, column: int, op: str, output: bool = F
         back = cst.Attribute(value=caster.first, attr=cst.Name("dtype"))
     else:
         return None
-    later = _later_reducer(root, parents) if back is not None and op in OVERFLOWING else None
+    later = _later_reducer(root, parents) if back is not None and overflowing else None
     if later is not None:
         # `scores = matmul(q, k^T)` then `weights = softmax(scores)`: scores stay float32 between
         # the two statements, and the cast back comes after the softmax.

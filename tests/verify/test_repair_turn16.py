@@ -8,6 +8,10 @@ showed in ``repair``:
 * an op inside a control-flow body nested in a project layer's method has no per-op evidence of its own, and
   ``--locate``'s eager re-run names only its line: the layer whose class holds that line is its owner, so
   ``dtype="float32"`` on that layer is a candidate (power_iteration: nothing was);
+* a quotient that overflowed (``scores / temperature``, a temperature of 0.002 from a config file) is cast back
+  inf by an island that stops at the division: the candidates now first offer the island grown like an
+  overflowing op's, cast back after the softmax (pool_temperature: one change instead of an island plus the layer
+  in float32, 4 runs instead of 8);
 * a change that makes the forward pass finite can leave the dynamic loss scale still falling from 32768 when the
   run ends (every step skipped: ``stalled``); that trial is judged again over 4x the steps, and proves the
   change only if enough updates were applied there to compare with float32.
@@ -24,6 +28,9 @@ from pathlib import Path
 
 import pytest
 
+from mpfix.verify.candidates import at_finding
+from mpfix.verify.evidence import Kind, RuntimeFinding
+from mpfix.verify.islands import float32_island
 from mpfix.verify.records import RunResult, Step
 from mpfix.verify.repair_checks import enough_updates, warming_up
 from mpfix.verify.repair_locate import enclosing_class, located
@@ -71,6 +78,33 @@ def test_the_class_holding_a_line_is_the_innermost():
     text = "class A:\n    class B:\n        def f(self):\n            return 1\n    x = 2\n\ny = 3\n"
     assert [enclosing_class(text, line) for line in (4, 5, 7)] == ["B", "A", None]
     assert enclosing_class("def (:\n", 1) is None
+
+
+POOL = '''import tensorflow as tf
+
+
+class Pool(tf.keras.layers.Layer):
+    def call(self, x):
+        weights = tf.nn.softmax(self.score(x) / self.temperature, axis=1)
+        return tf.reduce_sum(weights * x, axis=1)
+'''
+
+
+def test_an_overflowing_quotient_gets_an_island_grown_to_the_softmax():
+    grown = float32_island(POOL, 6, 33, "RealDiv", grow=True)
+    assert "weights = tf.cast(tf.nn.softmax(tf.cast(self.score(x), tf.float32) / tf.cast(self.temperature, " \
+           "tf.float32), axis=1), self.compute_dtype)" in grown, grown
+    # Not grown, the quotient is cast back before the softmax (inf again when it overflowed).
+    plain = float32_island(POOL, 6, 33, "RealDiv")
+    assert "tf.nn.softmax(tf.cast(tf.cast(self.score(x), tf.float32) / " in plain, plain
+    finding = RuntimeFinding("MP901", "float16 `RealDiv` gave inf/NaN from finite inputs at step 0", "/w/train.py", 6,
+                             33, Kind.NONFINITE, "RealDiv", step=0)
+    offered = [(c.kind.value, bool(c.extra.get("grow"))) for c in at_finding(finding, Path("/w/train.py"), POOL,
+                                                                              "mixed_float16")]
+    assert offered == [("float32 island", True), ("float32 island", False)], offered
+    # A quotient past the headroom threshold, not non-finite, keeps the plain island only.
+    near = RuntimeFinding(**{**finding.__dict__, "kind": Kind.HEADROOM})
+    assert [bool(c.extra.get("grow")) for c in at_finding(near, Path("/w/train.py"), POOL, "mixed_float16")] == [False]
 
 
 def _steps(skipped: list[bool], scales: list[float], loss: float = 1.0) -> RunResult:
@@ -142,3 +176,12 @@ def test_repair_judges_a_change_over_the_loss_scales_warm_up(tmp_path):
     (kept,) = [t for t in data["trials"] if t["kept"]]
     assert kept["kind"] == "float32 layer" and "still warming up" in kept["reason"], data["trials"]
     assert "LeakyIntegrator(dtype=\"float32\")," in after, after
+
+
+@pytest.mark.slow
+def test_repair_keeps_one_island_from_a_small_temperature_to_the_softmax(tmp_path):
+    shutil.copy(SCRIPTS / "pool_config.json", tmp_path / "pool_config.json")
+    result, data, after = _repair(tmp_path, "pool_temperature.py")
+    assert result.returncode == 0 and "pool_temperature.py: non-finite -> healthy" in result.stdout, result.stdout
+    assert [(c["kind"], c["line"]) for c in data["changes"]] == [("float32 island", 30)], data["changes"]
+    assert "weights = tf.cast(tf.nn.softmax(" in after and "axis=1), self.compute_dtype)" in after, after
