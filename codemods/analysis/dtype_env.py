@@ -48,8 +48,8 @@ class NameDtypes(ParameterDtypes):
             node = region.node
             if isinstance(node, cst.FunctionDef):
                 params = node.params
-                names = [p.name.value for p in [*params.posonly_params, *params.params]]
-                names = names[1:] if names and names[0] in ("self", "cls") else names
+                names = [p.name.value for p in [*params.posonly_params, *params.params]][
+                    1 if self._bound_method(node, region.owner) else 0:]
                 if name in names:
                     specs_ = self._signature_specs(node)
                     index = names.index(name)
@@ -59,6 +59,13 @@ class NameDtypes(ParameterDtypes):
                     return False
             region = region.enclosing if region.closure else None
         return False
+
+    def _bound_method(self, func: cst.FunctionDef, owner: cst.ClassDef | None) -> bool:
+        """``func`` is defined directly in ``owner``'s body and is no ``staticmethod``: its first parameter is the
+        instance (or the class), whatever it is called."""
+        return owner is not None and any(stmt is func for stmt in owner.body.body) and not any(
+            self.resolve(d.decorator) == "staticmethod" or isinstance(d.decorator, cst.Name) and
+            d.decorator.value == "staticmethod" for d in func.decorators)
 
     def _signature_specs(self, func: cst.FunctionDef) -> list[bool] | None:
         """Per element of ``func``'s ``input_signature``: a ``tf.TensorSpec`` that is certainly float32."""

@@ -189,7 +189,7 @@ class _Collector:
         return dotted, False
 
     def collect(self, func, context: CallContext, caller: str | None, active: frozenset[str] | None = None,
-                nodes: list[ast.AST] | None = None) -> list[Site]:
+                nodes: list[ast.AST] | None = None, method: bool = False) -> list[Site]:
         """The calls of project functions in ``func``; ``active``: the parameters that hold float16
         activations (None: every parameter, a layer's ``call``); ``nodes``: ``_bfs(func)`` where made already."""
         bound: dict[str, Ref] = {}
@@ -216,7 +216,7 @@ class _Collector:
                 values.sort(key=lambda entry: entry[0])
             flow = Flow(frozenset(params), assigned)
         sites = []
-        float32 = signature_float32(func, self.summary.resolve) if func.decorator_list else frozenset()
+        float32 = signature_float32(func, self.summary.resolve, method) if func.decorator_list else frozenset()
         for call in calls:
             target = self.project_target(call.func)
             if target is None:
@@ -295,7 +295,7 @@ def _callable_sites(collector: _Collector, data: bytes, class_nodes: dict[str, a
         held = {f"self.{attr}": collector.summary.ref(values[0].func) for attr, values in attrs.items()
                 if len(values) == 1 and isinstance(values[0], ast.Call)}
         for method in walked:
-            for site in collector.collect(method, CallContext.PLAIN, None):
+            for site in collector.collect(method, CallContext.PLAIN, None, method=True):
                 if any(hands_callable(v) is not None for v in [*site.positional, *site.keywords.values()]):
                     site.bound = {**held, **site.bound}
                     sites.append(site)
@@ -353,9 +353,10 @@ def summarise(path: str, data: bytes, module: str, is_project_module: Callable[[
             found = []
             for method_name, method in methods.items():
                 if method_name in reached:
-                    found += collector.collect(method, CallContext.LAYER_CALL, None, nodes=walks[method_name])
+                    found += collector.collect(method, CallContext.LAYER_CALL, None, nodes=walks[method_name],
+                                               method=True)
                 elif method_name in KERAS_MODEL_HOOKS:
-                    found += collector.collect(method, CallContext.TRAIN_STEP, None)
+                    found += collector.collect(method, CallContext.TRAIN_STEP, None, method=True)
             if found:
                 summary.class_sites[name] = found
     summary.plain_collected = gather = sites and (plain is None or bool(plain(summary.called)))

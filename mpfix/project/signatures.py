@@ -42,12 +42,16 @@ def _spec_float32(spec: ast.expr, resolve: Callable[[ast.expr], str | None]) -> 
     return resolve(dtype) in _FLOAT32
 
 
-def signature_float32(func: ast.FunctionDef | ast.AsyncFunctionDef,
-                      resolve: Callable[[ast.expr], str | None]) -> frozenset[str]:
-    """The parameters of ``func`` its ``@tf.function(input_signature=[...])`` makes float32 and it never rebinds."""
+def signature_float32(func: ast.FunctionDef | ast.AsyncFunctionDef, resolve: Callable[[ast.expr], str | None],
+                      method: bool = False) -> frozenset[str]:
+    """The parameters of ``func`` its ``@tf.function(input_signature=[...])`` makes float32 and it never rebinds;
+    ``method``: ``func`` is defined directly in a class body, so unless it is a ``staticmethod`` its first parameter
+    is the instance (or class), whatever its name, and the signature starts at the second."""
     signature, resolve = None, _resolver(resolve)
     for decorator in func.decorator_list:
-        if isinstance(decorator, ast.Call) and resolve(decorator.func) == "tensorflow.function":
+        if isinstance(decorator, ast.Name) and decorator.id == "staticmethod":
+            method = False
+        elif isinstance(decorator, ast.Call) and resolve(decorator.func) == "tensorflow.function":
             given = [k.value for k in decorator.keywords if k.arg == "input_signature"]
             signature = given[0] if given else decorator.args[1] if len(decorator.args) > 1 else None
     if not isinstance(signature, (ast.List, ast.Tuple)):
@@ -55,9 +59,7 @@ def signature_float32(func: ast.FunctionDef | ast.AsyncFunctionDef,
     args = func.args
     if args.vararg is not None or any(isinstance(e, ast.Starred) for e in signature.elts):
         return frozenset()
-    params = [a.arg for a in [*args.posonlyargs, *args.args]]
-    if params and params[0] in ("self", "cls"):
-        params = params[1:]
+    params = [a.arg for a in [*args.posonlyargs, *args.args]][1 if method else 0:]
     found = {name for name, spec in zip(params, signature.elts) if _spec_float32(spec, resolve)}
     if not found:
         return frozenset()

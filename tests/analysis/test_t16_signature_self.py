@@ -2,7 +2,7 @@
 model the function's ``tf.Module`` holds (built in this file) -- a comparison or arithmetic, in the function or in a
 closure of it (``NameDtypes.signature_float32``; ``DtypeFacts._output_mix`` reads comparisons now, as ``mixes`` does).
 
-Ran (TF 2.21 CPU, Keras 3.15.1, mixed_float16, ``Exporter().run(tf.random.uniform([2, 3]), tf.constant(0.1))``):
+Ran (TF 2.21 CPU, Keras 3.15.1, mixed_float16, ``exporter.run(tf.random.uniform([2, 3]), tf.constant(0.1))``):
 ``scores >= thres`` raises "TypeError: Input 'y' of 'GreaterEqual' Op has type float32 that does not match type float16
 of argument 'x'"; with the fix (``tf.cast(scores, tf.float32) >= thres``) it runs. The look-alikes run as they are.
 """
@@ -47,7 +47,8 @@ EXPORT = textwrap.dedent("""
 
     if __name__ == "__main__":
         tf.keras.mixed_precision.set_global_policy("mixed_float16")
-        print(Exporter().run(tf.random.uniform([2, 3]), tf.constant(0.1)))
+        exporter = Exporter()
+        print(exporter.run(tf.random.uniform([2, 3]), tf.constant(0.1)))
 """).lstrip("\n")
 SIGNATURE = "@tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32), {spec}])"
 SPEC = "tf.TensorSpec((), tf.float32)"
@@ -116,3 +117,56 @@ def test_the_fix_casts_the_float16_side_to_float32(project):
 ])
 def test_look_alikes_are_silent(project, text):
     assert _check(project, text) == []
+
+
+# -- the instance parameter is decided by binding, not by its name ----------------------------------------------
+BOUND = textwrap.dedent("""
+    import tensorflow as tf
+
+
+    class Exporter(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3]), tf.TensorSpec(())])
+        def run(this, x, thres):
+            return x >= thres
+
+        @staticmethod
+        @tf.function(input_signature=[tf.TensorSpec([None, 3]), tf.TensorSpec(())])
+        def plain(x, thres):
+            return x >= thres
+
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3]), tf.TensorSpec(())])
+    def module_function(self, thres):
+        return self >= thres
+""").lstrip("\n")
+
+
+def _signature_float32(function: str) -> dict[str, bool]:
+    """What the LibCST reader and the scan's ``ast`` reader say of each parameter of ``function`` in ``BOUND``."""
+    import ast
+
+    import libcst as cst
+
+    from mpfix.codemods.facts.dtype_facts import facts_for
+    from mpfix.project.signatures import signature_float32
+
+    module = cst.parse_module(BOUND)
+    analysis = facts_for(module, 3)._a
+    region = next(r for r in analysis.regions if getattr(getattr(r.node, "name", None), "value", None) == function)
+    names = [p.name.value for p in region.node.params.params]
+    tree = ast.parse(BOUND)
+    nodes = {n.name: (n, isinstance(parent, ast.ClassDef)) for parent in ast.walk(tree)
+             for n in getattr(parent, "body", []) if isinstance(n, ast.FunctionDef)}
+    node, method = nodes[function]
+    resolve = {"tf.function": "tensorflow.function", "tf.TensorSpec": "tensorflow.TensorSpec"}.get
+    scanned = signature_float32(node, lambda n: resolve(ast.unparse(n)), method)
+    return {name: (analysis.signature_float32(name, region), name in scanned) for name in names}
+
+
+@pytest.mark.parametrize("function, expected", [
+    ("run", {"this": False, "x": True, "thres": True}),  # a method: its first parameter is the instance
+    ("plain", {"x": True, "thres": True}),  # a staticmethod has none
+    ("module_function", {"self": True, "thres": True}),  # a module function's first parameter is a parameter
+])
+def test_the_instance_parameter_is_decided_by_binding(function, expected):
+    assert _signature_float32(function) == {name: (value, value) for name, value in expected.items()}
