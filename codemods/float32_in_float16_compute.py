@@ -35,8 +35,9 @@ class HardcodedFloat32InFloat16Compute(Rule):
     triggers = (*FLOAT32_TRIGGERS, "sqrt", "trainable_", "autocast")
     # Layer methods (call and what it calls), or a float32 accumulator that meets a Keras model's output in a
     # function handed the model (research DELF: `descriptors = tf.concat([descriptors, net(x)], 0)`).
-    # Or a training step (a tape), where a model built here meets a float32 tensor in the loss.
-    also_requires = (("def call", "concat(", "+=", "GradientTape"),)
+    # Or a training step (a tape), where a model built here meets a float32 tensor in the loss. Or a traced function
+    # whose input_signature makes a parameter float32 (an exporter's tf.Module comparing a held model's scores with it).
+    also_requires = (("def call", "concat(", "+=", "GradientTape", "input_signature"),)
     explanation = """
         ## What it does
         Inside a layer's `call` (and the methods it calls), finds arithmetic between a tensor

@@ -129,8 +129,17 @@ class OutputProvenance:
         elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self" and \
                 region.owner is not None:
             values = [v for _, v in self.attribute_values(region.owner, func.attr.value)]
+            if len(values) == 1 and isinstance(values[0], cst.Call) and not self.is_layer_class(region.owner) and \
+                    self._held_model(values[0]):
+                return True  # an exporter's `tf.Module` holding a project model of another file (N22's caller)
         return len(values) == 1 and isinstance(values[0], cst.Call) and \
             self._float16_construction(values[0], region, depth + 1)
+
+    def _held_model(self, built: cst.Call) -> bool:
+        """``built`` constructs, without ``dtype=``, a project Keras class of another file whose outputs are the
+        compute dtype (``ProjectFileFacts.held_models``: it and its project bases never spell float32)."""
+        held = getattr(getattr(self, "_project", None), "held_models", ())
+        return bool(held) and self.resolve(built.func) in held and argument(built, "dtype", None) is None
 
     def _float16_construction(self, built: cst.Call, region: Region, depth: int) -> bool:
         """A construction whose output is float16 under the policy: a Keras layer that autocasts to the compute

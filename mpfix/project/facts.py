@@ -50,12 +50,15 @@ class ProjectFileFacts:
     # Calls of this file's module functions from other files' float16 code (a Keras layer's call, a
     # model's train step) and calls anywhere that hand them a Keras layer/model instance, sorted.
     cross_calls: tuple[CrossCall, ...] = ()
+    # The project Keras classes of other files this file constructs whose outputs are the compute dtype, by the
+    # dotted names its imports give them (``mpfix.project.held_models``), sorted.
+    held_models: tuple[str, ...] = ()
 
     def key(self) -> str:
         """Everything above as a string: the part of the file's cache key the project decides."""
         reach = "" if self.reach is None else self.reach.key()
         calls = [c.to_json() for c in self.cross_calls]
-        return repr((reach, sorted(self.test_helpers), self.declared, self.tf_max, calls))
+        return repr((reach, sorted(self.test_helpers), self.declared, self.tf_max, calls, list(self.held_models)))
 
 
 NO_FACTS = ProjectFileFacts()
@@ -69,6 +72,7 @@ class ProjectFacts:
     reach: ProjectReach
     helpers: dict[str, frozenset[str]] | None = field(default=None, repr=False)  # None: not computed
     calls: dict[str, frozenset[CrossCall]] | None = field(default=None, repr=False)  # None: not computed
+    held: dict[str, frozenset[str]] | None = field(default=None, repr=False)  # ``held_models``; None: not computed
 
     def test_helpers_of(self, path: Path | str) -> frozenset[str]:
         helpers = self.helpers or {}
@@ -78,12 +82,17 @@ class ProjectFacts:
         calls = self.calls or {}
         return tuple(sorted(next((calls[form] for form in path_forms(path) if form in calls), frozenset())))
 
+    def held_models_of(self, path: Path | str) -> tuple[str, ...]:
+        held = self.held or {}
+        return tuple(sorted(next((held[form] for form in path_forms(path) if form in held), frozenset())))
+
 
 def project_facts(root: Path, *, callers: bool, reached_only: bool = True) -> ProjectFacts:
     """The facts of the project under ``root``; the callers index and cross-file calls only when
     ``callers`` asks for them (``reached_only``: scan the files float16 reaches, else every file)."""
     return ProjectFacts(root=root, reach=project_reach(root), helpers=_helpers(root) if callers else None,
-                        calls=_cross_calls(root, reached_only) if callers else None)
+                        calls=_cross_calls(root, reached_only) if callers else None,
+                        held=_scan(root, reached_only)[1] if callers else None)
 
 
 # Computed facts per (kind, root[, reached_only]), oldest dropped past _MEMO_SIZE (the editor server sees
@@ -141,13 +150,20 @@ def _cross_calls(root: Path, reached_only: bool, pool: Executor | None = None,
     """The cross-file calls of the project: from the files float16 reaches (``reached_only``: the
     entry points decide), or from every file (a configured policy reaches them all). ``pool``: helper
     processes for the scan's per-file summaries; ``then``: called once they are queued there."""
+    return _scan(root, reached_only, pool, then)[0]
+
+
+def _scan(root: Path, reached_only: bool, pool: Executor | None = None, then: Callable[[], None] | None = None):
+    """The cross-file scan's two answers (``_compute_cross_calls``), computed once."""
     return _memo(("crosscalls", root, reached_only), lambda: _compute_cross_calls(root, reached_only, pool, then))
 
 
 def _compute_cross_calls(root: Path, reached_only: bool, pool: Executor | None,
-                         then: Callable[[], None] | None) -> dict[str, frozenset[CrossCall]]:
+                         then: Callable[[], None] | None):
+    """(cross-file calls, held models) per file: one scan's two answers, stored together."""
     from mpfix.project import store
     from mpfix.project.crosscalls import scan_project
+    from mpfix.project.held_models import held_classes
     from mpfix.project.files import listed
     from mpfix.project.structural_scan import structural_calls
 
@@ -159,18 +175,23 @@ def _compute_cross_calls(root: Path, reached_only: bool, pool: Executor | None,
     stamp = store.fingerprint(root, everything) if store.folder() is not None else ""
     if stamp:
         data = store.load(kind, root, stamp)
-        if data is not None:
-            try:
-                return {path: frozenset(CrossCall.from_json(c) for c in calls) for path, calls in data.items()}
-            except (TypeError, ValueError):
-                pass  # damaged: scan again
+        try:
+            if data is not None:
+                calls, held = data["calls"], data["held"]
+                return ({path: frozenset(CrossCall.from_json(c) for c in found) for path, found in calls.items()},
+                        {path: frozenset(str(n) for n in names) for path, names in held.items()})
+        except (TypeError, ValueError, KeyError, AttributeError):
+            pass  # damaged (or of the shape before held models): scan again
     found, scan = scan_project(root, files, pool=pool, then=then)
     # Structural typing (c33): functions whose parameters only a project Keras class's attributes fit.
     for path, calls in structural_calls(scan, files, everything).items():
         found[path] = found.get(path, frozenset()) | calls
+    held = held_classes(scan, files)
     if stamp:
-        store.save(kind, root, stamp, {path: [c.to_json() for c in sorted(calls)] for path, calls in found.items()})
-    return found
+        store.save(kind, root, stamp, {
+            "calls": {path: [c.to_json() for c in sorted(calls)] for path, calls in found.items()},
+            "held": {path: sorted(names) for path, names in held.items()}})
+    return found, held
 
 
 def file_facts(path: Path, *, consult_project: bool = True, float16_rules: bool = True) -> ProjectFileFacts:
@@ -200,7 +221,8 @@ def file_facts(path: Path, *, consult_project: bool = True, float16_rules: bool 
             return ProjectFileFacts(reach=reach, declared=base.declared, tf_max=bound)
     facts = project_facts(root, callers=True, reached_only=consult_project)
     return ProjectFileFacts(reach=reach, test_helpers=facts.test_helpers_of(path), declared=base.declared,
-                            tf_max=bound, cross_calls=facts.cross_calls_of(path))
+                            tf_max=bound, cross_calls=facts.cross_calls_of(path),
+                            held_models=facts.held_models_of(path))
 
 
 def prepare(root: Path, *, consult_project: bool, pool: Executor | None = None) -> None:
