@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mpfix.verify import data_casts, mix_crash
+from mpfix.verify import data_casts, layer_losses, mix_crash
 from mpfix.verify.changes import Change, ChangeKind, static_findings
 from mpfix.verify.evidence import Kind, RuntimeFinding
 from mpfix.verify.frames import notebook_place
@@ -261,8 +261,11 @@ def crash_mix(verdict) -> mix_crash.Mix | None:
     return mix_crash.read(verdict.evidence.get("message") or "")
 
 
-def for_crash(verdict, texts, to_original) -> list[Change]:
-    """Casts at the expression whose float16/float32 mix crashed the run, best first."""
+def for_crash(verdict, texts, to_original, files=()) -> list[Change]:
+    """Casts at the expression whose float16/float32 mix crashed the run, best first; for a Keras 3 run that crashed
+    summing a float16 layer loss with float32 ones, the changes at each layer with an activity regulariser."""
+    if verdict.name == "crashed" and layer_losses.read(verdict.evidence.get("message") or ""):
+        return for_layer_losses(verdict, texts, files)
     mix = crash_mix(verdict)
     frame = verdict.evidence.get("frame") or {}
     if mix is None or not frame.get("file") or not frame.get("line"):
@@ -289,4 +292,26 @@ def for_crash(verdict, texts, to_original) -> list[Change]:
                       extra={"float16_input": mix.float16_input, "elements": mix.elements, "site": index,
                              "upcast": False})
         out += [down, up] if site.in_method else [up, down]
+    return out
+
+
+def for_layer_losses(verdict, texts, files) -> list[Change]:
+    """For each layer the user's ``files`` build with an activity regulariser (``layer_losses``): the regulariser
+    function's returned value computed and returned in float32, then the layer in float32."""
+    out: list[Change] = []
+    evidence = f"{verdict.summary}: a float16 layer loss (`{layer_losses.read(verdict.evidence.get('message'))}`) " \
+               "beside the float32 losses Keras 3 sums"
+    for path in files:
+        text = texts(path)
+        if text is None or path.suffix == ".ipynb":
+            continue
+        lines = text.splitlines()
+        for layer in layer_losses.regularised(text):
+            if layer.returns is not None:
+                out.append(Change(ChangeKind.ISLAND, path, f"the activity regulariser `{layer.function}` computed "
+                                  "and returned in float32", evidence, anchor=lines[layer.returns - 1].strip(),
+                                  line=layer.returns, extra={"returned": True}))
+            out.append(Change(ChangeKind.LAYER, path, f"dtype=\"float32\" on the `{layer.class_name}` layer with "
+                              "an activity regulariser", evidence, anchor=layer.anchor, line=layer.line,
+                              class_name=layer.class_name))
     return out

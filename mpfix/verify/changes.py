@@ -9,7 +9,9 @@ Kinds, in the order ``candidates.py`` offers them for one op:
 
 * ``STATIC``: the static rules' fixes (safe and unsafe), all of a file (the first stage)
   or one rule's fix on the op's line;
-* ``ISLAND``: a float32 island around the op's expression (``islands.float32_island``);
+* ``ISLAND``: a float32 island around the op's expression (``islands.float32_island``); or, for a Keras 3 crash
+  on a float16 layer loss, an activity regulariser's returned value computed and returned in float32
+  (``layer_losses.float32_return``, ``extra["returned"]``);
 * ``LAYER``: ``dtype="float32"`` on the layer that built the op (``islands.layer_float32``);
 * ``LOSS_SCALING``: the loss-scaling rules' (MP1xx) fixes, for underflow and stall verdicts,
   with the dtype policy the run used forced on the static analysis (a policy set in an
@@ -27,7 +29,7 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mpfix.verify import data_casts, islands, mix_crash
+from mpfix.verify import data_casts, islands, layer_losses, mix_crash
 
 
 class ChangeKind(str, enum.Enum):
@@ -80,6 +82,8 @@ class Change:
         line = find_line(text, self.anchor, self.line)
         if line is None:
             return None
+        if self.kind is ChangeKind.ISLAND and self.extra.get("returned"):
+            return layer_losses.float32_return(text, line)
         if self.kind is ChangeKind.ISLAND:
             source = text.splitlines()[line - 1]
             indent = len(source) - len(source.lstrip())

@@ -39,7 +39,7 @@ from pathlib import Path
 from mpfix.verify import candidates as candidates_mod
 from mpfix.verify.changes import Change, ChangeKind, static_findings, static_fixed
 from mpfix.verify.evidence import moved_downstream
-from mpfix.verify import repair_checks
+from mpfix.verify import layer_losses, repair_checks
 from mpfix.verify.repair_workspace import Workspace, compose, problem
 from mpfix.verify.verdict import Verdict, judge
 
@@ -185,7 +185,8 @@ class Repairer:
             if baseline is None:
                 return result
             first_after, kept = result.after, list(result.changes)
-        elif first.verdict.name in ("crashed", "timeout", "no-steps") and mix is None:
+        elif first.verdict.name in ("crashed", "timeout", "no-steps") and mix is None and \
+                not layer_losses.read(first.verdict.evidence.get("message") or ""):
             result.notes.append(f"nothing to repair: the script's verdict is {first.verdict.name}")
             return result
         else:
@@ -205,8 +206,10 @@ class Repairer:
                 if not found and current.verdict.name == "non-finite":
                     found = self._located(workspace, tmp, current.run)
                 to_original = functools.partial(self.to_original, workspace)
-                offered = candidates_mod.for_crash(current.verdict, _ran_text, to_original) + candidates_mod.for_verdict(
-                    current.verdict, current.run, found, _ran_text, self._files(workspace, current.run), to_original)
+                files = self._files(workspace, current.run)
+                offered = candidates_mod.for_crash(current.verdict, _ran_text, to_original, files) + \
+                    candidates_mod.for_verdict(
+                        current.verdict, current.run, found, _ran_text, files, to_original)
                 tried = len(result.trials)
                 better = self._try(workspace, tmp, baseline, current, kept, offered, result)
                 if better is None:

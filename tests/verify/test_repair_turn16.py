@@ -12,6 +12,10 @@ showed in ``repair``:
   inf by an island that stops at the division: the candidates now first offer the island grown like an
   overflowing op's, cast back after the softmax (pool_temperature: one change instead of an island plus the layer
   in float32, 4 runs instead of 8);
+* Keras 3 sums the compiled float32 loss and every layer loss in one list: a float16 activity-regulariser
+  penalty crashes ``fit`` with a TypeError naming only the tensor (activity_l1: "nothing to repair"); repair now
+  reads that crash (``layer_losses``) and tries, per layer built with an ``activity_regularizer``, the
+  regulariser function computed and returned in float32, then the layer in float32;
 * a change that makes the forward pass finite can leave the dynamic loss scale still falling from 32768 when the
   run ends (every step skipped: ``stalled``); that trial is judged again over 4x the steps, and proves the
   change only if enough updates were applied there to compare with float32.
@@ -28,12 +32,14 @@ from pathlib import Path
 
 import pytest
 
-from mpfix.verify.candidates import at_finding
+from mpfix.verify import layer_losses
+from mpfix.verify.candidates import at_finding, for_crash
 from mpfix.verify.evidence import Kind, RuntimeFinding
 from mpfix.verify.islands import float32_island
 from mpfix.verify.records import RunResult, Step
 from mpfix.verify.repair_checks import enough_updates, warming_up
 from mpfix.verify.repair_locate import enclosing_class, located
+from mpfix.verify.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).parent / "scripts" / "repair"
@@ -105,6 +111,52 @@ def test_an_overflowing_quotient_gets_an_island_grown_to_the_softmax():
     # A quotient past the headroom threshold, not non-finite, keeps the plain island only.
     near = RuntimeFinding(**{**finding.__dict__, "kind": Kind.HEADROOM})
     assert [bool(c.extra.get("grow")) for c in at_finding(near, Path("/w/train.py"), POOL, "mixed_float16")] == [False]
+
+
+LAYER_LOSS = ("TypeError: Cannot convert a list containing a tensor of dtype <dtype: 'float16'> to <dtype: 'float32'> "
+              "(Tensor is: <tf.Tensor 'Sum:0' shape=() dtype=float16>)")
+PENALTY = '''import tensorflow as tf
+from tensorflow import keras
+
+
+def sparsity(activations):
+    return 1e-6 * tf.reduce_sum(tf.abs(activations))
+
+
+def two(x):
+    if x is None:
+        return 0.0
+    return x
+
+
+hidden = keras.layers.Dense(64, activation="relu", activity_regularizer=sparsity)
+other = keras.layers.Dense(8, activity_regularizer=two)
+plain = keras.layers.Dense(8, activity_regularizer=keras.regularizers.L1(1e-4))
+'''
+
+
+def test_a_float16_layer_loss_crash_is_read_and_its_regularised_layers_found():
+    assert layer_losses.read(LAYER_LOSS) == "Sum"
+    assert layer_losses.read("Cannot convert a list containing a tensor of dtype <dtype: 'float32'> to <dtype: "
+                             "'int32'> (Tensor is: <tf.Tensor 'Sum:0' shape=() dtype=float32>)") is None
+    found = [(r.line, r.class_name, r.returns, r.function) for r in layer_losses.regularised(PENALTY)]
+    # `two` has two returns and `L1(...)` is no function of the file: only the layers are offered there.
+    assert found == [(15, "Dense", 6, "sparsity"), (16, "Dense", None, None), (17, "Dense", None, None)], found
+    fixed = layer_losses.float32_return(PENALTY, 6)
+    assert "    return 1e-6 * tf.reduce_sum(tf.abs(tf.cast(activations, tf.float32)))\n" in fixed, fixed
+
+
+def test_a_layer_loss_crash_offers_the_regulariser_in_float32_then_the_layer(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(PENALTY)
+    crashed = Verdict("crashed", LAYER_LOSS, {"message": LAYER_LOSS, "frame": {"file": str(script), "line": 17}})
+    offered = for_crash(crashed, lambda path: Path(path).read_text(), lambda path: path, [script])
+    assert [(c.kind.value, c.line) for c in offered] == [("float32 island", 6), ("float32 layer", 15),
+                                                         ("float32 layer", 16), ("float32 layer", 17)], offered
+    assert "return 1e-6 * tf.reduce_sum(tf.abs(tf.cast(activations, tf.float32)))" in offered[0].apply(PENALTY)
+    assert 'activity_regularizer=sparsity, dtype="float32")' in offered[1].apply(PENALTY)
+    # Without the files the run used, nothing (the crash's line is `fit`'s).
+    assert for_crash(crashed, lambda path: Path(path).read_text(), lambda path: path) == []
 
 
 def _steps(skipped: list[bool], scales: list[float], loss: float = 1.0) -> RunResult:
@@ -185,3 +237,11 @@ def test_repair_keeps_one_island_from_a_small_temperature_to_the_softmax(tmp_pat
     assert result.returncode == 0 and "pool_temperature.py: non-finite -> healthy" in result.stdout, result.stdout
     assert [(c["kind"], c["line"]) for c in data["changes"]] == [("float32 island", 30)], data["changes"]
     assert "weights = tf.cast(tf.nn.softmax(" in after and "axis=1), self.compute_dtype)" in after, after
+
+
+@pytest.mark.slow
+def test_repair_computes_a_keras3_activity_penalty_in_float32(tmp_path):
+    result, data, after = _repair(tmp_path, "activity_l1.py")
+    assert result.returncode == 0 and "activity_l1.py: crashed -> healthy" in result.stdout, result.stdout
+    assert [(c["kind"], c["line"]) for c in data["changes"]] == [("float32 island", 19)], data["changes"]
+    assert "return 1e-6 * tf.reduce_sum(tf.abs(tf.cast(activations, tf.float32)))" in after, after
