@@ -120,6 +120,8 @@ def test_imported_by_its_own_name(project):
     {"dtype": ', dtype="float32"'},  # the head computes in float32
     {"base_dtype": ', dtype="float32"'},  # a project base class spells float32
     {"base": "Base, Mixin"},  # a base the project does not define: unknown
+    {"dtype": ", dtype=tf.keras.mixed_precision.Policy('float64')"},  # a layer given its own dtype
+    {"dtype": ")\n        self.out = lambda y: tf.cast(y, self.dtype"},  # the variable dtype: float32 here
 ])
 def test_a_model_that_may_return_float32_is_not_held_float16(project, kwargs):
     _write(project, **kwargs)
