@@ -126,6 +126,8 @@ class Float16ExpOverflow(Rule):
                      "the result; use `softplus`"),
         "log_probability": ("`{expression}`: a float16 probability below 6e-8 rounds to 0 and its log is -inf (NaN in "
                             "the loss); use `log_softmax`/`log_sigmoid`, or compute in float32"),
+        "log_complement": ("`{expression}`: float16's spacing below 1 is 4.9e-4, so `{value}` above 0.99976 is 1.0 and the "
+                           "log is -inf; compute `1 - {value}` in float32 (of a sigmoid: `log_sigmoid(-x)`)"),
         "log_sum_exp": ("`{expression}` is a log-sum-exp by hand: in float16 each `exp` underflows to 0 below -17.3, "
                         "and once all of them do the log is -inf; use `logsumexp` of log-weights + exponents, or "
                         "compute in float32"),
@@ -152,7 +154,10 @@ class Float16ExpOverflow(Rule):
         softmax/sigmoid output (a probability below 6e-8 rounds to 0, and its log is -inf), and
         a log-sum-exp written by hand, `log(reduce_sum(w * exp(-z**2 / 2)))`: exps that cannot
         overflow still underflow to 0 below -17.3, and the log of their sum is -inf (a Gaussian
-        mixture's likelihood); `exp(x - reduce_max(x))` sums hold a 1 and are left alone.
+        mixture's likelihood); `exp(x - reduce_max(x))` sums hold a 1 and are left alone. And
+        `log(1 - v)` (`log1p(-v)`) of a float16 `v`: float16's spacing below 1 is 4.9e-4, so a
+        `v` above 0.99976 (a sigmoid past logit 8.3, a diffusion schedule's `alpha_bar` near t = 0)
+        is 1.0 and the log is -inf.
 
         ## Why is this bad?
         `exp(11.1)` already exceeds float16's 65504: a manual softmax turns into `inf / inf = NaN`
@@ -282,6 +287,17 @@ class Float16ExpOverflow(Rule):
             """,
             policy='mixed_float16',
         ),
+        # log(1 - v) of a float16 v: v above 0.99976 rounds to 1. No fix.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            class Logit(tf.keras.layers.Layer):
+                def call(self, alpha_bar):
+                    return tf.math.log(alpha_bar) - tf.math.log(1.0 - alpha_bar)
+            """,
+            policy='mixed_float16',
+        ),
         # The log of a float16 probability reached through a name: no fix.
         Invalid(
             """
@@ -312,6 +328,11 @@ class Float16ExpOverflow(Rule):
             if spec is None or x is None:
                 continue
             if spec.has(Kind.LOG):
+                complement = self._complement(facts, spec, x)
+                if complement is not None:
+                    self.report(call, "log_complement", expression=self.context.code(call),
+                                value=self.context.code(complement))
+                    continue
                 if self._log_of_exp(facts, call, spec, x, handled) or spec.has(Kind.LOG1P) or \
                         facts.dtype_of(x) is not Dtype.FLOAT16:
                     continue
@@ -404,6 +425,23 @@ class Float16ExpOverflow(Rule):
             if value is not None and value.value <= bound:
                 return True
         return False
+
+    def _complement(self, facts: DtypeFacts, spec: op_table.OpSpec, x: cst.BaseExpression) -> cst.BaseExpression | None:
+        """``v`` of ``log(1 - v)`` (or ``log1p(-v)``) with ``v`` a float16 tensor not bounded below 1 - 2**-12: the
+        log's own domain says v < 1, and float16's spacing below 1 is 2**-11, so any v above 0.99976 is 1.0 and the
+        log -inf (a sigmoid above logit 8.3, a noise schedule's alpha_bar at t = 0 cast to float16)."""
+        if not spec.has(Kind.NATURAL_LOG):
+            return None
+        if spec.has(Kind.LOG1P):
+            ok = isinstance(x, cst.UnaryOperation) and isinstance(x.operator, cst.Minus)
+            v = x.expression if ok else None
+        else:
+            ok = isinstance(x, cst.BinaryOperation) and isinstance(x.operator, cst.Subtract) and number(x.left) == 1
+            v = x.right if ok else None
+        if v is None or number(v) is not None or facts.dtype_of(v) is not Dtype.FLOAT16 or facts.nonpositive(v) or \
+                facts.bounded_above(v, 1.0 - 2.0 ** -11):
+            return None
+        return v
 
     def _sum_of_exps(self, facts: DtypeFacts, x: cst.BaseExpression) -> bool:
         """``x`` is a sum of (weighted) exps that cannot overflow but can underflow (a Gaussian mixture's

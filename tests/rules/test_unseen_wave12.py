@@ -179,3 +179,71 @@ def test_log_sum_exp_after_subtracting_the_max_is_silent():
         tf.keras.mixed_precision.set_global_policy("mixed_float16")
     """
     assert rows(lint(code), "MP204") == []
+
+
+# 3. diffusion_logsnr_k2.py: a tf_keras DDPM layer casts alpha_bar (a float32 linear-schedule cumprod) to the float16
+#    dtype of its input: alpha_bar at t = 0, 1 (0.9999, 0.99978) is 1.0 in float16 (spacing below 1: 4.9e-4), so
+#    ``log(1.0 - ab)`` is -inf and the log-SNR fed to the denoiser is inf. Ran: loss nan every epoch; the schedule math
+#    in float32, cast after: 0.95 -> 0.72. Missed: the fact missing is that ``log(1 - v)`` of a float16 v is -inf for
+#    every v above 0.99976 (the log's own domain says v < 1). The same fact is wave 5's hand-written BCE
+#    ``log(1 - sigmoid(x))`` and wave 11's focal ``log(1.0 - p)``, now reported at the log. MP204, no fix. Silent: the
+#    schedule kept in float32, a float16 v bounded well below 1, ``log(1 - v + eps)``.
+DIFFUSION_K2 = """
+    import os
+
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras as keras
+
+
+    class ForwardDiffusion(keras.layers.Layer):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            betas = np.linspace(1e-4, 0.02, 1000)
+            self.alpha_bar = tf.constant(np.cumprod(1.0 - betas).astype("float32"))
+
+        def call(self, x0, t):
+            ab = tf.cast(tf.gather(self.alpha_bar, t), x0.dtype)
+            return tf.math.log(ab) - tf.math.log(1.0 - ab)
+
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+"""
+
+DIFFUSION_K3 = """
+    import keras
+    from keras import layers, ops
+
+
+    class LogSNR(layers.Layer):
+        def call(self, alpha_bar):
+            return ops.log(alpha_bar) - ops.log1p(-alpha_bar)
+
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+"""
+
+
+def test_log_one_minus_a_float16_schedule_is_reported_keras2():
+    findings = lint(DIFFUSION_K2, keras="2")
+    assert rows(findings, "MP204") == [17], [(f.code, f.line, f.message) for f in findings]
+    found = next(f for f in findings if f.code == "MP204")
+    assert found.fix is None and "0.99976" in found.message
+
+
+def test_log1p_of_minus_a_float16_value_is_reported_keras3():
+    assert rows(lint(DIFFUSION_K3), "MP204") == [7]
+
+
+def test_schedule_kept_in_float32_is_silent():
+    code = DIFFUSION_K2.replace("ab = tf.cast(tf.gather(self.alpha_bar, t), x0.dtype)",
+                                "ab = tf.gather(self.alpha_bar, t)")
+    assert rows(lint(code, keras="2"), "MP204") == []
+
+
+def test_complement_of_a_value_bounded_below_one_or_with_an_epsilon_is_silent():
+    bounded = DIFFUSION_K3.replace("ops.log1p(-alpha_bar)", "ops.log(1.0 - ops.clip(alpha_bar, 0.0, 0.99))")
+    assert rows(lint(bounded), "MP204") == []
+    eps = DIFFUSION_K3.replace("ops.log1p(-alpha_bar)", "ops.log(1.0 - alpha_bar + 1e-3)")
+    assert rows(lint(eps), "MP204") == []
