@@ -36,7 +36,7 @@ def describe(event: PathEvent) -> str:
         return f"`{event.helper}(...)` (which runs the callbacks it is given, e.g. gradient clipping)"
     if event.helper is not None:
         return f"`{event.helper}(...)` (which clips or adds noise)"
-    if event.kind == "threshold":
+    if event.kind in ("threshold", "clip_factor"):
         return f"`{cst.Module([]).code_for_node(event.node)}`"
     return "noise" if event.kind == "noise" else f"`{event.kind}`"
 

@@ -124,6 +124,7 @@ class EventKind(str, enum.Enum):
     CLIP_VALUE = "clip_by_value"
     CLIP_AVERAGE_NORM = "clip_by_average_norm"
     NOISE = "noise"
+    CLIP_FACTOR = "clip_factor"  # `g * minimum(1, C / norm(g))`: a clip by hand
     HELPER = "helper"  # a same-file function that clips or adds noise
     CALLBACK = "callback"  # a same-file helper that runs functions its caller passed in (gradient callbacks)
     # An update under `if <gradient size> < <fixed threshold>:` (a loss-spike guard): on scaled gradients
@@ -156,8 +157,9 @@ _AFTER_UNSCALE = {SCALED: UNSCALED, UNSCALED: DIVIDED, MANUAL: DIVIDED}
 _AFTER_MANUAL = {SCALED: MANUAL, UNSCALED: DIVIDED, MANUAL: DIVIDED}
 CLIP_GLOBAL_NORM, CLIP_NORM, CLIP_VALUE = EventKind.CLIP_GLOBAL_NORM, EventKind.CLIP_NORM, EventKind.CLIP_VALUE
 NOISE, CALLBACK, THRESHOLD = EventKind.NOISE, EventKind.CALLBACK, EventKind.THRESHOLD
-SENSITIVE = frozenset({CLIP_GLOBAL_NORM, CLIP_NORM, CLIP_VALUE, EventKind.CLIP_AVERAGE_NORM, NOISE, EventKind.HELPER,
-                       CALLBACK, THRESHOLD})
+CLIP_FACTOR = EventKind.CLIP_FACTOR
+SENSITIVE = frozenset({CLIP_GLOBAL_NORM, CLIP_NORM, CLIP_VALUE, EventKind.CLIP_AVERAGE_NORM, NOISE, CLIP_FACTOR,
+                       EventKind.HELPER, CALLBACK, THRESHOLD})
 ACCUMULATE, ALL_REDUCE = EventKind.ACCUMULATE, EventKind.ALL_REDUCE
 UNSCALE, MANUAL_UNSCALE = EventKind.UNSCALE, EventKind.MANUAL_UNSCALE
 

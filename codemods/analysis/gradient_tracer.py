@@ -7,7 +7,7 @@ import libcst as cst
 
 from mpfix.codemods._walk import children
 from mpfix.codemods.analysis.gradient_records import (
-    FileView, ACCUMULATE, ALL_REDUCE, APPLY_METHODS, ApplyCall, GradientCall, GradientPath, MANUAL_UNSCALE,
+    FileView, ACCUMULATE, ALL_REDUCE, APPLY_METHODS, ApplyCall, CLIP_FACTOR, GradientCall, GradientPath, MANUAL_UNSCALE,
     NOISE, PathEvent, SCALED, SCALE_METHODS, ScaleCall, Scope, Statement, THRESHOLD, UNSCALE, UNSCALED, UNSCALE_METHOD,
 )
 from mpfix.codemods.analysis.gradient_records import (
@@ -15,8 +15,8 @@ from mpfix.codemods.analysis.gradient_records import (
 )
 from mpfix.codemods.analysis.gradient_syntax import assigned_targets, target_names
 from mpfix.codemods.analysis.gradient_values import (
-    _Helpers, _Registry, _has_random, _merge, _root_key, _scale_of, _scale_read, divided_by_scale, fixed_scale,
-    reciprocal_scale,
+    _ORDERING, _Helpers, _Registry, _comparisons, _has_random, _merge, _reads_scale, _root_key, _scale_of, _scale_read,
+    clip_factor, divided_by_scale, fixed_scale, reciprocal_scale,
 )
 from mpfix.codemods.names import dotted_name
 
@@ -285,6 +285,9 @@ class _PathTracer:
         if found is not None:
             self._args(call, overlay)
             return {found[0]: (found[1], frozenset())}
+        if clip_factor(self.context, call):  # `minimum(1, C / norm(g))`: clip_by_norm's coefficient by hand
+            value = self._args(call, overlay)
+            return self._event(CLIP_FACTOR, call, value) if value else {}
         if isinstance(func, cst.Attribute):
             method = func.attr.value
             owner = dotted_name(func.value)
@@ -443,23 +446,3 @@ class _PathTracer:
             return _merge(self.eval(node.key, inner), self.eval(node.value, inner))
         return self.eval(node.elt, inner)
 
-
-_ORDERING = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)
-
-
-def _comparisons(test: cst.BaseExpression) -> list[cst.Comparison]:
-    """The comparisons a condition is made of (through `not`, `and`, `or` and parentheses)."""
-    if isinstance(test, cst.Comparison):
-        return [test]
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        return _comparisons(test.expression)
-    if isinstance(test, cst.BooleanOperation):
-        return _comparisons(test.left) + _comparisons(test.right)
-    return []
-
-
-def _reads_scale(node: cst.BaseExpression, scale_names: dict[str, str]) -> bool:
-    """The threshold is in scaled units: it reads the optimizer's scale (`MAX_NORM * opt.dynamic_scale`)."""
-    if _scale_read(node) is not None or (isinstance(node, cst.Name) and node.value in scale_names):
-        return True
-    return any(_reads_scale(child, scale_names) for child in children(node))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods._walk import walk
+from mpfix.codemods._walk import children, walk
 from mpfix.codemods.analysis.bindings import Bindings, BindingKind, decompose
 from mpfix.codemods.analysis.gradient_records import (
     FileView, EventKind, SCALE_METHODS, CALLBACK, PathEvent, Scope, ScaleCall, Statement, UNSCALE_METHOD,
@@ -282,3 +282,38 @@ class _Registry:
         # its code -> (the optimizer, the node id of the scope building it). A gradient divided by it is
         # unscaled by hand.
         self.scale_factors: dict[str, tuple[str, int]] = {}
+
+
+_ORDERING = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)
+
+
+def _comparisons(test: cst.BaseExpression) -> list[cst.Comparison]:
+    """The comparisons a condition is made of (through `not`, `and`, `or` and parentheses)."""
+    if isinstance(test, cst.Comparison):
+        return [test]
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _comparisons(test.expression)
+    if isinstance(test, cst.BooleanOperation):
+        return _comparisons(test.left) + _comparisons(test.right)
+    return []
+
+
+def _reads_scale(node: cst.BaseExpression, scale_names: dict[str, str]) -> bool:
+    """The threshold is in scaled units: it reads the optimizer's scale (`MAX_NORM * opt.dynamic_scale`)."""
+    if _scale_read(node) is not None or (isinstance(node, cst.Name) and node.value in scale_names):
+        return True
+    return any(_reads_scale(child, scale_names) for child in children(node))
+
+
+def clip_factor(context, call: cst.Call) -> bool:
+    """``minimum(1, C / n)`` (either order): the coefficient clip_by_norm multiplies by, written by hand (a DP-SGD
+    per-example clip); the tracer records it when ``n`` carries gradient values."""
+    spec = ops.known(context.resolve(call.func))
+    args = [a.value for a in call.args if a.keyword is None and not a.star]
+    return spec is not None and spec.has(ops.Kind.CEILING) and len(args) == 2 and len(call.args) == 2 and \
+        any(_number(a) == 1 for a in args) and \
+        any(isinstance(a, cst.BinaryOperation) and isinstance(a.operator, cst.Divide) for a in args)
+
+
+def _number(node: cst.BaseExpression) -> float | None:
+    return float(node.value) if isinstance(node, (cst.Integer, cst.Float)) else None

@@ -7,7 +7,9 @@
    Missed: the fact missing is that ``tape.jacobian``/``tape.batch_jacobian`` are gradient calls too (per-example
    gradients, linear in the target, so they carry its scale). With it MP109 reports the noise on scaled gradients
    (no fix: noise is moved by hand). The same step taking the jacobian of the unscaled losses and scaling nothing is
-   not MP109's (nothing scaled)."""
+   not MP109's (nothing scaled). The clip itself is written by hand, ``g * minimum(1, C / norm(g))`` (clip_by_norm's
+   coefficient): a clip factor computed from the gradients' own norm is a transform too, and MP109 names it (the
+   root line) before the noise."""
 
 from __future__ import annotations
 
@@ -58,6 +60,42 @@ def test_noise_on_scaled_per_example_jacobians_is_reported_keras3():
         findings = lint(DP_SGD_K3.replace("{method}", method))
         assert rows(findings, "MP109") == [17], (method, [(f.code, f.line) for f in findings])
         assert all(f.fix is None for f in findings if f.code == "MP109")
+
+
+DP_CLIP_K3 = """
+    import tensorflow as tf
+    import keras
+
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.Dense(1, dtype="float32")])
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+    per_example = keras.losses.BinaryCrossentropy(from_logits=True, reduction=None)
+
+
+    @tf.function
+    def private_step(xb, yb):
+        with tf.GradientTape() as tape:
+            scaled = optimizer.scale_loss(per_example(yb, model(xb, training=True)))
+        jacobians = tape.jacobian(scaled, model.trainable_variables)
+        sq_norms = tf.add_n([tf.reduce_sum(tf.reshape(j, [32, -1]) ** 2, axis=1) for j in jacobians])
+        factors = tf.minimum(1.0, 1.0 / (tf.sqrt(sq_norms) + 1e-6))
+        grads = [tf.reduce_sum(j * tf.reshape(factors, [32] + [1] * (len(j.shape) - 1)), axis=0) / 32
+                 for j in jacobians]
+        optimizer.apply(grads, model.trainable_variables)
+"""
+
+
+def test_clip_factor_by_hand_on_scaled_jacobians_is_reported_keras3():
+    findings = lint(DP_CLIP_K3)
+    assert rows(findings, "MP109") == [15], [(f.code, f.line) for f in findings]
+    assert all(f.fix is None for f in findings if f.code == "MP109")
+    clean = DP_CLIP_K3.replace("scaled = optimizer.scale_loss(", "scaled = (")
+    assert rows(lint(clean), "MP109") == []
+
+
+def test_a_minimum_of_gradient_values_without_a_quotient_is_no_clip():
+    code = DP_CLIP_K3.replace("factors = tf.minimum(1.0, 1.0 / (tf.sqrt(sq_norms) + 1e-6))",
+                              "factors = tf.minimum(sq_norms, 4.0)")
+    assert rows(lint(code), "MP109") == []
 
 
 def test_jacobian_of_unscaled_losses_is_not_a_transform_of_scaled_gradients():
