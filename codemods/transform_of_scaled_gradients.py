@@ -34,8 +34,9 @@ class TransformOfScaledGradients(Rule):
     explanation = """
         ## What it does
         Finds size-dependent transforms (`tf.clip_by_global_norm`, `tf.clip_by_norm`,
-        `tf.clip_by_value`, added noise, or a same-file helper doing one of them) applied to
-        gradients of a scaled loss before they are unscaled: on Keras 2 before
+        `tf.clip_by_value`, a clip factor by hand `tf.minimum(1.0, C / norm)`, added noise, or a
+        same-file helper doing one of them) applied to gradients of a scaled loss (`tape.gradient`,
+        or per-example `tape.jacobian`) before they are unscaled: on Keras 2 before
         `get_unscaled_gradients`, on Keras 3 before `apply_gradients` of the LossScaleOptimizer
         (which unscales inside `apply`). On Keras 3 also an update taken only under a test of the
         scaled gradients' size against a fixed threshold (`if tf.linalg.global_norm(grads) < 50:`, a
