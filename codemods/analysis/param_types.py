@@ -59,8 +59,10 @@ def _own_names(cls: cst.ClassDef) -> set[str]:
 
 
 def _spells_float32(cls: cst.ClassDef) -> bool:
+    """The class spells float32, or reads its variable dtype (``self.dtype``: float32 under a mixed policy)."""
     for node in walk(cls):
-        if isinstance(node, cst.Attribute) and node.attr.value == "float32":
+        if isinstance(node, cst.Attribute) and (node.attr.value == "float32" or node.attr.value in (
+                "dtype", "variable_dtype") and isinstance(node.value, cst.Name) and node.value.value == "self"):
             return True
         if isinstance(node, cst.SimpleString) and node.value.strip("'\"") == "float32":
             return True

@@ -403,7 +403,8 @@ def function_nodes(data: bytes) -> dict:
 
 
 def float32_classes(data: bytes) -> frozenset[str]:
-    """The top-level classes whose text spells ``float32`` (a constant or an attribute)."""
+    """The top-level classes whose text spells ``float32`` (a constant or an attribute) or reads ``self.dtype`` /
+    ``self.variable_dtype`` (a layer's variable dtype: float32 under a mixed policy, ``tf.cast(y, self.dtype)``)."""
     try:
         tree = ast.parse(data)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -411,4 +412,9 @@ def float32_classes(data: bytes) -> frozenset[str]:
     classes = {stmt.name: stmt for stmt in tree.body if isinstance(stmt, ast.ClassDef)}
     return frozenset(name for name, cls in classes.items()
                      if any(isinstance(n, ast.Constant) and n.value == "float32" or
-                            isinstance(n, ast.Attribute) and n.attr == "float32" for n in ast.walk(cls)))
+                            isinstance(n, ast.Attribute) and (n.attr == "float32" or n.attr in _VARIABLE_DTYPE and
+                                                              isinstance(n.value, ast.Name) and n.value.id == "self")
+                            for n in ast.walk(cls)))
+
+
+_VARIABLE_DTYPE = ("dtype", "variable_dtype")

@@ -25,6 +25,7 @@ the same ``typed_parameters`` within one file.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -99,9 +100,15 @@ def _statements(body: list[ast.stmt], defines: set[str]) -> None:
                 _statements(case.body, defines)
 
 
+# What may make a Keras class's output float32 under a mixed policy: ``float32`` spelled, or the layer's variable
+# dtype read (``tf.cast(y, self.dtype)``: ``self.dtype`` is float32 under ``mixed_float16``). The bytes first.
+MAY_BE_FLOAT32 = re.compile(rb"float32|self\.(?:variable_)?dtype\b")
+
+
 def _spells_float32(node: ast.ClassDef) -> bool:
-    return any((isinstance(sub, ast.Attribute) and sub.attr == "float32") or
-               (isinstance(sub, ast.Constant) and sub.value == "float32") for sub in ast.walk(node))
+    return any((isinstance(sub, ast.Attribute) and (sub.attr == "float32" or sub.attr in ("dtype", "variable_dtype")
+                                                     and isinstance(sub.value, ast.Name) and sub.value.id == "self"))
+               or (isinstance(sub, ast.Constant) and sub.value == "float32") for sub in ast.walk(node))
 
 
 def _class(node: ast.ClassDef, imports: Mapping[str, str], float32_text: bool,
@@ -126,7 +133,7 @@ def _class(node: ast.ClassDef, imports: Mapping[str, str], float32_text: bool,
     if not float32_text:
         spells = False
     elif lines is not None:  # its source lines spell float32 (a comment too: withdraws the fact, never adds one)
-        spells = any(b"float32" in line for line in lines[node.lineno - 1:node.end_lineno or node.lineno])
+        spells = any(MAY_BE_FLOAT32.search(line) for line in lines[node.lineno - 1:node.end_lineno or node.lineno])
     else:
         spells = _spells_float32(node)
     return ClassSummary(node.name, tuple(bases), frozenset(defines), spells)
@@ -240,7 +247,7 @@ def summarize(tree: ast.Module, imports: Mapping[str, str], functions: bool = Tr
     if classes is None:
         classes = bool(reads)
     if source is not None:
-        float32_text = float32_text and b"float32" in source
+        float32_text = float32_text and MAY_BE_FLOAT32.search(source) is not None
     lines = source.splitlines() if source is not None and float32_text and classes else None
     shapes = [_class(stmt, imports, float32_text, lines) for stmt in tree.body if isinstance(stmt, ast.ClassDef)] \
         if classes else []
