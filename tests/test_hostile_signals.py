@@ -152,6 +152,7 @@ def test_sigterm_during_a_long_batch_stops_the_pool_without_waiting_for_it(tmp_p
     for name in ("a.py", "b.py"):
         (tmp_path / name).write_text(DEPRECATED)
     script = f"""
+import os
 import time
 from pathlib import Path
 from mpfix import runner
@@ -159,7 +160,7 @@ from mpfix.engine import Options
 from mpfix.runner import Job, Mode, process_all
 
 def stuck(batch, early=False):
-    print("working", flush=True)
+    os.write(1, b"working\\n")  # one write: two workers' print()s could interleave as "workingworking"
     time.sleep(120)  # a batch far longer than the grace; the parent's SIGTERM ends this worker
     return [None] * len(batch)
 
