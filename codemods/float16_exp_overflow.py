@@ -155,7 +155,8 @@ class Float16ExpOverflow(Rule):
         a log-sum-exp written by hand, `log(reduce_sum(w * exp(-z**2 / 2)))`: exps that cannot
         overflow still underflow to 0 below -17.3, and the log of their sum is -inf (a Gaussian
         mixture's likelihood); `exp(x - reduce_max(x))` sums hold a 1 and are left alone. And
-        `log(1 - v)` (`log1p(-v)`) of a float16 `v`: float16's spacing below 1 is 4.9e-4, so a
+        `log(1 - v)` (`log1p(-v)`) of a float16 `v` in a layer's `call` (where Keras autocasts; a
+        parameter elsewhere is float16 only by assumption): float16's spacing below 1 is 4.9e-4, so a
         `v` above 0.99976 (a sigmoid past logit 8.3, a diffusion schedule's `alpha_bar` near t = 0)
         is 1.0 and the log is -inf.
 
@@ -314,7 +315,8 @@ class Float16ExpOverflow(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         # tf_keras hands a compiled loss the model's outputs as they are: float16 without a float32 head.
-        facts = dtype_facts(self.context).assuming(Dtype.FLOAT16)
+        base = dtype_facts(self.context)
+        facts = base.assuming(Dtype.FLOAT16)
         self._fold_cache: dict = {}  # statement positions and module values, kept for this file's folding
         handled: set[cst.CSTNode] = set()
         for div in facts.nodes(cst.BinaryOperation):
@@ -328,7 +330,7 @@ class Float16ExpOverflow(Rule):
             if spec is None or x is None:
                 continue
             if spec.has(Kind.LOG):
-                complement = self._complement(facts, spec, x)
+                complement = self._complement(base, spec, x)
                 if complement is not None:
                     self.report(call, "log_complement", expression=self.context.code(call),
                                 value=self.context.code(complement))
@@ -441,7 +443,11 @@ class Float16ExpOverflow(Rule):
         if v is None or number(v) is not None or facts.dtype_of(v) is not Dtype.FLOAT16 or facts.nonpositive(v) or \
                 facts.bounded_above(v, 1.0 - 2.0 ** -11):
             return None
-        return v
+        # Float16 by evidence only: a layer's call (or a method it calls), where Keras autocasts. Elsewhere a
+        # parameter is float16 because its callers are unseen (a loss object, a schedule's nested helper), and
+        # those callers may cast to float32 first (tfm centernet's task does).
+        place = facts.place(x)
+        return v if place is not None and place.layer_method else None
 
     def _sum_of_exps(self, facts: DtypeFacts, x: cst.BaseExpression) -> bool:
         """``x`` is a sum of (weighted) exps that cannot overflow but can underflow (a Gaussian mixture's
