@@ -19,7 +19,9 @@ class NameDtypes(ParameterDtypes):
     parameters is ``ParameterDtypes``' (``dtype_arguments``)."""
 
     def _signature(self, func: cst.FunctionDef) -> list[Dtype] | None:
-        """Dtypes of ``@tf.function(input_signature=[tf.TensorSpec(shape, tf.float32), ...])``."""
+        """Dtypes of ``@tf.function(input_signature=[tf.TensorSpec(shape, tf.float32), ...])``: a ``tf.TensorSpec``'s
+        dtype (float32 where it names none, its default); anything else is unknown (``tf.TensorSpec.from_tensor(t)``
+        has ``t``'s dtype, not float32). The project scan reads the same (``mpfix.project.signatures``)."""
         for decorator in func.decorators:
             call = decorator.decorator
             if not isinstance(call, cst.Call) or self.resolve(call.func) != "tensorflow.function":
@@ -31,7 +33,7 @@ class NameDtypes(ParameterDtypes):
             for element in spec.value.elements:
                 value = element.value
                 dtype = UNK
-                if isinstance(value, cst.Call):
+                if isinstance(value, cst.Call) and self.resolve(value.func) == "tensorflow.TensorSpec":
                     arg = argument(value, "dtype", 1)
                     dtype = (spelled_dtype(arg.value, self.resolve) or UNK) if arg is not None else F32
                 found.append(dtype)
@@ -69,20 +71,8 @@ class NameDtypes(ParameterDtypes):
 
     def _signature_specs(self, func: cst.FunctionDef) -> list[bool] | None:
         """Per element of ``func``'s ``input_signature``: a ``tf.TensorSpec`` that is certainly float32."""
-        for decorator in func.decorators:
-            call = decorator.decorator
-            if isinstance(call, cst.Call) and self.resolve(call.func) == "tensorflow.function":
-                spec = argument(call, "input_signature", 1)
-                if spec is None or not isinstance(spec.value, (cst.List, cst.Tuple)):
-                    return None
-                found = []
-                for element in spec.value.elements:
-                    value = element.value
-                    dtype = argument(value, "dtype", 1) if isinstance(value, cst.Call) and \
-                        self.resolve(value.func) == "tensorflow.TensorSpec" else False
-                    found.append(dtype is None or dtype is not False and spelled_dtype(dtype.value, self.resolve) is F32)
-                return found
-        return None
+        signature = self._signature(func)
+        return None if signature is None else [dtype is F32 for dtype in signature]
 
     def _compute_env(self, region: Region) -> None:
         region.env = {}

@@ -102,6 +102,20 @@ def test_input_signature_gives_the_parameters_dtypes():
     assert dtype_of(code, "ids") is INT
 
 
+def test_a_signature_spec_from_a_tensor_has_that_tensors_dtype_not_float32():
+    """``tf.TensorSpec.from_tensor(t)`` (or any spec but ``tf.TensorSpec(...)``) names no dtype of its own:
+    ``TensorSpec``'s float32 default is not its dtype (it was read as float32, as a ``TensorSpec`` with none)."""
+    code = """
+        import tensorflow as tf
+        half = tf.zeros([4], tf.float16)
+        @tf.function(input_signature=[tf.TensorSpec.from_tensor(half), tf.TensorSpec([None])])
+        def step(x, y):
+            return x * 2.0, y * 2.0
+    """
+    assert dtype_of(code, "x * 2.0") is UNK
+    assert dtype_of(code, "y * 2.0") is F32
+
+
 def test_python_parameters():
     code = layer("return x * scale", params="x, training=False, scale=2.0")
     assert dtype_of(code, "scale") is PY
