@@ -74,6 +74,16 @@ class NameDtypes(ParameterDtypes):
         signature = self._signature(func)
         return None if signature is None else [dtype is F32 for dtype in signature]
 
+    def _float32_predictions(self, region: Region, pname: str) -> bool:
+        """``y_pred`` of a model's own ``compute_loss`` is what its ``call`` returns (Keras passes it by that keyword):
+        float32 where ``call`` returns float32 whatever its inputs (a ``dtype="float32"`` head, MP205's fix)."""
+        owner, node = region.owner, region.node
+        if pname != "y_pred" or owner is None or not isinstance(node, cst.FunctionDef) or \
+                node.name.value != "compute_loss" or not self.is_layer_class(owner):
+            return False
+        call = self.methods.get(owner, {}).get("call")
+        return call is not None and self.return_dtype(call, owner) is F32
+
     def _compute_env(self, region: Region) -> None:
         region.env = {}
         region.memo.clear()
@@ -133,6 +143,8 @@ class NameDtypes(ParameterDtypes):
                     dtype = region.params.get(pname, UNK)
                 else:
                     dtype = region.params.get(pname, F16)
+                    if dtype is F16 and self._float32_predictions(region, pname):
+                        dtype = F32
                 region.env[pname] = dtype
                 position += 1
             for pname in self._used_as_indices(region):
