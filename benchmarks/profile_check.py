@@ -13,7 +13,8 @@ Runs ``mpfix check FOLDER --no-cache --jobs 1 --format json`` in this process un
 cProfile slows Python code ~2-5x and leaves C code (LibCST's native parser, ``ast.parse``) nearly
 as is, so read the numbers as shares of one run, and compare runs of the same kind only.
 ``--no-profile`` runs the same check with light timers on the phases instead (unbiased wall/CPU
-of parse, rules and project facts; no per-module split).
+of parse, rules and project facts; no per-module split), and the parse bound: how many parsed
+texts had any report, and their share of the parse.
 
 Usage: python benchmarks/profile_check.py FOLDER [--policy mixed_float16] [--top 25] [--save out.prof]
 """
@@ -148,6 +149,18 @@ def _timed(argv: list[str]) -> None:
     engine.Engine._gated = counted
     wrap(engine.Engine, "_gated", "gate before the parse")
     wrap(engine, "positions_of", "positions")
+    # The parse bound: which parsed texts had a report at all. A first tier that parsed only those (and
+    # decided every other text without LibCST) could save at most the rest's parse (issue 18's speed gap).
+    parsed: list[tuple[int, float, int]] = []  # (bytes, parse CPU, reports) per parsed text
+    run = engine.Engine._run
+
+    def recorded(self, text, *args, **kwargs):
+        before = spent["LibCST parse"][1]
+        module, context = run(self, text, *args, **kwargs)
+        parsed.append((len(text.encode("utf-8", "surrogatepass")), spent["LibCST parse"][1] - before,
+                       len(context.reports)))
+        return module, context
+    engine.Engine._run = recorded
     from mpfix.cli import main
     w, c = time.perf_counter(), time.process_time()
     with contextlib.redirect_stdout(io.StringIO()):
@@ -161,6 +174,10 @@ def _timed(argv: list[str]) -> None:
         print(f"  {cpu:7.2f} s CPU {wall:7.2f} s wall {calls:6d} calls  {label}")
     print(f"  the gate left {skipped[0]} of the {skipped[1]} files it was asked about with no rule to run,"
           f" so unparsed (MPFIX_GATE=0: off)")
+    found = [row for row in parsed if row[2]]
+    print(f"  parse bound: {len(parsed)} texts parsed ({sum(r[0] for r in parsed) / 1e6:.2f} MB,"
+          f" {sum(r[1] for r in parsed):.2f} s CPU); {len(found)} of them had a report"
+          f" ({sum(r[0] for r in found) / 1e6:.2f} MB, {sum(r[1] for r in found):.2f} s CPU)")
     del facts
 
 
