@@ -102,7 +102,8 @@ class FileSummary:
     class_sites: dict[str, list[Site]] = field(default_factory=dict)
     plain_sites: list[Site] = field(default_factory=list)
     plain_collected: bool = False  # False: the module functions' sites were not gathered (read again if needed)
-    float32_classes: frozenset[str] | None = None  # classes whose text spells float32 (None: not computed)
+    # ``class_dtypes.class_dtypes`` of the file's text, read again once asked; None: not yet.
+    class_dtypes: dict[str, tuple[bool, bool]] | None = None
     # Structural typing's view of the file (``mpfix.project.structural``: class definitions, attribute reads
     # on module functions' parameters), made from the same tree.
     structural: StructuralSummary | None = None
@@ -400,21 +401,3 @@ def function_nodes(data: bytes) -> dict:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return {}
     return {stmt.name: stmt for stmt in tree.body if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))}
-
-
-def float32_classes(data: bytes) -> frozenset[str]:
-    """The top-level classes whose text spells ``float32`` (a constant or an attribute) or reads ``self.dtype`` /
-    ``self.variable_dtype`` (a layer's variable dtype: float32 under a mixed policy, ``tf.cast(y, self.dtype)``)."""
-    try:
-        tree = ast.parse(data)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return frozenset()
-    classes = {stmt.name: stmt for stmt in tree.body if isinstance(stmt, ast.ClassDef)}
-    return frozenset(name for name, cls in classes.items()
-                     if any(isinstance(n, ast.Constant) and n.value == "float32" or
-                            isinstance(n, ast.Attribute) and (n.attr == "float32" or n.attr in _VARIABLE_DTYPE and
-                                                              isinstance(n.value, ast.Name) and n.value.id == "self")
-                            for n in ast.walk(cls)))
-
-
-_VARIABLE_DTYPE = ("dtype", "variable_dtype")

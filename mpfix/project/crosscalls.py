@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mpfix import safe_read
+from mpfix.project.class_dtypes import float16_class
 from mpfix.project.crosscall_records import ArgKind, CallContext, CrossCall
 from mpfix.project.call_pattern import CALL, CLASS_NAME, top_class
 from mpfix.project.crosscall_summary import (KERAS_LAYER_BASES, FileSummary, Flow, Ref, Site, _Collector,
-                                             float32_classes, function_nodes, hands_callable, keras_base,
+                                             function_nodes, hands_callable, keras_base,
                                              plain_sites, summarise)
 from mpfix.project.structural import StructuralSummary, dotted_name
 
@@ -164,14 +165,8 @@ class CrossCallScan:
         return result
 
     def _float16_instance(self, ref: tuple[str, str]) -> bool:
-        """A project Keras class whose outputs follow the compute dtype: its text never spells float32."""
-        if not self.is_keras_class(ref):
-            return False
-        file = self._file(ref[0])
-        if file.float32_classes is None:  # the one question that needs a class's body: read it again, once
-            data = self._read(file.path)
-            file.float32_classes = float32_classes(data) if data is not None else frozenset()
-        return ref[1] not in file.float32_classes
+        """A project Keras class whose outputs follow the compute dtype (``class_dtypes.float16_class``)."""
+        return float16_class(self, ref)
 
     # -- what other project passes read (structural typing: ``mpfix.project.structural``) ---------
     def structural_of(self, path: str) -> StructuralSummary | None:
