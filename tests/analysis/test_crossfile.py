@@ -9,15 +9,14 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import pytest
-
-from mpfix import cache as cache_mod
 from mpfix import policy as policies
 from mpfix.engine import Options
 from mpfix.project import facts as project_facts
 from mpfix.project.crosscall_records import ArgKind, CallContext
 from mpfix.codemods import all_rules
 from mpfix.runner import Job, Mode, process_all
+
+from .project_fixtures import _fresh, project  # noqa: F401  (fixtures)
 
 # tfexamples efficientdet utils.py (N2): srelu casts 160000 to its input's dtype.
 UTILS = textwrap.dedent("""
@@ -107,21 +106,6 @@ TRAIN = textwrap.dedent("""
         net = GlobalNet()
         return extract.extract_all(net, images, [1, 2])
 """).lstrip("\n")
-
-
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.delenv(cache_mod.ENV_CACHE_DIR, raising=False)
-    policies.forget_projects()
-    yield
-    policies.forget_projects()
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch) -> Path:
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def _write(root: Path, files: dict[str, str]) -> None:

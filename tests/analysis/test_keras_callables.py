@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from mpfix import cache as cache_mod
 from mpfix import policy as policies
 from mpfix.engine import Options
 from mpfix.project import facts as project_facts
 from mpfix.project.crosscall_records import ArgKind
 from mpfix.codemods import all_rules
 from mpfix.runner import Job, Mode, process_all
+
+from .project_fixtures import _fresh, project  # noqa: F401  (fixtures)
 
 EXTRACT = textwrap.dedent("""
     import tensorflow as tf
@@ -76,21 +77,6 @@ EXPORT = textwrap.dedent("""
         print(module.run(tf.random.uniform([1, 64, 64, 3]))[0].dtype)
 """).lstrip("\n")
 LAMBDA = "lambda x: self._model(x, training=False)"
-
-
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.delenv(cache_mod.ENV_CACHE_DIR, raising=False)
-    policies.forget_projects()
-    yield
-    policies.forget_projects()
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch) -> Path:
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def _write(root: Path, callable_: str = LAMBDA, model: str = "delf_model.Delf()", dtype: str = "") -> None:

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from mpfix import cache as cache_mod
 from mpfix import policy as policies
 from mpfix.engine import Options
 from mpfix.project import facts as project_facts
 from mpfix.runner import Job, Mode, process_all
+
+from .project_fixtures import _fresh, project  # noqa: F401  (fixtures)
 
 SCORER = textwrap.dedent("""
     import tensorflow as tf
@@ -67,21 +68,6 @@ EXPORT = textwrap.dedent("""
         print(exporter.run(tf.random.uniform([2, 3]), tf.constant(0.1)))
 """).lstrip("\n")
 FOUND = ["export.py:14:MP206"]
-
-
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.delenv(cache_mod.ENV_CACHE_DIR, raising=False)
-    policies.forget_projects()
-    yield
-    policies.forget_projects()
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch) -> Path:
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def _write(root: Path, built: str = "scorer.Scorer()", dtype: str = "", base: str = "Base",

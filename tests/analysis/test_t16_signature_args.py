@@ -23,12 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from mpfix import cache as cache_mod
 from mpfix import policy as policies
 from mpfix.engine import Options
 from mpfix.project import facts as project_facts
 from mpfix.project.crosscall_records import ArgKind
 from mpfix.runner import Job, Mode, process_all
+
+from .project_fixtures import _fresh, project  # noqa: F401  (fixtures)
 
 EXTRACT = textwrap.dedent("""
     import tensorflow as tf
@@ -98,21 +99,6 @@ SIGNATURE = """@tf.function(input_signature=[
 COMPARED = ["pkg/extract.py:10:MP206", "pkg/extract.py:19:MP206"]  # the closure's comparison and the flat one
 CONCAT = ["pkg/extract.py:11:MP206"]  # float16 scores into a float32 accumulator (N20's class)
 FOUND = sorted(COMPARED + CONCAT)
-
-
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.delenv(cache_mod.ENV_CACHE_DIR, raising=False)
-    policies.forget_projects()
-    yield
-    policies.forget_projects()
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch) -> Path:
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def _export(spec: str = SPEC, passed: str = "input_abs_thres", body: str = "pass",

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from mpfix import cache as cache_mod
-from mpfix import policy as policies
 from mpfix.api import lint_text
 from mpfix.config import Settings
 from mpfix.engine import Options
 from mpfix.runner import Job, Mode, process_all
+
+from .project_fixtures import _fresh, project  # noqa: F401  (fixtures)
 
 EXPORT = textwrap.dedent("""
     import tensorflow as tf
@@ -58,21 +58,6 @@ COMPARE = """scores = self._model(x, training=False)
 
 def _text(body: str = COMPARE, spec: str = SPEC, decorator: str = SIGNATURE, dtype: str = "") -> str:
     return EXPORT.format(body=body, decorator=decorator.format(spec=spec), dtype=dtype)
-
-
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.delenv(cache_mod.ENV_CACHE_DIR, raising=False)
-    policies.forget_projects()
-    yield
-    policies.forget_projects()
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch) -> Path:
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def _check(root: Path, text: str) -> list[str]:

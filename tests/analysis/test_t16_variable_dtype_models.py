@@ -16,12 +16,10 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import pytest
-
-from mpfix import cache as cache_mod
-from mpfix import policy as policies
 from mpfix.engine import Options
 from mpfix.runner import Job, Mode, process_all
+
+from .project_fixtures import _fresh, project  # noqa: F401  (fixtures)
 
 MODEL = textwrap.dedent("""
     import keras
@@ -75,21 +73,6 @@ EXPORT = textwrap.dedent("""
         exporter = Exporter()
         print(exporter.run([tf.random.uniform([2, 3])] * 2).dtype)
 """).lstrip("\n")
-
-
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.delenv(cache_mod.ENV_CACHE_DIR, raising=False)
-    policies.forget_projects()
-    yield
-    policies.forget_projects()
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch) -> Path:
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def _check(root: Path, dtype: str) -> list[str]:
