@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from mpfix import cache as cache_mod
 from mpfix import policy as policies
 from mpfix.codemods import all_rules
 from mpfix.engine import Options
 from mpfix.project import facts as project_facts
 from mpfix.project.crosscall_records import ArgKind, CallContext, CrossCall
 from mpfix.runner import Job, Mode, process_all
+
+from .project_fixtures import _fresh  # noqa: F401  (fixture)
 
 GLOBAL_MODEL = textwrap.dedent("""
     import tensorflow as tf
@@ -94,14 +95,6 @@ PLAIN = textwrap.dedent("""
         def __call__(self, index):
             return self.meta, index
 """).lstrip("\n")
-
-
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.delenv(cache_mod.ENV_CACHE_DIR, raising=False)
-    policies.forget_projects()
-    yield
-    policies.forget_projects()
 
 
 @pytest.fixture
