@@ -240,7 +240,12 @@ class Evidence:
                     slot_of[id(source)] = len(slots)
                     slots.append(source)
                 inputs.append(slot_of[id(source)])
-            records.append(self._describe(graph, op, slot_of[id(out)], inputs))
+            record = self._describe(graph, op, slot_of[id(out)], inputs)
+            if all(t.dtype in (tf.resource, tf.variant) for t in op.inputs):
+                # Its values are read from a resource (a tf.data iterator's next batch), not computed: a
+                # non-finite value it gives was made before the step (the input pipeline), never by this op.
+                record["enters"] = True
+            records.append(record)
         return records, slots
 
     def _describe(self, graph, op, slot: int, inputs: list[int]) -> dict:

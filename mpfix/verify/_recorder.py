@@ -241,7 +241,8 @@ class Recorder:
             self.emit_layer(layer, index)
         return index
 
-    def emit_layer(self, layer, index: int, output_of: str | None = None) -> None:
+    def _built_at(self, layer) -> dict:
+        """Where the project built ``layer``: file, line, code (empty: not in the project's files)."""
         origin = self._origins.get(id(layer), {})
         code = ""
         if origin:
@@ -249,15 +250,23 @@ class Recorder:
                 code = linecache.getline(origin["file"], origin["line"]).strip()
             except Exception:
                 code = ""
+        return {"file": origin.get("file"), "line": origin.get("line"), "code": code}
+
+    def emit_layer(self, layer, index: int, output_of: str | None = None) -> None:
         event = {
             "event": "layer",
             "index": index,
             "name": getattr(layer, "name", None),
             "class": type(layer).__name__,
-            "file": origin.get("file"),
-            "line": origin.get("line"),
-            "code": code,
+            **self._built_at(layer),
         }
+        cell = getattr(layer, "cell", None)
+        if cell is not None and cell is not layer and hasattr(cell, "compute_dtype"):
+            # A recurrent layer's loop runs its cell, a layer with a dtype policy of its own (keras.layers.RNN(cell)):
+            # a cell the project built keeps its float16 policy whatever the RNN's dtype is.
+            built = self._built_at(cell)
+            if built["file"]:
+                event["cell"] = {"name": getattr(cell, "name", None), "class": type(cell).__name__, **built}
         if output_of:
             event["output_of"] = output_of
         if hasattr(layer, "layers") and callable(getattr(layer, "fit", None)):

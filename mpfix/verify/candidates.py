@@ -109,9 +109,17 @@ def _float32_layers(finding: RuntimeFinding) -> list[dict]:
 
 def _layer_change(layer: dict, evidence: str, to_original=None) -> Change:
     path = Path(layer["file"]) if to_original is None else to_original(Path(layer["file"]))
-    return Change(ChangeKind.LAYER, path, f"dtype=\"float32\" on layer `{layer.get('name')}` ({layer.get('class')})",
-                  evidence, anchor=(layer.get("code") or "").strip(), line=int(layer["line"]),
-                  class_name=layer.get("class"))
+    description = f"dtype=\"float32\" on layer `{layer.get('name')}` ({layer.get('class')})"
+    extra = {}
+    cell = layer.get("cell") or {}
+    if cell.get("file") == layer["file"] and cell.get("line"):
+        # A recurrent layer runs a cell the project built, whose own policy stays float16 under the RNN's dtype
+        # (its loop then still overflows; tf_keras raises on the float32 state beside a float16 cell): both.
+        description += f" and on its cell `{cell.get('name')}` ({cell.get('class')})"
+        extra["cell"] = {"anchor": (cell.get("code") or "").strip(), "line": int(cell["line"]),
+                         "class": cell.get("class")}
+    return Change(ChangeKind.LAYER, path, description, evidence, anchor=(layer.get("code") or "").strip(),
+                  line=int(layer["line"]), class_name=layer.get("class"), extra=extra)
 
 
 def loss_scaling(verdict, run, files: list[Path]) -> list[Change]:
@@ -169,6 +177,9 @@ def for_verdict(verdict, run, found: list[RuntimeFinding], texts, files: list[Pa
     file that ran; ``to_original(path)`` maps such a path to the user's file."""
     policy = policy_of(run)
     out: list[Change] = []
+    # A value that entered the step non-finite (a tf.data batch) or a pipeline's cast has no expression of the step
+    # to compute in float32: ``for_data`` offers the pipeline's edit.
+    found = [f for f in found if not (f.extra.get("enters") or f.extra.get("data_cast"))]
     targets = [f for f in found if f.kind is Kind.NONFINITE] + [f for f in found if f.kind is Kind.CONSTANT]
     if verdict.name in ("at-risk", "diverged") or not targets:
         targets += [f for f in found if f.kind is Kind.HEADROOM]

@@ -90,6 +90,13 @@ class Change:
             return islands.float32_island(text, line, indent + self.column, self.op, bool(self.extra.get("output")),
                                           bool(self.extra.get("grow")))
         if self.kind is ChangeKind.LAYER:
+            cell = self.extra.get("cell")
+            if cell:
+                # The cell first, at its line in this text (a keyword added inside a call's parentheses adds no line).
+                at = find_line(text, cell["anchor"], cell["line"])
+                text = None if at is None else islands.layer_float32(text, at, cell["class"])
+                if text is None:
+                    return None
             return islands.layer_float32(text, line, self.class_name)
         if self.kind is ChangeKind.CAST:
             mix = mix_crash.Mix(self.op, self.extra["float16_input"], tuple(self.extra.get("elements", ())))

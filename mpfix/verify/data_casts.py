@@ -21,6 +21,10 @@ _CASTS = frozenset(spec.short for spec in ops.TABLE.values() if spec.is_cast)
 _DTYPE_POSITION = 1
 # Spellings of float16 as an attribute (tf.float16, tf.half, np.float16) or a string, and their float32.
 _FLOAT16_NAMES = {"float16": "float32", "half": "float32"}
+# Attribute names that spell a dtype (tf.dtypes' and NumPy's).
+_DTYPE_NAMES = frozenset({"float16", "half", "bfloat16", "float32", "float64", "double", "int8", "int16", "int32",
+                          "int64", "uint8", "uint16", "uint32", "uint64", "bool", "bool_", "complex64",
+                          "complex128", "string", "float_", "int_"})
 
 
 def _dtype_arg(call: cst.Call) -> cst.Arg | None:
@@ -35,13 +39,25 @@ def _dtype_arg(call: cst.Call) -> cst.Arg | None:
 
 
 def _float32_of(value: cst.BaseExpression) -> cst.BaseExpression | None:
-    """``value`` spelling float32 instead of float16 (None: it does not spell float16)."""
+    """``value`` spelling float32 instead of float16 (None: it spells another dtype). A dtype the source does not
+    spell (``tf.cast(window, COMPUTE_DTYPE)``, ``policy.compute_dtype``) is float16 where the child saw this line's
+    cast make float16 (``_data_casts``, the only caller's evidence): it is written ``"float32"``, which every cast
+    of the table takes (``tf.as_dtype`` reads the name)."""
     if isinstance(value, cst.Attribute) and value.attr.value in _FLOAT16_NAMES:
         return value.with_changes(attr=cst.Name(_FLOAT16_NAMES[value.attr.value]))
     if isinstance(value, cst.SimpleString) and value.evaluated_value in _FLOAT16_NAMES:
         quote = value.value[-1]
         return cst.SimpleString(f"{quote}{_FLOAT16_NAMES[value.evaluated_value]}{quote}")
-    return None
+    if _spells_a_dtype(value):
+        return None
+    return cst.SimpleString('"float32"')
+
+
+def _spells_a_dtype(value: cst.BaseExpression) -> bool:
+    """A literal dtype: a string, or an attribute named as one (``tf.float32``, ``np.int64``, ``tf.dtypes.half``)."""
+    if isinstance(value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
+        return True
+    return isinstance(value, cst.Attribute) and value.attr.value in _DTYPE_NAMES
 
 
 def sites(text: str, line: int) -> list[str]:

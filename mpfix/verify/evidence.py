@@ -211,7 +211,11 @@ def findings(run, static: dict | None = None) -> list[RuntimeFinding]:
         file, line, layer = _where(entry, run.layers)
         if not file or not line:
             continue
-        if entry["first_bad"] >= 0 and entry["born"]:
+        if entry["first_bad"] >= 0 and entry.get("enters"):
+            # Read from a resource (the next batch of a tf.data iterator): made before the step, not by the op.
+            kind = Kind.NONFINITE
+            message = f"float16 `{entry['type']}` brought inf/NaN into the step at step {entry['first_bad']}"
+        elif entry["first_bad"] >= 0 and entry["born"]:
             kind = Kind.NONFINITE
             message = (f"float16 `{entry['type']}` gave inf/NaN from finite inputs at step {entry['first_bad']}")
         elif entry["first_bad"] < 0 and entry["peak"] >= HEADROOM:
@@ -229,6 +233,8 @@ def findings(run, static: dict | None = None) -> list[RuntimeFinding]:
         out.append(_finding(kind, entry["type"], file, line, message, static, layer,
                             step=entry["first_bad"] if kind is Kind.NONFINITE else entry["peak_step"],
                             peak=entry["peak"], owner=run.layers.get(entry.get("owner"))))
+        if entry.get("enters") and kind is Kind.NONFINITE:
+            out[-1].extra["enters"] = True
     for const in run.constants:
         file, line, layer = _where(const, run.layers)
         if not file or not line:
@@ -242,8 +248,36 @@ def findings(run, static: dict | None = None) -> list[RuntimeFinding]:
         message = f"{what} became {const.get('became')} in float16 (op `{const.get('type')}`)"
         out.append(_finding(Kind.CONSTANT, "Cast" if const.get("type") == "Cast" else "Const", file, line, message,
                             static, layer, owner=run.layers.get(const.get("owner"))))
+    out += _pipeline_findings(run, out, static)
     order = {Kind.NONFINITE: 0, Kind.CONSTANT: 1, Kind.HEADROOM: 2}
-    return sorted(out, key=lambda f: (order[f.kind], f.step if f.step is not None else 0))
+    return sorted(out, key=lambda f: (order[f.kind], f.step if f.step is not None else 0, not f.extra.get("data_cast")))
+
+
+def _pipeline_findings(run, found: list, static: dict | None) -> list[RuntimeFinding]:
+    """A non-finite run no float16 op of whose step made the first inf/NaN (none measured was born non-finite; the
+    next batch may have brought it), beside an input pipeline that casts its data to float16 itself (``data_casts``:
+    a ``tf.data`` map's ops are outside the step, unmeasured): each such cast, as where float16 begins (turn 17's
+    pipeline_energy: a window's energy summed past 65504 in the map; Keras 3 named no line, tf_keras only its
+    iterator at ``fit``'s). Marked ``data_cast``: repair's edit for them is ``data_casts``', not an island."""
+    casts = getattr(run, "data_casts", None) or []
+    if not casts or any(f.kind is Kind.NONFINITE and not f.extra.get("enters") for f in found):
+        return []
+    bad = [s.step for s in run.steps if not s.loss_finite or s.nonfinite_fraction > 0]
+    if not bad:
+        return []
+    out, seen = [], set()
+    for cast in casts:
+        file, line = cast.get("file"), cast.get("line")
+        if not file or not line or (file, line) in seen:
+            continue
+        seen.add((file, line))
+        message = (f"the input pipeline casts {cast.get('source', 'its')} data to float16 here "
+                   f"(`{cast.get('function') or 'map'}`) and no float16 op of the step made its first inf/NaN "
+                   f"(step {min(bad)}): the map's float16 ops, which the step does not measure, are the likely source")
+        finding = _finding(Kind.NONFINITE, "Cast", file, int(line), message, static, None, step=min(bad))
+        finding.extra["data_cast"] = True
+        out.append(finding)
+    return out
 
 
 def _finding(kind, op, file, line, message, static, layer, step=None, peak=None, owner=None) -> RuntimeFinding:

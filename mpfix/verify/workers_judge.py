@@ -89,6 +89,11 @@ def merge(mode: str, runs: list[RunResult], order: list[int]) -> RunResult:
     merged.returncode, merged.stderr_tail = cause.returncode, cause.stderr_tail
     merged.numerics = lead.numerics
     merged.layers = lead.layers
+    # Every worker's per-op evidence (one script: the same ops, lines and layer indices on each; merge_ops keeps
+    # an op's earliest non-finite step): an overflow on worker 1's data only is named at its line too.
+    merged.ops = [op for run in runs for op in run.ops]
+    merged.constants = [c for run in runs for c in run.constants]
+    merged.data_casts = [c for run in runs for c in run.data_casts]
     merged.errors = [e for run in runs for e in run.errors]
     merged.elapsed = max(run.elapsed for run in runs)
     merged.timed_out = any(run.timed_out for run in runs)

@@ -35,8 +35,11 @@ def test_the_edit_writes_float32_in_the_casts_own_spelling():
 
 
 def test_no_edit_where_no_cast_names_float16():
-    for text in ("a = tf.cast(x, dtype)\n", "a = tf.cast(x, tf.float32)\n", "a = tf.cast(x)\n", "a = cast(\n"):
+    for text in ("a = tf.cast(x, tf.float32)\n", "a = tf.cast(x, 'int32')\n", "a = tf.cast(x)\n", "a = cast(\n"):
         assert data_casts.sites(text, 1) == [] and data_casts.to_float32(text, 1, 0) is None
+    # A dtype the source does not spell (a name, the policy's compute dtype) is a site: sites are asked only for
+    # lines where the run saw a cast make float16 (turn 17's pipeline_energy, test_repair_turn17.py).
+    assert data_casts.to_float32("a = tf.cast(x, dtype)\n", 1, 0) == 'a = tf.cast(x, "float32")\n'
 
 
 @pytest.mark.slow
