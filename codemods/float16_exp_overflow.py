@@ -12,7 +12,7 @@ from mpfix.codemods._float16_scope import (
 from mpfix.codemods.analysis.dtypes import Dtype
 from mpfix.codemods.base import Fact, FixAvailability, Invalid, Need, Rule, Valid
 from mpfix.codemods.facts import ops as op_table
-from mpfix.codemods.facts.dtype_facts import DtypeFacts, dtype_facts
+from mpfix.codemods.facts.dtype_facts import DtypeFacts, RegionKind, dtype_facts
 from mpfix.codemods.facts.heuristics import SQUARED_DISTANCE
 from mpfix.findings import FixSafety
 
@@ -128,6 +128,8 @@ class Float16ExpOverflow(Rule):
                             "the loss); use `log_softmax`/`log_sigmoid`, or compute in float32"),
         "log_complement": ("`{expression}`: float16's spacing below 1 is 4.9e-4, so `{value}` above 0.99976 is 1.0 and the "
                            "log is -inf; compute `1 - {value}` in float32 (of a sigmoid: `log_sigmoid(-x)`)"),
+        "log_narrowed": ("`{expression}` takes the log after narrowing `{value}` to float16: below 6e-8 it is 0 (past "
+                         "65504 inf) and the log -inf; take the log in float32 and cast its result"),
         "log_sum_exp": ("`{expression}` is a log-sum-exp by hand: in float16 each `exp` underflows to 0 below -17.3, "
                         "and once all of them do the log is -inf; use `logsumexp` of log-weights + exponents, or "
                         "compute in float32"),
@@ -158,7 +160,9 @@ class Float16ExpOverflow(Rule):
         `log(1 - v)` (`log1p(-v)`) of a float16 `v` in a layer's `call` (where Keras autocasts; a
         parameter elsewhere is float16 only by assumption): float16's spacing below 1 is 4.9e-4, so a
         `v` above 0.99976 (a sigmoid past logit 8.3, a diffusion schedule's `alpha_bar` near t = 0)
-        is 1.0 and the log is -inf.
+        is 1.0 and the log is -inf. And the log of a value narrowed to float16 first,
+        `log(cast(p, x.dtype))` of a float32 (or integer, or unknown) `p`: below 6e-8 the cast
+        makes it 0 (past 65504 inf) where the log of the float32 value is finite and small.
 
         ## Why is this bad?
         `exp(11.1)` already exceeds float16's 65504: a manual softmax turns into `inf / inf = NaN`
@@ -179,7 +183,9 @@ class Float16ExpOverflow(Rule):
 
         ## Fix safety
         Unsafe: the manual softmax becomes `softmax`, `log(softmax(x))` becomes `log_softmax(x)` and
-        `log1p(exp(x))` becomes `softplus(x)` (the same values where the original was finite); other
+        `log1p(exp(x))` becomes `softplus(x)` (the same values where the original was finite), and
+        `log(cast(p, dtype))` becomes `cast(log(cast(p, float32)), dtype)` (the same dtype; the same
+        values where the narrowed one was finite); other
         uses are reported without a fix, since casting back to float16 would overflow again.
     """
     VALID = [
@@ -276,6 +282,34 @@ class Float16ExpOverflow(Rule):
             """,
             policy='mixed_float16',
         ),
+        # The log of a float32 probability narrowed to float16 first (a logQ correction): the log goes before the cast.
+        Invalid(
+            """
+            import tensorflow as tf
+
+            class LogQCorrection(tf.keras.layers.Layer):
+                def __init__(self, item_probability, **kwargs):
+                    super().__init__(**kwargs)
+                    self.item_probability = tf.constant(item_probability, tf.float32)
+
+                def call(self, logits, item_ids):
+                    q = tf.gather(self.item_probability, item_ids)
+                    return logits - tf.math.log(tf.cast(q, logits.dtype))
+            """,
+            """
+            import tensorflow as tf
+
+            class LogQCorrection(tf.keras.layers.Layer):
+                def __init__(self, item_probability, **kwargs):
+                    super().__init__(**kwargs)
+                    self.item_probability = tf.constant(item_probability, tf.float32)
+
+                def call(self, logits, item_ids):
+                    q = tf.gather(self.item_probability, item_ids)
+                    return logits - tf.cast(tf.math.log(q), logits.dtype)
+            """,
+            policy='mixed_float16',
+        ),
         # A log-sum-exp by hand (a Gaussian mixture's likelihood): the exps cannot overflow, but all underflow. No fix.
         Invalid(
             """
@@ -336,7 +370,7 @@ class Float16ExpOverflow(Rule):
                                 value=self.context.code(complement))
                     continue
                 if self._log_of_exp(facts, call, spec, x, handled) or spec.has(Kind.LOG1P) or \
-                        facts.dtype_of(x) is not Dtype.FLOAT16:
+                        self._log_of_narrowed(base, call, x) or facts.dtype_of(x) is not Dtype.FLOAT16:
                     continue
                 if facts.probability(x):
                     self._log_of_probability(call, x, natural=spec.has(Kind.NATURAL_LOG))
@@ -383,6 +417,60 @@ class Float16ExpOverflow(Rule):
         self.report(call, "softplus", expression=self.context.code(call), fix=fix, imports=imports,
                     description="Use softplus")
         return True
+
+    def _log_of_narrowed(self, facts: DtypeFacts, call: cst.Call, x: cst.BaseExpression) -> bool:
+        """``log(cast(p, dtype))`` with the cast's result float16 and ``p`` not float16 (float32, integer or unknown):
+        the cast narrows p, so a p below 6e-8 is 0 and the log -inf (wave 13's logQ correction of sampling
+        probabilities ~1e-9). Any positive float32 has a log within ±104, which float16 holds: the log first, then
+        the cast, is the same dtype and never worse (p cast to float32 first unless it is float32 or float64)."""
+        if not isinstance(x, cst.Call):
+            return False
+        spec = _spec(self.context, x)
+        source = first_arg(x)
+        if spec is None or not spec.is_cast or source is None or len(x.args) < 2 or x.args[0].keyword is not None or \
+                call.args[0].value is not x or self._cast_target(facts, x) is not Dtype.FLOAT16 or \
+                (facts.dtype_of(source) in (Dtype.FLOAT16, Dtype.BFLOAT16) and not self._batch_data(facts, source)):
+            return False
+        imports: tuple[str, ...] = ()
+        inner = source
+        if facts.dtype_of(source) not in (Dtype.FLOAT32, Dtype.FLOAT64):
+            if op_table.namespace(self.context.resolve(x.func)) is op_table.Namespace.TENSORFLOW:
+                tf, imports = tf_spelling(self.context)
+                float32 = cst.parse_expression(f"{tf}.float32")
+            else:
+                float32 = cst.SimpleString('"float32"')
+            inner = x.with_changes(args=[x.args[0], cst.Arg(value=float32)], lpar=[], rpar=[])
+        log = call.with_changes(args=[call.args[0].with_changes(value=inner), *call.args[1:]], lpar=[], rpar=[])
+        fix = {call: x.with_changes(args=[x.args[0].with_changes(value=log), *x.args[1:]],
+                                    lpar=call.lpar, rpar=call.rpar)}
+        self.report(call, "log_narrowed", expression=self.context.code(call), value=self.context.code(source),
+                    fix=fix, imports=imports, description="Take the log before the cast")
+        return True
+
+    @staticmethod
+    def _cast_target(facts: DtypeFacts, cast: cst.Call) -> Dtype:
+        """The dtype a cast makes. ``x.dtype`` of a name rebound only by augmented assignments (``logits -= v``) is
+        the dtype of its plain assignments: a tensor's ``-=`` keeps its dtype (TensorFlow refuses to mix)."""
+        made = facts.dtype_of(cast)
+        spelled = cast.args[1].value if cast.args[1].keyword is None else None
+        if made is not Dtype.UNKNOWN or not (isinstance(spelled, cst.Attribute) and spelled.attr.value == "dtype"
+                                             and isinstance(spelled.value, cst.Name)):
+            return made
+        dtypes = {facts.dtype_of(v) for v in facts.values_of(spelled.value, augmented=False)}
+        return dtypes.pop() if len(dtypes) == 1 else Dtype.UNKNOWN
+
+    @staticmethod
+    def _batch_data(facts: DtypeFacts, node: cst.BaseExpression) -> bool:
+        """An element unpacked from a ``train_step``'s ``data``: the dataset's batch as it is (Keras autocasts layer
+        inputs, not the data a train step gets), float16 only by the analysis' default for parameters."""
+        place = facts.place(node)
+        if not isinstance(node, cst.Name) or place is None or place.kind is not RegionKind.TRAIN_STEP or \
+                place.function is None or place.function.name.value != "train_step":
+            return False
+        params = [p.name.value for p in place.function.params.params]
+        unpacked = facts.unpacked_from(node)
+        return len(params) == 2 and bool(unpacked) and all(
+            isinstance(v, cst.Name) and v.value == params[1] for v, _ in unpacked)
 
     def _log_of_probability(self, call: cst.Call, x: cst.BaseExpression, natural: bool) -> None:
         """``log(softmax(x))``: a float16 probability below 6e-8 is 0, and its log -inf (NaN in the loss)."""

@@ -7,11 +7,15 @@ import re
 import libcst as cst
 
 from mpfix.codemods._float16_scope import argument
+from mpfix.codemods._walk import walk
 from mpfix.codemods.analysis.dtype_targets import loss_promotes_predictions
 from mpfix.codemods.analysis.model_outputs import (
     _FEATURE_ACTIVATIONS, _OUTPUT_LAYERS, _SAFE_HEADS, _activation_name, _with_float32, model_facts,
 )
+from mpfix.codemods.analysis.dtypes import Dtype
 from mpfix.codemods.base import Fact, FixAvailability, Invalid, Need, Rule, Valid
+from mpfix.codemods.facts import ops as op_table
+from mpfix.codemods.facts.dtype_facts import dtype_facts
 from mpfix.findings import FixSafety
 from mpfix.project.files import is_test_code
 
@@ -239,6 +243,8 @@ class Float16ModelOutput(Rule):
                 continue  # no loss in this file sees the head, and no caller gets the model
             if form == "subclass" and self._promoted_by_its_loss(model):
                 continue  # its compute_loss promotes the float16 output to float32 targets first (Keras 3)
+            if form == "subclass" and self._meets_float16(model):
+                continue  # an embedding its train_step multiplies with float16 tensors: no head (float32 would raise)
             if function is not None and function in self.context.project.test_helpers:
                 continue  # a test helper's model (built, maybe compiled, there): only tests build it
             resolved = self.context.resolve(layer.func) or ""
@@ -253,6 +259,33 @@ class Float16ModelOutput(Rule):
         cls = next((s for s in self.context.module.body if isinstance(s, cst.ClassDef) and s.name.value == model), None)
         return cls is not None and self.context.keras_known and loss_promotes_predictions(self.context, cls,
                                                                                           self.context.keras)
+
+    def _meets_float16(self, model: str | None) -> bool:
+        """The class's ``train_step`` puts ``self(...)`` (or a name bound to it) into a TensorFlow op that refuses mixed
+        dtypes beside another float16 operand (``tf.matmul(state, self.item_embedding(ids))``): the output is a feature
+        of float16 compute, not what a loss sees, and built in float32 it would make that op raise (TF 2.21: "Input 'b'
+        of 'MatMul' Op has type float16 that does not match type float32")."""
+        cls = next((s for s in self.context.module.body if isinstance(s, cst.ClassDef) and s.name.value == model), None)
+        step = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "train_step"),
+                    None) if cls is not None else None
+        if step is None:
+            return False
+        outputs = {t.target.value for n in walk(step.body) if isinstance(n, cst.Assign) and _calls_self(n.value)
+                   for t in n.targets if isinstance(t.target, cst.Name)}
+        facts = dtype_facts(self.context)
+        for call in walk(step.body):
+            if not isinstance(call, cst.Call):
+                continue
+            resolved = self.context.resolve(call.func)
+            spec = op_table.known(resolved)
+            if spec is None or not spec.same_dtype or not op_table.refuses_mixed(resolved):
+                continue
+            operands = [a.value for a in call.args if not a.star and
+                        (a.keyword is None or a.keyword.value in op_table.TENSOR_KEYWORDS)]
+            own = [o for o in operands if _calls_self(o) or (isinstance(o, cst.Name) and o.value in outputs)]
+            if own and any(facts.dtype_of(o) is Dtype.FLOAT16 for o in operands if o not in own):
+                return True
+        return False
 
     def _report(self, form: str, layer: cst.Call, where, kind: str, seen_by_a_loss: bool) -> None:
         activation_arg = argument(layer, "activation", None)
@@ -310,3 +343,7 @@ class Float16ModelOutput(Rule):
             fix = {layer: _with_float32(layer)}
         self.report(layer, message, **fields, fix=fix or None, safety=safety,
                     description="Compute the output layer in float32")
+
+
+def _calls_self(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "self"

@@ -21,8 +21,9 @@ class Float16UnsupportedOp(Rule):
     message = "TensorFlow has no float16 kernel for this op; a float16 input fails at run time: compute it in float32"
     messages = {
         "no_kernel": ("`{op}` in float16 fails: TensorFlow has no float16 kernel for it (NotFoundError eagerly; in a "
-                      "graph InvalidArgumentError 'No OpKernel was registered', or for range ValueError 'Unsupported "
-                      "dtype'); compute it in float32 and cast what it returns back where it meets float16 tensors"),
+                      "graph InvalidArgumentError 'No OpKernel was registered', for range ValueError 'Unsupported "
+                      "dtype', for the FFTs ValueError 'RFFT requires tf.float32 or tf.float64 inputs'); compute it "
+                      "in float32 and cast what it returns back where it meets float16 tensors"),
     }
     fix_safety = FixSafety.NONE  # report only: where to compute in float32 is the author's choice
     requires_float16 = True
@@ -36,13 +37,17 @@ class Float16UnsupportedOp(Rule):
         `eigvalsh`, `cholesky`, `svd`, `det`, `slogdet`, `logdet`, `solve`, `triangular_solve`,
         `lstsq`, `expm`, `pinv`, `cholesky_solve`) called on a tensor that is float16 under
         `mixed_float16`: a whitening layer's covariance, a Gaussian layer's kernel matrix. Also
-        `tf.range` made in float16 (`dtype=x.dtype`): it has no float16 kernel in a graph.
+        `tf.range` made in float16 (`dtype=x.dtype`): it has no float16 kernel in a graph. And the
+        real-input FFTs and what is built on them (`tf.signal.stft`, `rfft`, `rfft2d`, `dct`,
+        `idct`, `mfccs_from_log_mel_spectrograms`; `keras.ops.stft`/`rfft`): a spectrogram layer
+        left float16 under the policy gets the autocast float16 waveform.
 
         ## Why is this bad?
         TensorFlow registers these ops for float32/float64 (and complex) only. With a float16
         input the first step fails: `NotFoundError` eagerly, `InvalidArgumentError: No OpKernel
         was registered to support Op 'SelfAdjointEigV2' ... T=DT_HALF` in a `tf.function` or
-        `fit`. The float32 run never sees it.
+        `fit`; the FFTs raise `ValueError: RFFT requires tf.float32 or tf.float64 inputs` when
+        the model is built. The float32 run never sees it.
 
         ## Example
         ```python
@@ -111,7 +116,7 @@ class Float16UnsupportedOp(Rule):
         for call in facts.nodes(cst.Call):
             resolved = self.context.resolve(call.func)
             spec = op_table.known(resolved)
-            if spec is None or spec.float16_kernel or op_table.namespace(resolved) is not op_table.Namespace.TENSORFLOW:
+            if spec is None or spec.float16_kernel or not op_table.float16_fails_in(resolved):
                 continue
             if spec.creates_float32:
                 # A creator (range) fails only when its dtype argument names float16 (`dtype=x.dtype`, x float16).

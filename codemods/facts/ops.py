@@ -51,6 +51,9 @@ class Kind(Enum):
     SQUARE = auto()  # x²: square (and pow/power with exponent 2, x ** 2, x * x at the call site)
     LONG_SUM = auto()  # sums every element of an axis in the input's dtype (float16 on TF's CPU kernels)
     CUMULATIVE = auto()  # a running sum (cumsum): as long as its axis
+    # It adds as many terms as the data gives it, not a width the model fixes: a sequence's length (cumsum), a node's
+    # in-degree (a GNN's segment sum over its in-edges: ~4300 at a citation graph's hubs in wave 13, inf in float16).
+    DATA_LENGTH = auto()
     MEAN = auto()
     # tf.reduce_mean sums its axis in the input's dtype before it divides (TF 2.21 CPU: the float16 mean of 4096
     # squares of 10.0 is inf), so a mean of squares overflows as a sum of squares does; keras.ops.mean sums in
@@ -213,8 +216,16 @@ _TABLE: tuple[OpSpec, ...] = (
     *(_spec(n, R.CAST, G.FOLLOWS, **_NOT_ELEMENTWISE, **_KEEPS) for n in ("cast", "dtypes.cast")),
     # saturate_cast clips to the target's range; convert_image_dtype rescales: neither keeps the value.
     *(_spec(n, R.CAST, G.FOLLOWS, **_NOT_ELEMENTWISE) for n in ("saturate_cast", "image.convert_image_dtype")),
-    *(_spec(n, R.COMPLEX) for n in (
-        "complex", "signal.fft", "signal.rfft", "signal.stft", "fft", "rfft", "stft", "signal.fft2d", "fft2", "rfft2")),
+    # The real-input FFTs have no float16 kernel (TF 2.21 CPU, eager and traced: ValueError "RFFT requires tf.float32
+    # or tf.float64 inputs"; keras.ops.stft TypeError "Expected `float32` or `float64`"), nor the DCTs built on them
+    # (TypeError "The `real` and `imag` components have incorrect types: float16"): a log-mel layer left float16 under
+    # the mixed policy fails when the model is built. tf.signal.frame, hann_window and linear_to_mel_weight_matrix
+    # accept float16.
+    *(_spec(n, R.COMPLEX, float16_kernel=False, label=n) for n in (
+        "signal.rfft", "signal.stft", "rfft", "stft", "signal.rfft2d", "signal.rfft3d", "rfft2")),
+    *(_spec(n, R.COMPLEX) for n in ("complex", "signal.fft", "fft", "signal.fft2d", "fft2")),
+    *(_spec(n, R.PRESERVES, elementwise=False, float16_kernel=False, label=n) for n in (
+        "signal.dct", "signal.idct", "signal.mfccs_from_log_mel_spectrograms")),
     *(_spec(n, R.REAL) for n in ("real", "imag", "abs_complex", "angle", "signal.irfft", "irfft", "istft",
                                  "signal.inverse_stft")),
     # Shape ops: the input's dtype and values.
@@ -236,10 +247,10 @@ _TABLE: tuple[OpSpec, ...] = (
     # Squares, sums and norms.
     _spec("square", R.PRESERVES, G.NONNEGATIVE, K.SQUARE),
     *(_spec(n, R.PRESERVES, G.FOLLOWS, K.LONG_SUM, **_UNARY) for n in ("reduce_sum", "sum")),
-    _spec("cumsum", R.PRESERVES, G.FOLLOWS, K.LONG_SUM, K.CUMULATIVE, **_UNARY),
+    _spec("cumsum", R.PRESERVES, G.FOLLOWS, K.LONG_SUM, K.CUMULATIVE, K.DATA_LENGTH, **_UNARY),
     # A sum of every row with one segment id (a GNN's sum aggregation over a node's in-edges): as long as a hub's degree.
-    *(_spec(n, R.PRESERVES, G.FOLLOWS, K.LONG_SUM, index_args=(1,), **_UNARY) for n in ("unsorted_segment_sum",
-                                                                                         "segment_sum")),
+    *(_spec(n, R.PRESERVES, G.FOLLOWS, K.LONG_SUM, K.DATA_LENGTH, label=f"segment sum ({n})", index_args=(1,),
+            **_UNARY) for n in ("unsorted_segment_sum", "segment_sum")),
     *(_spec(n, R.PRESERVES, G.ANY, K.PRODUCT, label="product", **_UNARY) for n in ("reduce_prod", "prod")),
     _spec("cumprod", R.PRESERVES, G.ANY, K.PRODUCT, K.CUMULATIVE, label="running product (cumprod)", **_UNARY),
     _spec("reduce_mean", R.PRESERVES, G.FOLLOWS, K.MEAN, K.LONG_MEAN, **_UNARY),
@@ -501,6 +512,20 @@ def by_short_name(name: str) -> OpSpec | None:
 def named(*kinds: Kind) -> frozenset[str]:
     """Short names of the ops of any of ``kinds`` (for triggers and docs)."""
     return frozenset(spec.short for spec in TABLE.values() if spec.has(*kinds))
+
+
+# keras.ops that hand a float16 tensor to such a TensorFlow op as it is (Keras 3.15.1, TF backend, ran: keras.ops.stft
+# TypeError "Expected `float32` or `float64`", keras.ops.rfft ValueError "RFFT requires tf.float32"). Other keras.ops
+# wrappers of ops without a float16 kernel are not listed: not probed.
+KERAS_OPS_WITHOUT_FLOAT16 = frozenset({"stft", "rfft", "math.stft", "math.rfft"})
+
+
+def float16_fails_in(resolved: str | None) -> bool:
+    """A float16 input reaches the op's missing kernel through this spelling: TensorFlow's own ops, and the
+    keras.ops listed in ``KERAS_OPS_WITHOUT_FLOAT16``."""
+    space = namespace(resolved)
+    return space is Namespace.TENSORFLOW or (space is Namespace.KERAS_OPS and
+                                             op_name(resolved) in KERAS_OPS_WITHOUT_FLOAT16)
 
 
 def without_float16_kernel() -> frozenset[str]:
