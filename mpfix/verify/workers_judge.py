@@ -170,7 +170,17 @@ def explain(verdict, mixed: RunResult, baseline: RunResult | None, script):
     lines = worker_lines(mixed, script)
     if verdict.name == "non-finite":
         step = next(s for s in mixed.steps if s.step == verdict.evidence.get("step") and s.nonfinite_where)
-        verdict.summary += f" on {_names(step.nonfinite_where)}"
+        # Workers whose own loss was non-finite at that step come first; a worker with only non-finite gradients
+        # there (its own scaled gradients overflowing while the scale warms up, or a peer's all-reduced) is named
+        # apart: turn 17's sharded_spend named worker 0, whose loss was finite, beside worker 1.
+        lossy = {w for w, run in enumerate(mixed.workers)
+                 for s in run.steps if s.step == step.step and s.optimizer == step.optimizer and not s.loss_finite}
+        first = [p for p in step.nonfinite_where if p[0] in lossy]
+        rest = [p for p in step.nonfinite_where if p[0] not in lossy]
+        if first and rest:
+            verdict.summary += f" on {_names(first)} (non-finite gradients only on {_names(rest)})"
+        else:
+            verdict.summary += f" on {_names(step.nonfinite_where)}"
         verdict.evidence["where"] = step.nonfinite_where
     elif verdict.name == "crashed":
         worker = cause_worker(mixed)

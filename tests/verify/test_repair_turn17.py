@@ -16,7 +16,8 @@ classes they showed in ``verify`` and ``repair``:
   verify named no line (Keras 3) or only the iterator's next batch "from finite inputs" at ``fit``'s line
   (tf_keras); it now names the pipeline's cast, and the batch as brought into the step;
 * ``verify --workers``: the group's run kept no per-op evidence (its ``ops`` were none of the workers'), so an
-  overflow on worker 1 was never named at its line; the workers' evidence is now merged.
+  overflow on worker 1 was never named at its line; the workers' evidence is now merged. And a worker whose loss
+  was finite (its gradients only non-finite: a warm-up skip) was named beside the one whose loss was not.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from mpfix.verify import data_casts
 from mpfix.verify.candidates import _layer_change
 from mpfix.verify.evidence import findings
 from mpfix.verify.records import RunResult, Step
-from mpfix.verify.workers_judge import merge
+from mpfix.verify.verdict import judge
+from mpfix.verify.workers_judge import explain, merge
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).parent / "scripts" / "repair"
@@ -112,6 +114,19 @@ def test_the_workers_per_op_evidence_is_the_groups(tmp_path):
     (found,) = findings(group)
     assert (found.line, found.op, found.step) == (2, "Square", 0), found
     assert found.message.startswith("float16 `Square` gave inf/NaN from finite inputs at step 0"), found.message
+
+
+def test_a_worker_with_only_non_finite_gradients_is_named_apart_from_the_one_whose_loss_was(tmp_path):
+    # sharded_spend under tf_keras at step 0: worker 1's loss inf; worker 0's loss 373, its scaled gradients
+    # overflowing at the scale of 32768 (a warm-up skip).
+    lossy, calm = _worker([], float("inf")), _worker([], 373.0)
+    lossy.steps[0].nonfinite_fraction = calm.steps[0].nonfinite_fraction = 1.0
+    group = merge("mixed", [calm, lossy], [0, 1])
+    verdict = explain(judge(group, None, tmp_path / "train.py"), group, None, tmp_path / "train.py")
+    assert verdict.name == "non-finite", verdict.summary
+    assert verdict.summary.endswith("on worker 1 replica 0 (non-finite gradients only on worker 0 replica 0)"), \
+        verdict.summary
+    assert verdict.evidence["where"] == [[0, 0], [1, 0]]
 
 
 def _pipeline_run(script: Path, ops: list[dict]) -> RunResult:
