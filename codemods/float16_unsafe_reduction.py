@@ -441,10 +441,15 @@ class Float16UnsafeReduction(Rule):
             if spec.has(Kind.PRODUCT):
                 self._product(facts, call, spec, x)
                 continue
-            if what is None and spec.has(Kind.CUMULATIVE):
-                if facts.at_most_one(x) or facts.nonpositive(x) or distribution(self.context, facts, x):
+            if what is None and spec.has(Kind.DATA_LENGTH):
+                # As many terms as the data has (a sequence, a node's in-edges): long whatever the model's widths.
+                if spec.has(Kind.CUMULATIVE) and (facts.at_most_one(x) or facts.nonpositive(x) or
+                                                  distribution(self.context, facts, x)):
                     continue  # a running sum of probabilities, or of logs ≤ 0 headed for exp (C25)
-                what = "running sum (cumsum)"
+                ones = op_table.known(self.context.resolve(x.func)) if isinstance(x, cst.Call) else None
+                if ones is not None and ones.has(Kind.ONES):
+                    continue  # a count (a segment sum of ones): exact to 2048, past 65504 only with that many rows
+                what = spec.label or "running sum (cumsum)"
             elif what is None and spec.has(Kind.LONG_SUM):
                 square = self._square(facts, x)
                 if square is not None:

@@ -163,6 +163,54 @@ def test_framing_a_float16_waveform_is_fine():
     assert found(logmel(K3, op=op), only="MP208") == []
 
 
+# 3. A segment sum of float16 messages: as long as a node's degree.
+GNN = """
+    import numpy as np
+    import tensorflow as tf
+    import keras
+    from keras import ops
+
+
+    class MeanAggregate(keras.layers.Layer):
+        def __init__(self, units, src, dst, num_nodes, **kwargs):
+            super().__init__(**kwargs)
+            self.src, self.dst, self.num_nodes = src, dst, num_nodes
+            self.in_degree = np.maximum(np.bincount(dst, minlength=num_nodes), 1).astype("float32")[:, None]
+            self.neigh_proj = keras.layers.Dense(units, use_bias=False)
+
+        def call(self, h):
+            messages = {messages}
+            summed = {op}(messages, self.dst, num_segments=self.num_nodes)
+            return summed / ops.cast(self.in_degree, summed.dtype)
+
+
+    def main(feats, labels, src, dst):
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        model = keras.Sequential([keras.Input((32,)), MeanAggregate(64, src, dst, len(labels)),
+                                  keras.layers.Dense(5, dtype="float32")])
+        model.compile("adam", "sparse_categorical_crossentropy")
+"""
+MESSAGES = "self.neigh_proj(ops.take(h, self.src, axis=0))"
+
+
+def test_a_float16_segment_sum_is_reported_keras3():
+    for op in ("ops.segment_sum", "tf.math.unsorted_segment_sum"):
+        code = GNN.format(messages=MESSAGES, op=op)
+        assert found(code, only="MP203") == [("MP203", 16)], op
+
+
+def test_a_segment_sum_of_float32_messages_stays_silent():
+    code = GNN.format(messages=f'ops.cast({MESSAGES}, "float32")', op="ops.segment_sum")
+    assert found(code, only="MP203") == []
+
+
+def test_a_segment_sum_of_sigmoid_gates_is_still_reported():
+    # Each gate is at most 1, but a hub sums thousands of them: unlike a cumsum of one distribution (at most 1),
+    # a segment sum of values in [0, 1] is bounded only by the degree.
+    code = GNN.format(messages=f"ops.sigmoid({MESSAGES})", op="ops.segment_sum")
+    assert found(code, only="MP203") == [("MP203", 16)]
+
+
 # 4. log of a value narrowed to float16.
 LOGQ = """
     {imports}
