@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from mpfix.codemods._walk import walk
 from mpfix.codemods.analysis.dtype_lattice import (
     BITWISE, F16, F32, INT, PY, UNK, Dtype, argument, join_all, spelled_dtype,
 )
@@ -170,6 +171,44 @@ class NameDtypes(ParameterDtypes):
         if region.env != seen:
             self._closure_params(region)
 
+    def flow_read(self, node: cst.Name, region: Region, found: Dtype, depth: int) -> Dtype:
+        """``node`` read where it stands (``found``: its joined entry): the assignments that reach it (``dtype_flow``)
+        for a name the table cannot say (unknown) or says from a name only flow decides (``flow_names``)."""
+        if found is not UNK and node.value not in self.flow_names(region):
+            return found
+        return self.reaching_dtype(node, region, depth) or found
+
+    def flow_names(self, region: Region) -> frozenset[str]:
+        """Names of ``region`` read at their use (``dtype_flow.reaching_dtype``) though the joined table knows them:
+        those whose joined dtype rests on a name only flow decides. ``mu = y_pred``; ``mu = ops.cast(mu,
+        "float32")``; ``z = (y - mu) / s``: the table joins mu's two values (unknown), so z's entry was computed
+        from an unknown mu (float16 with y); at z's use its reaching value reads mu where it stands (float32).
+
+        Seeds: a name the region binds more than once (or a parameter it rebinds) whose joined dtype is unknown;
+        then every name a value of which reads a seed or such a name. Names made float32 by their use
+        (``_float32_by_use``) keep that. Where flow cannot say (a loop, a branch that disagrees) the entry stays."""
+        cache = self.__dict__.setdefault("_flow_names", {})
+        found = cache.get(id(region))
+        if found is not None and found[0] is region:
+            return found[1]
+        assigned, env = own(region.assigned), region.env
+        names: set[str] = {name for name, values in assigned.items() if env.get(name) is UNK and
+                           (len(values) > 1 or name in region.param_dtypes)}
+        if names:
+            reads: dict[str, set[str]] = {}
+            for name, values in assigned.items():
+                sources = [v for v in values if v is not ELEMENT] + [s for s, _ in region.elements.get(name, ())]
+                reads[name] = {n.value for value in sources for n in walk(value) if type(n) is cst.Name} - {name}
+            marked = self.__dict__.get("_marked_by_use", {}).get(id(region), (None, set()))
+            kept = marked[1] if marked[0] is region else set()
+            grown = True
+            while grown:
+                before = len(names)
+                names |= {name for name, read in reads.items() if name not in kept and read & names}
+                grown = len(names) > before
+        cache[id(region)] = (region, frozenset(names))
+        return frozenset(names)
+
     def _used_as_indices(self, region: Region) -> set[str]:
         """Names the region uses as indices (``tf.gather(self.embeddings, ids)``, ``tf.one_hot(ids, n)``),
         directly or through shape ops and subscripts (``flat = tf.reshape(ids, [-1])``)."""
@@ -323,6 +362,8 @@ class NameDtypes(ParameterDtypes):
             if len(marked) == before:
                 break
             self._assign_dtypes(region, fixed=marked)
+        if marked:
+            self.__dict__.setdefault("_marked_by_use", {})[id(region)] = (region, marked)
 
     def _mark_float32(self, node: cst.BaseExpression, region: Region, marked: set[str], depth: int) -> None:
         if depth > 12:

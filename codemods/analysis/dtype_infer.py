@@ -400,8 +400,8 @@ class ExpressionDtypes:
                 return UNK
             if value in region.env:
                 found = region.env[value]
-                if found is UNK and self._final and self.flow:  # float16 and float32 assignments: those reaching here
-                    found = self.reaching_dtype(node, region, deeper) or UNK
+                if self._final and self.flow:  # the assignments reaching here (dtype_env.flow_read)
+                    found = self.flow_read(node, region, found, deeper)
                 return found
             outer = region.enclosing
             while outer is not None:  # a closure reads the enclosing function's names
