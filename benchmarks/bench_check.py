@@ -16,7 +16,8 @@ shows medians and ratios:
   mpfix policy cold    the same with ``--policy mixed_float16`` (every float16 rule runs wherever
                        it is triggered; issue 18: at most 1.5× the default run)
   mpfix check warm     the same again: the cache holds every clean file
-  one file             ``mpfix check --no-cache FILE`` vs ``python -c "import libcst"``
+  one file             ``mpfix check --no-cache FILE`` vs ``python -c "import libcst"``; and
+                       ``mpfix check FILE`` with a warm cache, FILE just edited (pre-commit's case) or not
 
 Peak memory is ``ru_maxrss`` of the largest process of each command (workers included).
 CPU is user + system time of the command and every process it waited for (workers included):
@@ -217,6 +218,19 @@ def main() -> None:
     pass_t, _ = repeat(times, [sys.executable, "-c", "pass"])
     import_t, import_m = repeat(times, [sys.executable, "-c", "import libcst"])
     one_t, one_m = repeat(times, [*mpfix, "--no-cache", str(sample)], env)
+    # The pre-commit case: the cache is warm, then one file is edited and checked. The project's stored facts
+    # rest on every file's size and mtime (mpfix.project.store), so any edit makes mpfix scan the project again.
+    original = sample.read_bytes()
+    edits = iter(range(1, 1000))
+    repeat(1, [*mpfix, str(folder)], env)  # the whole project checked once: a warm cache
+
+    def edit() -> None:
+        sample.write_bytes(original + f"\n# edit {next(edits)}\n".encode())
+    try:
+        edited_t, _ = repeat(times, [*mpfix, str(sample)], env, before=edit)
+        same_t, _ = repeat(times, [*mpfix, str(sample)], env)  # the last edit, checked again
+    finally:
+        sample.write_bytes(original)
 
     print()
     print(f"mpfix check benchmark — {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
@@ -243,6 +257,10 @@ def main() -> None:
     print(f"| `python -c pass` | {pass_t:.3f} s | {pass_t / import_t:.2f}× |")
     print(f"| `python -c \"import libcst\"` | {import_t:.3f} s | 1.00× |")
     print(f"| `mpfix check --no-cache FILE` | {one_t:.3f} s | {one_t / import_t:.2f}× (peak {one_m:.0f} MiB) |")
+    print(f"| `mpfix check FILE`, warm cache, FILE just edited | {edited_t:.3f} s | {edited_t / import_t:.2f}× "
+          f"(CPU {edited_t.cpu:.2f} s) |")
+    print(f"| `mpfix check FILE`, warm cache, nothing edited | {same_t:.3f} s | {same_t / import_t:.2f}× "
+          f"(CPU {same_t.cpu:.2f} s) |")
     print()
     print("Targets: cold ≤ 0.25× libcst parse all (issue 18, tf-models); policy cold ≤ 1.5× cold; "
           "warm ≤ 0.05×; one file ≤ 2× import libcst.")
