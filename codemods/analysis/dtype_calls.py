@@ -120,6 +120,14 @@ class CallDtypes:
                     return UNK  # constructors
             if region.kind in ("module",):
                 return self._top_level_call_dtype(node, region, depth)
+            if func_type is cst.Name and node.func.value == "self" and region.owner is not None and \
+                    self.is_layer_class(region.owner):
+                # A model calling itself (`self(x)` in its train_step, test_step, compute_loss) returns what its `call`
+                # returns: float32 where call returns float32 whatever its inputs (a dtype="float32" head, MP205's fix).
+                own_call = self.methods.get(region.owner, {}).get("call")
+                if own_call is not None and own_call is not region.node and \
+                        self.return_dtype(own_call, region.owner, depth + 1) is F32:
+                    return F32
             # A layer built with a dtype outputs that dtype (`self.norm = LayerNorm(dtype="float32")`).
             if func_type in _CALLEES:
                 declared = self.layer_output_dtype(node.func, region)

@@ -432,6 +432,8 @@ class DtypeFacts:
                                            region, depth + 1)
         if isinstance(node, cst.BinaryOperation):
             return any(self._certainly_float32(side, region, depth + 1) for side in (node.left, node.right))
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "self":
+            return True  # a model calling itself, float32 only where its call returns float32 whatever its inputs
         if isinstance(node, cst.Call):
             resolved = a.resolve(node.func) or ""
             dtype = argument(node, "dtype", None)

@@ -273,3 +273,39 @@ def test_log_of_a_float16_value_cast_to_float16_again_stays_silent():
     # The cast does not narrow: logits are float16 already (the model's output), so this is the log of a float16
     # value (unknown range, like any float16 log): not this class.
     assert found(logq(K3, log="tf.math.log(tf.cast(tf.nn.relu(logits) + 1.0, logits.dtype))"), only="MP204") == []
+
+
+# 5. (the lead's root of the wrong fix in 1) A model calling itself returns what its ``call`` returns: with a
+#    dtype="float32" head, ``self(x)`` in train_step is float32, so fix validation sees the mix MP205's fix would make
+#    (float32 output beside float16 embeddings in tf.matmul) and withholds it by itself, in shapes MP205 still reports.
+def _self_call_dtype(code: str, keras: int):
+    import libcst as cst
+
+    from mpfix.codemods.facts.dtype_facts import facts_for
+
+    module = cst.parse_module(textwrap.dedent(code).lstrip("\n"))
+    facts = facts_for(module, keras=keras)
+    calls = [n for n in facts.nodes(cst.Call) if isinstance(n.func, cst.Name) and n.func.value == "self"]
+    assert len(calls) == 1
+    return facts.dtype_of(calls[0])
+
+
+def test_a_model_calling_itself_returns_its_float32_head():
+    from mpfix.codemods.analysis.dtypes import Dtype
+
+    for generation, keras in ((K2, 2), (K3, 3)):
+        code = session(generation)
+        assert _self_call_dtype(code, keras) is Dtype.FLOAT16
+        fixed = code.replace("keras.layers.Dense(64)", 'keras.layers.Dense(64, dtype="float32")')
+        assert _self_call_dtype(fixed, keras) is Dtype.FLOAT32
+
+
+def test_fix_validation_withholds_a_head_fix_that_makes_a_mix():
+    # The output scaled first, then multiplied with float16 embeddings: MP205 reports the Dense (its own check sees
+    # only the output's direct uses), and its fix would make tf.matmul mix float32 and float16.
+    for generation, keras in ((K2, "2"), (K3, "3")):
+        code = session(generation, product="tf.matmul(state * 2.0, self.item_embedding(targets), transpose_b=True)")
+        findings = [f for f in lint(code, keras=keras, fix=False).findings if f.code == "MP205"]
+        assert [f.line for f in findings] == [10 if keras == "3" else 12], keras
+        result = lint(code, keras=keras)
+        assert 'dtype="float32"' not in (result.fixed_text or ""), keras
