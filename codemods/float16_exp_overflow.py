@@ -419,7 +419,7 @@ class Float16ExpOverflow(Rule):
         return True
 
     def _log_of_narrowed(self, facts: DtypeFacts, call: cst.Call, x: cst.BaseExpression) -> bool:
-        """``log(cast(p, dtype))`` with the cast's result float16 and ``p`` not float16 (float32, integer or unknown):
+        """``log(cast(p, dtype))`` with the cast's result float16 and ``p`` float32 (or a train step's batch data):
         the cast narrows p, so a p below 6e-8 is 0 and the log -inf (wave 13's logQ correction of sampling
         probabilities ~1e-9). Any positive float32 has a log within ±104, which float16 holds: the log first, then
         the cast, is the same dtype and never worse (p cast to float32 first unless it is float32 or float64)."""
@@ -429,8 +429,8 @@ class Float16ExpOverflow(Rule):
         source = first_arg(x)
         if spec is None or not spec.is_cast or source is None or len(x.args) < 2 or x.args[0].keyword is not None or \
                 call.args[0].value is not x or self._cast_target(facts, x) is not Dtype.FLOAT16 or \
-                (facts.dtype_of(source) in (Dtype.FLOAT16, Dtype.BFLOAT16) and not self._batch_data(facts, source)):
-            return False
+                not (facts.dtype_of(source) in (Dtype.FLOAT32, Dtype.FLOAT64) or self._batch_data(facts, source)):
+            return False  # an integer (a shape, a count: exact to 2048, inf only past 65504) or a float16 value
         imports: tuple[str, ...] = ()
         inner = source
         if facts.dtype_of(source) not in (Dtype.FLOAT32, Dtype.FLOAT64):

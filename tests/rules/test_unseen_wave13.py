@@ -269,6 +269,22 @@ def test_log_in_float32_then_cast_stays_silent():
         assert found(logq(K2, log=log), keras="2", only="MP204") == [], log
 
 
+def test_log_of_a_probability_cast_with_keras_ops_is_fixed_with_keras_ops():
+    code = logq(K3, log="ops.log(ops.cast(track_prob, logits.dtype))").replace(
+        "import keras", "import keras\n    from keras import ops")
+    assert found(code, only="MP204") == [("MP204", 20)]
+    fixed = lint(code).fixed_text
+    assert 'logits -= ops.cast(ops.log(ops.cast(track_prob, "float32")), logits.dtype)[None, :]' in fixed
+
+
+def test_log_of_a_count_cast_to_float16_stays_silent():
+    # An integer narrowed to float16 is exact to 2048 and inf only past 65504 (a batch size, a class count): the
+    # underflow this class is about needs a small positive float.
+    for log in ("tf.math.log(tf.cast(tf.shape(logits)[0], logits.dtype))",
+                "tf.math.log(tf.cast(tf.range(1, 11), logits.dtype))"):
+        assert found(logq(K3, log=log), only="MP204") == [], log
+
+
 def test_log_of_a_float16_value_cast_to_float16_again_stays_silent():
     # The cast does not narrow: logits are float16 already (the model's output), so this is the log of a float16
     # value (unknown range, like any float16 log): not this class.
