@@ -136,6 +136,11 @@ def _last_nonfinite(group: RunResult) -> tuple[int, int, str] | None:
     return found
 
 
+def _first_nonfinite(run: RunResult) -> int | None:
+    """The first step at which ``run`` (one worker's) had a non-finite loss or gradient."""
+    return min((s.step for s in run.steps if not s.loss_finite or s.nonfinite_fraction > 0), default=None)
+
+
 def worker_lines(group: RunResult, script) -> list[str]:
     """One line per worker: steps, how it ended, where it was."""
     out = []
@@ -195,6 +200,11 @@ def explain(verdict, mixed: RunResult, baseline: RunResult | None, script):
         hang = (mixed.halted or "").startswith("hang")
         head = "the workers hang (a collective waits for a worker)" if hang else "the workers did not finish within the timeout"
         saw = f"; worker {last[0]} last saw a non-finite {last[2]} (step {last[1]})" if last else ""
+        first = _first_nonfinite(mixed.workers[last[0]]) if last else None
+        if first is not None and first < last[1]:
+            # The hang is the effect (Keras 3's LossScaleOptimizer under MWMS: the worker with an overflow skips, its
+            # peers wait in the all-reduce); where the overflow began is the cause (turn 17's sharded_spend: step 0).
+            saw = saw[:-1] + f"; its first at step {first})"
         verdict.summary = f"{head}: " + "; ".join(lines) + saw
         verdict.evidence.update(kind="hang" if hang else "timeout", workers=lines, halted=mixed.halted)
         if last:

@@ -129,6 +129,29 @@ def test_a_worker_with_only_non_finite_gradients_is_named_apart_from_the_one_who
     assert verdict.evidence["where"] == [[0, 0], [1, 0]]
 
 
+def test_a_hang_names_where_the_workers_overflow_began(tmp_path):
+    # sharded_spend under Keras 3: worker 1's loss inf from step 0, its updates skipped, worker 0's applied from
+    # step 3: the all-reduce waits forever. The summary said only "last saw ... (step 3)".
+    halted = {"status": "halted", "in_tensorflow": True}
+    calm, lossy = _worker([], 373.0), _worker([], float("inf"))
+    calm.steps = [Step(k, 373.0, 32768.0, True, k < 3, 0.0, 0.0, 1.0) for k in range(4)]
+    lossy.steps = [Step(k, float("inf"), 32768.0, True, True, 1.0, 0.0, 1.0) for k in range(4)]
+    calm.end, lossy.end = dict(halted), dict(halted)
+    group = merge("mixed", [calm, lossy], [0, 1])
+    group.halted, group.timed_out = "hang: no worker recorded a step for 30 s", True
+    verdict = explain(judge(group, None, tmp_path / "train.py"), group, None, tmp_path / "train.py")
+    assert verdict.name == "timeout", verdict.summary
+    assert verdict.summary.endswith("; worker 1 last saw a non-finite loss (step 3; its first at step 0)"), \
+        verdict.summary
+    # One non-finite step: as before.
+    lossy.steps = [Step(k, 1.0 if k < 3 else float("inf"), 32768.0, True, k == 3, 1.0 if k == 3 else 0.0, 0.0, 1.0)
+                   for k in range(4)]
+    group = merge("mixed", [calm, lossy], [0, 1])
+    group.halted, group.timed_out = "hang: no worker recorded a step for 30 s", True
+    assert explain(judge(group, None, tmp_path / "t.py"), group, None, tmp_path / "t.py").summary.endswith(
+        "; worker 1 last saw a non-finite loss (step 3)")
+
+
 def _pipeline_run(script: Path, ops: list[dict]) -> RunResult:
     run = _worker(ops, float("nan"))
     run.data_casts = [{"file": str(script), "line": 4, "function": "features", "nth": 0, "source": "float32",
