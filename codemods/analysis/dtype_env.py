@@ -85,6 +85,14 @@ class NameDtypes(ParameterDtypes):
         call = self.methods.get(owner, {}).get("call")
         return call is not None and self.return_dtype(call, owner) is F32
 
+    def _model_targets(self, region: Region, pname: str) -> bool:
+        """``y`` of a Keras model's own ``compute_loss``/``compute_metrics`` (``keras_layers.MODEL_TARGETS``): the
+        batch's targets, never autocast (run, Keras 3 ``fit`` on float32 arrays under mixed_float16: ``y`` float32,
+        ``y - y_pred`` of a float16 head raises); a ``tf.data`` pipeline keeps its own dtype: not float16 by default."""
+        owner, node = region.owner, region.node
+        return owner is not None and isinstance(node, cst.FunctionDef) and \
+            keras_layers.MODEL_TARGETS.get(node.name.value) == pname and self.is_layer_class(owner)
+
     def _compute_env(self, region: Region) -> None:
         region.env = {}
         region.memo.clear()
@@ -142,6 +150,8 @@ class NameDtypes(ParameterDtypes):
                 elif layer_call and self.keras == 2 and position > 0:
                     # tf_keras autocasts only the first argument of call: the others are what callers pass.
                     dtype = region.params.get(pname, UNK)
+                elif self._model_targets(region, pname):
+                    dtype = UNK  # the targets as the data gives them (float32 from fit's arrays, a pipeline's own)
                 else:
                     dtype = region.params.get(pname, F16)
                     if dtype is F16 and self._float32_predictions(region, pname):

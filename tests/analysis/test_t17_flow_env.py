@@ -36,9 +36,10 @@ class PriceModel(keras.Model):
         return self.head(x)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        base = ops.square(y_pred)
         mu = y_pred
 {body}
-        z = (y - mu) / 2.0
+        z = (base - mu) / 2.0
         w = ops.exp(z)
         return ops.mean(ops.log(w))
 '''
@@ -59,7 +60,7 @@ def _loss(body: str) -> str:
 
 def test_names_derived_after_a_cast_back_are_float32():
     code = _loss('mu = ops.cast(mu, "float32")')
-    assert _dtypes(code, "(y - mu) / 2.0") == [Dtype.FLOAT32]
+    assert _dtypes(code, "(base - mu) / 2.0") == [Dtype.FLOAT32]
     assert _dtypes(code, "ops.exp(z)") == [Dtype.FLOAT32]  # HEAD: FLOAT16 (z's entry read an unknown mu)
     assert _dtypes(code, "w")[-1] is Dtype.FLOAT32
 
@@ -67,14 +68,14 @@ def test_names_derived_after_a_cast_back_are_float32():
 def test_a_chain_of_derived_names_follows_the_cast():
     code = _loss('''
         mu = ops.cast(mu, "float32")
-        centred = y - mu
-        scaled = centred * 0.5''').replace("z = (y - mu) / 2.0", "z = scaled / 2.0")
+        centred = base - mu
+        scaled = centred * 0.5''').replace("z = (base - mu) / 2.0", "z = scaled / 2.0")
     assert _dtypes(code, "ops.exp(z)") == [Dtype.FLOAT32]
 
 
 def test_a_name_derived_before_the_cast_keeps_float16():
     code = _loss('''
-        early = y - mu
+        early = base - mu
         mu = ops.cast(mu, "float32")''').replace("w = ops.exp(z)", "w = ops.exp(early) + z")
     assert _dtypes(code, "ops.exp(early)") == [Dtype.FLOAT16]
     assert _dtypes(code, "ops.exp(early) + z") == [Dtype.FLOAT32]
@@ -111,7 +112,37 @@ def _lint(code: str):
 
 
 def test_mp204_no_longer_reports_the_exp_of_a_name_derived_after_the_cast():
-    fixed = _loss('mu = ops.cast(mu, "float32")').replace("z = (y - mu) / 2.0", "z = (y - mu) / 2.0 + 10.0")
-    unfixed = _loss("mu = mu * 1.0").replace("z = (y - mu) / 2.0", "z = (y - mu) / 2.0 + 10.0")
-    assert [f.line for f in _lint(unfixed) if f.code == "MP204" and "ops.exp" in f.message] == [17]
-    assert [f.line for f in _lint(fixed) if f.code == "MP204" and "ops.exp" in f.message] == []  # HEAD: [17]
+    fixed = _loss('mu = ops.cast(mu, "float32")').replace("z = (base - mu) / 2.0", "z = (base - mu) / 2.0 + 10.0")
+    unfixed = _loss("mu = mu * 1.0").replace("z = (base - mu) / 2.0", "z = (base - mu) / 2.0 + 10.0")
+    assert [f.line for f in _lint(unfixed) if f.code == "MP204" and "ops.exp" in f.message] == [18]
+    assert [f.line for f in _lint(fixed) if f.code == "MP204" and "ops.exp" in f.message] == []  # HEAD: [18]
+
+
+TARGETS = '''
+import keras
+from keras import layers, ops
+
+
+class Regressor(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.head = layers.Dense(3)
+
+    def call(self, x):
+        return self.head(x)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        weight = ops.exp(y)
+        return ops.mean(weight * ops.square(y_pred))
+'''
+
+
+def test_compute_loss_targets_are_the_datas_not_float16():
+    """Keras passes ``compute_loss`` the batch's targets as the data holds them, never autocast (ran, Keras 3 ``fit``
+    on float32 arrays under mixed_float16: ``y`` is float32 and ``y - y_pred`` of a float16 head raises a TypeError);
+    a ``tf.data`` pipeline keeps its own dtype. They were float16 by default: MP204 reported ``ops.exp(y)``."""
+    assert _dtypes(TARGETS, "ops.exp(y)") == [Dtype.UNKNOWN]  # HEAD: FLOAT16
+    assert _dtypes(TARGETS, "ops.square(y_pred)") == [Dtype.FLOAT16]  # the float16 head's output stays
+    assert [f.line for f in _lint(TARGETS) if f.code == "MP204"] == []  # HEAD: [14]
+    exp_of_predictions = TARGETS.replace("ops.exp(y)", "ops.exp(y_pred)")
+    assert [f.line for f in _lint(exp_of_predictions) if f.code == "MP204"] == [14]
