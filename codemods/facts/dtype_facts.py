@@ -432,8 +432,9 @@ class DtypeFacts:
                                            region, depth + 1)
         if isinstance(node, cst.BinaryOperation):
             return any(self._certainly_float32(side, region, depth + 1) for side in (node.left, node.right))
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "self":
-            return True  # a model calling itself, float32 only where its call returns float32 whatever its inputs
+        if isinstance(node, cst.Call) and (isinstance(node.func, cst.Name) and node.func.value == "self" or
+                                           self._keras_built_here(node.func, region)):
+            return True  # a model calling itself, or a model/layer built here: float32 by its own layers' dtypes
         if isinstance(node, cst.Call):
             resolved = a.resolve(node.func) or ""
             dtype = argument(node, "dtype", None)
@@ -449,6 +450,17 @@ class DtypeFacts:
                                                     for e in first.elements)
             return self._certainly_float32(first, region, depth + 1)
         return False
+
+    def _keras_built_here(self, func: cst.BaseExpression, region: Region) -> bool:
+        """``func`` is a name bound once (here, in an enclosing function or at module level) to a Keras model or layer
+        construction of this file (``keras.Sequential([...])``, ``keras.Model(i, o)``, ``keras.layers.Dense(...)``)."""
+        a, outer, values = self._a, region, []
+        while isinstance(func, cst.Name) and outer is not None and not values:
+            values = outer.assigned.get(func.value, []) if func.value not in outer.param_dtypes else []
+            outer = outer.enclosing
+        values = values or (a.module_values.get(func.value, []) if isinstance(func, cst.Name) else [])
+        return len(values) == 1 and isinstance(values[0], cst.Call) and (a.resolve(values[0].func) or "").startswith(
+            ("keras.Sequential", "keras.Model", "keras.models.", "keras.layers."))
 
     def _operands(self, node: cst.CSTNode, region: Region, binary_excluded: tuple) -> list[cst.BaseExpression]:
         """The operands of ``node`` that must share one dtype: a binary operation's (not ``binary_excluded``, not a
