@@ -272,6 +272,17 @@ class RegionFinder:
                 " ".join([owner.name.value, *(self.code(b.value) for b in owner.bases)])) is not None
         return found
 
+    def _ops_operation(self, owner: cst.ClassDef, depth: int = 0) -> bool:
+        """A keras.ops ``Operation`` (or ``Function``) class, directly or through this file's own classes
+        (Keras' ``class SegmentSum(SegmentReduction)`` with ``class SegmentReduction(Operation)``)."""
+        for base in owner.bases:
+            if heuristics.OPS_OPERATION_BASE.search(self.code(base.value)):
+                return True
+            parent = self.classes.get(base.value.value) if isinstance(base.value, cst.Name) else None
+            if parent is not None and parent is not owner and depth < 8 and self._ops_operation(parent, depth + 1):
+                return True
+        return False
+
     def _seed_kind(self, func: cst.FunctionDef, owner: cst.ClassDef | None) -> str | None:
         name = func.name.value
         if owner is not None and self._float32_state_class(owner):
@@ -285,7 +296,7 @@ class RegionFinder:
             if self.resolve(target) == "tensorflow.function":
                 return "tf-function"
         if owner is not None and name == "call":
-            if any(heuristics.OPS_OPERATION_BASE.search(self.code(b.value)) for b in owner.bases):
+            if self._ops_operation(owner):
                 return None  # keras.ops' own Operation classes: called on whatever the user passes, never autocast
             return "layer-call"
         if name in ("train_step", "test_step", "predict_step", "compute_loss") or heuristics.STEP_NAME.search(name):
