@@ -120,14 +120,8 @@ class CallDtypes:
                     return UNK  # constructors
             if region.kind in ("module",):
                 return self._top_level_call_dtype(node, region, depth)
-            if func_type is cst.Name and node.func.value == "self" and region.owner is not None and \
-                    self.is_layer_class(region.owner):
-                # A model calling itself (`self(x)` in its train_step, test_step, compute_loss) returns what its `call`
-                # returns: float32 where call returns float32 whatever its inputs (a dtype="float32" head, MP205's fix).
-                own_call = self.methods.get(region.owner, {}).get("call")
-                if own_call is not None and own_call is not region.node and \
-                        self.return_dtype(own_call, region.owner, depth + 1) is F32:
-                    return F32
+            if self.own_call_float32(node, region, depth):
+                return F32
             # A layer built with a dtype outputs that dtype (`self.norm = LayerNorm(dtype="float32")`).
             if func_type in _CALLEES:
                 declared = self.layer_output_dtype(node.func, region)
@@ -184,6 +178,22 @@ class CallDtypes:
                     return wide[0]
             return F16  # a layer, model or helper called on tensors
         return self._op_dtype(node, specs.lookup(resolved) or specs.spec_of(op), resolved, region, depth)
+
+    def own_call_float32(self, node: cst.Call, region: Region, depth: int = 0) -> bool:
+        """A model calling itself (``self(x)`` in its train_step, test_step, compute_loss; the receiver by binding: the
+        first parameter of a method defined in the class body, not a staticmethod, whatever it is called; a closure
+        reads its method's) returns what its ``call`` returns: true where that is float32 whatever its inputs (a
+        dtype="float32" head, MP205's fix)."""
+        outer = region
+        while outer is not None and not (isinstance(outer.node, cst.FunctionDef) and
+                                         self._bound_method(outer.node, outer.owner)):
+            outer = outer.enclosing
+        if outer is None or not outer.node.params.params or not isinstance(node.func, cst.Name) or \
+                node.func.value != outer.node.params.params[0].name.value or not self.is_layer_class(outer.owner):
+            return False
+        own_call = self.methods.get(outer.owner, {}).get("call")
+        return own_call is not None and own_call is not outer.node and \
+            self.return_dtype(own_call, outer.owner, depth + 1) is F32
 
     def _python_int(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> bool:
         """A Python int: ``int(...)``/``len(...)``, or a name every assignment of which is one

@@ -432,8 +432,8 @@ class DtypeFacts:
                                            region, depth + 1)
         if isinstance(node, cst.BinaryOperation):
             return any(self._certainly_float32(side, region, depth + 1) for side in (node.left, node.right))
-        if isinstance(node, cst.Call) and (isinstance(node.func, cst.Name) and node.func.value == "self" or
-                                           self._keras_built_here(node.func, region)):
+        if isinstance(node, cst.Call) and (self._keras_built_here(node.func, region) or
+                                           a.own_call_float32(node, region)):
             return True  # a model calling itself, or a model/layer built here: float32 by its own layers' dtypes
         if isinstance(node, cst.Call):
             resolved = a.resolve(node.func) or ""

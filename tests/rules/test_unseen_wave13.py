@@ -371,3 +371,33 @@ def test_a_head_fix_with_no_float16_partner_is_still_written():
     for generation, keras in ((K2, "2"), (K3, "3")):
         fixed = lint(loop(generation, logits="u"), keras=keras).fixed_text or ""
         assert 'keras.layers.Dense(16, dtype="float32")' in fixed, keras
+
+
+def test_the_receiver_is_decided_by_binding_not_by_name():
+    # (the lead's review of 9b406a2) `this(x)` in a train_step whose first parameter is `this` is the model calling
+    # itself; a module function's parameter named `self` is a parameter (a callable passed in), never the model.
+    from mpfix.codemods.analysis.dtypes import Dtype
+
+    fixed = session(K3).replace("keras.layers.Dense(64)", 'keras.layers.Dense(64, dtype="float32")')
+    renamed = fixed.replace("def train_step(self, data):", "def train_step(this, data):").replace(
+        "state = self(sessions", "state = this(sessions")
+    assert _self_call_dtype(fixed, 3) is Dtype.FLOAT32 and "state = this(sessions" in renamed
+    import libcst as cst
+
+    from mpfix.codemods.facts.dtype_facts import facts_for
+
+    module = cst.parse_module(textwrap.dedent(renamed).lstrip("\n"))
+    facts = facts_for(module, keras=3)
+    this = [n for n in facts.nodes(cst.Call) if isinstance(n.func, cst.Name) and n.func.value == "this"]
+    assert len(this) == 1 and facts.dtype_of(this[0]) is Dtype.FLOAT32
+    outside = fixed + '''
+
+    @tf.function
+    def run(self, x):
+        return self(x)
+'''
+    module = cst.parse_module(textwrap.dedent(outside).lstrip("\n"))
+    facts = facts_for(module, keras=3)
+    calls = [n for n in facts.nodes(cst.Call) if isinstance(n.func, cst.Name) and n.func.value == "self"
+             and module.code_for_node(n) == "self(x)"]
+    assert len(calls) == 1 and facts.dtype_of(calls[0]) is not Dtype.FLOAT32
