@@ -189,11 +189,18 @@ class CallDtypes:
                                          self._bound_method(outer.node, outer.owner)):
             outer = outer.enclosing
         if outer is None or not outer.node.params.params or not isinstance(node.func, cst.Name) or \
-                node.func.value != outer.node.params.params[0].name.value or not self.is_layer_class(outer.owner):
+                node.func.value != outer.node.params.params[0].name.value:
             return False
-        own_call = self.methods.get(outer.owner, {}).get("call")
-        return own_call is not None and own_call is not outer.node and \
-            self.return_dtype(own_call, outer.owner, depth + 1) is F32
+        return self.call_returns_float32(outer.owner, outer.node, depth + 1)
+
+    def call_returns_float32(self, owner: cst.ClassDef | None, caller: cst.FunctionDef, depth: int = 0) -> bool:
+        """``owner`` is a Keras layer/model class whose ``call`` (read from another of its methods, ``caller``)
+        returns float32 whatever its inputs: what the model hands itself, ``self(x)``, and its own ``compute_loss``
+        as ``y_pred``."""
+        if owner is None or not self.is_layer_class(owner):
+            return False
+        own_call = self.methods.get(owner, {}).get("call")
+        return own_call is not None and own_call is not caller and self.return_dtype(own_call, owner, depth) is F32
 
     def _python_int(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> bool:
         """A Python int: ``int(...)``/``len(...)``, or a name every assignment of which is one

@@ -78,12 +78,9 @@ class NameDtypes(ParameterDtypes):
     def _float32_predictions(self, region: Region, pname: str) -> bool:
         """``y_pred`` of a model's own ``compute_loss`` is what its ``call`` returns (Keras passes it by that keyword):
         float32 where ``call`` returns float32 whatever its inputs (a ``dtype="float32"`` head, MP205's fix)."""
-        owner, node = region.owner, region.node
-        if pname != "y_pred" or owner is None or not isinstance(node, cst.FunctionDef) or \
-                node.name.value != "compute_loss" or not self.is_layer_class(owner):
-            return False
-        call = self.methods.get(owner, {}).get("call")
-        return call is not None and self.return_dtype(call, owner) is F32
+        node = region.node
+        return pname == "y_pred" and isinstance(node, cst.FunctionDef) and node.name.value == "compute_loss" and \
+            self.call_returns_float32(region.owner, node)
 
     def _model_targets(self, region: Region, pname: str) -> bool:
         """``y`` of a Keras model's own ``compute_loss``/``compute_metrics`` (``keras_layers.MODEL_TARGETS``): the
