@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING
 from mpfix import safe_read
 from mpfix.project.class_dtypes import float16_class
 from mpfix.project.crosscall_records import ArgKind, CallContext, CrossCall
-from mpfix.project.call_pattern import CALL, CLASS_NAME, top_class
-from mpfix.project.crosscall_summary import (KERAS_LAYER_BASES, FileSummary, Flow, Ref, Site, _Collector,
-                                             function_nodes, hands_callable, keras_base,
-                                             plain_sites, summarise)
+from mpfix.project.call_pattern import CALL
+from mpfix.project.file_records import Records, recording
+from mpfix.project.crosscall_summary import (KERAS_LAYER_BASES, FileSummary, Flow, Ref, Site,
+                                             hands_callable, keras_base, summarise)
 from mpfix.project.structural import StructuralSummary, dotted_name
 
 if TYPE_CHECKING:
@@ -86,6 +86,7 @@ class CrossCallScan:
         self._static: dict[int, tuple | None] = {}  # id(site) -> its arguments judged once (``_judge``)
         self._finished = False  # after ``run``: a file read for ``structural_of`` needs no call sites
         self._called: dict[str, frozenset[str]] = {}
+        self._records = Records(self.root)  # per-file summaries kept between runs (``file_records``)
 
     # -- files and names ----------------------------------------------------------
     def _read(self, path: str) -> bytes | None:
@@ -97,15 +98,12 @@ class CrossCallScan:
     def _file(self, path: str) -> FileSummary | None:
         if path in self.summaries:
             return self.summaries[path]
-        self.summaries[path] = None  # unreadable files
-        data = self._texts.pop(path, None)
-        if data is None:
-            data = self._read(path)
-        if data is not None:
-            self.summaries[path] = summarise(path, data, _module_name(path, self.root), self.by_suffix.__contains__,
-                                             sites=path in self.scan_set and not self._finished,
-                                             plain=self._class_names.__and__,
-                                             called=self._called.get(path))
+        self.summaries[path] = None  # unreadable files (while it is summarised: a cycle of re-exports)
+        self.summaries[path] = self._records.summarise(
+            path, _module_name(path, self.root), path in self.scan_set and not self._finished, self._called.get(path),
+            self._class_names, self.by_suffix.__contains__, lambda: self._texts.pop(path, None) or self._read(path))
+        if self._finished:
+            self._records.save(self.summaries)  # a file a later pass asks for (structural typing, held models)
         return self.summaries[path]
 
     def _module_path(self, dotted: str, near: str) -> str | None:
@@ -225,10 +223,11 @@ class CrossCallScan:
                 for path in chunk:
                     self._called[path] = _called_names(self._texts[path])
                 continue
-            for path, summary in zip(chunk, found):
-                self.summaries[path] = summary
-                data = self._texts.pop(path)
-                self._called[path] = summary.called if summary is not None else _called_names(data)
+            for path, (summary, asked) in zip(chunk, found):
+                self.summaries[path], data = summary, self._texts.pop(path)
+                self._called[path] = called = summary.called if summary is not None else _called_names(data)
+                gather = bool(self._class_names & called)  # what ``plain`` answered there
+                self._records.keep_summary(path, _module_name(path, self.root), True, gather, asked, summary)
 
     # -- call sites ----------------------------------------------------------------
     def _float16_sites(self, file: FileSummary) -> None:
@@ -242,9 +241,8 @@ class CrossCallScan:
     def _plain_sites(self, file: FileSummary) -> None:
         """Calls from the file's module functions (where a Keras instance may be handed on)."""
         self._plain_done.add(file.path)
-        if not file.plain_collected:
-            data = self._read(file.path)
-            file.plain_sites = plain_sites(file, data, self.by_suffix.__contains__) if data is not None else []
+        if not file.plain_collected:  # parsed again (or stored: ``file_records``)
+            file.plain_sites = self._records.plain_sites(file, self._read, self.by_suffix.__contains__)
         self._sites.setdefault(file.path, []).extend(file.plain_sites)
         file.plain_sites = []
 
@@ -271,14 +269,11 @@ class CrossCallScan:
                 if (path, name) in walked or callee is None or name not in callee.functions:
                     continue
                 walked.add((path, name))
-                if path not in nodes:  # the file's module functions, parsed once for every hop
-                    data = self._read(path)
-                    nodes[path] = function_nodes(data) if data is not None else {}
-                func = nodes[path].get(name)
-                if func is None:
+                # the file's module functions, parsed once for every hop (or stored: ``file_records``)
+                collected = self._records.helper_sites(callee, name, frozenset(params), self._read,
+                                                       self.by_suffix.__contains__, nodes)
+                if collected is None:
                     continue
-                collected = _Collector(callee, self.by_suffix.__contains__).collect(
-                    func, CallContext.HELPER, name, frozenset(params))
                 # its same-file calls the inference follows itself
                 new = [s for s in collected if (t := self._target(callee, s)) is not None and t[0] != path]
                 self._sites.setdefault(path, []).extend(new)
@@ -402,15 +397,19 @@ class CrossCallScan:
         # when a later pass asks for them (a callee's parameters, a module functions' walk, a re-export).
         eager = []
         for path in self.files:
-            data = self._read(path)
-            if data is None:
+            found = self._records.byte_facts(path, self._read)  # stored where the file is as a kept record says
+            if found is None:
                 self.summaries[path] = None
                 continue
-            self._class_names.update(n.decode("ascii", "replace") for n in CLASS_NAME.findall(data))
-            self._texts[path] = data
-            if top_class(data):
+            names, top, called, data = found
+            if data is None:
+                self._called[path] = called
+            else:
+                self._texts[path] = data
+            self._class_names.update(names)
+            if top:
                 eager.append(path)
-        pending = self._queue(pool, eager)
+        pending = self._queue(pool, [path for path in eager if path in self._texts])
         if then is not None:
             then()
         # Every readable file's called names: the helper processes find those of the files they summarise
@@ -421,6 +420,7 @@ class CrossCallScan:
             if path not in queued:
                 called[path] = _called_names(data)
         self._collect(pending)
+        self._records.keep_facts(called)  # the byte facts of the files read above
         for path in eager:
             self._file(path)
         keras_names = {name for path in eager if (f := self.summaries[path]) is not None
@@ -469,6 +469,7 @@ class CrossCallScan:
                     found.setdefault(target[0], set()).add(CrossCall(target[1], context, args))
         self._sites, self._texts, self._static = {}, {}, {}
         self._finished = True
+        self._records.save(self.summaries)
         return {path: frozenset(calls) for path, calls in found.items()}
 
 
@@ -478,13 +479,18 @@ def _called_names(data: bytes) -> frozenset[str]:
 
 
 def _summaries(root: str, items: list[tuple[str, bytes, frozenset[str]]], modules: frozenset[str],
-               classes: frozenset[str]) -> list[FileSummary | None]:
-    """``CrossCallScan._file``'s summaries of ``items`` ((path, bytes, called names)), in a helper process."""
+               classes: frozenset[str]) -> list[tuple[FileSummary | None, dict[str, bool]]]:
+    """``CrossCallScan._file``'s summaries of ``items`` ((path, bytes, called names)), in a helper process, each with
+    the project-module questions it asked (``file_records.recording``)."""
     enabled = gc.isenabled()
     gc.disable()  # as in ``scan_project``: the trees hold no cycles
     try:
-        return [summarise(path, data, _module_name(path, root), modules.__contains__, sites=True,
-                          plain=classes.__and__, called=called) for path, data, called in items]
+        found = []
+        for path, data, called in items:
+            ask, asked = recording(modules.__contains__)
+            found.append((summarise(path, data, _module_name(path, root), ask, sites=True, plain=classes.__and__,
+                                    called=called), asked))
+        return found
     finally:
         if enabled:
             gc.enable()
