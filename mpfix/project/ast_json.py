@@ -50,7 +50,7 @@ def encode(node):
     """The JSON form of ``node`` (a node, a list of them, or a constant); ValueError where it has none."""
     if isinstance(node, ast.AST):
         name = type(node).__name__
-        if _CLASSES.get(name, (None,))[0] is not type(node):
+        if _SPECS.get(name, (None,))[0] is not type(node):
             raise ValueError(f"not a plain ast node: {name}")
         out = {"_": name}
         for field in (*node._fields, *_ATTRIBUTES):
@@ -103,51 +103,74 @@ def _constant(data):
 # ``expr*`` lists that hold None: ``Dict.keys`` (``{**d}``) and ``arguments.kw_defaults`` (a keyword-only
 # parameter with no default).
 _NONE_IN_LIST = {("Dict", "keys"), ("arguments", "kw_defaults")}
+_STR, _INT, _CONSTANT = "str", "int", "constant"
 
 
-def _value(data, kind: str, mark: str, none_items: bool = False):
-    if mark == "*":
-        if not isinstance(data, list):
-            raise ValueError("a list field")
-        return [None if item is None and none_items else _value(item, kind, "") for item in data]
-    if data is None and mark == "?":
-        return None
-    if kind in ("identifier", "string"):
-        if not isinstance(data, str):
+def _specs() -> dict[str, tuple[type, dict[str, tuple], tuple[str, ...]]]:
+    """Class name -> (class, field -> (what it holds: _STR/_INT/_CONSTANT or a node base class, mark, None items),
+    the fields that must be present)."""
+    out = {}
+    for name, (cls, fields) in _CLASSES.items():
+        specs = {}
+        for field, (kind, mark) in fields.items():
+            what = _STR if kind in ("identifier", "string") else _INT if kind == "int" else \
+                _CONSTANT if kind == "constant" else getattr(ast, kind, None)
+            if what is None:
+                break  # an ASDL type this Python's ast does not name: the class is left out
+            specs[field] = (what, mark, (name, field) in _NONE_IN_LIST)
+        else:
+            out[name] = (cls, specs, tuple(f for f in fields if f != "ctx"))
+    return out
+
+
+_SPECS = _specs()
+
+
+def _one(data, what):
+    if what is _STR:
+        if type(data) is not str:
             raise ValueError("a string field")
         return data
-    if kind == "int":
+    if what is _INT:
         if type(data) is not int:
             raise ValueError("an int field")
         return data
-    if kind == "constant":
+    if what is _CONSTANT:
         return _constant(data)
     node = decode(data)
-    base = getattr(ast, kind, None)
-    if not (isinstance(base, type) and isinstance(node, base)):
-        raise ValueError(f"a {kind} field")
+    if not isinstance(node, what):
+        raise ValueError(f"a {what.__name__} field")
     return node
 
 
 def decode(data) -> ast.AST:
-    """The node ``encode`` wrote; ValueError for anything else (an unknown class or key, a field of the wrong type)."""
-    if not isinstance(data, dict):
+    """The node ``encode`` wrote; ValueError for anything else (an unknown class or key, a field of the wrong type,
+    a missing field: only ``ast.Name(name)``'s ctx may be missing)."""
+    if type(data) is not dict:
         raise ValueError("a node is an object")
-    found = _CLASSES.get(data.get("_")) if isinstance(data.get("_"), str) else None
+    name = data.get("_")
+    found = _SPECS.get(name) if type(name) is str else None
     if found is None:
         raise ValueError("an unknown node class")
-    cls, fields = found
-    if any(field not in data for field in fields if field != "ctx"):
-        raise ValueError("a node without one of its fields")  # (only ``ast.Name(name)``'s ctx may be missing)
+    cls, specs, required = found
+    for field in required:
+        if field not in data:
+            raise ValueError("a node without one of its fields")
     node = cls.__new__(cls)
     for key, value in data.items():
-        if key == "_":
-            continue
-        if key in fields:
-            setattr(node, key, _value(value, *fields[key], (cls.__name__, key) in _NONE_IN_LIST))
+        spec = specs.get(key)
+        if spec is not None:
+            what, mark, none_items = spec
+            if mark == "*":
+                if type(value) is not list:
+                    raise ValueError("a list field")
+                value = [None if item is None and none_items else _one(item, what) for item in value]
+            elif value is not None or mark != "?":
+                value = _one(value, what)
+            setattr(node, key, value)
         elif key in _ATTRIBUTES and (type(value) is int or value is None and key.startswith("end_")):
             setattr(node, key, value)
-        else:
+        elif key != "_":
             raise ValueError(f"an unknown key {key!r}")
     return node
 

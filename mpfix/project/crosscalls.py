@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import gc
 import os
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -87,6 +88,8 @@ class CrossCallScan:
         self._finished = False  # after ``run``: a file read for ``structural_of`` needs no call sites
         self._called: dict[str, frozenset[str]] = {}
         self._records = Records(self.root)  # per-file summaries kept between runs (``file_records``)
+        # and, once the later passes (held models) are done with the scan, the class dtypes they read
+        weakref.finalize(self, self._records.save, self.summaries).atexit = False
 
     # -- files and names ----------------------------------------------------------
     def _read(self, path: str) -> bytes | None:

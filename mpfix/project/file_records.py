@@ -161,15 +161,22 @@ class Records:
 
     def keep_summary(self, path: str, module: str, sites: bool, gather: bool, asked: dict[str, bool],
                      summary: FileSummary | None) -> None:
-        """Keep ``summarise``'s answer (``gather``: what its ``plain`` answered)."""
+        """Keep ``summarise``'s answer (``gather``: what its ``plain`` answered). Gathered module functions' sites are
+        kept apart, as ``plain_sites``' answer (the one the scan computes for a summary that did not gather them):
+        most are never walked, and are then never decoded."""
         record = self._record(path)
         if record is None:
             return
         try:
-            encoded = None if summary is None else summary_json.encode(summary)
+            encoded = None if summary is None else summary_json.encode(summary, plain=False)
+            plain = _text(summary_json.encode_sites(summary.plain_sites)) if summary and summary.plain_collected \
+                else None
         except (ValueError, RecursionError):
             return  # no JSON form (a deep expression): summarised again next time
         record["summaries"][self._variant(module, sites, gather)] = {"modules": asked, "summary": encoded}
+        memos = record.setdefault("memo", {})
+        if plain is not None and isinstance(memos, dict):
+            memos[json.dumps(["plain", module])] = {"modules": asked, "sites": plain}
         self._dirty.add(path)
 
     def summarise(self, path: str, module: str, sites: bool, called: frozenset[str] | None, class_names: set[str],
@@ -200,14 +207,15 @@ class Records:
         try:
             entry = record["memo"][key]
             if all(isinstance(a, bool) and is_project_module(name) is a for name, a in entry["modules"].items()):
-                return None if entry["sites"] is None else summary_json.decode_sites(entry["sites"])
+                found = entry["sites"]
+                return None if found is None else summary_json.decode_sites(json.loads(_str(found)))
         except _BAD:
             pass
         ask, asked = recording(is_project_module)
         found = compute(ask)
         if record is not None:
             try:
-                encoded = None if found is None else summary_json.encode_sites(found)
+                encoded = None if found is None else _text(summary_json.encode_sites(found))
                 memos = record.setdefault("memo", {})
                 (memos if isinstance(memos, dict) else {})[key] = {"modules": asked, "sites": encoded}
                 self._dirty.add(path)
@@ -266,6 +274,18 @@ class Records:
         except OSError:
             pass
         self._dirty.clear()
+
+
+def _text(encoded) -> str:
+    """Sites are kept as a JSON text inside the record: most are never asked for, and a string costs ``json.loads``
+    of the record a scan over its bytes, not an object per value (0.06 s for tf-models' 449 records)."""
+    return json.dumps(encoded, separators=(",", ":"))
+
+
+def _str(value) -> str:
+    if not isinstance(value, str):
+        raise ValueError("a JSON text")
+    return value
 
 
 def _digest(body: str) -> str:

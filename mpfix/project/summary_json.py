@@ -13,11 +13,12 @@ from mpfix.project.crosscall_summary import ClassSummary, FileSummary, Flow, Fun
 from mpfix.project.structural import StructuralSummary
 
 
-def encode(summary: FileSummary) -> dict:
-    """The JSON form of a summary ``summarise`` just made (ValueError where it has none)."""
+def encode(summary: FileSummary, plain: bool = True) -> dict:
+    """The JSON form of a summary ``summarise`` just made (ValueError where it has none); ``plain``: with its module
+    functions' sites (else written as not gathered: the scan asks ``plain_sites`` for them when it walks them)."""
     if summary.class_dtypes is not None:
         raise ValueError("a summary the scan has used already")
-    return _encode(summary, None)
+    return _encode(summary, None, plain)
 
 
 def encode_sites(sites: list[Site]) -> dict:
@@ -25,7 +26,7 @@ def encode_sites(sites: list[Site]) -> dict:
     return _encode(None, sites)
 
 
-def _encode(summary: FileSummary | None, sites: list[Site] | None) -> dict:
+def _encode(summary: FileSummary | None, sites: list[Site] | None, plain: bool = True) -> dict:
     flows: list = []
     bounds: list = []
     seen: dict[int, int] = {}  # id(shared object) -> its index (the objects live while this runs)
@@ -56,8 +57,8 @@ def _encode(summary: FileSummary | None, sites: list[Site] | None) -> dict:
         "functions": [[f.name, list(f.params), list(f.kwonly), f.line] for f in summary.functions.values()],
         "called": sorted(summary.called),
         "class_sites": {name: [site(s) for s in found] for name, found in summary.class_sites.items()},
-        "plain_sites": [site(s) for s in summary.plain_sites],
-        "plain_collected": summary.plain_collected,
+        "plain_sites": [site(s) for s in summary.plain_sites] if plain else [],
+        "plain_collected": summary.plain_collected and plain,
         "structural": None if summary.structural is None else summary.structural.to_json(),
     }
     return {**body, "flows": flows, "bounds": bounds}
