@@ -237,9 +237,9 @@ class Repairer:
                 kept, current = [], first
             else:
                 result.notes.append("stopped: --timeout reached; the changes kept so far are the result")
-        if kept and current.rank <= first.rank:
-            # Only progress changes (a NaN moved downstream), never a better verdict.
-            result.notes.append("no change made the verdict better: nothing is kept")
+        unproven = _unproven(kept, current, first)
+        if unproven is not None:
+            result.notes.append(unproven)
             kept, current = [], first
         texts = compose(workspace, kept) or {}
         result.after = current
@@ -345,10 +345,15 @@ class Repairer:
             # A cast that ends a dtype-mix crash is progress even before the loss agrees: the
             # next round repairs what the run then shows (an overflow the crash hid).
             uncrashed = change.kind is ChangeKind.CAST and better and outcome.verdict.name not in ("timeout", "no-steps")
-            if (better and agrees) or moved or uncrashed:
+            into_gradients = not agrees and _into_gradients(current, outcome)
+            if (better and agrees) or moved or uncrashed or into_gradients:
                 change.verdict = outcome.verdict.name
+                if into_gradients:
+                    change.extra[PROGRESS] = "gradients"
                 why = ("verdict improved" if agrees else "the run no longer crashes") if better else \
                     "the op that created the first NaN/Inf no longer does; the next one is later in the step"
+                if into_gradients:
+                    why = "every loss is finite now; the overflow moved into the gradients (every update skipped)"
                 result.trials.append(Trial(change, outcome.verdict.name, True, why + longer))
                 return outcome, [*kept, change]
             why = "the final loss differs from float32's" if better else "the verdict did not improve"
@@ -421,6 +426,31 @@ class Repairer:
             dropped = kept.pop()
             result.notes.append(f"dropped {dropped.kind} ({dropped.description}): the float32 run changed")
         return kept
+
+
+# Change.extra key: why a change was kept before the verdict agreed with float32.
+PROGRESS = "progress"
+
+
+def _into_gradients(current: Outcome, outcome: Outcome) -> bool:
+    """A non-finite run made one whose every loss is finite but whose every update the scaler skipped: the
+    forward pass's overflow is gone, and the gradients overflow now (running_total_rnn on tf_keras: the RNN in
+    float32 left its float16 Dense(16)'s gradients past 65504 at the scale's floor of 1.0). The next round offers
+    what a stalled run's evidence names (its largest float16 layers)."""
+    run = outcome.run
+    return current.verdict.name == "non-finite" and outcome.verdict.name == "stalled" and run is not None and \
+        bool(run.steps) and all(s.skipped for s in run.steps) and len(run.finite_losses) == len(run.of(run.optimizers[0]))
+
+
+def _unproven(kept: list[Change], current: Outcome, first: Outcome) -> str | None:
+    """Why the kept changes must all go (None: they stay): only progress changes (a NaN moved downstream) and no
+    better verdict; or an overflow moved into the gradients that no change ended (a finite loss whose every update
+    is skipped trains no better than a NaN one: such a change is a step towards a repair, never one by itself)."""
+    if kept and current.rank <= first.rank:
+        return "no change made the verdict better: nothing is kept"
+    if current.verdict.name == "stalled" and any(c.extra.get(PROGRESS) == "gradients" for c in kept):
+        return "the overflow moved into the gradients and no change ended it: nothing is kept"
+    return None
 
 
 def _with_static_codes(run) -> list:

@@ -201,7 +201,7 @@ def test_repair_makes_an_rnn_and_its_accumulating_cell_float32(tmp_path):
     # The RNN alone in float32 leaves the cell's loop float16 (non-finite, as before); the cell alone is stalled
     # here and crashes tf_keras (a float16 input beside its float32 state). Both: healthy after the loss scale's
     # warm-up. (tf_keras's run needs the float16 Dense after it in float32 too: its kernel gradient passes 65504
-    # at the scale's floor of 1, and one change at a time cannot show that; repair keeps nothing there.)
+    # at the scale's floor of 1; tests/verify/test_repair_turn18.py repairs it in two rounds.)
     result, data, after = _repair(tmp_path, "running_total_rnn.py")
     assert result.returncode == 0 and "running_total_rnn.py: non-finite -> healthy" in result.stdout, result.stdout
     assert [(c["kind"], c["line"]) for c in data["changes"]] == [("float32 layer", 41)], data["changes"]
