@@ -114,21 +114,24 @@ def test_every_edit_leaves_the_cached_facts_equal_to_a_run_without_a_cache(proje
     assert changed >= 5  # the edits do change the facts the store must not keep
 
 
-def _parsed_during_project_pass(root: Path, monkeypatch) -> set[str]:
-    """The project files whose text the project facts parse with ``ast`` (a fresh process, the store in use)."""
+def _parsed_during_project_pass(root: Path, monkeypatch, functions=((ast, "parse"),)) -> set[str]:
+    """The project files whose text the project facts hand ``functions`` (``ast.parse``: parse; the reach scan's
+    ``entries_in``/``imports_in``: read for entry points, imports), in a fresh process with the store in use."""
     texts = {p.read_bytes(): str(p.relative_to(root)) for p in _sources(root)}
     parsed: set[str] = set()
-    real = ast.parse
 
-    def counting(source, *args, **kwargs):
-        if source in texts:
-            parsed.add(texts[source])
-        return real(source, *args, **kwargs)
+    def counting(real):
+        def count(source, *args, **kwargs):
+            if source in texts:
+                parsed.add(texts[source])
+            return real(source, *args, **kwargs)
+        return count
 
     policies.forget_projects()
     store.use(root / ".mpfix_cache" / "store")
     with monkeypatch.context() as patch:
-        patch.setattr(ast, "parse", counting)
+        for module, name in functions:
+            patch.setattr(module, name, counting(getattr(module, name)))
         project_facts.project_facts(policies.project_root(root / "train.py"), callers=True)
     store.use(None)
     return parsed
@@ -147,8 +150,19 @@ def test_after_an_edit_only_the_edited_files_are_parsed_again(project: Path, mon
     # file once more: ``file_records.Records.helper_sites``)
 
 
+def test_after_an_edit_only_the_edited_files_are_read_for_the_reach_scan(project: Path, monkeypatch):
+    from mpfix.project import reachability
+
+    reads = ((reachability, "entries_in"), (reachability, "imports_in"))
+    _write(project, FILES)
+    assert len(_parsed_during_project_pass(project, monkeypatch, reads)) == len(FILES)
+    assert _parsed_during_project_pass(project, monkeypatch, reads) == set()
+    _write(project, {"pkg/extract.py": "import os\n" + EXTRACT})
+    assert _parsed_during_project_pass(project, monkeypatch, reads) == {"pkg/extract.py"}
+
+
 def _records(root: Path) -> list[Path]:
-    return sorted((root / ".mpfix_cache").rglob("file-*.json"))
+    return sorted((root / ".mpfix_cache").rglob("file-*.json")) + sorted((root / ".mpfix_cache").rglob("reachfiles-*"))
 
 
 _WRONG = [7, "x", True, 1.5, [[]], [{"_": "AST"}], {"_": "Module"}, {"_": "Starred"}, {"$": "b", "v": "zz"},

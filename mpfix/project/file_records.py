@@ -25,6 +25,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from mpfix import safe_read
 from mpfix.project import crosscall_summary, store, summary_json
@@ -44,7 +45,7 @@ class Records:
     def __init__(self, root: str) -> None:
         self.folder = store.folder()
         self.root = root
-        self._base = ""
+        self.base = ""  # mpfix's version and code, Python's version, the root: what every record rests on
         self._stat: dict[str, list[int] | None] = {}
         self._records: dict[str, dict | None] = {}
         self._dirty: set[str] = set()
@@ -53,7 +54,7 @@ class Records:
             from mpfix import __version__
             from mpfix.cache_folder import code_fingerprint
 
-            self._base = hashlib.blake2b(repr((__version__, sys.version, root, code_fingerprint())).encode(),
+            self.base = hashlib.blake2b(repr((__version__, sys.version, root, code_fingerprint())).encode(),
                                          digest_size=16).hexdigest()
 
     @property
@@ -65,8 +66,13 @@ class Records:
         return f"file-{digest.hexdigest()}.json"
 
     def _key(self, path: str) -> list | None:
-        """What the record of ``path`` rests on; None: not statable (no record). Taken before the file is read,
-        so a record never holds text older than its key says."""
+        """What the record of ``path`` rests on; None: not statable (no record)."""
+        stat = self.stat(path)
+        return None if stat is None else [self.base, path, *stat]
+
+    def stat(self, path: str) -> list[int] | None:
+        """(size, mtime_ns, ctime_ns, inode) of ``path``, taken once, before the file is read (so a record never
+        holds text older than its key says); None: not statable, or changed too recently to be trusted."""
         if path not in self._stat:
             try:
                 st = os.stat(path)
@@ -76,8 +82,7 @@ class Records:
                 self._stat[path] = None if racy else [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
             except (OSError, ValueError):
                 self._stat[path] = None
-        stat = self._stat[path]
-        return None if stat is None else [self._base, path, *stat]
+        return self._stat[path]
 
     def _record(self, path: str) -> dict | None:
         """The stored record of ``path`` for its current key (created empty where none matches)."""
@@ -86,15 +91,10 @@ class Records:
         key = self._key(path) if self.folder is not None else None
         record = None
         if key is not None:
-            try:
-                digest, _, body = safe_read.read_text(self.folder / self._name(path), _LIMIT,
-                                                      follow_outside=True).partition("\n")
-                data = json.loads(body) if digest == _digest(body) else None  # torn or damaged: a miss
-                if isinstance(data, dict) and data.get("key") == key and isinstance(data.get("summaries"), dict):
-                    record = data
-            except (OSError, *_BAD):
-                pass
-            if record is None:
+            data = load_json(self.folder, self._name(path))
+            if isinstance(data, dict) and data.get("key") == key and isinstance(data.get("summaries"), dict):
+                record = data
+            else:
                 record = {"key": key, "summaries": {}}
         self._records[path] = record
         return record
@@ -253,27 +253,45 @@ class Records:
             if record is not None and dtypes and "\0" not in dtypes and "class_dtypes" not in record:
                 record["class_dtypes"] = {n: list(v) for n, v in dtypes.items()}
                 self._dirty.add(path)
-        if self.folder is None or not self._dirty:
-            return
-        import tempfile
-
-        from mpfix.cache_folder import ensure_folder
-
-        try:
-            ensure_folder(self.folder.parent)  # the cache folder's .gitignore, no links
-            self.folder.mkdir(parents=True, exist_ok=True)
+        if self.folder is not None:
             for path in sorted(self._dirty):
-                fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.folder)
-                try:
-                    body = json.dumps(self._records[path], separators=(",", ":"))
-                    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                        handle.write(f"{_digest(body)}\n{body}")
-                    os.replace(tmp, self.folder / self._name(path))
-                except (OSError, ValueError, RecursionError):
-                    os.unlink(tmp)
+                if not save_json(self.folder, self._name(path), self._records[path]):
+                    break
+        self._dirty.clear()
+
+
+def load_json(folder: Path, name: str):
+    """The value ``save_json`` wrote; None where the file is missing, torn, damaged or not JSON."""
+    try:
+        digest, _, body = safe_read.read_text(folder / name, _LIMIT, follow_outside=True).partition("\n")
+        return json.loads(body) if digest == _digest(body) else None
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def save_json(folder: Path, name: str, value) -> bool:
+    """Write ``value`` as ``folder/name`` (its digest first, atomically); False: the store cannot be written."""
+    import tempfile
+
+    from mpfix.cache_folder import ensure_folder
+
+    try:
+        ensure_folder(folder.parent)  # the cache folder's .gitignore, no links
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    except OSError:
+        return False
+    try:
+        body = json.dumps(value, separators=(",", ":"))
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(f"{_digest(body)}\n{body}")
+        os.replace(tmp, folder / name)
+    except (OSError, ValueError, RecursionError):
+        try:
+            os.unlink(tmp)
         except OSError:
             pass
-        self._dirty.clear()
+    return True
 
 
 def _text(encoded) -> str:

@@ -39,9 +39,11 @@ from pathlib import Path
 
 from mpfix import safe_read
 from mpfix.project.entries import (
-    Entry, Defs, line_of, line_prefix, may_switch, notebook_code, entries_in, imports_in, policy_in_entries,
+    Entry, Defs, line_of, may_switch, notebook_code, entries_in, imports_in, policy_in_entries,
 )
 from mpfix.project.files import TestKind, path_forms, test_kind
+from mpfix.project.reach_calls import is_call_of as _is_call_of
+from mpfix.project.reach_records import ReachRecords
 from mpfix.project.kinds import Policy
 
 
@@ -109,6 +111,7 @@ class _Project:
         self._shown: dict[str, str] = {}  # file -> ``display``
         self._packages: dict[str, list[str]] = {}  # dotted -> ``_with_packages``
         self.modules: dict[str, str] = {}  # dotted name -> file
+        self.records = ReachRecords(root)  # each file's entry points and imports, kept between runs
         self._module_of: dict[str, str] = {}
         present = set(self.files)
         package_of: dict[str, str | None] = {}
@@ -182,7 +185,7 @@ class _Project:
         out: list[str] = []
         folder = os.path.dirname(file)
         own = self._own_package(file)
-        for level, module, names in imports_in(self.code(file)):
+        for level, module, names in self.records.imports(file, lambda: imports_in(self.code(file))):
             if level:
                 base = own.split(".") if own else []
                 if level > 1:
@@ -294,14 +297,25 @@ _MAX_SETTER_ROUNDS = 3
 def scan_project(root: Path, files: list[Path]) -> ProjectReach:
     """Which of ``files`` (the project's, under ``root``) run under a mixed policy, and why."""
     project = _Project(root, files)
+    try:
+        return _scan(project, root)
+    finally:
+        project.records.save()
+
+
+def _entries_in(project: _Project, file: str) -> list[Entry]:
+    data = project.data(file)
+    if file.endswith(".ipynb"):
+        # A notebook's JSON escapes quotes; its code cells are read only when it may switch something.
+        data = project.code(file) if may_switch(data) else b""
+    return entries_in(data, conftest=os.path.basename(file) == "conftest.py")
+
+
+def _scan(project: _Project, root: Path) -> ProjectReach:
     result = ProjectReach(root=root)
     entries: dict[str, list[Entry]] = {}
     for file in project.files:
-        data = project.data(file)
-        if file.endswith(".ipynb"):
-            # A notebook's JSON escapes quotes; its code cells are read only when it may switch something.
-            data = project.code(file) if may_switch(data) else b""
-        found = entries_in(data, conftest=os.path.basename(file) == "conftest.py")
+        found = project.records.entries(file, lambda: _entries_in(project, file))
         if found:
             entries[file] = found
     if not entries:
@@ -316,23 +330,6 @@ def scan_project(root: Path, files: list[Path]) -> ProjectReach:
         _reach_by_imports(project, entries, policy, result)
         _reach_by_fixtures(project, entries, policy, result)
     return result
-
-
-def _is_call_of(code: bytes, start: int, end: int, prefix: bytes) -> bool:
-    """Whether the name at ``code[start:end]`` is called bare (``f(``) or used on its module
-    (``module.f(``, or ``app.run(module.f)``, which calls it later)."""
-    before = code[start - 1:start]
-    after = code[end:end + 1]
-    if (before and (before.isalnum() or before == b"_")) or (after and (after.isalnum() or after == b"_")):
-        return False  # part of a longer name
-    if before == b".":
-        if not code[:start].endswith(prefix):
-            return False  # a method of something else
-        head = code[start - len(prefix) - 1:start - len(prefix)]
-        return not (head and (head.isalnum() or head == b"_"))
-    if not re.match(rb"\s*\(", code[end:end + 20]):
-        return False
-    return not line_prefix(code, start).lstrip().startswith((b"def ", b"async def "))
 
 
 def _callers_of_setters(project: _Project, entries: dict[str, list[Entry]]) -> None:
