@@ -24,7 +24,8 @@ CPU is user + system time of the command and every process it waited for (worker
 on a shared machine the wall-clock ratios move with the load of others, CPU ratios far less.
 The load average is printed before and after the run.
 
-Usage: python benchmarks/bench_check.py [--repeat 3] [--jobs N] [--corpus tfm,keras]
+Usage: python benchmarks/bench_check.py [--repeat 3] [--jobs N] [--corpus tfm,keras] [--one-file]
+(``--one-file``: only the one-file rows, of the first corpus.)
 (``MPFIX_GATE=0`` in the environment: every mpfix row without the gate before the parse, ``mpfix.gate``,
 for an A/B at one commit; ``MPFIX_EARLY=0``: without the facts-free files the project pass's helpers check
 while it runs, ``mpfix.early``.)
@@ -177,6 +178,8 @@ def main() -> None:
                         help="runs of the slow rows (libcst parse all, mpfix cold); default: --repeat")
     parser.add_argument("--jobs", type=int, default=None, help="mpfix --jobs (default: mpfix's own default)")
     parser.add_argument("--corpus", default="tfm,keras")
+    parser.add_argument("--one-file", action="store_true",
+                        help="only the one-file rows (the first corpus; ~1 min instead of ~4 on tf-models)")
     args = parser.parse_args()
 
     corpora = prepare(args.corpus.split(","))
@@ -198,7 +201,7 @@ def main() -> None:
 
     load_before = load_average()
     rows = []
-    for name, folder in corpora.items():
+    for name, folder in corpora.items() if not args.one_file else ():
         files, lines = corpus_size(folder)
         print(f"[{name}] {files} files, {lines} lines: measuring ...", file=sys.stderr, flush=True)
         ast_t, ast_m = repeat(args.repeat, [sys.executable, "-c", _PARSE_ALL, "ast", str(folder)])
@@ -219,7 +222,8 @@ def main() -> None:
     import_t, import_m = repeat(times, [sys.executable, "-c", "import libcst"])
     one_t, one_m = repeat(times, [*mpfix, "--no-cache", str(sample)], env)
     # The pre-commit case: the cache is warm, then one file is edited and checked. The project's stored facts
-    # rest on every file's size and mtime (mpfix.project.store), so any edit makes mpfix scan the project again.
+    # rest on every file's size and mtime (mpfix.project.store), so an edit makes mpfix join them again, from the
+    # per-file records of the files not edited (mpfix.project.file_records) and the edited file read again.
     original = sample.read_bytes()
     edits = iter(range(1, 1000))
     repeat(1, [*mpfix, str(folder)], env)  # the whole project checked once: a warm cache
@@ -237,21 +241,22 @@ def main() -> None:
           f"median of {args.repeat} runs ({args.slow_repeat or args.repeat} for libcst parse all and cold), "
           f"jobs={args.jobs or 'default'}; load average (1/5/15 min) {load_before} before, {load_average()} after")
     print()
-    print("| corpus | files | lines | ast.parse all | libcst parse all | mpfix cold | mpfix warm "
-          "| cold / libcst | warm / libcst | cold / ast | peak RSS MiB (ast / libcst / cold / warm) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    for name, files, lines, ast_t, cst_t, cold_t, warm_t, ast_m, cst_m, cold_m, warm_m, _ in rows:
-        print(f"| {name} | {files} | {lines} | {ast_t:.2f} s | {cst_t:.2f} s | {cold_t:.2f} s | {warm_t:.2f} s "
-              f"| {cold_t / cst_t:.3f}× | {warm_t / cst_t:.3f}× | {cold_t / ast_t:.2f}× "
-              f"| {ast_m:.0f} / {cst_m:.0f} / {cold_m:.0f} / {warm_m:.0f} |")
-    print()
-    print("| corpus | policy cold (wall) | policy / default (wall) | CPU: libcst parse all | CPU: cold | CPU: policy cold "
-          "| CPU: cold / libcst | CPU: policy / default |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for name, *_, cst_t, cold_t, warm_t, ast_m, cst_m, cold_m, warm_m, policy_t in rows:
-        print(f"| {name} | {policy_t:.2f} s | {policy_t / cold_t:.2f}× | {cst_t.cpu:.2f} s | {cold_t.cpu:.2f} s "
-              f"| {policy_t.cpu:.2f} s | {cold_t.cpu / cst_t.cpu:.3f}× | {policy_t.cpu / cold_t.cpu:.2f}× |")
-    print()
+    if rows:
+        print("| corpus | files | lines | ast.parse all | libcst parse all | mpfix cold | mpfix warm "
+              "| cold / libcst | warm / libcst | cold / ast | peak RSS MiB (ast / libcst / cold / warm) |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        for name, files, lines, ast_t, cst_t, cold_t, warm_t, ast_m, cst_m, cold_m, warm_m, _ in rows:
+            print(f"| {name} | {files} | {lines} | {ast_t:.2f} s | {cst_t:.2f} s | {cold_t:.2f} s | {warm_t:.2f} s "
+                  f"| {cold_t / cst_t:.3f}× | {warm_t / cst_t:.3f}× | {cold_t / ast_t:.2f}× "
+                  f"| {ast_m:.0f} / {cst_m:.0f} / {cold_m:.0f} / {warm_m:.0f} |")
+        print()
+        print("| corpus | policy cold (wall) | policy / default (wall) | CPU: libcst parse all | CPU: cold | CPU: policy cold "
+              "| CPU: cold / libcst | CPU: policy / default |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for name, *_, cst_t, cold_t, warm_t, ast_m, cst_m, cold_m, warm_m, policy_t in rows:
+            print(f"| {name} | {policy_t:.2f} s | {policy_t / cold_t:.2f}× | {cst_t.cpu:.2f} s | {cold_t.cpu:.2f} s "
+                  f"| {policy_t.cpu:.2f} s | {cold_t.cpu / cst_t.cpu:.3f}× | {policy_t.cpu / cold_t.cpu:.2f}× |")
+        print()
     print(f"| one file ({sample.relative_to(folder.parent)}) | wall | vs `import libcst` |")
     print("|---|---:|---:|")
     print(f"| `python -c pass` | {pass_t:.3f} s | {pass_t / import_t:.2f}× |")
