@@ -274,3 +274,39 @@ def test_a_file_changed_in_the_last_two_seconds_gets_no_record(project: Path, mo
     (project / "pkg" / "utils.py").write_text(UTILS.replace("srelu_fn", "srelu_gn"))  # same size, ctime now
     assert _parsed_during_project_pass(project, monkeypatch) == first  # none kept: every file read again
     assert not _records(project)
+
+
+def test_a_long_lived_process_without_a_cache_folder_keeps_the_records_in_memory(project: Path, monkeypatch):
+    """``mpfix server`` forgets the project facts on every save: with ``keep_in_memory`` the facts are joined again
+    from records in memory, exactly, and only the saved file is parsed again."""
+    _write(project, FILES)
+    root = policies.project_root(project / "train.py")
+    file_records.keep_in_memory()
+    try:
+        def facts(edit: dict, memory: bool = True):
+            _write(project, edit)
+            policies.forget_projects()
+            store.use(None)
+            parsed: set[str] = set()
+            texts = {p.read_bytes(): str(p.relative_to(project)) for p in _sources(project)}
+            real = ast.parse
+
+            def count(source, *args, **kwargs):
+                parsed.add(texts.get(source, "?"))
+                return real(source, *args, **kwargs)
+
+            with monkeypatch.context() as patch:
+                patch.setattr(ast, "parse", count)
+                if not memory:
+                    patch.setattr(file_records, "_MEMORY", None)
+                found = project_facts.project_facts(root, callers=True)
+                return (found.calls, found.held, found.helpers, found.reach.reached), parsed
+
+        assert facts({})[0] == facts({}, memory=False)[0]
+        for edit in EDITS[:4]:
+            found, parsed = facts(edit)
+            assert found == facts({}, memory=False)[0]
+            # (the third edit makes utils.srelu_fn a helper of a layer's call: a question never asked before)
+            assert parsed <= set(edit) | ({"pkg/utils.py"} if edit is EDITS[2] else set())
+    finally:
+        file_records.keep_in_memory(False)

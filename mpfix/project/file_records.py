@@ -43,7 +43,7 @@ class Records:
     """The records of one project's scan: read on first use, written (the new and changed ones) by ``save``."""
 
     def __init__(self, root: str) -> None:
-        self.folder = store.folder()
+        self.folder = folder()
         self.root = root
         self.base = ""  # mpfix's version and code, Python's version, the root: what every record rests on
         self._stat: dict[str, list[int] | None] = {}
@@ -260,8 +260,32 @@ class Records:
         self._dirty.clear()
 
 
+# A long-lived process with no cache folder (``mpfix server``: every save forgets the project facts) keeps the
+# records in memory instead, as JSON texts (each scan decodes its own copy), oldest dropped past _MEMORY_LIMIT.
+MEMORY = Path("<memory>")
+_MEMORY: dict[str, str] | None = None
+_MEMORY_LIMIT = 256 << 20
+_MEMORY_SIZE = [0]  # characters held
+
+
+def keep_in_memory(on: bool = True) -> None:
+    """Keep the records in this process's memory when there is no cache folder (off: forget them)."""
+    global _MEMORY
+    _MEMORY = {} if on else None
+    _MEMORY_SIZE[0] = 0
+
+
+def folder() -> Path | None:
+    """Where records are kept: the project store (the cache folder), else ``MEMORY`` where kept in memory."""
+    found = store.folder()
+    return found if found is not None or _MEMORY is None else MEMORY
+
+
 def load_json(folder: Path, name: str):
     """The value ``save_json`` wrote; None where the file is missing, torn, damaged or not JSON."""
+    if folder is MEMORY:
+        body = _MEMORY.get(name) if _MEMORY is not None else None
+        return json.loads(body) if body is not None else None
     try:
         digest, _, body = safe_read.read_text(folder / name, _LIMIT, follow_outside=True).partition("\n")
         return json.loads(body) if digest == _digest(body) else None
@@ -271,6 +295,8 @@ def load_json(folder: Path, name: str):
 
 def save_json(folder: Path, name: str, value) -> bool:
     """Write ``value`` as ``folder/name`` (its digest first, atomically); False: the store cannot be written."""
+    if folder is MEMORY:
+        return _remember(name, value)
     import tempfile
 
     from mpfix.cache_folder import ensure_folder
@@ -319,3 +345,18 @@ def recording(is_project_module: Callable[[str], bool]) -> tuple[Callable[[str],
             asked[name] = is_project_module(name)
         return asked[name]
     return ask, asked
+
+
+def _remember(name: str, value) -> bool:
+    memory = _MEMORY
+    if memory is None:
+        return False
+    try:
+        body = json.dumps(value, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        return True
+    _MEMORY_SIZE[0] += len(body) - len(memory.pop(name, ""))
+    memory[name] = body
+    while _MEMORY_SIZE[0] > _MEMORY_LIMIT and len(memory) > 1:
+        _MEMORY_SIZE[0] -= len(memory.pop(next(iter(memory))))
+    return True

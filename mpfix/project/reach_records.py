@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
-from mpfix.project import file_records, store
+from mpfix.project import file_records
 from mpfix.project.entries import Entry
 from mpfix.project.kinds import Policy
 
@@ -38,7 +38,7 @@ class ReachRecords:
     """One project's rows: ``entries``/``imports`` answer from them or compute; ``save`` writes the project's rows."""
 
     def __init__(self, root: Path) -> None:
-        self.folder = store.folder()
+        self.folder = file_records.folder()
         self.records = file_records.Records(str(root)) if self.folder is not None else None
         self._name = f"reachfiles-{hashlib.blake2b(str(root).encode(), digest_size=8).hexdigest()}.json"
         self._rows: dict[str, dict] = {}
