@@ -106,7 +106,8 @@ class Records:
         found = record.get("facts") if record is not None else None
         try:
             names, top, called = found
-            if isinstance(top, bool) and all(isinstance(n, str) for n in [*names, *called]):
+            if isinstance(top, bool) and isinstance(names, list) and isinstance(called, list) and \
+                    all(isinstance(n, str) for n in [*names, *called]):
                 return list(names), top, frozenset(called)
         except _BAD:
             pass
