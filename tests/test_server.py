@@ -244,3 +244,22 @@ def test_a_quick_fix_title_names_its_applicability(safety: str, label: str):
     fix = Fix(changes={}, safety=FixSafety[safety], description="Use reduce_retracing")
     finding = Finding("MP306", "m", "a.py", Position(1, 1), Position(1, 2), fix=fix)
     assert fix_title(finding) == f"mpfix (MP306): Use reduce_retracing {label}"
+
+
+def test_the_server_keeps_what_the_project_scan_read_of_unchanged_files_between_saves():
+    """Every save forgets the project facts (``did_save``) and the server has no cache folder: the per-file records
+    of the project scan stay in its memory, so a save re-reads the saved file only
+    (tests/test_project_store_incremental.py checks such records give a scan's exact facts)."""
+    from mpfix.lsp import create_server
+    from mpfix.project import file_records, store
+
+    kept = store.folder()
+    store.use(None)
+    file_records.keep_in_memory(False)
+    try:
+        assert file_records.folder() is None
+        create_server()
+        assert file_records.folder() is file_records.MEMORY
+    finally:
+        file_records.keep_in_memory(False)
+        store.use(kept)
