@@ -14,9 +14,11 @@ of the keras package on this machine), so it is done only where float16 can reac
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from mpfix import safe_read
@@ -37,25 +39,39 @@ def _read(path: Path) -> bytes:
         return b""
 
 
-def test_helpers(files: tuple[Path, ...]) -> dict[str, frozenset[str]]:
+def file_row(data: bytes) -> list[list[str]]:
+    """What the index reads of one file's bytes: [the names it calls more often than it defines them (each
+    ``def name(`` matched the call pattern once), the names it defines]."""
+    if b"(" not in data:
+        return [[], []]
+    defs = Counter(_DEF.findall(data)) if b"def" in data else Counter()
+    called = [name for name, count in Counter(CALL.findall(data)).items() if count > defs.get(name, 0)]
+    return [[n.decode("ascii") for n in called], [n.decode("ascii") for n in defs]]
+
+
+def test_helpers(files: tuple[Path, ...],
+                 rows: Callable[[str, Callable[[], list[list[str]]]], list[list[str]]] | None = None,
+                 ) -> dict[str, frozenset[str]]:
     """For each file that is not test code: the functions it defines that the project calls
-    only from test code (absolute path -> names; files with none are left out)."""
-    callers: dict[bytes, int] = {}  # name -> _BY_TEST | _BY_OTHER
-    defined: dict[str, Counter] = {}
+    only from test code (absolute path -> names; files with none are left out). ``rows(path, compute)``:
+    ``file_row`` of the file as kept for it where it is unchanged (``reach_records``), else ``compute()``."""
+    callers: dict[str, int] = {}  # name -> _BY_TEST | _BY_OTHER
+    defined: dict[str, list[str]] = {}
     for file in files:
-        data = _read(file)
-        if b"(" not in data:
-            continue
-        defs = Counter(_DEF.findall(data)) if b"def" in data else Counter()
+        compute = functools.partial(_row_of, file)
+        called, defs = rows(str(file), compute) if rows is not None else compute()
         who = _BY_TEST if is_test_code(file) else _BY_OTHER
-        for name, count in Counter(CALL.findall(data)).items():
-            if count > defs.get(name, 0):  # each `def name(` matched the call pattern once
-                callers[name] = callers.get(name, 0) | who
+        for name in called:
+            callers[name] = callers.get(name, 0) | who
         if defs and who == _BY_OTHER:
             defined[os.path.abspath(file)] = defs
     helpers = {}
     for file, defs in defined.items():
-        names = frozenset(n.decode("ascii") for n in defs if callers.get(n) == _BY_TEST and not n.startswith(b"__"))
+        names = frozenset(n for n in defs if callers.get(n) == _BY_TEST and not n.startswith("__"))
         if names:
             helpers[file] = names
     return helpers
+
+
+def _row_of(file: Path) -> list[list[str]]:
+    return file_row(_read(file))

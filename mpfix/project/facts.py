@@ -128,7 +128,15 @@ def _compute_helpers(root: Path, pending: Future | None) -> dict[str, frozenset[
             return {path: frozenset(names) for path, names in data.items()}
     found = _result(pending)
     if found is None:
-        found = test_helpers(files)
+        from mpfix.project import file_records
+        from mpfix.project.reach_records import ReachRecords
+
+        # After an edit only the edited files are read for the index (their rows kept per file: turn 18, 0.17 s of
+        # the 0.78 s a one-file check costs after an edit on tf-models).
+        rows = ReachRecords(root, "callerfiles") if file_records.folder() is not None else None
+        found = test_helpers(files, rows.callers if rows is not None else None)
+        if rows is not None:
+            rows.save()
     if stamp:
         store.save("callers", root, stamp, {path: sorted(names) for path, names in found.items()})
     return found

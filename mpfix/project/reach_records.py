@@ -1,4 +1,5 @@
-"""The reach scan's per-file inputs kept between runs: each file's entry points and imports (``reachability``).
+"""The reach scan's per-file inputs kept between runs: each file's entry points and imports (``reachability``);
+the callers index's rows the same way (``callers.file_row``, in a file of their own).
 
 The scan reads every file of the project for ``entries_in`` and ``imports_in`` (0.08 of its 0.13 s on tf-models);
 both are functions of the file's bytes (and of its name: a conftest, a notebook). One JSON file per project holds
@@ -34,13 +35,19 @@ def _import(row) -> tuple[int, str, tuple[str, ...]]:
     return level, module, tuple(names)
 
 
+def _names(row) -> list[str]:
+    if not (isinstance(row, list) and all(isinstance(n, str) for n in row)):
+        raise ValueError("names")
+    return row
+
+
 class ReachRecords:
     """One project's rows: ``entries``/``imports`` answer from them or compute; ``save`` writes the project's rows."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, kind: str = "reachfiles") -> None:
         self.folder = file_records.folder()
         self.records = file_records.Records(str(root)) if self.folder is not None else None
-        self._name = f"reachfiles-{hashlib.blake2b(str(root).encode(), digest_size=8).hexdigest()}.json"
+        self._name = f"{kind}-{hashlib.blake2b(str(root).encode(), digest_size=8).hexdigest()}.json"
         self._rows: dict[str, dict] = {}
         self._stored: dict = {}
         self._changed = False
@@ -79,6 +86,22 @@ class ReachRecords:
     def imports(self, path: str, compute: Callable[[], list]) -> list[tuple[int, str, tuple[str, ...]]]:
         """``compute()`` (``imports_in`` of the file's code), stored where the file is unchanged."""
         return self._answer(path, "imports", _import, lambda i: [i[0], i[1], list(i[2])], compute)
+
+    def callers(self, path: str, compute: Callable[[], list[list[str]]]) -> list[list[str]]:
+        """``compute()`` (``callers.file_row`` of the file: the names it calls, those it defines), stored where the
+        file is unchanged (the callers index's rows: ``ReachRecords(root, "callerfiles")``)."""
+        row = self._row(path)
+        stored = row.get("callers") if row is not None else None
+        if isinstance(stored, list) and len(stored) == 2:
+            try:
+                return [_names(stored[0]), _names(stored[1])]
+            except ValueError:
+                pass  # damaged: computed again
+        found = compute()
+        if row is not None:
+            row["callers"] = found
+            self._changed = True
+        return found
 
     def save(self) -> None:
         """Write the rows of this scan's files (a deleted file's row goes with it) when one changed."""
