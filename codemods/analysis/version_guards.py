@@ -15,6 +15,9 @@ of the guard it is:
   or the new one does (its new names);
 * ``try: <probe> except (AttributeError, ImportError): <fallback>``: a short ``try`` whose
   handler offers an alternative rather than re-raising or exiting;
+* a test of anything whose two branches spell the two sides' APIs (``opt.scale_loss(l) if KERAS3 else
+  opt.get_scaled_loss(l)``): the code switches between them, each branch right where it runs (either
+  side), and a module-level name such a switch tests is a flag wherever else it is tested;
 
 and the ``else`` of each (the other side), the statements after an ``if`` guard whose body returns
 or raises (the other side too), and both arms of ``a if <version test> else b``. ``guard_of(node)`` answers with the innermost guard.
@@ -52,12 +55,13 @@ class VersionGuard:
     """The guard of one branch: the statement (If/Try), how it tests, and the branch's side."""
 
     statement: cst.CSTNode
-    kind: str  # "compare", "startswith", "hasattr", "try"
+    kind: str  # "compare", "startswith", "hasattr", "try", "branches"
     side: Side
 
     def describe(self) -> str:
         what = {"compare": "a TensorFlow version check", "startswith": "a TensorFlow version check",
-                "hasattr": "an API-presence check (hasattr)", "try": "a try/except fallback"}[self.kind]
+                "hasattr": "an API-presence check (hasattr)", "try": "a try/except fallback",
+                "branches": "a switch between the two APIs"}[self.kind]
         return f"under {what}, in the branch for the {self.side.value} version"
 
 
@@ -86,7 +90,10 @@ class VersionGuards:
         self._version_names: set[str] = set()
         self._flags: dict[str, tuple[str, Side]] = {}  # module-level names bound to a guard test: (kind, side)
         self._old_names, self._new_names = _api_names()
+        self._switching = self._both_generations(module)
         self._module_names(module)
+        if self._switching:
+            self._switch_flags(module)
         self._walk(module.body)
         self._conditional_expressions(module)
 
@@ -170,6 +177,43 @@ class VersionGuards:
                 elif self._is_version(small.value):
                     self._version_names.add(name)
 
+    # -- a switch the branches reveal ---------------------------------------------------------------
+    def _both_generations(self, module: cst.Module) -> bool:
+        """The module spells an API of each side (``scale_loss`` and ``get_scaled_loss``): a switch between them
+        may be written under a test no rule above knows."""
+        names = _spelled(module)
+        return not names.isdisjoint(self._old_names) and not names.isdisjoint(self._new_names)
+
+    def _switch(self, body: cst.CSTNode, orelse: cst.CSTNode | None) -> tuple[str, Side] | None:
+        """("branches", EITHER) when one branch spells only the old side's API names and the other only the new
+        side's (``opt.scale_loss(l) if KERAS3 else opt.get_scaled_loss(l)``): whatever the test reads (a class's
+        ``__module__``, a flag from a config), the code switches between the two APIs, and each branch is right
+        where it runs (sharded_spend.py: MP303 rewrote the Keras 3 branch to ``get_scaled_loss``, turn 18)."""
+        if not self._switching or orelse is None:
+            return None
+        first, second = _spelled(body), _spelled(orelse)
+        sides = []
+        for names in (first, second):
+            old, new = not names.isdisjoint(self._old_names), not names.isdisjoint(self._new_names)
+            if old == new:
+                return None  # neither side's API, or both: not a switch between them
+            sides.append(new)
+        return ("branches", Side.EITHER) if sides[0] != sides[1] else None
+
+    def _switch_flags(self, module: cst.Module) -> None:
+        """A module-level name tested by such a switch (``KERAS3 = keras.layers.Dense.__module__...``) tells the
+        generation wherever else it is tested (``if MIXED and not KERAS3: ...get_unscaled_gradients``)."""
+        bound = {small.targets[0].target.value for stmt in module.body if isinstance(stmt, cst.SimpleStatementLine)
+                 for small in stmt.body if isinstance(small, cst.Assign) and len(small.targets) == 1
+                 and isinstance(small.targets[0].target, cst.Name)}
+        for node in [*find_all(module, cst.If), *find_all(module, cst.IfExp)]:
+            test = node.test
+            while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                test = test.expression
+            if isinstance(test, cst.Name) and test.value in bound and test.value not in self._flags and \
+                    self.side_of_test(node.test) is None and self._switch(node.body, node.orelse) is not None:
+                self._flags[test.value] = ("branches", Side.EITHER)
+
     # -- walking branches -------------------------------------------------------------------------
     def _walk(self, body) -> None:
         body = list(body)
@@ -186,7 +230,7 @@ class VersionGuards:
                 self._walk(child)
 
     def _if(self, stmt: cst.If) -> VersionGuard | None:
-        found = self.side_of_test(stmt.test)
+        found = self.side_of_test(stmt.test) or self._switch(stmt.body, stmt.orelse)
         if found is None:
             return None
         kind, side = found
@@ -202,7 +246,7 @@ class VersionGuards:
         # The fast walk's pre-order is LibCST's visit order (tests/test_walk.py), without rebuilding the tree.
         found_nodes: list[cst.IfExp] = list(find_all(module, cst.IfExp))
         for node in found_nodes:  # outer first (visit order), so an inner guard overwrites
-            found = self.side_of_test(node.test)
+            found = self.side_of_test(node.test) or self._switch(node.body, node.orelse)
             if found is not None:
                 self._mark(node.body, VersionGuard(node, found[0], found[1]))
                 self._mark(node.orelse, VersionGuard(node, found[0], _FLIP[found[1]]))
@@ -306,3 +350,8 @@ def _descendants(node: cst.CSTNode) -> list[cst.CSTNode]:
 
 def _subexpressions(node: cst.CSTNode) -> list[cst.CSTNode]:
     return _descendants(node)
+
+
+def _spelled(node: cst.CSTNode) -> set[str]:
+    """Every name and attribute name spelled in ``node``."""
+    return {n.value for n in find_all(node, cst.Name)} | {a.attr.value for a in find_all(node, cst.Attribute)}
