@@ -146,6 +146,14 @@ class Repairer:
 
             runnable = notebook_script(script, workdir)
             self.generated[str(runnable)] = self.script
+        if options.workers > 1:
+            # --workers N: each run is a MultiWorkerMirroredStrategy group of N workers, judged as one (the workers'
+            # per-op evidence merged: the op line of an overflow on one worker's shard only).
+            from mpfix.verify.outputs import Outputs
+            from mpfix.verify.workers import run_groups
+
+            return run_groups(runnable, self.args, [mode for mode, _ in modes], options, workdir, script,
+                              Outputs(script.parent))
         return run_children(runnable, self.args, modes, options, workdir, origin=script)
 
     def outcome(self, workspace, tmp, baseline, steps: int | None = None) -> Outcome:
@@ -274,6 +282,8 @@ class Repairer:
         """An eager step has no per-op evidence: the op ``--locate``'s re-run finds."""
         from mpfix.verify.repair_locate import located
 
+        if self.options.workers > 1:
+            return []  # an eager re-run is one process: a group's op lines come from its workers' evidence
         self.progress("locating the first op that gave NaN/Inf (an eager re-run)")
         run = self._run(workspace, tmp, [("mixed", True)])[0]
         return located(run, workspace.mirror(self.script), _ran_text, failed.layers if failed is not None else None)

@@ -35,12 +35,14 @@ EXIT_ERROR = 2
 @click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True)
 @click.option("--python", "python", default=sys.executable, show_default="this interpreter",
               help="Interpreter for the script.")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Run SCRIPT as N workers of a MultiWorkerMirroredStrategy cluster (as `mpfix verify --workers`).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the repair as JSON.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Write a self-contained HTML report.")
 @click.option("--sarif", "sarif_path", type=click.Path(dir_okay=False),
               help="Write the runtime findings of the script as it was as SARIF 2.1.0.")
-def repair(script, script_args, diff_only, max_rounds, timeout, run_timeout, steps, seed, device, python, json_path,
-           html_path, sarif_path):
+def repair(script, script_args, diff_only, max_rounds, timeout, run_timeout, steps, seed, device, python, workers,
+           json_path, html_path, sarif_path):
     """Verify SCRIPT, apply the static fixes, then fix what the runtime evidence shows
     (float32 islands, float32 layers, loss scaling), keeping only changes that make the
     verdict better while the loss still agrees with float32; write them as `apply` does."""
@@ -62,7 +64,8 @@ def repair(script, script_args, diff_only, max_rounds, timeout, run_timeout, ste
             sys.stderr.flush()
     try:
         result = run_repair(script, list(script_args), max_rounds=max_rounds, timeout=timeout, progress=progress,
-                            steps=steps, seed=seed, device=device, python=python, run_timeout=run_timeout)
+                            steps=steps, seed=seed, device=device, python=python, run_timeout=run_timeout,
+                            workers=workers)
     except (RepairError, VerifyError) as exc:
         click.echo(f"mpfix repair: error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
