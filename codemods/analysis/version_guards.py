@@ -15,9 +15,10 @@ of the guard it is:
   or the new one does (its new names);
 * ``try: <probe> except (AttributeError, ImportError): <fallback>``: a short ``try`` whose
   handler offers an alternative rather than re-raising or exiting;
-* a test of anything whose two branches spell the two sides' APIs (``opt.scale_loss(l) if KERAS3 else
-  opt.get_scaled_loss(l)``): the code switches between them, each branch right where it runs (either
-  side), and a module-level name such a switch tests is a flag wherever else it is tested;
+* a test of anything whose two branches use the two Keras generations' members of a pair that exists in one
+  generation each (``opt.scale_loss(l) if KERAS3 else opt.get_scaled_loss(l)``): only the installed Keras
+  picks the branch, each is right where it runs (either side), and a module-level name such a switch tests
+  is a flag wherever else it is tested;
 
 and the ``else`` of each (the other side), the statements after an ``if`` guard whose body returns
 or raises (the other side too), and both arms of ``a if <version test> else b``. ``guard_of(node)`` answers with the innermost guard.
@@ -61,7 +62,7 @@ class VersionGuard:
     def describe(self) -> str:
         what = {"compare": "a TensorFlow version check", "startswith": "a TensorFlow version check",
                 "hasattr": "an API-presence check (hasattr)", "try": "a try/except fallback",
-                "branches": "a switch between the two APIs"}[self.kind]
+                "branches": "a switch between the Keras generations' APIs"}[self.kind]
         return f"under {what}, in the branch for the {self.side.value} version"
 
 
@@ -81,6 +82,20 @@ def _api_names() -> tuple[frozenset[str], frozenset[str]]:
     return frozenset((old - new - known_new) | known_old), frozenset((new - old - known_old) | known_new)
 
 
+def _generation_members() -> tuple[frozenset[str], frozenset[str]]:
+    """(Keras 2's, Keras 3's) members that exist in one generation only: the table moves them to the other
+    generation alone (``get_scaled_loss`` -> Keras 3's ``scale_loss``; ``scale_loss`` -> Keras 2's
+    ``get_scaled_loss``). Which one a program can call is decided by the installed Keras, never by a setting."""
+    from mpfix.codemods import _api_table as table
+
+    members = {2: set(), 3: set()}
+    for change in table.API_CHANGES:
+        if change.kind == "member" and len(change.new) == 1:
+            (moved_to,) = change.new
+            members[table.KERAS2 if moved_to == table.KERAS3 else table.KERAS3].add(change.old_last)
+    return frozenset(members[table.KERAS2]), frozenset(members[table.KERAS3])
+
+
 class VersionGuards:
     """Every guarded branch of one module (computed once per module: ``of(context)``)."""
 
@@ -90,6 +105,7 @@ class VersionGuards:
         self._version_names: set[str] = set()
         self._flags: dict[str, tuple[str, Side]] = {}  # module-level names bound to a guard test: (kind, side)
         self._old_names, self._new_names = _api_names()
+        self._keras2, self._keras3 = _generation_members()
         self._switching = self._both_generations(module)
         self._module_names(module)
         if self._switching:
@@ -179,26 +195,27 @@ class VersionGuards:
 
     # -- a switch the branches reveal ---------------------------------------------------------------
     def _both_generations(self, module: cst.Module) -> bool:
-        """The module spells an API of each side (``scale_loss`` and ``get_scaled_loss``): a switch between them
-        may be written under a test no rule above knows."""
-        names = _spelled(module)
-        return not names.isdisjoint(self._old_names) and not names.isdisjoint(self._new_names)
+        """The module calls members of each Keras generation (``.scale_loss`` and ``.get_scaled_loss``): a switch
+        between them may be written under a test no rule above knows."""
+        members = _members(module)
+        return not members.isdisjoint(self._keras2) and not members.isdisjoint(self._keras3)
 
     def _switch(self, body: cst.CSTNode, orelse: cst.CSTNode | None) -> tuple[str, Side] | None:
-        """("branches", EITHER) when one branch spells only the old side's API names and the other only the new
-        side's (``opt.scale_loss(l) if KERAS3 else opt.get_scaled_loss(l)``): whatever the test reads (a class's
-        ``__module__``, a flag from a config), the code switches between the two APIs, and each branch is right
-        where it runs (sharded_spend.py: MP303 rewrote the Keras 3 branch to ``get_scaled_loss``, turn 18)."""
+        """("branches", EITHER) when one branch uses only Keras 2's members of the pairs that exist in one generation
+        each and the other only Keras 3's (``opt.scale_loss(l) if KERAS3 else opt.get_scaled_loss(l)``): only the
+        installed Keras decides which one runs, so whatever the test reads (a class's ``__module__``, a helper), it
+        tells the generation, and each branch is right where it runs (sharded_spend.py: MP303 rewrote the Keras 3
+        branch to ``get_scaled_loss``, turn 18). A choice between a removed API and its replacement is not such a
+        switch: a setting may pick the removed one (tf-models' ncf: ``--fp16_implementation graph_rewrite``)."""
         if not self._switching or orelse is None:
             return None
-        first, second = _spelled(body), _spelled(orelse)
-        sides = []
-        for names in (first, second):
-            old, new = not names.isdisjoint(self._old_names), not names.isdisjoint(self._new_names)
-            if old == new:
-                return None  # neither side's API, or both: not a switch between them
-            sides.append(new)
-        return ("branches", Side.EITHER) if sides[0] != sides[1] else None
+        generations = []
+        for members in (_members(body), _members(orelse)):
+            two, three = not members.isdisjoint(self._keras2), not members.isdisjoint(self._keras3)
+            if two == three:
+                return None  # neither generation's members, or both: not a switch between them
+            generations.append(three)
+        return ("branches", Side.EITHER) if generations[0] != generations[1] else None
 
     def _switch_flags(self, module: cst.Module) -> None:
         """A module-level name tested by such a switch (``KERAS3 = keras.layers.Dense.__module__...``) tells the
@@ -352,6 +369,6 @@ def _subexpressions(node: cst.CSTNode) -> list[cst.CSTNode]:
     return _descendants(node)
 
 
-def _spelled(node: cst.CSTNode) -> set[str]:
-    """Every name and attribute name spelled in ``node``."""
-    return {n.value for n in find_all(node, cst.Name)} | {a.attr.value for a in find_all(node, cst.Attribute)}
+def _members(node: cst.CSTNode) -> set[str]:
+    """Every attribute name read in ``node`` (``opt.scale_loss``: ``scale_loss``)."""
+    return {a.attr.value for a in find_all(node, cst.Attribute)}

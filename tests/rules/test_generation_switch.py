@@ -71,3 +71,19 @@ def test_the_same_calls_without_the_switch_are_findings_with_fixes():
     # Both branches spelling the same (old) API: no switch, the Keras 3 misuse is reported.
     same = (HEADER + LOOP).replace("optimizer.scale_loss(loss) if KERAS3", "optimizer.get_scaled_loss(2 * loss) if KERAS3")
     assert any(code == "MP303" for code, _, _ in _mp3(same, 3)), _mp3(same, 3)
+
+
+def test_a_setting_choosing_between_a_removed_api_and_its_replacement_is_no_switch():
+    """tf-models' ncf_keras_main.py: ``--fp16_implementation graph_rewrite`` picks the TF1 graph rewrite, gone in
+    TF 2, beside a LossScaleOptimizer: a setting may pick the removed API, so MP305 still reports it (hazard H35)."""
+    code = HEADER + """
+
+def build(flags, optimizer):
+    if flags.fp16_implementation == "graph_rewrite":
+        optimizer = tf.compat.v1.train.experimental.enable_mixed_precision_graph_rewrite(optimizer)
+    elif flags.dtype == "fp16":
+        optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
+        scale = optimizer.loss_scale
+    return optimizer
+"""
+    assert [code for code, _, _ in _mp3(code, 2) if code == "MP305"] == ["MP305"], _mp3(code, 2)
