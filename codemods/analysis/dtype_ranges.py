@@ -212,7 +212,7 @@ class ValueRanges:
 
     def upper_bound(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> float | None:
         """A number ``node`` cannot exceed by its form: ``clip_by_value(x, lo, 10.0)``, ``minimum(x, 5.0)``,
-        a literal, ``-nonnegative``, sums and products of bounded parts; None when unbounded or unknown."""
+        ``tanh(x)``, a literal, ``-nonnegative``, sums and products of bounded parts; None when unbounded or unknown."""
         if depth > 8:
             return None
         value = number(node)
@@ -242,8 +242,8 @@ class ValueRanges:
             if spec.has(specs.Kind.CEILING) and len(node.args) >= 2:
                 bounds = [b for b in (self.upper_bound(a.value, region, depth + 1) for a in node.args[:2]) if b is not None]
                 return min(bounds) if bounds else None
-            if spec.range is specs.Range.UNIT:
-                return 1.0
+            if spec.range is specs.Range.UNIT or spec.has(specs.Kind.BOUNDED):
+                return 1.0  # a probability; tanh, sin, cos, erf lie in [-1, 1] whatever their input
             if spec.range is specs.Range.FOLLOWS and node.args:
                 return self.upper_bound(node.args[0].value, region, depth + 1)
         return None
