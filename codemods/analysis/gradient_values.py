@@ -183,6 +183,8 @@ class _Helpers:
                 elif kind is cst.BinaryOperation and isinstance(node.operator, cst.Add) and (
                         _has_random(self.context, node.left) or _has_random(self.context, node.right)):
                     sensitive = EventKind.HELPER
+                if kind is cst.Call and sensitive is None and _threshold_select(self.context, node):
+                    sensitive = EventKind.HELPER
             found = self._summaries[id(scope.node)] = (sensitive, unscales, reduces)
         return found
 
@@ -200,6 +202,19 @@ def _instances(bindings, classes: set[str]) -> dict[tuple[str | None, str], str]
                 if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in classes:
                     found[(scope.class_name if name.startswith("self.") else None, name)] = value.func.value
     return found
+
+
+def _threshold_select(context: FileView, call: cst.Call) -> bool:
+    """``where(g_norm > max_norm, clipped, g)`` (adaptive gradient clipping, a clip by hand): a select op (the op
+    table's SELECT) whose condition orders two values, neither 0 nor infinity. On gradients that still carry the loss
+    scale the test is decided 32768 times off, so a helper doing it is as size-sensitive as one calling clip_by_norm."""
+    spec = ops.known(context.resolve(call.func))
+    condition = call.args[0].value if call.args and call.args[0].keyword is None else None
+    if spec is None or not spec.has(ops.Kind.SELECT) or not isinstance(condition, cst.Comparison):
+        return False
+    sides = [condition.left] + [c.comparator for c in condition.comparisons]
+    return all(isinstance(c.operator, _ORDERING) for c in condition.comparisons) and not any(
+        isinstance(side, (cst.Integer, cst.Float)) and side.evaluated_value == 0 for side in sides)
 
 
 def _has_random(context: FileView, expr: cst.CSTNode) -> bool:
