@@ -448,8 +448,9 @@ def _into_gradients(current: Outcome, outcome: Outcome) -> bool:
     float32 left its float16 Dense(16)'s gradients past 65504 at the scale's floor of 1.0). The next round offers
     what a stalled run's evidence names (its largest float16 layers)."""
     run = outcome.run
-    return current.verdict.name == "non-finite" and outcome.verdict.name == "stalled" and run is not None and \
-        bool(run.steps) and all(s.skipped for s in run.steps) and len(run.finite_losses) == len(run.of(run.optimizers[0]))
+    if not (current.verdict.name == "non-finite" and outcome.verdict.name == "stalled" and run is not None and run.steps):
+        return False
+    return all(s.skipped for s in run.steps) and len(run.finite_losses) == len(run.of(run.optimizers[0]))
 
 
 def _unproven(kept: list[Change], current: Outcome, first: Outcome) -> str | None:

@@ -69,7 +69,8 @@ def test_the_same_calls_without_the_switch_are_findings_with_fixes():
                                                "        target = optimizer.scale_loss(loss)\n")
     assert any(code == "MP303" and fix for code, _, fix in _mp3(keras3_only, 2)), _mp3(keras3_only, 2)
     # Both branches spelling the same (old) API: no switch, the Keras 3 misuse is reported.
-    same = (HEADER + LOOP).replace("optimizer.scale_loss(loss) if KERAS3", "optimizer.get_scaled_loss(2 * loss) if KERAS3")
+    same = (HEADER + LOOP).replace("optimizer.scale_loss(loss) if KERAS3",
+                                   "optimizer.get_scaled_loss(2 * loss) if KERAS3")
     assert any(code == "MP303" for code, _, _ in _mp3(same, 3)), _mp3(same, 3)
 
 
