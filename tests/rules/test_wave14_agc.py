@@ -9,19 +9,13 @@ as a helper calling clip_by_norm does.
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
-from mpfix.codemods import all_rules
-from mpfix.engine import Engine, Options
-
-MP1 = tuple(r for r in all_rules() if r.code.startswith("MP1"))
+from mpfix.testing import lint_snippet
 
 
 def codes(code: str, keras: str) -> list[tuple[str, int]]:
-    code = textwrap.dedent(code).lstrip("\n")
-    compile(code, "train.py", "exec")
-    result = Engine(MP1, Options(keras=keras, project_policy=False, unsafe_fixes=True)).lint(
-        code, Path("train.py"), fix=False)
+    compile(textwrap.dedent(code).lstrip("\n"), "train.py", "exec")
+    result = lint_snippet(code, ("MP1",), keras=keras, filename="train.py")
     return sorted((f.code, f.line) for f in result.findings if f.code == "MP109")
 
 
