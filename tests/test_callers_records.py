@@ -27,7 +27,7 @@ _STAMP = [1_600_000_000]
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch) -> Path:
-    monkeypatch.setattr(file_records, "RACY_NS", -10**18)  # written just now: trust the timestamps at once
+    monkeypatch.setattr(store, "RACY_NS", -10**18)  # written just now: trust the timestamps at once
     _write(tmp_path, FILES)
     kept = store.folder()
     yield tmp_path

@@ -44,7 +44,7 @@ _STAMP = [1_700_000_000]
 @pytest.fixture(autouse=True)
 def _not_racy(monkeypatch):
     """The files here are written just before they are checked: trust their timestamps at once (``RACY_NS``)."""
-    monkeypatch.setattr(file_records, "RACY_NS", -10**18)
+    monkeypatch.setattr(store, "RACY_NS", -10**18)
 
 
 def _write(root: Path, files: dict[str, str | None]) -> None:
@@ -268,7 +268,7 @@ def test_ast_json_round_trips_and_refuses_what_ast_would_not_build():
 def test_a_file_changed_in_the_last_two_seconds_gets_no_record(project: Path, monkeypatch):
     """Two writes of the same size within one timestamp tick look the same to ``os.stat``: a just-changed file is read
     again next time rather than trusted."""
-    monkeypatch.setattr(file_records, "RACY_NS", 2_000_000_000)
+    monkeypatch.setattr(store, "RACY_NS", 2_000_000_000)
     _write(project, FILES)
     first = _parsed_during_project_pass(project, monkeypatch)
     (project / "pkg" / "utils.py").write_text(UTILS.replace("srelu_fn", "srelu_gn"))  # same size, ctime now

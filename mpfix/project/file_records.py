@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,7 +33,6 @@ from mpfix.project.crosscall_records import CallContext
 from mpfix.project.crosscall_summary import FileSummary
 
 MISS = object()
-RACY_NS = 2_000_000_000  # file timestamps are as coarse as 1-4 ms on Linux, 2 s on FAT
 _LIMIT = 16 << 20
 _BAD = (ValueError, TypeError, KeyError, AttributeError, RecursionError, IndexError)
 
@@ -76,10 +74,9 @@ class Records:
         if path not in self._stat:
             try:
                 st = os.stat(path)
-                # A file changed within the last RACY_NS may change again within the same timestamp tick with the
-                # same size (git's "racily clean" entries): no record for it this time.
-                racy = time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < RACY_NS
-                self._stat[path] = None if racy else [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+                # A file changed just now may change again within the same timestamp tick with the same size (git's
+                # "racily clean" entries): no record for it this time.
+                self._stat[path] = None if store.racy(st) else [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
             except (OSError, ValueError):
                 self._stat[path] = None
         return self._stat[path]

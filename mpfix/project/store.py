@@ -1,7 +1,9 @@
-"""Project facts kept between runs in the cache folder, keyed by every project file's size and mtime.
+"""Project facts kept between runs in the cache folder, keyed by every project file's size, mtime, ctime and inode.
 
 A warm run then reads one small JSON file instead of every file of the project. A store that
-cannot be read or written is not used: it only ever saves time.
+cannot be read or written is not used: it only ever saves time. Facts that rest on a file changed
+within the last ``RACY_NS`` are not stored (``fingerprint`` is None): a second edit in
+the same timestamp tick, at the same size, would leave every stamp as it was (git's "racy clean").
 """
 
 from __future__ import annotations
@@ -9,9 +11,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 from mpfix import safe_read
+
+# File timestamps are as coarse as 1-4 ms on Linux and 2 s on FAT: a file changed within this window may change
+# again in the same tick at the same size (also ``file_records``' per-file records).
+RACY_NS = 2_000_000_000
+
+
+def racy(st: os.stat_result, now: int | None = None) -> bool:
+    """Whether a file's stamps cannot yet tell a later edit apart: it changed (mtime or ctime: a tool may set mtime
+    back) within ``RACY_NS`` of now, git's "racily clean"."""
+    return (time.time_ns() if now is None else now) - max(st.st_mtime_ns, st.st_ctime_ns) < RACY_NS
 
 # Where facts are kept between runs (set by mpfix.cache when the cache is in use; None: memory only).
 _STORE: list[Path | None] = [None]
@@ -25,18 +38,24 @@ def folder() -> Path | None:
     return _STORE[0]
 
 
-def fingerprint(root: Path, files) -> str:
-    """mpfix's version and code, and the size and mtime of every file: what a stored fact rests on."""
+def fingerprint(root: Path, files) -> str | None:
+    """mpfix's version and code, and every file's size, mtime, ctime and inode: what a stored fact rests on.
+
+    None where a file changed too recently for its stamps to tell a later edit apart (nothing is loaded or
+    saved then). Taken before the files are read, so facts never rest on a stamp newer than what was read."""
     from mpfix import __version__
     from mpfix.cache_folder import code_fingerprint
 
     digest = hashlib.blake2b(repr((__version__, str(root), code_fingerprint())).encode(), digest_size=16)
+    now = time.time_ns()
     for file in files:
         try:
             st = os.stat(file)
         except OSError:
             continue
-        digest.update(f"{file}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        if racy(st, now):
+            return None
+        digest.update(f"{file}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}\n".encode())
     return digest.hexdigest()
 
 
@@ -44,10 +63,10 @@ def _file(store: Path, kind: str, root: Path) -> Path:
     return store / f"{kind}-{hashlib.blake2b(str(root).encode(), digest_size=8).hexdigest()}.json"
 
 
-def load(kind: str, root: Path, stamp: str) -> dict | None:
-    """The ``kind`` facts stored for ``root`` under ``stamp``; None when missing, stale or damaged."""
+def load(kind: str, root: Path, stamp: str | None) -> dict | None:
+    """The ``kind`` facts stored for ``root`` under ``stamp``; None when missing, stale, damaged or racy."""
     store = _STORE[0]
-    if store is None:
+    if store is None or stamp is None:
         return None
     try:
         data = json.loads(safe_read.read_text(_file(store, kind, root), 64 << 20, follow_outside=True))
@@ -58,9 +77,9 @@ def load(kind: str, root: Path, stamp: str) -> dict | None:
     return data["facts"]
 
 
-def save(kind: str, root: Path, stamp: str, facts: dict) -> None:
+def save(kind: str, root: Path, stamp: str | None, facts: dict) -> None:
     store = _STORE[0]
-    if store is None:
+    if store is None or stamp is None:
         return
     import tempfile
 
