@@ -5,15 +5,26 @@ Op knowledge comes from the op table (``facts.ops``: each op's ``Range`` and kin
 
 from __future__ import annotations
 
+from enum import Enum, auto
+
 import libcst as cst
 
-from mpfix.codemods._walk import children
+from mpfix.codemods._walk import children, walk
 from mpfix.codemods.analysis.dtype_lattice import BOOL, INT, PY, argument, first_arg, number
 from mpfix.codemods.analysis.dtype_regions import Region
+from mpfix.codemods.analysis.dtype_tables import own
 from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.facts import ops as specs
 
-Kind, Range = specs.Kind, specs.Range
+Kind, Range, Order = specs.Kind, specs.Range, specs.Order
+_MAX_BINDINGS = 6  # a name bound more often is not followed through every binding
+
+
+class Ascends(Enum):
+    """Along which axes a value is known to be non-decreasing."""
+
+    ONE_D = auto()  # a 1-D sequence (linspace, range): ``m[k:] - m[:-k]`` and ``m[..., k:] - m[..., :-k]`` are ≥ 0
+    LAST_AXIS = auto()  # along its last axis, of any rank (sort): ``m[..., k:] - m[..., :-k]`` only
 
 
 class ValueRanges:
@@ -40,8 +51,9 @@ class ValueRanges:
             if isinstance(op, cst.Add):
                 return self.nonpositive(node.left, region, depth + 1) and self.nonpositive(node.right, region, depth + 1)
         if isinstance(node, cst.Name):
-            values = region.assigned.get(node.value, [])
-            return len(values) == 1 and self.nonpositive(values[0], region, depth + 1)
+            return self._every_binding(node, region, self.nonpositive, depth)
+        if isinstance(node, (cst.List, cst.Tuple)):  # concat([a, b]): every element
+            return bool(node.elements) and all(self.nonpositive(e.value, region, depth + 1) for e in node.elements)
         if isinstance(node, cst.Call):
             spec = specs.lookup(self.resolve(node.func))
             inner = first_arg(node)
@@ -264,12 +276,16 @@ class ValueRanges:
                 return same or (self.nonnegative(node.left, region, depth + 1) and self.nonnegative(node.right, region, depth + 1)) or \
                     (not isinstance(op, cst.Add) and self.nonpositive(node.left, region, depth + 1)
                      and self.nonpositive(node.right, region, depth + 1))
+            if isinstance(op, cst.Subtract):
+                return self._ascending_gaps(node, region, depth) or (
+                    self.nonnegative(node.left, region, depth + 1) and self.nonpositive(node.right, region, depth + 1))
+        if isinstance(node, (cst.List, cst.Tuple)):  # concat([a, b]): every element
+            return bool(node.elements) and all(self.nonnegative(e.value, region, depth + 1) for e in node.elements)
         if isinstance(node, cst.Name):
             if region.env.get(node.value, PY) in (INT, PY) and heuristics.SIZE_NAME.search(node.value) and \
                     node.value not in region.assigned:
                 return True  # a size or count parameter (dim, d_model, num_heads, length)
-            values = region.assigned.get(node.value, [])
-            return len(values) == 1 and self.nonnegative(values[0], region, depth + 1)
+            return self._every_binding(node, region, self.nonnegative, depth)
         if isinstance(node, cst.Call):
             spec = specs.lookup(self.resolve(node.func))
             if spec is not None:
@@ -291,3 +307,143 @@ class ValueRanges:
         if isinstance(node, cst.Subscript):
             return self.nonnegative(node.value, region, depth + 1)
         return False
+
+    def _every_binding(self, name: cst.Name, region: Region, test, depth: int) -> bool:
+        """``test`` holds of every binding of the local ``name`` (``dists = broadcast_to(...)``, then ``dists =
+        concat([dists, ...])``, then ``dists = dists * norm(v)``). A binding that reads the name itself is checked
+        assuming the name passes there: the first binding that runs cannot read it (a local, no parameter), so by
+        induction each one passes. Augmented (``x -= v``), unpacked and loop bindings are not followed."""
+        values = region.assigned.get(name.value, [])
+        if len(values) == 1:
+            return test(values[0], region, depth + 1)
+        assumed: dict = self.__dict__.setdefault("_assumed_ranges", {})
+        key = (id(region), name.value)
+        if key in assumed:
+            return assumed[key] == test.__name__  # only the same claim: ≥ 0 and ≤ 0 together would say = 0
+        if not values or len(values) > _MAX_BINDINGS or any(id(v) in region.augmented for v in values) or \
+                not self._plain_local(name.value, region):
+            return False
+        assumed[key] = test.__name__
+        try:
+            return all(test(v, region, depth + 1) for v in values)
+        finally:
+            del assumed[key]
+
+    def _plain_local(self, name: str, region: Region) -> bool:
+        """``name`` has no value before this function binds it: no parameter here or in an enclosing function whose
+        table it reads through, no ``global`` statement."""
+        scope: Region | None = region
+        while scope is not None:
+            if name in scope.param_dtypes or name in scope.iterated or name in scope.elements:
+                return False
+            if name in own(scope.assigned):
+                break
+            scope = scope.enclosing
+        declared = self.__dict__.setdefault("_global_names", {})
+        if id(region) not in declared:
+            declared[id(region)] = (region, {n.name.value for g in walk(region.node) if isinstance(g, cst.Global)
+                                              for n in g.names})
+        return name not in declared[id(region)][1]
+
+    def _ascending_gaps(self, node: cst.BinaryOperation, region: Region, depth: int) -> bool:
+        """``m[k:] - m[:-k]`` or ``m[..., k:] - m[..., :-k]`` (k ≥ 1) of a name ``m`` that ascends along that axis:
+        each element minus the one k before it, ≥ 0 (NeRF's ``dists = t[1:] - t[:-1]`` of sample depths)."""
+        left, right = node.left, node.right
+        if not (isinstance(left, cst.Subscript) and isinstance(right, cst.Subscript) and
+                isinstance(left.value, cst.Name) and isinstance(right.value, cst.Name) and
+                left.value.value == right.value.value):
+            return False
+        later, earlier = _last_slice(left), _last_slice(right)
+        if later is None or earlier is None or later[0] != earlier[0]:
+            return False
+        shift = number(later[1].lower) if later[1].lower is not None else None
+        back = number(earlier[1].upper) if earlier[1].upper is not None else None
+        if later[1].upper is not None or earlier[1].lower is not None or shift is None or back is None or \
+                shift < 1 or shift != int(shift) or back != -shift:
+            return False
+        order = self.ascending(left.value, region, depth + 1)
+        return order is Ascends.ONE_D or (order is Ascends.LAST_AXIS and later[0])
+
+    def ascending(self, node: cst.BaseExpression, region: Region, depth: int = 0) -> Ascends | None:
+        """Along which axes ``node`` is non-decreasing by its form: ``linspace(a, b, n)`` with numbers a ≤ b and
+        ``range(...)`` with a positive step are ascending 1-D sequences, ``sort(x)`` ascends along its last axis (the
+        op table's ``Order``); an elementwise non-decreasing op (``Order.KEEPS``: cast, exp, relu), a number added or
+        subtracted, a factor ≥ 0 or a divisor > 0 keep the order. None when unknown."""
+        if depth > 8:
+            return None
+        if isinstance(node, cst.Name):
+            values = region.assigned.get(node.value, [])
+            return self.ascending(values[0], region, depth + 1) if len(values) == 1 and \
+                node.value not in region.param_dtypes else None
+        if isinstance(node, cst.BinaryOperation):
+            return self._ascending_affine(node, region, depth)
+        spec = specs.lookup(self.resolve(node.func)) if isinstance(node, cst.Call) else None
+        if spec is None or spec.order is Order.NONE:
+            return None
+        if spec.order is Order.KEEPS:
+            return self.ascending(first_arg(node), region, depth + 1) if first_arg(node) is not None else None
+        if spec.order is Order.BOUNDS:
+            start, stop = argument(node, "start", 0), argument(node, "stop", 1)
+            low = self._number(start.value, region) if start is not None else None
+            high = self._number(stop.value, region) if stop is not None else None
+            return Ascends.ONE_D if low is not None and high is not None and low <= high else None
+        if spec.order is Order.STEP:
+            step = argument(node, "delta", 2) or argument(node, "step", 2)
+            value = self._number(step.value, region) if step is not None else 1.0
+            return Ascends.ONE_D if value is not None and value > 0 else None
+        axis, direction = argument(node, "axis", 1), argument(node, "direction", 2)  # Order.SORTED
+        if direction is not None and not (isinstance(direction.value, cst.SimpleString) and
+                                          str(direction.value.evaluated_value).upper() == "ASCENDING"):
+            return None
+        return Ascends.LAST_AXIS if axis is None or number(axis.value) == -1 else None
+
+    def _ascending_affine(self, node: cst.BinaryOperation, region: Region, depth: int) -> Ascends | None:
+        """``m * c + b`` (c ≥ 0), ``m / c`` (c > 0), ``m - b``, ``b + m`` with numbers: the order of ``m``."""
+        op, left, right = node.operator, node.left, node.right
+        left_value, right_value = self._number(left, region), self._number(right, region)
+        if isinstance(op, (cst.Add, cst.Multiply)) and left_value is not None:
+            left, right, left_value, right_value = right, left, right_value, left_value  # the number on the right
+        if right_value is None or left_value is not None:
+            return None
+        if isinstance(op, (cst.Add, cst.Subtract)) or (isinstance(op, cst.Multiply) and right_value >= 0) or \
+                (isinstance(op, cst.Divide) and right_value > 0):
+            return self.ascending(left, region, depth + 1)
+        return None
+
+    def _number(self, node: cst.BaseExpression, region: Region) -> float | None:
+        """The number ``node`` stands for (``constant``), or a module name bound once, paired in a tuple of numbers
+        (``NEAR, FAR = 2.0, 6.0``), that the function neither binds nor takes."""
+        found = self.constant(node, region)
+        if found is not None or not isinstance(node, cst.Name) or node.value in region.env or \
+                region.assigned.get(node.value):
+            return found[0] if found is not None else None
+        table = self.__dict__.get("_paired_numbers")
+        if table is None:
+            counts: dict[str, int] = {}
+            table = self.__dict__["_paired_numbers"] = {}
+            for bound in walk(self.module):  # every binding anywhere (and `global`): a name bound twice is no constant
+                targets = [g.name for g in bound.names] if isinstance(bound, cst.Global) else [bound.target] if \
+                    isinstance(bound, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor)) else []
+                for leaf in (leaf for t in targets for leaf in walk(t) if isinstance(leaf, cst.Name)):
+                    counts[leaf.value] = counts.get(leaf.value, 0) + (2 if isinstance(bound, cst.Global) else 1)
+            for small in (s for stmt in self.module.body if isinstance(stmt, cst.SimpleStatementLine)
+                          for s in stmt.body if isinstance(s, cst.Assign) and len(s.targets) == 1):
+                names, values = small.targets[0].target, small.value
+                if isinstance(names, cst.Tuple) and isinstance(values, cst.Tuple) and \
+                        len(names.elements) == len(values.elements):
+                    table.update({n.value.value: number(v.value) for n, v in zip(names.elements, values.elements)
+                                  if isinstance(n.value, cst.Name) and counts.get(n.value.value) == 1})
+        return table.get(node.value)
+
+
+def _last_slice(node: cst.Subscript) -> tuple[bool, cst.Slice] | None:
+    """``(True, s)`` for ``m[..., s]``, ``(False, s)`` for ``m[s]``, with ``s`` a slice; else None."""
+    elements = [e.slice for e in node.slice]
+    if not elements or not isinstance(elements[-1], cst.Slice) or elements[-1].step is not None:
+        return None
+    if len(elements) == 1:
+        return False, elements[-1]
+    lead = elements[0]
+    if len(elements) == 2 and isinstance(lead, cst.Index) and isinstance(lead.value, cst.Ellipsis):
+        return True, elements[-1]
+    return None

@@ -106,6 +106,19 @@ RANGE_SENSITIVE = (Kind.SQUARE, Kind.LONG_SUM, Kind.MEAN, Kind.VARIANCE, Kind.DE
                    Kind.EXP, Kind.POW, Kind.SOFTPLUS, Kind.MATMUL)
 
 
+class Order(Enum):
+    """How the op's result is ordered: the differences ``m[k:] - m[:-k]`` of an ascending ``m`` are ≥ 0 (NeRF's gaps
+    between sample depths, ``dists = t[1:] - t[:-1]`` of a ``linspace``, in ``exp(-sigma * dists)``)."""
+
+    NONE = auto()
+    BOUNDS = auto()  # linspace(start, stop, num): 1-D, ascending when start ≤ stop
+    STEP = auto()  # range(start, limit, delta): 1-D, ascending when delta > 0 (1 by default)
+    SORTED = auto()  # sort(x, axis=-1, direction="ASCENDING"): ascending along its axis
+    # An elementwise non-decreasing function of its first argument (cast rounds monotonically; exp, log, sqrt, relu,
+    # sigmoid, tanh, softplus): an ascending input stays ascending.
+    KEEPS = auto()
+
+
 class Elements(Enum):
     """The dtype of ``a, b = op(x)``'s elements."""
 
@@ -138,6 +151,7 @@ class OpSpec:
     # ``tf.cast(v, dtype)``): a number folded through it is still that number.
     keeps_value: bool = False
     stable_log: str = ""  # the op that computes its log stably (softmax -> log_softmax, sigmoid -> log_sigmoid)
+    order: Order = Order.NONE
     # TensorFlow registers no float16 kernel for it: a float16 input fails (MP208), eagerly (NotFoundError) or when the
     # graph runs (InvalidArgumentError "No OpKernel was registered ... T=DT_HALF").
     float16_kernel: bool = True
@@ -162,7 +176,7 @@ def _spec(name: str, result: Result = Result.PRESERVES, range: Range = Range.ANY
     return OpSpec(name, result, range, frozenset(kinds), **more)
 
 
-R, G, K = Result, Range, Kind
+R, G, K, O = Result, Range, Kind, Order
 _NOT_ELEMENTWISE = {"elementwise": False}
 _BOOLS = {"keeps_bool": True}
 _UNARY = {"dtype_args": (0,)}  # the other arguments are shapes, axes or options, not tensors of the result
@@ -175,9 +189,10 @@ _TABLE: tuple[OpSpec, ...] = (
     *(_spec(n, R.FLOAT32, dtype_position=3) for n in ("random.normal", "random.uniform", "random.truncated_normal")),
     _spec("full", R.FLOAT32, dtype_position=2),
     *(_spec(n, R.FLOAT32) for n in (
-        "eye", "identity_matrix", "linspace", "logspace", "random.stateless_normal", "random.stateless_uniform",
+        "eye", "identity_matrix", "logspace", "random.stateless_normal", "random.stateless_uniform",
         "random.gamma", "random.beta", "tri", "hanning", "hamming", "blackman", "bartlett",
         "kaiser")),
+    _spec("linspace", R.FLOAT32, order=O.BOUNDS),
     _spec("one_hot", R.FLOAT32, G.UNIT, dtype_position=5, index_args=(0,), **_NOT_ELEMENTWISE),
     _spec("fill", R.VALUE, **_NOT_ELEMENTWISE),
     *(_spec(n, R.VALUE, dtype_position=1, **_NOT_ELEMENTWISE, **_KEEPS) for n in ("constant", "convert_to_tensor",
@@ -187,8 +202,8 @@ _TABLE: tuple[OpSpec, ...] = (
     # ≥ 0 from a start ≥ 0 (dtype_ranges)
     # tf.range has no float16 kernel in a graph (TF 2.21 CPU: `tf.range(0, 4, dtype=tf.float16)` works eagerly, raises
     # ValueError "Unsupported dtype ... Range[Tidx=DT_HALF]" in a tf.function or a Keras layer's traced call).
-    _spec("range", R.RANGE, dtype_position=3, float16_kernel=False, **_NOT_ELEMENTWISE),
-    _spec("arange", R.RANGE, dtype_position=3, **_NOT_ELEMENTWISE),
+    _spec("range", R.RANGE, dtype_position=3, float16_kernel=False, order=O.STEP, **_NOT_ELEMENTWISE),
+    _spec("arange", R.RANGE, dtype_position=3, order=O.STEP, **_NOT_ELEMENTWISE),
     *(_spec(n, R.INT, G.NONNEGATIVE, **_NOT_ELEMENTWISE) for n in (
         "shape", "size", "rank", "argmax", "argmin", "argsort", "one_hot_indices", "count_nonzero", "searchsorted",
         "where_indices", "nonzero", "digitize", "bincount", "ndim", "top_k_indices")),
@@ -204,16 +219,16 @@ _TABLE: tuple[OpSpec, ...] = (
         "is_nan", "is_inf", "is_finite", "sequence_mask", "in_top_k", "isclose", "all", "any", "reduce_all",
         "reduce_any", "logical_xor")),
     *(_spec(n, R.BOOL, **_BOOLS) for n in ("logical_and", "logical_or", "logical_not")),
-    _spec("identity", R.LIKE, G.FOLLOWS, **_BOOLS, **_KEEPS),
+    _spec("identity", R.LIKE, G.FOLLOWS, order=O.KEEPS, **_BOOLS, **_KEEPS),
     _spec("zeros_like", R.LIKE, G.FOLLOWS, dtype_position=1, **_BOOLS),
     _spec("ones_like", R.LIKE, G.FOLLOWS, K.ONES, dtype_position=1, **_BOOLS),
     *(_spec(n, R.PRESERVES, G.FOLLOWS, K.BAND, elementwise=False, dtype_args=(0,), **_BOOLS)
       for n in ("linalg.band_part", "matrix_band_part")),
-    _spec("stop_gradient", R.LIKE, G.FOLLOWS, K.STOP_GRADIENT, **_BOOLS),
+    _spec("stop_gradient", R.LIKE, G.FOLLOWS, K.STOP_GRADIENT, order=O.KEEPS, **_BOOLS),
     *(_spec(n, R.LIKE) for n in ("full_like", "fill_like", "random.normal_like")),
     # keras.random.dropout(x, rate), keras.random.shuffle(x): x's dtype (C26), not a float32 creator.
     *(_spec(n, R.LIKE) for n in ("random.dropout", "random.shuffle", "nn.dropout")),
-    *(_spec(n, R.CAST, G.FOLLOWS, **_NOT_ELEMENTWISE, **_KEEPS) for n in ("cast", "dtypes.cast")),
+    *(_spec(n, R.CAST, G.FOLLOWS, order=O.KEEPS, **_NOT_ELEMENTWISE, **_KEEPS) for n in ("cast", "dtypes.cast")),
     # saturate_cast clips to the target's range; convert_image_dtype rescales: neither keeps the value.
     *(_spec(n, R.CAST, G.FOLLOWS, **_NOT_ELEMENTWISE) for n in ("saturate_cast", "image.convert_image_dtype")),
     # The real-input FFTs have no float16 kernel (TF 2.21 CPU, eager and traced: ValueError "RFFT requires tf.float32
@@ -242,6 +257,7 @@ _TABLE: tuple[OpSpec, ...] = (
       for n in ("where", "where_v2", "select")),
     *(_spec(n, elements=Elements.SAME) for n in ("split", "unstack", "meshgrid", "broadcast_arrays")),
     *(_spec(n, elements=Elements.SAME) for n in ("moments", "normalize_moments", "nn.moments")),
+    _spec("sort", R.PRESERVES, G.FOLLOWS, order=O.SORTED, **_UNARY),
     _spec("top_k", elements=Elements.VALUES_THEN_INT),
     _spec("nn.top_k", elements=Elements.VALUES_THEN_INT),
     # Squares, sums and norms.
@@ -265,22 +281,26 @@ _TABLE: tuple[OpSpec, ...] = (
     *(_spec(n, R.PRESERVES, G.NONNEGATIVE, K.L2_NORMALIZE) for n in ("l2_normalize", "nn.l2_normalize",
                                                                      "linalg.l2_normalize")),
     # Exponentials and logarithms.
-    _spec("exp", R.PRESERVES, G.NONNEGATIVE, K.EXP),
-    _spec("expm1", R.PRESERVES, G.ANY, K.EXP, K.EXPM1),
+    _spec("exp", R.PRESERVES, G.NONNEGATIVE, K.EXP, order=O.KEEPS),
+    _spec("expm1", R.PRESERVES, G.ANY, K.EXP, K.EXPM1, order=O.KEEPS),
     # tf.pow raises on a float16 base and a float32 exponent as `**` does (TF 2.21 CPU); keras.ops.power promotes.
     *(_spec(n, R.PRESERVES, G.ANY, K.POW, same_dtype=True) for n in ("pow", "power")),
-    _spec("log", R.PRESERVES, G.ANY, K.LOG, K.NATURAL_LOG, K.SHRINKS),
-    _spec("log1p", R.PRESERVES, G.ANY, K.LOG, K.NATURAL_LOG, K.LOG1P, K.SHRINKS),
+    _spec("log", R.PRESERVES, G.ANY, K.LOG, K.NATURAL_LOG, K.SHRINKS, order=O.KEEPS),
+    _spec("log1p", R.PRESERVES, G.ANY, K.LOG, K.NATURAL_LOG, K.LOG1P, K.SHRINKS, order=O.KEEPS),
     *(_spec(n, R.PRESERVES, G.ANY, K.LOG) for n in ("log2", "log10")),
-    *(_spec(n, R.PRESERVES, G.NONNEGATIVE, K.SOFTPLUS) for n in ("softplus", "nn.softplus")),
+    *(_spec(n, R.PRESERVES, G.NONNEGATIVE, K.SOFTPLUS, order=O.KEEPS) for n in ("softplus", "nn.softplus")),
     *(_spec(n, R.PRESERVES, G.NONPOSITIVE, K.LOG_PROBABILITY) for n in (
         "log_softmax", "log_sigmoid", "log_softmax_v2", "nn.log_softmax")),
     *(_spec(n, R.PRESERVES, G.ANY, K.LOGSUMEXP) for n in ("reduce_logsumexp", "logsumexp")),
-    *(_spec(n, R.PRESERVES, G.UNIT, K.PROBABILITY, stable_log="log_sigmoid") for n in ("sigmoid", "nn.sigmoid")),
+    *(_spec(n, R.PRESERVES, G.UNIT, K.PROBABILITY, stable_log="log_sigmoid", order=O.KEEPS)
+      for n in ("sigmoid", "nn.sigmoid")),
     *(_spec(n, R.PRESERVES, G.UNIT, K.PROBABILITY, stable_log="log_softmax") for n in ("softmax", "nn.softmax")),
-    *(_spec(n, R.PRESERVES, G.NONNEGATIVE, K.SHRINKS) for n in ("sqrt", "rsqrt")),
-    *(_spec(n, R.PRESERVES, G.NONNEGATIVE) for n in ("abs", "relu", "relu6", "cosh", "nn.relu")),
-    *(_spec(n, R.PRESERVES, G.ANY, K.BOUNDED) for n in ("tanh", "sin", "cos", "erf")),
+    _spec("sqrt", R.PRESERVES, G.NONNEGATIVE, K.SHRINKS, order=O.KEEPS),
+    _spec("rsqrt", R.PRESERVES, G.NONNEGATIVE, K.SHRINKS),
+    *(_spec(n, R.PRESERVES, G.NONNEGATIVE, order=O.KEEPS) for n in ("relu", "relu6", "nn.relu")),
+    *(_spec(n, R.PRESERVES, G.NONNEGATIVE) for n in ("abs", "cosh")),
+    *(_spec(n, R.PRESERVES, G.ANY, K.BOUNDED, order=O.KEEPS) for n in ("tanh", "erf")),
+    *(_spec(n, R.PRESERVES, G.ANY, K.BOUNDED) for n in ("sin", "cos")),
     # Arithmetic.
     *(_spec(n, R.PRESERVES, G.ANY, K.DIVISION, K.ARITHMETIC, same_dtype=True) for n in (
         "divide", "truediv", "div_no_nan", "realdiv", "divide_no_nan")),
