@@ -88,7 +88,7 @@ def _generation_members() -> tuple[frozenset[str], frozenset[str]]:
     ``get_scaled_loss``). Which one a program can call is decided by the installed Keras, never by a setting."""
     from mpfix.codemods import _api_table as table
 
-    members = {2: set(), 3: set()}
+    members: dict[int, set[str]] = {table.KERAS2: set(), table.KERAS3: set()}
     for change in table.API_CHANGES:
         if change.kind == "member" and len(change.new) == 1:
             (moved_to,) = change.new
