@@ -3,18 +3,13 @@ one real repair on TensorFlow (CPU), where the float32 baseline fails too."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mpfix.verify import data_casts
+from verify_helpers import repair_copy
 
-ROOT = Path(__file__).resolve().parents[2]
 REPAIR = Path(__file__).parent / "scripts" / "repair"
 
 
@@ -44,19 +39,12 @@ def test_no_edit_where_no_cast_names_float16():
 
 @pytest.mark.slow
 def test_repair_keeps_the_prices_the_pipeline_casts_to_float16_in_float32(tmp_path):
-    script = tmp_path / "half_prices.py"
-    shutil.copy(REPAIR / script.name, script)
-    before = script.read_text()
-    report = tmp_path / "repair.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop("TF_USE_LEGACY_KERAS", None)
-    result = subprocess.run([sys.executable, "-m", "mpfix", "repair", script.name, "--steps", "6", "--device", "cpu",
-                             "--json", str(report)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    run = repair_copy(tmp_path, REPAIR / "half_prices.py", steps=6, timeout=900)
+    result, data = run.result, run.report
     assert result.returncode == 0, result.stdout + result.stderr
     assert "half_prices.py: non-finite -> healthy (exit 0)" in result.stdout
     # Only the price's cast changes: the features' cast on the same line was tried and not kept.
-    assert script.read_text() == before.replace("tf.cast(price, tf.float16)", "tf.cast(price, tf.float32)")
-    data = json.loads(report.read_text())
+    assert run.after == run.before.replace("tf.cast(price, tf.float16)", "tf.cast(price, tf.float32)")
     assert [c["kind"] for c in data["changes"]] == ["float32 data"]
     assert data["changes"][0]["line"] == 11
     assert "the input pipeline casts float32 data to float16 (`to_half`)" in data["changes"][0]["evidence"]

@@ -10,11 +10,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,8 +18,8 @@ from mpfix.verify.baseline_notes import nonfinite_baseline_notes
 from mpfix.verify.changes import Change, ChangeKind
 from mpfix.verify.records import RunResult, Step
 from mpfix.verify.repair_checks import float32_repaired
+from verify_helpers import repair_copy
 
-ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).parent / "scripts" / "repair"
 NAN = float("nan")
 
@@ -55,18 +50,11 @@ def test_keeping_the_pipelines_data_float32_may_change_a_float32_run_it_broke():
 
 @pytest.mark.slow
 def test_a_crash_in_both_runs_is_repaired_by_the_static_fix_both_runs_of_the_fixed_script_prove(tmp_path):
-    script = tmp_path / "k3_removed_api.py"
-    shutil.copy(SCRIPTS / script.name, script)
-    before = script.read_text()
-    report = tmp_path / "repair.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop("TF_USE_LEGACY_KERAS", None)
-    result = subprocess.run([sys.executable, "-m", "mpfix", "repair", script.name, "--steps", "8", "--device", "cpu",
-                             "--json", str(report)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    run = repair_copy(tmp_path, SCRIPTS / "k3_removed_api.py", steps=8, timeout=900)
+    result, before, after = run.result, run.before, run.after
     assert result.returncode == 0, result.stdout + result.stderr
     assert "k3_removed_api.py: crashed -> healthy (exit 0)" in result.stdout, result.stdout
-    after = script.read_text()
     assert "optimizer.scale_loss(loss)" in after and "optimizer.get_scaled_loss(loss)" not in after and after != before
-    data = json.loads(report.read_text())
+    data = run.report
     assert [c["kind"] for c in data["changes"]] == ["static fix"], data["changes"]
     assert "the float32 run crashed too" in data["changes"][0]["evidence"]

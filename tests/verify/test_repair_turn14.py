@@ -8,19 +8,15 @@ only by running them) and the classes they showed in ``repair``:
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mpfix.verify.candidates import at_finding
 from mpfix.verify.evidence import Kind, RuntimeFinding
+from verify_helpers import repair_copy
 
-ROOT = Path(__file__).resolve().parents[2]
 HELDOUT = Path(__file__).parent / "scripts" / "heldout14"
 
 CROSS = {"name": "cross_1", "class": "Cross", "file": "/w/train.py", "line": 3, "code": "x2 = Cross()([inputs, x1])"}
@@ -49,14 +45,8 @@ def test_an_op_a_library_layer_built_stays_that_layers():
 
 
 def _repair(tmp_path: Path, name: str, steps: int = 4) -> tuple[subprocess.CompletedProcess, dict, str]:
-    script = tmp_path / name
-    shutil.copy(HELDOUT / name, script)
-    report = tmp_path / "repair.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop("TF_USE_LEGACY_KERAS", None)
-    result = subprocess.run([sys.executable, "-m", "mpfix", "repair", name, "--steps", str(steps), "--device", "cpu",
-                             "--json", str(report)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
-    return result, json.loads(report.read_text()), script.read_text()
+    run = repair_copy(tmp_path, HELDOUT / name, steps=steps)
+    return run.result, run.report, run.after
 
 
 @pytest.mark.slow

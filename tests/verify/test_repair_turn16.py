@@ -23,8 +23,6 @@ showed in ``repair``:
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
 import sys
@@ -40,8 +38,8 @@ from mpfix.verify.records import RunResult, Step
 from mpfix.verify.repair_checks import enough_updates, warming_up
 from mpfix.verify.repair_locate import enclosing_class, located
 from mpfix.verify.verdict import Verdict
+from verify_helpers import repair_copy, tf_env
 
-ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).parent / "scripts" / "repair"
 
 LOOP_LAYER = '''import tensorflow as tf
@@ -180,17 +178,11 @@ def test_a_scale_still_falling_from_its_start_is_a_warm_up_not_a_stall():
     assert not enough_updates(_steps([True] * 11 + [False], halving + [1.0, 1.0]), 10)
 
 
-def _env() -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1")
-    env.pop("TF_USE_LEGACY_KERAS", None)
-    return env
-
-
 @pytest.mark.slow
 def test_verify_measures_the_loop_variables_a_while_loop_returns(tmp_path):
     shutil.copy(SCRIPTS / "power_iteration.py", tmp_path / "power_iteration.py")
     result = subprocess.run([sys.executable, "-m", "mpfix", "verify", "power_iteration.py", "--steps", "3",
-                             "--device", "cpu", "--no-baseline"], cwd=tmp_path, env=_env(), capture_output=True,
+                             "--device", "cpu", "--no-baseline"], cwd=tmp_path, env=tf_env(), capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 10, result.stdout + result.stderr
     assert "power_iteration.py:33:9: MP901 float16 `While` gave inf/NaN from finite inputs at step 0" \
@@ -198,16 +190,8 @@ def test_verify_measures_the_loop_variables_a_while_loop_returns(tmp_path):
 
 
 def _repair(tmp_path: Path, name: str, text: str | None = None) -> tuple[subprocess.CompletedProcess, dict, str]:
-    script = tmp_path / name
-    if text is None:
-        shutil.copy(SCRIPTS / name, script)
-    else:
-        script.write_text(text)
-    report = tmp_path / "repair.json"
-    result = subprocess.run([sys.executable, "-m", "mpfix", "repair", name, "--steps", "10", "--device", "cpu",
-                             "--json", str(report)], cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                            timeout=1500)
-    return result, json.loads(report.read_text()), script.read_text()
+    run = repair_copy(tmp_path, SCRIPTS / name, text=text)
+    return run.result, run.report, run.after
 
 
 @pytest.mark.slow

@@ -22,11 +22,7 @@ classes they showed in ``verify`` and ``repair``:
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -37,8 +33,8 @@ from mpfix.verify.evidence import findings
 from mpfix.verify.records import RunResult, Step
 from mpfix.verify.verdict import judge
 from mpfix.verify.workers_judge import explain, merge
+from verify_helpers import repair_copy
 
-ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).parent / "scripts" / "repair"
 WORKERS = Path(__file__).parent / "scripts" / "workers"
 
@@ -178,22 +174,9 @@ def test_a_pipeline_cast_is_named_when_no_op_of_the_step_made_the_nan(tmp_path):
     assert [f.op for f in findings(_pipeline_run(script, [square]))] == ["Square"]
 
 
-def _env(legacy: bool = False) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1")
-    env.pop("TF_USE_LEGACY_KERAS", None)
-    if legacy:
-        env["TF_USE_LEGACY_KERAS"] = "1"
-    return env
-
-
 def _repair(tmp_path: Path, name: str, legacy: bool = False) -> tuple[subprocess.CompletedProcess, dict, str]:
-    script = tmp_path / name
-    shutil.copy(SCRIPTS / name, script)
-    report = tmp_path / "repair.json"
-    result = subprocess.run([sys.executable, "-m", "mpfix", "repair", name, "--steps", "10", "--device", "cpu",
-                             "--json", str(report)], cwd=tmp_path, env=_env(legacy), capture_output=True, text=True,
-                            timeout=1500)
-    return result, json.loads(report.read_text()), script.read_text()
+    run = repair_copy(tmp_path, SCRIPTS / name, legacy=legacy)
+    return run.result, run.report, run.after
 
 
 @pytest.mark.slow

@@ -10,11 +10,6 @@ A stall that no later change ends is never written.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,8 +18,8 @@ from mpfix.verify.changes import Change, ChangeKind
 from mpfix.verify.records import RunResult, Step
 from mpfix.verify.repair import PROGRESS, Outcome, _into_gradients, _unproven
 from mpfix.verify.verdict import Verdict
+from verify_helpers import repair_copy
 
-ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).parent / "scripts" / "repair"
 NAN = float("nan")
 
@@ -75,14 +70,8 @@ def test_a_stall_the_overflow_moved_into_is_never_kept_by_itself():
 @pytest.mark.slow
 @pytest.mark.keras2
 def test_repair_on_tf_keras_makes_the_rnn_then_the_dense_its_gradients_overflow_in_float32(tmp_path):
-    script = tmp_path / "running_total_rnn.py"
-    shutil.copy(SCRIPTS / script.name, script)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1",
-               TF_USE_LEGACY_KERAS="1")
-    result = subprocess.run([sys.executable, "-m", "mpfix", "repair", script.name, "--steps", "10", "--device", "cpu",
-                             "--json", "repair.json"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=1500)
-    data, after = json.loads((tmp_path / "repair.json").read_text()), script.read_text()
+    run = repair_copy(tmp_path, SCRIPTS / "running_total_rnn.py", legacy=True)
+    result, data, after = run.result, run.report, run.after
     assert result.returncode == 0 and "running_total_rnn.py: non-finite -> healthy" in result.stdout, result.stdout
     assert [(c["kind"], c["line"]) for c in data["changes"]] == [("float32 layer", 41), ("float32 layer", 42)], \
         data["changes"]

@@ -8,31 +8,19 @@ as ``verify --workers`` judges it; the eager ``--locate`` re-run (one process) i
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from verify_helpers import repair_copy
 
-ROOT = Path(__file__).resolve().parents[2]
 WORKERS = Path(__file__).parent / "scripts" / "workers"
 
 
 @pytest.mark.slow
 @pytest.mark.keras2
 def test_repair_runs_a_multi_worker_script_as_its_workers_and_fixes_the_head_its_one_shard_overflows(tmp_path):
-    script = tmp_path / "sharded_spend.py"
-    shutil.copy(WORKERS / script.name, script)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1",
-               TF_USE_LEGACY_KERAS="1")
-    env.pop("TF_CONFIG", None)
-    result = subprocess.run([sys.executable, "-m", "mpfix", "repair", script.name, "--workers", "2", "--steps", "10",
-                             "--device", "cpu", "--json", "repair.json"], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=1500)
-    data, after = json.loads((tmp_path / "repair.json").read_text()), script.read_text()
+    run = repair_copy(tmp_path, WORKERS / "sharded_spend.py", "--workers", "2", legacy=True)
+    result, data, after = run.result, run.report, run.after
     assert result.returncode == 0 and "sharded_spend.py: non-finite -> healthy" in result.stdout, result.stdout
     assert "keras.layers.Dense(MONTHS, dtype=\"float32\")," in after, after
     # The Keras 3 branch of its loss-scaling switch is left as it is (tests/rules/test_generation_switch.py).

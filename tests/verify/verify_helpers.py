@@ -3,8 +3,15 @@ ambiguous next to tests/conftest.py)."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
@@ -64,3 +71,40 @@ def decode_png(data: bytes) -> tuple[int, int, int, list[bytes]]:
         rows.append(bytes(line))
         previous = line
     return width, height, bpp, rows
+
+
+def tf_env(legacy: bool = False) -> dict[str, str]:
+    """The environment of an ``mpfix`` child that runs TensorFlow on CPU: this checkout's mpfix, quiet logs, the Keras
+    generation asked for (tf_keras with ``legacy``) whatever the outer environment chose."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1")
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    env.pop("TF_CONFIG", None)  # a worker's cluster is the command's to set (repair/verify --workers)
+    if legacy:
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    return env
+
+
+@dataclass(frozen=True)
+class RepairRun:
+    """One real ``mpfix repair`` of a copied script: the process, its ``--json`` report, the script before and after."""
+
+    result: subprocess.CompletedProcess
+    report: dict
+    before: str
+    after: str
+
+
+def repair_copy(tmp_path: Path, source: Path, *args: str, steps: int = 10, legacy: bool = False,
+                text: str | None = None, timeout: int = 1500) -> RepairRun:
+    """Copy ``source`` (or write ``text`` under its name) to ``tmp_path`` and run ``mpfix repair`` on it there."""
+    script = tmp_path / source.name
+    if text is None:
+        shutil.copy(source, script)
+    else:
+        script.write_text(text)
+    before = script.read_text()
+    report = tmp_path / "repair.json"
+    result = subprocess.run([sys.executable, "-m", "mpfix", "repair", script.name, *args, "--steps", str(steps),
+                             "--device", "cpu", "--json", str(report)], cwd=tmp_path, env=tf_env(legacy),
+                            capture_output=True, text=True, timeout=timeout)
+    return RepairRun(result, json.loads(report.read_text()), before, script.read_text())
