@@ -45,7 +45,8 @@ def reference(tmp_path_factory) -> tuple[Path, str, dict[Path, bytes]]:
     (project / "pyproject.toml").write_text("[project]\nname = 'p'\ndependencies = ['tensorflow>=2.16']\n")
     for name in SCRIPTS:
         shutil.copy(UNSEEN / name, project / name)
-    # Facts resting on files changed just now are not stored (``store.RACY_NS``): let the files settle once.
+    # A file changed in the last ``store.RACY_NS`` is stamped by its content until then, and by its stat after: let
+    # the files settle once, so that every run below hands out the store the damages are written to.
     time.sleep(max(0.0, (max(p.stat().st_ctime_ns for p in project.iterdir()) + store.RACY_NS - time.time_ns()) / 1e9))
     result = _check(project, "--no-cache")
     assert result.returncode == 1 and ": MP" in result.stdout

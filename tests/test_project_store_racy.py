@@ -2,8 +2,8 @@
 
 Before turn 19 the stores rested on each file's size and mtime only: an edit that kept both (a second save in the
 same timestamp tick, at the same size; a tool that restores mtime) left the stored reach in place, and the next warm
-``check`` reported from facts of the old text. Now ctime and inode are in the stamp, and nothing is stored while a
-file's mtime is too recent to tell a later edit apart (git's "racily clean")."""
+``check`` reported from facts of the old text. Now ctime and inode are in the stamp, and a file changed too recently
+for them to tell a later edit apart is stamped by its content too (git's "racily clean" entries)."""
 
 from __future__ import annotations
 
@@ -77,12 +77,28 @@ def test_an_edit_that_keeps_size_and_mtime_is_seen(tmp_path: Path):
     assert (warm.returncode, warm.stdout) == (fresh.returncode, fresh.stdout)
 
 
-def test_nothing_is_stored_on_files_changed_just_now(tmp_path: Path):
+def test_a_file_changed_just_now_is_stamped_by_its_content_too(tmp_path: Path, monkeypatch):
+    """Two same-size writes within one timestamp tick leave size, mtime, ctime and inode as they were: for a file
+    changed in the last ``RACY_NS`` the stamp holds its content's digest (git's racily clean entries)."""
     root = _project(tmp_path)
-    first = _check(root)
+    files = sorted(root.glob("*.py"))
+    stats = {str(p): p.stat() for p in files}
+    real = os.stat
+    # Every later write lands in the same tick: os.stat keeps answering what it answered before it.
+    monkeypatch.setattr(os, "stat", lambda path, *a, **k: stats.get(str(path)) or real(path, *a, **k))
+    first = store.fingerprint(root, files)
+    (root / "train.py").write_text(TRAIN.replace("from blocks import", "from others import"))
+    assert first is not None and store.fingerprint(root, files) != first
+    monkeypatch.setattr(store, "RACY_NS", -10**18)  # control: stamps trusted, the same-tick write is not seen
+    settled = store.fingerprint(root, files)
+    (root / "train.py").write_text(TRAIN)
+    assert store.fingerprint(root, files) == settled
+
+
+def test_a_store_written_just_after_an_edit_is_used_until_the_content_changes(tmp_path: Path):
+    root = _project(tmp_path)
+    first = _check(root)  # the files were written a moment ago
     assert first.returncode == 1 and "MP206" in first.stdout
-    assert _stores(root) == []  # written a moment ago: a second edit in the same tick could keep every stamp
-    _settle(root)
+    assert _stores(root) == ["reach"]
     again = _check(root)
     assert again.stdout == first.stdout
-    assert _stores(root) == ["reach"]

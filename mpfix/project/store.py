@@ -1,9 +1,9 @@
 """Project facts kept between runs in the cache folder, keyed by every project file's size, mtime, ctime and inode.
 
 A warm run then reads one small JSON file instead of every file of the project. A store that
-cannot be read or written is not used: it only ever saves time. Facts that rest on a file changed
-within the last ``RACY_NS`` are not stored (``fingerprint`` is None): a second edit in
-the same timestamp tick, at the same size, would leave every stamp as it was (git's "racy clean").
+cannot be read or written is not used: it only ever saves time. A file changed within the last ``RACY_NS``
+may be written again in the same timestamp tick at the same size, leaving every stamp as it was (git's "racily
+clean" entries): such a file's stamp is its content's digest as well, as git compares a racily clean file's content.
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from mpfix import safe_read
 # File timestamps are as coarse as 1-4 ms on Linux and 2 s on FAT: a file changed within this window may change
 # again in the same tick at the same size (also ``file_records``' per-file records).
 RACY_NS = 2_000_000_000
+_RACY_LIMIT = 64 << 20  # a racy file larger than this is not hashed: no facts stored or loaded that run
 
 
 def racy(st: os.stat_result, now: int | None = None) -> bool:
     """Whether a file's stamps cannot yet tell a later edit apart: it changed (mtime or ctime: a tool may set mtime
     back) within ``RACY_NS`` of now, git's "racily clean"."""
     return (time.time_ns() if now is None else now) - max(st.st_mtime_ns, st.st_ctime_ns) < RACY_NS
+
 
 # Where facts are kept between runs (set by mpfix.cache when the cache is in use; None: memory only).
 _STORE: list[Path | None] = [None]
@@ -39,10 +41,10 @@ def folder() -> Path | None:
 
 
 def fingerprint(root: Path, files) -> str | None:
-    """mpfix's version and code, and every file's size, mtime, ctime and inode: what a stored fact rests on.
-
-    None where a file changed too recently for its stamps to tell a later edit apart (nothing is loaded or
-    saved then). Taken before the files are read, so facts never rest on a stamp newer than what was read."""
+    """mpfix's version and code, every file's size, mtime, ctime and inode, and the content of each file changed too
+    recently for those to tell a later edit apart: what a stored fact rests on. None (nothing is loaded or saved)
+    where such a file cannot be read. Taken before the facts read the files: an edit after it, in the same tick,
+    leaves a digest of the older content, so the next run computes the facts again."""
     from mpfix import __version__
     from mpfix.cache_folder import code_fingerprint
 
@@ -53,9 +55,12 @@ def fingerprint(root: Path, files) -> str | None:
             st = os.stat(file)
         except OSError:
             continue
-        if racy(st, now):
-            return None
         digest.update(f"{file}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}\n".encode())
+        if racy(st, now):
+            try:
+                digest.update(hashlib.blake2b(safe_read.read_bytes(file, _RACY_LIMIT, follow_outside=True)).digest())
+            except OSError:  # Refused too: a file that is no longer regular, or has grown past the limit
+                return None
     return digest.hexdigest()
 
 
