@@ -150,8 +150,9 @@ class Float16ExpOverflow(Rule):
         `mixed_float16`, and manual softmaxes `tf.exp(x) / tf.reduce_sum(tf.exp(x), axis)`.
         Arguments that cannot exceed 0 (or 11) by their form — `exp(x - reduce_max(x))`,
         `exp(-abs(x))`, `exp(-x**2)`, `exp(-log(10000.0) * i / d)`, `exp(cumsum(log(p)))`,
-        `exp(clip_by_value(s, -10.0, 10.0))` — are left alone, and so are complex values and
-        float32 ones. Also the log side of the same range: softplus spelled out
+        `exp(clip_by_value(s, -10.0, 10.0))`, `exp(-relu(s) * (t[1:] - t[:-1]))` with `t` an
+        ascending `linspace`/`range`/`sort` (volume rendering's gaps between sample depths) — are
+        left alone, and so are complex values and float32 ones. Also the log side of the same range: softplus spelled out
         (`log1p(exp(x))`, `log(1 + exp(x))`, inf once `exp` is) and `log` of a float16
         softmax/sigmoid output (a probability below 6e-8 rounds to 0, and its log is -inf), and
         a log-sum-exp written by hand, `log(reduce_sum(w * exp(-z**2 / 2)))`: exps that cannot
@@ -214,6 +215,16 @@ class Float16ExpOverflow(Rule):
 
             def pearson_correlation(y_true, y_pred):
                 return tf.math.reduce_std(y_true) * tf.math.reduce_std(y_pred)
+        """, policy="mixed_float16"),
+        # Volume rendering: the gaps between ascending sample depths are ≥ 0, so the exponent is ≤ 0.
+        Valid("""
+            import tensorflow as tf
+
+            class Render(tf.keras.layers.Layer):
+                def call(self, raw):
+                    t = tf.cast(tf.linspace(2.0, 6.0, 65), raw.dtype)
+                    dists = t[1:] - t[:-1]
+                    return 1.0 - tf.exp(-tf.nn.relu(raw) * dists)
         """, policy="mixed_float16"),
         # Focal-loss modulator: the argument is -γ·log(1 + e^±x) ≤ 0 for labels in {0, 1}.
         Valid("""
