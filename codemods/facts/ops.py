@@ -221,7 +221,7 @@ _TABLE: tuple[OpSpec, ...] = (
     *(_spec(n, R.BOOL, **_BOOLS) for n in ("logical_and", "logical_or", "logical_not")),
     _spec("identity", R.LIKE, G.FOLLOWS, order=O.KEEPS, **_BOOLS, **_KEEPS),
     _spec("zeros_like", R.LIKE, G.FOLLOWS, dtype_position=1, **_BOOLS),
-    _spec("ones_like", R.LIKE, G.FOLLOWS, K.ONES, dtype_position=1, **_BOOLS),
+    _spec("ones_like", R.LIKE, G.UNIT, K.ONES, dtype_position=1, **_BOOLS),  # ones whatever the sign of its input
     *(_spec(n, R.PRESERVES, G.FOLLOWS, K.BAND, elementwise=False, dtype_args=(0,), **_BOOLS)
       for n in ("linalg.band_part", "matrix_band_part")),
     _spec("stop_gradient", R.LIKE, G.FOLLOWS, K.STOP_GRADIENT, order=O.KEEPS, **_BOOLS),
