@@ -11,6 +11,7 @@ from mpfix.codemods.analysis.dtype_lattice import (
 from mpfix.codemods.analysis.bindings import BindingKind, decompose
 from mpfix.codemods.analysis.dtype_regions import ELEMENT, FLOAT32_VARIABLE, Region
 from mpfix.codemods.analysis.dtype_syntax import assignments, through_builders
+from mpfix.codemods.analysis.param_defaults import unpassed_default
 from mpfix.codemods.facts import heuristics, keras_layers
 from mpfix.codemods.facts import ops as specs
 from mpfix.codemods.names import dotted_name
@@ -36,8 +37,9 @@ class ExpressionDtypes:
                 if len(values) == 1 and number(values[0]) is not None:
                     return number(values[0]), values[0]
                 return None
-            if region and node.value in region.env:
-                return None  # a parameter
+            if region and node.value in region.env:  # a parameter: its default if no call in the file passes it
+                default = unpassed_default(region.node, node.value, self.all_calls)
+                return (number(default), default) if default is not None and number(default) is not None else None
             literal = self.module_constants.get(node.value)
             if literal is not None:
                 return number(literal), literal
