@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mpfix.verify import data_casts, layer_losses, mix_crash
+from mpfix.verify import data_casts, layer_losses, missing_kernel, mix_crash
 from mpfix.verify.changes import Change, ChangeKind, static_findings
 from mpfix.verify.evidence import Kind, RuntimeFinding
 from mpfix.verify.frames import notebook_place
@@ -304,6 +304,16 @@ def for_crash(verdict, texts, to_original, files=()) -> list[Change]:
                              "upcast": False})
         out += [down, up] if site.in_method else [up, down]
     return out
+
+
+def for_missing_kernel(verdict, run, texts, to_original) -> list[Change]:
+    """``dtype="float32"`` on the layer whose float16 op TensorFlow has no kernel for (``missing_kernel``)."""
+    missing = missing_kernel.read(verdict.evidence.get("message")) if verdict.name == "crashed" else None
+    if missing is None:
+        return []
+    evidence = f"{verdict.summary}: TensorFlow has no float16 kernel for `{missing.op}`"
+    return [_layer_change(layer, evidence, to_original)
+            for layer in missing_kernel.layers(missing, run, verdict.evidence.get("frame"), texts)]
 
 
 def for_layer_losses(verdict, texts, files) -> list[Change]:

@@ -37,17 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mpfix.verify import candidates as candidates_mod
+from mpfix.verify import layer_losses, missing_kernel, repair_checks, repair_progress
 from mpfix.verify.changes import Change, ChangeKind, static_findings, static_fixed
 from mpfix.verify.evidence import moved_downstream
-from mpfix.verify import layer_losses, repair_checks
+from mpfix.verify.repair_progress import PROGRESS, Outcome
 from mpfix.verify.repair_workspace import Workspace, compose, problem
-from mpfix.verify.verdict import Verdict, judge
+from mpfix.verify.verdict import judge
 
-# Better verdicts rank higher. A change is kept only if it raises the rank.
-RANK = {
-    "crashed": 0, "timeout": 0, "no-steps": 0, "non-finite": 1, "stalled": 2, "underflow": 2, "unstable": 2,
-    "diverged": 3, "at-risk": 4, "healthy": 5,
-}
+
 
 
 class RepairError(Exception):
@@ -63,20 +60,6 @@ class Trial:
 
     def to_json(self) -> dict:
         return {**self.change.to_json(), "verdict_after": self.verdict, "kept": self.kept, "reason": self.reason}
-
-
-@dataclass
-class Outcome:
-    """One verified state of the working copy."""
-
-    verdict: Verdict
-    run: object  # RunResult of the mixed run
-    # The float32 run it was judged beside when that is not the repair's baseline (a trial judged over more steps).
-    baseline: object = None
-
-    @property
-    def rank(self) -> int:
-        return RANK.get(self.verdict.name, 0)
 
 
 @dataclass
@@ -198,7 +181,8 @@ class Repairer:
                 return result
             first_after, kept = result.after, list(result.changes)
         elif first.verdict.name in ("crashed", "timeout", "no-steps") and mix is None and \
-                not layer_losses.read(first.verdict.evidence.get("message") or ""):
+                not layer_losses.read(first.verdict.evidence.get("message") or "") and \
+                not missing_kernel.read(first.verdict.evidence.get("message")):
             result.notes.append(f"nothing to repair: the script's verdict is {first.verdict.name}")
             return result
         else:
@@ -220,6 +204,7 @@ class Repairer:
                 to_original = functools.partial(self.to_original, workspace)
                 files = self._files(workspace, current.run)
                 offered = candidates_mod.for_crash(current.verdict, _ran_text, to_original, files) + \
+                    candidates_mod.for_missing_kernel(current.verdict, current.run, _ran_text, to_original) + \
                     candidates_mod.for_verdict(
                         current.verdict, current.run, found, _ran_text, files, to_original)
                 tried = len(result.trials)
@@ -245,7 +230,7 @@ class Repairer:
                 kept, current = [], first
             else:
                 result.notes.append("stopped: --timeout reached; the changes kept so far are the result")
-        unproven = _unproven(kept, current, first)
+        unproven = repair_progress.unproven(kept, current, first)
         if unproven is not None:
             result.notes.append(unproven)
             kept, current = [], first
@@ -355,15 +340,19 @@ class Repairer:
             # A cast that ends a dtype-mix crash is progress even before the loss agrees: the
             # next round repairs what the run then shows (an overflow the crash hid).
             uncrashed = change.kind is ChangeKind.CAST and better and outcome.verdict.name not in ("timeout", "no-steps")
-            into_gradients = not agrees and _into_gradients(current, outcome)
-            if (better and agrees) or moved or uncrashed or into_gradients:
+            into_gradients = not agrees and repair_progress.into_gradients(current, outcome)
+            kernel = repair_progress.kernel_crash_moved(current, outcome)
+            if (better and agrees) or moved or uncrashed or into_gradients or kernel:
                 change.verdict = outcome.verdict.name
-                if into_gradients:
-                    change.extra[PROGRESS] = "gradients"
+                if into_gradients or kernel:
+                    change.extra[PROGRESS] = "gradients" if into_gradients else "kernel"
                 why = ("verdict improved" if agrees else "the run no longer crashes") if better else \
                     "the op that created the first NaN/Inf no longer does; the next one is later in the step"
                 if into_gradients:
                     why = "every loss is finite now; the overflow moved into the gradients (every update skipped)"
+                elif kernel:
+                    why = "the op without a float16 kernel runs in float32; the run now crashes later, where float32 " \
+                          "meets float16"
                 result.trials.append(Trial(change, outcome.verdict.name, True, why + longer))
                 return outcome, [*kept, change]
             why = "the final loss differs from float32's" if better else "the verdict did not improve"
@@ -436,32 +425,6 @@ class Repairer:
             dropped = kept.pop()
             result.notes.append(f"dropped {dropped.kind} ({dropped.description}): the float32 run changed")
         return kept
-
-
-# Change.extra key: why a change was kept before the verdict agreed with float32.
-PROGRESS = "progress"
-
-
-def _into_gradients(current: Outcome, outcome: Outcome) -> bool:
-    """A non-finite run made one whose every loss is finite but whose every update the scaler skipped: the
-    forward pass's overflow is gone, and the gradients overflow now (running_total_rnn on tf_keras: the RNN in
-    float32 left its float16 Dense(16)'s gradients past 65504 at the scale's floor of 1.0). The next round offers
-    what a stalled run's evidence names (its largest float16 layers)."""
-    run = outcome.run
-    if not (current.verdict.name == "non-finite" and outcome.verdict.name == "stalled" and run is not None and run.steps):
-        return False
-    return all(s.skipped for s in run.steps) and len(run.finite_losses) == len(run.of(run.optimizers[0]))
-
-
-def _unproven(kept: list[Change], current: Outcome, first: Outcome) -> str | None:
-    """Why the kept changes must all go (None: they stay): only progress changes (a NaN moved downstream) and no
-    better verdict; or an overflow moved into the gradients that no change ended (a finite loss whose every update
-    is skipped trains no better than a NaN one: such a change is a step towards a repair, never one by itself)."""
-    if kept and current.rank <= first.rank:
-        return "no change made the verdict better: nothing is kept"
-    if current.verdict.name == "stalled" and any(c.extra.get(PROGRESS) == "gradients" for c in kept):
-        return "the overflow moved into the gradients and no change ended it: nothing is kept"
-    return None
 
 
 def _with_static_codes(run) -> list:

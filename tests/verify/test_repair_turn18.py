@@ -16,7 +16,7 @@ import pytest
 
 from mpfix.verify.changes import Change, ChangeKind
 from mpfix.verify.records import RunResult, Step
-from mpfix.verify.repair import PROGRESS, Outcome, _into_gradients, _unproven
+from mpfix.verify.repair_progress import PROGRESS, Outcome, into_gradients, unproven
 from mpfix.verify.verdict import Verdict
 from verify_helpers import repair_copy
 
@@ -39,13 +39,13 @@ NONFINITE = _outcome("non-finite", _run([NAN] * 4, [True] * 4))
 
 
 def test_an_overflow_moved_into_the_gradients_is_progress_only_from_a_nan_to_finite_losses_never_applied():
-    assert _into_gradients(NONFINITE, _outcome("stalled", _run([3.0, 3.1, 3.0, 3.2], [True] * 4)))
+    assert into_gradients(NONFINITE, _outcome("stalled", _run([3.0, 3.1, 3.0, 3.2], [True] * 4)))
     # A loss still non-finite somewhere, an update applied, a verdict that was not a NaN's, or not a stall: no.
-    assert not _into_gradients(NONFINITE, _outcome("stalled", _run([3.0, NAN, 3.0, 3.2], [True] * 4)))
-    assert not _into_gradients(NONFINITE, _outcome("stalled", _run([3.0, 3.1, 3.0, 3.2], [True] * 3 + [False])))
-    assert not _into_gradients(_outcome("underflow", _run([3.0] * 4, [False] * 4)),
+    assert not into_gradients(NONFINITE, _outcome("stalled", _run([3.0, NAN, 3.0, 3.2], [True] * 4)))
+    assert not into_gradients(NONFINITE, _outcome("stalled", _run([3.0, 3.1, 3.0, 3.2], [True] * 3 + [False])))
+    assert not into_gradients(_outcome("underflow", _run([3.0] * 4, [False] * 4)),
                                _outcome("stalled", _run([3.0] * 4, [True] * 4)))
-    assert not _into_gradients(NONFINITE, _outcome("diverged", _run([3.0] * 4, [True] * 4)))
+    assert not into_gradients(NONFINITE, _outcome("diverged", _run([3.0] * 4, [True] * 4)))
 
 
 def _change(progress: str | None = None) -> Change:
@@ -58,12 +58,12 @@ def _change(progress: str | None = None) -> Change:
 def test_a_stall_the_overflow_moved_into_is_never_kept_by_itself():
     stalled = _outcome("stalled", _run([3.0] * 4, [True] * 4))
     healthy = _outcome("healthy", _run([3.0, 2.0, 1.0, 0.5], [False] * 4))
-    assert _unproven([_change("gradients")], stalled, NONFINITE) == \
+    assert unproven([_change("gradients")], stalled, NONFINITE) == \
         "the overflow moved into the gradients and no change ended it: nothing is kept"
     # Ended by a later change: kept; a stall reached without such progress: a better verdict, kept as before.
-    assert _unproven([_change("gradients"), _change()], healthy, NONFINITE) is None
-    assert _unproven([_change()], stalled, NONFINITE) is None
-    assert _unproven([_change()], _outcome("non-finite", NONFINITE.run), NONFINITE) == \
+    assert unproven([_change("gradients"), _change()], healthy, NONFINITE) is None
+    assert unproven([_change()], stalled, NONFINITE) is None
+    assert unproven([_change()], _outcome("non-finite", NONFINITE.run), NONFINITE) == \
         "no change made the verdict better: nothing is kept"
 
 
