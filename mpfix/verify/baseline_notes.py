@@ -106,8 +106,9 @@ UNSCALED_MIN_SCALE = 1024.0
 
 
 def unscaled_gradients_note(mixed: RunResult, baseline: RunResult | None) -> str | None:
-    """A note when the applied gradients are ~1/scale of float32's: the loss was not multiplied by the
-    scale, yet the loss scale optimizer divides by it."""
+    """A note when the applied gradients are ~1/scale of float32's: the loss was not multiplied by the scale, or
+    the scaled gradients were clipped to a float32-sized norm (held-out agc_train_step_k3: adaptive clipping of
+    `scale_loss`'s gradients), yet the loss scale optimizer divides by it. The magnitudes cannot tell which."""
     if baseline is None or not float32_run(baseline):
         return None
     base = {s.step: s.grad_norm for s in baseline.steps if s.optimizer == 0}
@@ -124,8 +125,9 @@ def unscaled_gradients_note(mixed: RunResult, baseline: RunResult | None) -> str
         return None
     ratio = sorted(ratios)[len(ratios) // 2]
     return (f"the applied gradients are {ratio:.3g}x float32's at a loss scale of {scales[0]:g} (~1/{scales[0]:g}): "
-            "the loss was not multiplied by the scale (`scale_loss`/`get_scaled_loss`), yet the loss scale "
-            "optimizer divides the gradients by it, so every update is that much too small")
+            "the loss was not multiplied by the scale (`scale_loss`/`get_scaled_loss`), or the scaled gradients "
+            "were clipped or normalised before the loss scale optimizer divided them by it; either way every update "
+            "is that much too small")
 
 
 # The other way round: applied gradients this many times float32's (from the same weights) still

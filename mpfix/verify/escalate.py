@@ -77,6 +77,10 @@ def escalation(report) -> list[str]:
                 "loss = optimizer.scale_loss(loss) inside the tape, before tape.gradient"
             out.append(f"scale the loss the optimizer unscales: {call} (`mpfix apply --unsafe-fixes` writes it where "
                        "the step is in this file: MP102)")
+            after = "after `optimizer.get_unscaled_gradients`" if keras == 2 else \
+                "with the inner optimizer's `clipnorm`/`global_clipnorm` (the LossScaleOptimizer unscales first)"
+            out.append(f"where the loss is scaled, clip or normalise the gradients only once they are unscaled: {after} "
+                       "(MP109)")
         elif last is not None and last <= 1.0:
             # Overflow even at scale 1: scaling cannot help, the forward/backward math must
             # leave float16.

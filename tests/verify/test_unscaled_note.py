@@ -22,6 +22,7 @@ def test_applied_gradients_one_scale_below_float32s_are_named():
     unscaled = _run("mixed", [2.0 / 32768, 1.9 / 32768, 1.8 / 32768, 1.8 / 32768, 1.8 / 32768, 1.8 / 32768], 32768.0)
     note = unscaled_gradients_note(unscaled, float32)
     assert note is not None and "1/32768" in note and "not multiplied by the scale" in note
+    assert "clipped or normalised before the loss scale optimizer divided them" in note  # the other cause
     # A scaled loss: the applied (unscaled) gradients are float32's.
     assert unscaled_gradients_note(_run("mixed", [2.0, 1.9, 1.8, 1.7, 1.6, 1.5], 32768.0), float32) is None
     # No loss scale optimizer, a small scale, or too few steps: no claim.
@@ -36,3 +37,18 @@ def test_ten_steps_that_look_healthy_are_stalled_by_unscaled_gradients():
     verdict = judge(mixed, float32, Path("script.py"), baseline_expected=True)
     assert verdict.name == "stalled" and "not multiplied by the scale" in verdict.summary, verdict
     assert verdict.evidence["kind"] == "unscaled-gradients"
+
+
+def test_the_advice_names_both_causes_for_each_generation():
+    """Held-out agc_train_step_k3 (turn 19): `scale_loss`'s gradients clipped adaptively before the optimizer unscaled
+    them gave the same ~1/32768 updates as a loss never scaled; the advice only named the second."""
+    from types import SimpleNamespace
+
+    from mpfix.verify.escalate import escalation
+
+    float32 = _run("float32", [2.0] * 10, 1.0)
+    verdict = judge(_run("mixed", [2.0 / 32768] * 10, 32768.0), float32, Path("script.py"), baseline_expected=True)
+    for keras, clip in ((3, "inner optimizer's `clipnorm`/`global_clipnorm`"), (2, "`optimizer.get_unscaled_gradients`")):
+        report = SimpleNamespace(verdict=verdict, keras=keras, location=None, options=SimpleNamespace(locate=False))
+        scale, unscaled = escalation(report)
+        assert "scale the loss the optimizer unscales" in scale and clip in unscaled and "MP109" in unscaled
