@@ -32,6 +32,8 @@ class Float16UnderflowEpsilon(Rule):
         "floor": ("{expression} becomes {float16} in float16 (smallest normal ≈ 6.1e-5), so the floor {lost}; use "
                   "{safe_epsilon} for float16 only (a floor is the value wherever the input is below it)"),
         "epsilon": "{epsilon} becomes {float16} in float16 (smallest normal ≈ 6.1e-5); use {safe_epsilon} or compute in float32",
+        "default": ("`{epsilon}` defaults to {default}, which becomes {float16} in float16 (smallest normal ≈ 6.1e-5); "
+                    "compute in float32 (cast the inputs first): the default is every caller's value"),
         "layer_by_name": ("{epsilon} becomes {float16} in float16 if `{layer}` computes in the compute dtype; build it "
                           "with `dtype=\"float32\"` (or use {safe_epsilon})"),
         "layer": ("{epsilon} becomes {float16} in float16; build the layer with `dtype=\"float32\"` (or use "
@@ -309,6 +311,12 @@ class Float16UnderflowEpsilon(Rule):
             # change float32 results (C24), so no fix.
             self.report(node, "backend_epsilon", call=self.context.code(node), float16=describe_float16(value),
                         safe_epsilon=SAFE_EPSILON)
+        elif meets and isinstance(node, cst.Name) and isinstance(facts.parent(literal), cst.Param):
+            # A parameter's default (a compiled loss's eps=1e-8) is every caller's value; 1e-4 there did not make
+            # wave 15's SI-SDR loss train (log(ratio + 1e-4) under the loss scale: loss flat at 37.3 for 6
+            # epochs), computing in float32 did: reported, no fix.
+            self.report(node, "default", epsilon=self.context.code(node), default=self.context.code(literal),
+                        float16=describe_float16(value))
         elif meets:
             self._report_epsilon(node, literal, value)
 
