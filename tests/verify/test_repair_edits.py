@@ -356,6 +356,25 @@ def test_a_stalled_run_offers_float32_for_the_layers_with_the_largest_float16_va
     assert layers[0].apply(script.read_text()).splitlines()[0] == 'a = Dense(8, dtype="float32")'
 
 
+def test_a_stalled_run_offers_float32_for_its_output_layers_after_the_largest_ones(tmp_path):
+    """Held-out sisdr_separation_k2 (turn 19): the SI-SDR loss's NaN fixed, every update was still skipped; the
+    float16 head, whose output the compiled loss differentiates, was never offered (only the largest layers)."""
+    from mpfix.verify.candidates import for_verdict
+    from mpfix.verify.verdict import Verdict
+
+    script = tmp_path / "t.py"
+    script.write_text("a = Conv(8)\nhead = ConvT(1)\n")
+    events = [{"event": "layer", "index": 0, "name": "conv", "class": "Conv", "file": str(script), "line": 1,
+               "code": "a = Conv(8)"},
+              {"event": "layer", "index": 1, "name": "head", "class": "ConvT", "file": str(script), "line": 2,
+               "code": "head = ConvT(1)", "output_of": "model"},
+              {"event": "op", "trace": 0, "order": 0, "type": "Conv2D", "name": "op0", "file": str(script), "line": 9,
+               "layer": 0, "peak": 900.0, "peak_step": 0, "first_bad": -1, "born": False}]
+    run = parse_run("mixed", events)
+    offered = for_verdict(Verdict("stalled", "all steps skipped"), run, findings(run), lambda p: None, [], lambda p: p)
+    assert [c.anchor for c in offered if c.kind is ChangeKind.LAYER] == ["a = Conv(8)", "head = ConvT(1)"]
+
+
 def test_loss_scaling_candidates_and_the_fixed_scale_only_for_a_misbehaving_dynamic_scale(tmp_path):
     from mpfix.verify.candidates import for_verdict
     from mpfix.verify.records import RunResult, Step
