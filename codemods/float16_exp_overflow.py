@@ -505,9 +505,11 @@ class Float16ExpOverflow(Rule):
         if _stable_exp_argument(self.context, x) or facts.dtype_of(x) is not Dtype.FLOAT16 or \
                 facts.nonpositive(x) or facts.bounded_above(x, 11.0) or self._clipped_below(facts, x, 11.0):
             return True
-        # `log_s, t = split(h, 2); log_s = tanh(log_s)`: the binding that reaches this use, not every binding.
+        # `log_s, t = split(h, 2); log_s = tanh(log_s)`: the binding that reaches this use, not every binding; and
+        # `logits = logits - reduce_max(logits)` rebinding the name to its max shift (wave 15's spatial softmax).
         reached = reaching_value(facts, x, self._fold_cache) if isinstance(x, cst.Name) else None
-        return reached is not None and facts.bounded_above(reached, 11.0)
+        return reached is not None and (facts.bounded_above(reached, 11.0) or
+                                        _stable_exp_argument(self.context, reached))
 
     def _clipped_below(self, facts: DtypeFacts, x: cst.BaseExpression, bound: float) -> bool:
         """``x`` is ``minimum(v, C)``/``clip_by_value(v, lo, C)`` (or a name whose reaching value is) with ``C`` a
