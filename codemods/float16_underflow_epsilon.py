@@ -32,8 +32,9 @@ class Float16UnderflowEpsilon(Rule):
         "floor": ("{expression} becomes {float16} in float16 (smallest normal ≈ 6.1e-5), so the floor {lost}; use "
                   "{safe_epsilon} for float16 only (a floor is the value wherever the input is below it)"),
         "epsilon": "{epsilon} becomes {float16} in float16 (smallest normal ≈ 6.1e-5); use {safe_epsilon} or compute in float32",
-        "default": ("`{epsilon}` defaults to {default}, which becomes {float16} in float16 (smallest normal ≈ 6.1e-5); "
-                    "compute in float32 (cast the inputs first): the default is every caller's value"),
+        "parameter_default": ("`{epsilon}` defaults to {default}, which becomes {float16} in float16 (smallest normal "
+                              "≈ 6.1e-5); compute in float32 (cast the inputs first): the default is every "
+                              "caller's value"),
         "layer_by_name": ("{epsilon} becomes {float16} in float16 if `{layer}` computes in the compute dtype; build it "
                           "with `dtype=\"float32\"` (or use {safe_epsilon})"),
         "layer": ("{epsilon} becomes {float16} in float16; build the layer with `dtype=\"float32\"` (or use "
@@ -182,6 +183,29 @@ class Float16UnderflowEpsilon(Rule):
             """,
             policy="mixed_float16",
         ),
+        # A parameter's default that no call in the file overrides (a loss tf_keras calls with two arguments, on
+        # a float16 head): every caller's value, so no fix; compute the loss in float32.
+        Invalid(
+            """
+            import os
+
+            os.environ["TF_USE_LEGACY_KERAS"] = "1"
+            import tensorflow as tf
+            import tf_keras as keras
+
+            keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+            def relative_error(y_true, y_pred, eps=1e-8):
+                y_true = tf.cast(y_true, y_pred.dtype)
+                return tf.abs(y_pred - y_true) / (tf.abs(y_true) + eps)
+
+
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+            model.compile("adam", loss=relative_error)
+            """,
+            keras=2,
+        ),
         # A floor: raised for float16 only, since the floor is the value wherever the input is below it.
         Invalid(
             """
@@ -315,7 +339,7 @@ class Float16UnderflowEpsilon(Rule):
             # A parameter's default (a compiled loss's eps=1e-8) is every caller's value; 1e-4 there did not make
             # wave 15's SI-SDR loss train (log(ratio + 1e-4) under the loss scale: loss flat at 37.3 for 6
             # epochs), computing in float32 did: reported, no fix.
-            self.report(node, "default", epsilon=self.context.code(node), default=self.context.code(literal),
+            self.report(node, "parameter_default", epsilon=self.context.code(node), default=self.context.code(literal),
                         float16=describe_float16(value))
         elif meets:
             self._report_epsilon(node, literal, value)
