@@ -69,7 +69,8 @@ def _file(store: Path, kind: str, root: Path) -> Path:
 
 
 def load(kind: str, root: Path, stamp: str | None) -> dict | None:
-    """The ``kind`` facts stored for ``root`` under ``stamp``; None when missing, stale, damaged or racy."""
+    """The ``kind`` facts stored for ``root`` under ``stamp``; None when missing, stale or damaged, or without a
+    stamp (a file changed just now that could not be read)."""
     store = _STORE[0]
     if store is None or stamp is None:
         return None
