@@ -46,7 +46,7 @@ def read(message: str | None) -> MissingKernel | None:
 
 def layers(missing: MissingKernel, run, frame: dict | None, texts) -> list[dict]:
     """The layer the run built in the user's files that ran the op: the innermost name scope that is such a layer's
-    name (or is it made unique); else (eagerly) the layer whose class's method holds the crash's innermost frame."""
+    name (or that name made unique); else (eagerly) the layer whose class's method holds the crash's innermost frame."""
     built = [layer for layer in (run.layers or {}).values() if layer.get("file") and layer.get("line")
              and not layer.get("model")] if run is not None else []
     by_name = {layer.get("name"): layer for layer in built}

@@ -45,8 +45,6 @@ from mpfix.verify.repair_workspace import Workspace, compose, problem
 from mpfix.verify.verdict import judge
 
 
-
-
 class RepairError(Exception):
     """A problem with the request (missing script, unusable folder)."""
 
