@@ -28,6 +28,7 @@ import inspect
 import os
 import sys
 
+from mpfix.verify import _metric_hooks
 from mpfix.verify._hooks import (
     Recorder,
     _grads_from_list,
@@ -136,6 +137,7 @@ def install_keras3(rec: Recorder, mode: str, policy: str) -> None:
         _wrap(base, "__init__", make_base_init)
 
     _wrap_model(rec, keras.Model)
+    _metric_hooks.install(rec, keras.Model, keras.callbacks.Callback)
     from keras.src.layers import layer as layer_module
     from keras.src.losses import loss as loss_module
 
@@ -226,6 +228,7 @@ def install_keras2(rec: Recorder, mode: str, policy: str) -> None:
         _wrap(cls, "__init__", make_lso_init)
 
     _wrap_model(rec, tf_keras.Model)
+    _metric_hooks.install(rec, tf_keras.Model, tf_keras.callbacks.Callback)
     from tf_keras.src.engine import base_layer
     from tf_keras.src.losses import Loss
 

@@ -43,7 +43,7 @@ def _unwritable(path) -> str | None:
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog=(
         "Exit status: 0 healthy, 10 non-finite, 11 stalled, 12 underflow, 13 diverged, "
-        "14 crashed, 15 timeout, 16 no-steps, 17 at-risk, 18 unstable, 2 usage error. "
+        "14 crashed, 15 timeout, 16 no-steps, 17 at-risk, 18 unstable, 19 non-finite-metric, 2 usage error. "
         "With --before-after: the patched script's verdict. SCRIPT may be a notebook "
         "(.ipynb): its code cells run as one script."
     ),
@@ -93,7 +93,7 @@ def verify(
     script, script_args, steps, baseline, policy, seed, timeout, device, python, locate, patched, json_path, html_path, workers, hang_after, jobs,
     sarif_path=None,
 ):
-    """Run SCRIPT under mixed precision, judge it: healthy, non-finite, stalled, underflow, diverged, crashed, timeout, no-steps, at-risk or unstable.
+    """Run SCRIPT under mixed precision, judge it: healthy, non-finite-metric, non-finite, stalled, underflow, diverged, crashed, timeout, no-steps, at-risk or unstable.
 
     SCRIPT [-- SCRIPT_ARGS...] runs in a child process (with --workers N: N worker
     processes of a MultiWorkerMirroredStrategy cluster), beside a float32 baseline."""
@@ -152,9 +152,11 @@ def verify(
         report_html.write(result, html_path)
     if sarif_path:
         from mpfix.verify import report_sarif
+        from mpfix.verify.metric_judge import findings as metric_findings
         from mpfix.verify.report_text import runtime_findings
 
-        report_sarif.write(runtime_findings(getattr(result, "after", result)), sarif_path)
+        final = getattr(result, "after", result)
+        report_sarif.write(runtime_findings(final) + metric_findings(final), sarif_path)
     sys.exit(result.exit_code)
 
 

@@ -33,6 +33,7 @@ RUNTIME_CODES = {
     "MP901": "float16 op whose finite inputs gave an inf/NaN output",
     "MP902": "float16 op output past 1/8 of 65504 (three doublings from overflow)",
     "MP903": "constant that became inf or 0 in float16",
+    "MP904": "Keras metric NaN/Inf under mixed precision while float32's is finite",
 }
 
 
@@ -66,6 +67,7 @@ class Kind(str, enum.Enum):
     NONFINITE = "non-finite"  # finite inputs, non-finite output
     HEADROOM = "headroom"  # finite, but past HEADROOM
     CONSTANT = "constant"  # a constant that became inf or 0 in float16
+    METRIC = "metric"  # a Keras metric non-finite under mixed precision only (metric_judge.py)
 
     def __str__(self) -> str:
         return self.value

@@ -95,6 +95,10 @@ class RunResult:
     data_casts: list = field(default_factory=list)
     # A worker that ended normally: when it left the cluster, after its peers ended (_peers.py).
     left: dict | None = None
+    # Keras metrics of fit's training batches (child: _metric_hooks.py): step, epoch, batch, values (name -> number,
+    # non-finite decoded); and where the project wrote each metric, by name: class, source, file, line, code, method.
+    metrics: list = field(default_factory=list)
+    metric_origins: dict = field(default_factory=dict)
 
     @property
     def finite_losses(self) -> list[float]:
@@ -173,6 +177,8 @@ class RunResult:
             "ops": self.ops,
             "constants": self.constants,
             "steps": [s.to_json() for s in self.steps],
+            "metrics": [dict(m, values={k: json_number(v) for k, v in m["values"].items()}) for m in self.metrics],
+            "metric_origins": self.metric_origins,
             # verify --workers: each worker's own run, and why the group was halted.
             **({"workers": [w.to_json() for w in self.workers], "halted": self.halted} if self.workers else {}),
         }
@@ -232,6 +238,12 @@ def parse_run(mode: str, events: list[dict]) -> RunResult:
             run.constants.append({k: v for k, v in event.items() if k != "event"})
         elif kind == "data-cast":
             run.data_casts.append({k: v for k, v in event.items() if k != "event"})
+        elif kind == "metrics":
+            values = {str(k): _number(v) for k, v in (event.get("values") or {}).items()}
+            run.metrics.append({"step": int(event["step"]), "epoch": event.get("epoch"), "batch": event.get("batch"),
+                                "values": values})
+        elif kind == "metric-origin":
+            run.metric_origins[str(event.get("name"))] = {k: v for k, v in event.items() if k not in ("event", "name")}
         elif kind == "numerics":
             run.numerics = event
         elif kind == "launch":

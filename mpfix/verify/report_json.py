@@ -39,9 +39,10 @@ def report_dict(report) -> dict:
 
 
 def _runtime(report) -> list:
+    from mpfix.verify.metric_judge import findings
     from mpfix.verify.report_text import runtime_findings
 
-    return runtime_findings(report)
+    return runtime_findings(report) + findings(report)
 
 
 def clean(value):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from mpfix.verify import metric_judge
 from mpfix.verify.records import RunResult
 from mpfix.verify.verdict import _fmt, _ranges
 from mpfix.verify.workers_judge import worker_lines
@@ -75,6 +76,9 @@ def run_lines(label: str, run: RunResult, script: Path) -> list[str]:
     peak = headroom_line(run)
     if peak:
         lines.append(f"  {'':<8} {peak}")
+    metrics = metric_judge.run_line(run)
+    if metrics:
+        lines.append(f"  {'':<8} {metrics}")
     if run.device:
         lines[0] += f"  [{run.device}]"
     if run.errors:
@@ -117,7 +121,7 @@ def render(report, title: str | None = None) -> str:
     if tail:
         out.append("  last lines of the script's stderr:")
         out.extend(f"    | {line[:200]}" for line in tail)
-    found = runtime_findings(report)
+    found = runtime_findings(report) + metric_judge.findings(report)
     if found:
         out.append("  runtime findings (float16 ops of the traced step):")
         out.extend(f"    {f.text(report.script.parent)}" for f in found[:MAX_FINDINGS])

@@ -3,7 +3,7 @@
 Verdicts are checked in this order; the first that applies wins:
 
 timeout, non-finite, crashed, no-steps, stalled, underflow, unstable, at-risk, diverged,
-healthy.
+non-finite-metric, healthy (a non-finite metric only replaces healthy: beside another bad verdict it is a note).
 
 (non-finite comes before crashed: a script that crashes after its loss went NaN crashed
 because of it.) The thresholds below are documented in docs/verify.md.
@@ -16,6 +16,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mpfix.verify import metric_judge
 from mpfix.verify.frames import describe
 from mpfix.verify.compare import DIVERGE_REL, DIVERGE_Z, TAIL_MIN, diverged, grows, grows_alone, lag_explained
 from mpfix.verify.logs import crash_report
@@ -35,6 +36,8 @@ EXIT_CODES = {
     "no-steps": 16,
     "at-risk": 17,
     "unstable": 18,
+    # A Keras metric NaN/Inf under mixed precision while float32's is finite, the run otherwise healthy (metric_judge).
+    "non-finite-metric": 19,
 }
 BAD = frozenset(EXIT_CODES) - {"healthy"}
 
@@ -112,6 +115,8 @@ def _fmt_scale(x) -> str:
 
 # A stalled verdict's evidence["kind"] when the mixed run applied no update and float32 did.
 NO_UPDATES = "no-updates"
+# The verdict of a metric NaN/Inf under mixed precision only (metric_judge).
+METRIC = "non-finite-metric"
 # A non-finite verdict's evidence["cause"] when the applied gradients still carried a loss scale.
 SCALED_CAUSE = "scaled-gradients"
 # A stalled verdict's evidence["kind"] when the applied gradients were ~1/scale of float32's (the loss was not scaled).
@@ -121,6 +126,24 @@ UNSCALED_KIND = "unscaled-gradients"
 def judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_expected: bool | None = None) -> Verdict:
     """``baseline_expected``: whether a baseline was asked for (False: --no-baseline, so
     the rules that need one say so); by default, whether one is given."""
+    verdict = _judge(mixed, baseline, script, baseline_expected)
+    if not mixed.metrics or verdict.name in ("non-finite", "timeout"):
+        return verdict  # a non-finite loss makes its metrics non-finite too
+    usable = baseline is not None and _usable(baseline)
+    metric = metric_judge.nonfinite_metric(mixed, baseline if usable else None)
+    if metric is None:
+        return verdict
+    summary = metric_judge.describe(metric, script)
+    if verdict.name == "healthy" and usable:
+        return Verdict(METRIC, summary, metric, verdict.notes)
+    if not usable:
+        why = "with no float32 baseline (--no-baseline)" if baseline is None else "with no usable float32 baseline"
+        summary += f"; {why} it is not known whether float32's is finite"
+    verdict.notes.append(summary)
+    return verdict
+
+
+def _judge(mixed: RunResult, baseline: RunResult | None, script: Path, baseline_expected: bool | None) -> Verdict:
     if baseline_expected is None:
         baseline_expected = baseline is not None
     notes = baseline_notes(baseline)
