@@ -16,6 +16,7 @@ import libcst as cst
 
 from mpfix.codemods._loss_scaling_support import new_statement, unscale_call
 from mpfix.codemods._mp_api_support import keyword_arg
+from mpfix.codemods._walk import walk
 from mpfix.codemods.analysis.gradient_path import (
     ALL_REDUCE,
     CLIP_GLOBAL_NORM,
@@ -24,8 +25,16 @@ from mpfix.codemods.analysis.gradient_path import (
     Analysis,
     Flow,
     PathEvent,
+    UNSCALE_METHOD,
+    assigned_targets,
+    assigns_name,
+    names_in,
+    target_names,
 )
+from mpfix.codemods.analysis.gradient_records import EventKind
 from mpfix.codemods.names import dotted_name
+
+HELPER = EventKind.HELPER
 
 CLIP_KEYWORDS = {CLIP_GLOBAL_NORM: "global_clipnorm", CLIP_NORM: "clipnorm", CLIP_VALUE: "clipvalue"}
 
@@ -169,7 +178,10 @@ def move_unscale_changes(context, analysis: Analysis, flow: Flow, unscale: PathE
     if assign is None or assign.value is not call or len(call.args) != 1:
         return None
     source, target = dotted_name(call.args[0].value), dotted_name(assign.targets[0].target)
-    if source is None or target is None:
+    # `grads = opt.get_unscaled_gradients(helper(grads, ...))`: the statement keeps the helper call.
+    nested = isinstance(call.args[0].value, cst.Call) and call.args[0].keyword is None and not call.args[0].star \
+        and unscale.statement is not flow.gradient.statement
+    if (source is None and not nested) or target is None:
         return None
     # An all-reduce before the unscale may be meant for scaled values (a float16 all-reduce of unscaled
     # gradients underflows): leave such loops to the user.
@@ -180,5 +192,114 @@ def move_unscale_changes(context, analysis: Analysis, flow: Flow, unscale: PathE
         if other.gradient.call is flow.gradient.call and not any(e is unscale for e in other.path.events):
             return None
     gradient = flow.gradient.call
-    return {gradient: unscale_call(unscale.optimizer, gradient),
-            unscale.statement.node: pass_through(context, unscale.statement.node, target, source)}
+    statement = unscale.statement.node
+    kept = statement.with_deep_changes(assign, value=call.args[0].value) if nested else \
+        pass_through(context, statement, target, source)
+    return {gradient: unscale_call(unscale.optimizer, gradient), statement: kept}
+
+
+# --------------------------------------------------------------------- Keras 3: a helper between scale and apply
+_SCALE_READS = frozenset({"dynamic_scale", "loss_scale", "loss_scale_factor", "scale_loss", "get_scaled_loss",
+                          UNSCALE_METHOD, "inner_optimizer", "initial_scale", "current_loss_scale"})
+_VARIABLE_LISTS = ("trainable_variables", "trainable_weights", "variables", "weights")
+
+
+def _variable_list(node: cst.BaseExpression, scope) -> bool:
+    """``model.trainable_variables``, a list display, a sum of them, or a name bound once in the scope to one:
+    sources whose gradients ``tape.gradient`` returns as a list (a dict of variables gives a dict)."""
+    if isinstance(node, (cst.List, cst.Tuple)):
+        return not any(isinstance(e, cst.StarredElement) for e in node.elements)
+    if isinstance(node, cst.Attribute):
+        return node.attr.value in _VARIABLE_LISTS
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        return _variable_list(node.left, scope) and _variable_list(node.right, scope)
+    if isinstance(node, cst.Name):
+        bound = [v for st in scope.statements for t, v in assigned_targets(st.node) if node.value in target_names(t)]
+        return len(bound) == 1 and bound[0] is not None and not isinstance(bound[0], cst.Name) \
+            and _variable_list(bound[0], scope)
+    return False
+
+
+def _reads_scale(helpers, helper, seen: set[int]) -> bool:
+    """The helper (or a same-file function it calls) reads an optimizer's scale or unscales: it may mean scaled units."""
+    seen.add(id(helper.node))
+    for node in walk(helper.node):
+        if isinstance(node, cst.Attribute) and node.attr.value in _SCALE_READS:
+            return True
+        if isinstance(node, cst.Name) and node.value in _SCALE_READS:
+            return True
+        if isinstance(node, cst.Call):
+            inner = helpers.lookup(node.func, helper)
+            if inner is not None and id(inner.node) not in seen and _reads_scale(helpers, inner, seen):
+                return True
+    return False
+
+
+def _fresh(scope, base: str) -> str:
+    """A name the scope neither binds nor reads (a global it reads must not become local)."""
+    used = names_in(scope.node)
+    name, n = base, 1
+    while name in used:
+        n += 1
+        name = f"{base}_{n}"
+    return name
+
+
+def rescale_around_changes(context, analysis: Analysis, flows: list[Flow], flow: Flow,
+                           events: list[PathEvent]) -> dict | None:
+    """Keras 3: a same-file helper transforming scaled gradients gets them divided by the optimizer's scale (what
+    ``LossScaleOptimizer.apply`` divides by: ``scale_loss(1.0)`` is that factor, before and after the optimizer is
+    built) and its result is multiplied back, so ``apply`` still checks them for overflow, unscales them and moves
+    the dynamic scale. The scale is a power of two: the round trip is exact. None where that is not plainly right."""
+    if len(events) != 1 or events[0].kind != HELPER or not flow.path.events or flow.path.events[0] is not events[0]:
+        return None
+    event, gradient = events[0], flow.gradient
+    helper = analysis.helpers.lookup(event.node.func, flow.scope) if isinstance(event.node, cst.Call) else None
+    if helper is None or len(event.carriers) != 1 or analysis.helpers.summary(helper)[1:] != (False, False) \
+            or _reads_scale(analysis.helpers, helper, set()):
+        return None
+    # `grads = tape.gradient(scaled_loss, model.trainable_variables)` ... `out = helper(grads, ...)`, same scope.
+    grad_st, st = gradient.statement, event.statement
+    grad_assign, assign = _assign(grad_st.node), _assign(st.node)
+    if grad_assign is None or assign is None or grad_assign.value is not gradient.call or assign.value is not event.node \
+            or not isinstance(grad_assign.targets[0].target, cst.Name) or len(gradient.call.args) < 2 \
+            or not _variable_list(gradient.call.args[1].value, flow.scope):
+        return None
+    source = grad_assign.targets[0].target.value
+    carrier = event.node.args[event.carriers[0]]
+    target = dotted_name(assign.targets[0].target)
+    if carrier.star or not isinstance(carrier.value, cst.Name) or carrier.value.value != source or target is None \
+            or st.parents[:len(grad_st.parents)] != grad_st.parents or flow.optimizer in context.code(event.node):
+        return None
+    statements = flow.scope.statements
+    start, end = statements.index(grad_st), statements.index(st)
+    if start >= end or any(assigns_name(s.node, source) for s in statements[start + 1:end]):
+        return None
+    applies = {id(f.apply.call) for f in flows}
+    if any(any(e is event for e in other.path.events) and id(other.apply.call) not in applies
+           for other in analysis.flows + analysis.cross_flows):
+        return None
+    divide = context.imports.local_name_for("keras.ops.divide") or context.imports.local_name_for(
+        "tensorflow.keras.ops.divide")
+    if divide is None:
+        return None
+    multiply = divide[:-len("divide")] + "multiply"
+    scale = _fresh(flow.scope, "loss_scale")
+    unscaled = source if target == source else _fresh(flow.scope, "unscaled_grads")
+    new_call = event.node.with_deep_changes(carrier, value=cst.Name(unscaled))
+    lines = [f"{scale} = {flow.optimizer}.scale_loss(1.0)",
+             f"{unscaled} = [None if g is None else {divide}(g, {scale}) for g in {source}]",
+             None,
+             f"{target} = [None if g is None else {multiply}(g, {scale}) for g in {target}]"]
+    new = [new_statement(context, line) if line else st.node.with_deep_changes(assign, value=new_call)
+           for line in lines]
+    new[0] = new[0].with_changes(leading_lines=st.node.leading_lines)
+    new[2] = new[2].with_changes(leading_lines=())
+    return {st.node: cst.FlattenSentinel(new)}
+
+
+def _assign(node: cst.BaseStatement) -> cst.Assign | None:
+    if not isinstance(node, cst.SimpleStatementLine) or len(node.body) != 1:
+        return None
+    small = node.body[0]
+    return small if isinstance(small, cst.Assign) and len(small.targets) == 1 else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods._gradient_fixes import describe, move_clip_changes, move_unscale_changes
+from mpfix.codemods._gradient_fixes import describe, move_clip_changes, move_unscale_changes, rescale_around_changes
 from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, K3_SCALE, foreign_api
 from mpfix.codemods.analysis.gradient_path import SCALED, THRESHOLD, UNSCALE, Flow, OptimizerKind, training_steps
 from mpfix.codemods.base import Fact, Invalid, Need, Rule, Valid
@@ -26,6 +26,9 @@ class TransformOfScaledGradients(Rule):
         "keras3_threshold": ("{transform} decides the update on scaled gradients (x the loss scale, 32768 at first) "
                              "against a fixed threshold: divide the tested value by `{optimizer}.dynamic_scale` (or "
                              "scale the threshold); Keras 3's LossScaleOptimizer unscales only inside `apply_gradients`"),
+        "keras3_helper": ("{transform} acts on scaled gradients: Keras 3's LossScaleOptimizer unscales only inside "
+                          "`apply`; give it the gradients divided by `{optimizer}.scale_loss(1.0)` and multiply its "
+                          "result back for `apply`"),
     }
     notes = {"by_hand": "mpfix moves only a constant clip into an optimizer built in this file: move it by hand"}
     fix_safety = FixSafety.UNSAFE
@@ -78,8 +81,12 @@ class TransformOfScaledGradients(Rule):
         ## Fix safety
         Unsafe (it changes the update, to what was meant). Keras 2: the unscale moves to the
         gradient call. Keras 3: a constant clip moves into the inner optimizer's
-        `global_clipnorm` / `clipnorm` / `clipvalue` where its construction is in the file; other
-        transforms (noise, helpers, a clip on a computed threshold) are reported without a fix.
+        `global_clipnorm` / `clipnorm` / `clipvalue` where its construction is in the file. A same-file helper called with
+        the gradient list (adaptive clipping, a clip on a computed threshold) gets them divided by
+        `optimizer.scale_loss(1.0)` (Keras 3 has no public unscale; that is the factor `apply`
+        divides by) and its result multiplied back, so `apply` still skips overflowed steps and
+        moves the dynamic scale. Other transforms (inline noise, a helper that reads the scale or
+        gets the optimizer) are reported without a fix.
     """
     VALID = [
         # Keras 2: clip after the unscale.
@@ -186,6 +193,56 @@ class TransformOfScaledGradients(Rule):
             """,
             keras=2,
         ),
+        # Keras 3, a same-file helper (adaptive clipping) on scaled gradients: it gets them divided by the scale
+        # (what apply divides by) and its result is multiplied back, so apply still skips overflowed steps.
+        Invalid(
+            """
+            import keras
+            import tensorflow as tf
+            from keras import ops
+
+
+            def adaptive_clip(grads, params, clip=0.01):
+                return [ops.where(ops.norm(g) > clip * ops.norm(p), g * clip * ops.norm(p) / ops.norm(g), g)
+                        for g, p in zip(grads, params)]
+
+
+            class AGCModel(keras.Model):
+                def train_step(self, data):
+                    x, y = data
+                    with tf.GradientTape() as tape:
+                        scaled_loss = self.optimizer.scale_loss(self.compute_loss(x=x, y=y, y_pred=self(x)))
+                    grads = tape.gradient(scaled_loss, self.trainable_variables)
+                    grads = adaptive_clip(grads, self.trainable_variables)
+                    self.optimizer.apply(grads, self.trainable_variables)
+                    return {}
+            """,
+            """
+            import keras
+            import tensorflow as tf
+            from keras import ops
+
+
+            def adaptive_clip(grads, params, clip=0.01):
+                return [ops.where(ops.norm(g) > clip * ops.norm(p), g * clip * ops.norm(p) / ops.norm(g), g)
+                        for g, p in zip(grads, params)]
+
+
+            class AGCModel(keras.Model):
+                def train_step(self, data):
+                    x, y = data
+                    with tf.GradientTape() as tape:
+                        scaled_loss = self.optimizer.scale_loss(self.compute_loss(x=x, y=y, y_pred=self(x)))
+                    grads = tape.gradient(scaled_loss, self.trainable_variables)
+                    loss_scale = self.optimizer.scale_loss(1.0)
+                    grads = [None if g is None else ops.divide(g, loss_scale) for g in grads]
+                    grads = adaptive_clip(grads, self.trainable_variables)
+                    grads = [None if g is None else ops.multiply(g, loss_scale) for g in grads]
+                    self.optimizer.apply(grads, self.trainable_variables)
+                    return {}
+            """,
+            keras=3,
+        ),
         # Noise on scaled gradients, optimizer built elsewhere: reported without a fix on Keras 3.
         Invalid(
             """
@@ -267,7 +324,7 @@ class TransformOfScaledGradients(Rule):
         if events[0].kind == THRESHOLD:
             self.report(events[0].node, "keras3_threshold", transform=describe(events[0]), optimizer=flow.optimizer)
             return
-        fix = None
+        fix, template = None, "keras3_scaled"
         build = flow.build
         if build is not None and not cross:
             inner = analysis.inner_build(build) if build.is_lso else build.call if build.has_loss_scale_factor \
@@ -277,9 +334,14 @@ class TransformOfScaledGradients(Rule):
             if moved is not None:
                 changes, new_inner = moved
                 fix = {**changes, inner: new_inner}
+        if fix is None and not cross:
+            same = [f for f in flows if f.apply.optimizer == flow.optimizer and f.scope is flow.scope]
+            fix = rescale_around_changes(self.context, analysis, same, flow, events)
+            template = "keras3_scaled" if fix is None else "keras3_helper"
         self.report(
             events[0].node,
-            "keras3_scaled",
+            template,
             note=None if fix is not None else "by_hand",
-            transform=describe(events[0]),
-            fix=fix, description="Clip in the inner optimizer, after unscaling")
+            transform=describe(events[0]), **({"optimizer": flow.optimizer} if template == "keras3_helper" else {}),
+            fix=fix, description="Clip in the inner optimizer, after unscaling" if template == "keras3_scaled"
+            else "Transform the gradients unscaled, then scale them back for apply")

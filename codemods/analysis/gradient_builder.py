@@ -16,7 +16,7 @@ from mpfix.codemods.analysis.gradient_syntax import (
     assigned_targets, calls_in, returned_tapes, tape_from_call,
 )
 from mpfix.codemods.analysis.gradient_tracer import _PathTracer
-from mpfix.codemods.analysis.gradient_values import _Helpers, _Registry, _merge, _scale_of
+from mpfix.codemods.analysis.gradient_values import _Helpers, _Registry, _merge, _scale_of, _scale_read
 from mpfix.codemods.facts.keras_layers import TAPE_GRADIENT_METHODS
 from mpfix.codemods.names import dotted_name
 
@@ -171,7 +171,8 @@ def _analyse(context: FileView) -> Analysis:
                     minimizes.append(ApplyCall(call, st, owner))
                 elif method in APPLY_METHODS and owner is not None:
                     applies.append(ApplyCall(call, st, owner))
-                elif method in SCALE_METHODS + (UNSCALE_METHOD,) and owner is not None:
+                elif method in SCALE_METHODS + (UNSCALE_METHOD,) and owner is not None and _scale_read(call) is None:
+                    # (`opt.scale_loss(1.0)` reads the scale: it scales no loss)
                     local_scales.append(ScaleCall(call, st, method, owner, ifexp or st.conditional, scope))
         scale_calls.extend(local_scales)
         all_gradients.extend((scope, g) for g in gradients)
@@ -260,7 +261,7 @@ def _analyse(context: FileView) -> Analysis:
                     flow.path = paths[(id(apply.call), index)]
                     cross_flows.append(flow)
     return Analysis(scopes, flows, builds, all_tapes, scale_calls, isinstance_guard, all_minimizes, all_gradients,
-                    cross_flows, context.keras, helpers.bindings)
+                    cross_flows, context.keras, helpers.bindings, helpers)
 
 
 def _flow(context, scope, scopes, grad, apply, builds, compiled_models, scales, guard, helpers=None) -> Flow:

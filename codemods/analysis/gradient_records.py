@@ -136,6 +136,7 @@ class EventKind(str, enum.Enum):
     ALL_REDUCE = "all_reduce"
     UNSCALE = "unscale"  # get_unscaled_gradients
     MANUAL_UNSCALE = "manual_unscale"
+    RESCALE = "rescale"  # multiplied by the optimizer's scale again (`ops.multiply(g, loss_scale)`)
 
     def __str__(self) -> str:
         return self.value
@@ -155,13 +156,15 @@ class OptimizerKind(str, enum.Enum):
 SCALED, UNSCALED, MANUAL, DIVIDED = State.SCALED, State.UNSCALED, State.MANUAL, State.DIVIDED
 _AFTER_UNSCALE = {SCALED: UNSCALED, UNSCALED: DIVIDED, MANUAL: DIVIDED}
 _AFTER_MANUAL = {SCALED: MANUAL, UNSCALED: DIVIDED, MANUAL: DIVIDED}
+# Times the scale: unscaled gradients carry it again (what a Keras 3 LossScaleOptimizer's apply expects).
+_AFTER_RESCALE = {MANUAL: SCALED, UNSCALED: SCALED, DIVIDED: UNSCALED}
 CLIP_GLOBAL_NORM, CLIP_NORM, CLIP_VALUE = EventKind.CLIP_GLOBAL_NORM, EventKind.CLIP_NORM, EventKind.CLIP_VALUE
 NOISE, CALLBACK, THRESHOLD = EventKind.NOISE, EventKind.CALLBACK, EventKind.THRESHOLD
 CLIP_FACTOR = EventKind.CLIP_FACTOR
 SENSITIVE = frozenset({CLIP_GLOBAL_NORM, CLIP_NORM, CLIP_VALUE, EventKind.CLIP_AVERAGE_NORM, NOISE, CLIP_FACTOR,
                        EventKind.HELPER, CALLBACK, THRESHOLD})
 ACCUMULATE, ALL_REDUCE = EventKind.ACCUMULATE, EventKind.ALL_REDUCE
-UNSCALE, MANUAL_UNSCALE = EventKind.UNSCALE, EventKind.MANUAL_UNSCALE
+UNSCALE, MANUAL_UNSCALE, RESCALE = EventKind.UNSCALE, EventKind.MANUAL_UNSCALE, EventKind.RESCALE
 
 MANUAL_UNSCALE = "manual_unscale"
 
@@ -211,6 +214,7 @@ class PathEvent:
     states: frozenset  # states of the gradients going in
     optimizer: str | None = None  # UNSCALE / MANUAL_UNSCALE: whose scale
     helper: str | None = None  # a same-module function doing it
+    carriers: tuple[int, ...] = ()  # a helper call's: the positions of its arguments that carry gradients
 
     @property
     def sensitive(self) -> bool:
@@ -343,6 +347,7 @@ class Analysis:
 
     keras: int = 3  # the generation the file runs under (RuleContext.keras)
     bindings: object = field(default=None, repr=False)  # the binding model (analysis.bindings.Bindings)
+    helpers: object = field(default=None, repr=False)  # the same-file functions gradients go to (gradient_values._Helpers)
 
     def applied(self, flow: Flow) -> frozenset:
         """What the updating optimizer really applies, by Keras generation: Keras 3's LSO (and a

@@ -8,15 +8,14 @@ import libcst as cst
 from mpfix.codemods._walk import children
 from mpfix.codemods.analysis.gradient_records import (
     FileView, ACCUMULATE, ALL_REDUCE, APPLY_METHODS, ApplyCall, CLIP_FACTOR, GradientCall, GradientPath, MANUAL_UNSCALE,
-    NOISE, PathEvent, SCALED, SCALE_METHODS, ScaleCall, Scope, Statement, THRESHOLD, UNSCALE, UNSCALED, UNSCALE_METHOD,
-)
-from mpfix.codemods.analysis.gradient_records import (
-    _ACCUMULATE_METHODS, _AFTER_MANUAL, _AFTER_UNSCALE, _ALL_REDUCE_METHODS, _BUILTINS, _TRANSFORM_FUNCTIONS,
+    NOISE, PathEvent, RESCALE, SCALED, SCALE_METHODS, ScaleCall, Scope, Statement, THRESHOLD, UNSCALE, UNSCALED,
+    UNSCALE_METHOD, _ACCUMULATE_METHODS, _AFTER_MANUAL, _AFTER_RESCALE, _AFTER_UNSCALE, _ALL_REDUCE_METHODS, _BUILTINS,
+    _TRANSFORM_FUNCTIONS,
 )
 from mpfix.codemods.analysis.gradient_syntax import assigned_targets, target_names
 from mpfix.codemods.analysis.gradient_values import (
     _ORDERING, _Helpers, _Registry, _comparisons, _has_random, _merge, _reads_scale, _root_key, _scale_of, _scale_read,
-    clip_factor, divided_by_scale, fixed_scale, reciprocal_scale,
+    clip_factor, divided_by_scale, fixed_scale, multiplied_by_scale, not_none_branch, reciprocal_scale,
 )
 from mpfix.codemods.names import dotted_name
 
@@ -270,6 +269,8 @@ class _PathTracer:
             return self._comprehension(expr, overlay)
         if kind is cst.Lambda or kind is cst.FunctionDef:
             return {}
+        if kind is cst.IfExp and (branch := not_none_branch(expr)) is not None:
+            return self.eval(branch, overlay)  # `None if g is None else f(g)`: a None carries no gradient
         if kind is cst.Subscript:
             for element in expr.slice:
                 self.eval(element, overlay)
@@ -308,9 +309,11 @@ class _PathTracer:
                     value = self._event(ACCUMULATE, call, value)
                     self._accumulate(_root_key(func.value), value)
                 return value
-        divided = divided_by_scale(self.context, call)
+        divided = divided_by_scale(self.context, call, self._scale_names)
         if divided is not None and (value := self.eval(divided[0], overlay)):
             return self._event(MANUAL_UNSCALE, call, value, divided[1] or None, state=_AFTER_MANUAL)
+        if (rescaled := self._rescaled(call, overlay)) is not None:
+            return rescaled
         qualified = self.context.resolve(func)
         transform = _TRANSFORM_FUNCTIONS.get(qualified) if qualified else None
         if transform is not None:
@@ -328,6 +331,7 @@ class _PathTracer:
                 value = self._event(ALL_REDUCE, call, value, helper=helper.name)
             if sensitive:
                 value = self._event(sensitive, call, value, helper=helper.name)
+                self.events[self._event_ids[(id(call), sensitive)]].carriers = tuple(i for i, v in enumerate(values) if v)
             if unscales:
                 value = self._event(UNSCALE, call, value, helper=helper.name, state=_AFTER_UNSCALE)
             return value
@@ -425,12 +429,20 @@ class _PathTracer:
             owner = reciprocal_scale(self.context, node.right if left else node.left)
             if owner is not None:
                 return self._event(MANUAL_UNSCALE, node, left or right, owner or None, state=_AFTER_MANUAL)
+            if (rescaled := self._rescaled(node, overlay)) is not None:
+                return rescaled
         if operator in (cst.Add, cst.Subtract) and (left or right):
             # `g + tf.random.normal(tf.shape(g), stddev=s)`: the noise side may read g's shape.
             for value, other in ((left, node.right), (right, node.left)):
                 if value and isinstance(other, cst.Call) and _has_random(self.context, other):
                     return self._event(NOISE, node, value)
         return _merge(left, right)
+
+    def _rescaled(self, node: cst.CSTNode, overlay: dict) -> dict | None:
+        """Gradients times a read of the loss scale (``ops.multiply(g, loss_scale)``): they carry it again."""
+        found = multiplied_by_scale(self.context, node, self._scale_names)
+        if found is not None and (value := self.eval(found[0], overlay)):
+            return self._event(RESCALE, node, value, found[1] or None, state=_AFTER_RESCALE)
 
     def _comprehension(self, node, overlay: dict) -> dict:
         inner = dict(overlay)

@@ -235,21 +235,64 @@ def _scale_read(expr: cst.BaseExpression) -> str | None:
     if isinstance(expr, cst.Call):
         if isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "loss_scale" and not expr.args:
             return dotted_name(expr.func.value) or ""
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "scale_loss" and len(expr.args) == 1 \
+                and _number(expr.args[0].value) == 1:  # Keras 3's `opt.scale_loss(1.0)`: the scale itself
+            return dotted_name(expr.func.value) or ""
         if expr.args and isinstance(expr.func, (cst.Name, cst.Attribute)) and \
                 (dotted_name(expr.func) or "").rpartition(".")[2] == "cast":
             return _scale_read(expr.args[0].value)
     return None
 
 
-def divided_by_scale(context, call: cst.Call) -> tuple[cst.BaseExpression, str] | None:
+def divided_by_scale(context, call: cst.Call, names: dict[str, str] | None = None) -> tuple[cst.BaseExpression, str] | None:
     """``tf.math.divide(g, opt.dynamic_scale)`` / ``keras.ops.divide(...)`` (any op the table calls a
-    division): (the dividend, the optimizer whose scale divides it), else None."""
+    division): (the dividend, the optimizer whose scale divides it), else None. ``names``: local names bound to a
+    read of the scale (``loss_scale = opt.scale_loss(1.0)``) -> their optimizer."""
     spec = ops.lookup(context.resolve(call.func))
     positional = [a.value for a in call.args if a.keyword is None and not a.star]
     if spec is None or ops.Kind.DIVISION not in spec.kinds or len(positional) != 2:
         return None
-    owner = _scale_read(positional[1])
+    owner = _scale_of_name(positional[1], names)
     return None if owner is None else (positional[0], owner)
+
+
+def _scale_of_name(expr: cst.BaseExpression, names: dict[str, str] | None) -> str | None:
+    if isinstance(expr, cst.Name) and names and expr.value in names:
+        return names[expr.value]
+    return _scale_read(expr)
+
+
+def multiplied_by_scale(context, node: cst.CSTNode, names: dict[str, str]) -> tuple[cst.BaseExpression, str] | None:
+    """``g * loss_scale`` / ``keras.ops.multiply(g, loss_scale)`` (either order), the scale read of an optimizer:
+    (the other factor, that optimizer), else None. Gradients unscaled by hand carry the scale again."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+        pair = [node.left, node.right]
+    elif isinstance(node, cst.Call) and (context.resolve(node.func) or "").rpartition(".")[2] == "multiply" \
+            and len(node.args) == 2 and not any(a.keyword is not None or a.star for a in node.args):
+        pair = [a.value for a in node.args]
+    else:
+        return None
+    for factor, other in (pair, pair[::-1]):
+        owner = _scale_of_name(other, names)
+        if owner is not None:
+            return factor, owner
+    return None
+
+
+def not_none_branch(node: cst.IfExp) -> cst.BaseExpression | None:
+    """``None if g is None else f(g)`` / ``g if g is None else f(g)`` (and ``is not None`` the other way round):
+    ``f(g)``, the branch that gets a gradient (a None carries none), else None."""
+    test = node.test
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Name)
+            and isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None"):
+        return None
+    operator = type(test.comparisons[0].operator)
+    if operator not in (cst.Is, cst.IsNot):
+        return None
+    none, other = (node.body, node.orelse) if operator is cst.Is else (node.orelse, node.body)
+    if isinstance(none, cst.Name) and none.value in ("None", test.left.value):
+        return other
+    return None
 
 
 def fixed_scale(registry: "_Registry", context, scope, divisor: cst.BaseExpression) -> str | None:
