@@ -1,0 +1,40 @@
+"""repair past "stalled" when a same-file helper clips the gradients of a scaled loss (turn 20; held-out
+agc_train_step_k3 ended "stalled -> stalled" in turn 19: MP109 had no fix there). The fact repair uses is MP109's
+new fix: on Keras 3 the helper gets the gradients divided by ``optimizer.scale_loss(1.0)`` and its result is
+multiplied back for ``apply``. ``clip_per_tensor_k3.py`` (a small script written for this test, not a held-out one)
+clips each gradient tensor to a norm of 1.0 in a helper: stalled -> healthy in 4 runs, final loss = float32's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mpfix.verify.changes import static_findings, static_fixed
+from verify_helpers import repair_copy
+
+SCRIPT = Path(__file__).parent / "scripts" / "repair" / "clip_per_tensor_k3.py"
+
+
+def test_the_static_stage_has_a_fix_for_the_clip_helper_under_the_runs_policy():
+    text = SCRIPT.read_text()
+    found = [f for f in static_findings(text, SCRIPT, "mixed_float16", "3") if f.code == "MP109"]
+    assert len(found) == 1 and found[0].fixable(True)
+    after = static_fixed(text, SCRIPT, ("MP",), None, "mixed_float16", None, "3")
+    assert after is not None and "loss_scale = self.optimizer.scale_loss(1.0)\n" in after
+    assert "grads = [None if g is None else keras.ops.multiply(g, loss_scale) for g in grads]\n" in after
+    # control: the same helper on gradients of an unscaled loss through a bare optimizer: nothing to fix here
+    bare = text.replace("scaled_loss = self.optimizer.scale_loss(loss)", "scaled_loss = loss")
+    assert [f for f in static_findings(bare, SCRIPT, "mixed_float16", "3") if f.code == "MP109"] == []
+
+
+@pytest.mark.slow
+def test_repair_ends_the_stall_of_a_clip_helper_on_keras3(tmp_path):
+    run = repair_copy(tmp_path, SCRIPT)
+    result, data = run.result, run.report
+    assert result.returncode == 0 and "clip_per_tensor_k3.py: stalled -> healthy" in result.stdout, result.stdout
+    assert [(c["kind"], c["verdict"]) for c in data["changes"]] == [("static fix", "healthy")], data["changes"]
+    assert "MP109" in data["changes"][0]["evidence"]
+    assert "        grads = [None if g is None else keras.ops.divide(g, loss_scale) for g in grads]\n" \
+           "        grads = clip_each(grads)\n" in run.after, run.after
