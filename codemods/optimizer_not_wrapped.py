@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mpfix.codemods._loss_scaling_support import STEP_TRIGGERS, step_flows, where
+from mpfix.codemods._manual_loss_scale import manually_scaled
 from mpfix.codemods._unwrapped_optimizers import built_by, kept_by_object, unscaled, unseen_builds
 from mpfix.codemods.base import Fact, Invalid, Need, Rule, Valid
 from mpfix.findings import FixSafety
@@ -419,6 +420,7 @@ class OptimizerNotWrapped(Rule):
         if self.context.policy is not Policy.FLOAT16:
             return
         analysis, flows = step_flows(self.context)
+        flows = [f for f in flows if not manually_scaled(analysis, f)]  # a fixed scale by hand: wrapping scales twice
         for flow in unseen_builds(flows):
             built = built_by(self.context, flow)
             if built is not None:
