@@ -204,9 +204,10 @@ _SCALE_READS = frozenset({"dynamic_scale", "loss_scale", "loss_scale_factor", "s
 _VARIABLE_LISTS = ("trainable_variables", "trainable_weights", "variables", "weights")
 
 
-def _variable_list(node: cst.BaseExpression, scope) -> bool:
-    """``model.trainable_variables``, a list display, a sum of them, or a name bound once in the scope to one:
-    sources whose gradients ``tape.gradient`` returns as a list (a dict of variables gives a dict)."""
+def _variable_list(node: cst.BaseExpression, scope, module=None) -> bool:
+    """``model.trainable_variables``, a list display, a sum of them, or a name bound once to one (in the scope, or
+    in the module where the scope binds none): sources whose gradients ``tape.gradient`` returns as a list (a dict of
+    variables gives a dict)."""
     if isinstance(node, (cst.List, cst.Tuple)):
         return not any(isinstance(e, cst.StarredElement) for e in node.elements)
     if isinstance(node, cst.Attribute):
@@ -215,6 +216,8 @@ def _variable_list(node: cst.BaseExpression, scope) -> bool:
         return _variable_list(node.left, scope) and _variable_list(node.right, scope)
     if isinstance(node, cst.Name):
         bound = [v for st in scope.statements for t, v in assigned_targets(st.node) if node.value in target_names(t)]
+        if not bound and module is not None and module is not scope and node.value not in scope.params:
+            return _variable_list(node, module)
         return len(bound) == 1 and bound[0] is not None and not isinstance(bound[0], cst.Name) \
             and _variable_list(bound[0], scope)
     return False
@@ -263,7 +266,8 @@ def rescale_around_changes(context, analysis: Analysis, flows: list[Flow], flow:
     grad_assign, assign = _assign(grad_st.node), _assign(st.node)
     if grad_assign is None or assign is None or grad_assign.value is not gradient.call or assign.value is not event.node \
             or not isinstance(grad_assign.targets[0].target, cst.Name) or len(gradient.call.args) < 2 \
-            or not _variable_list(gradient.call.args[1].value, flow.scope):
+            or not _variable_list(gradient.call.args[1].value, flow.scope,
+                                  next((s for s in analysis.scopes if isinstance(s.node, cst.Module)), None)):
         return None
     source = grad_assign.targets[0].target.value
     carrier = event.node.args[event.carriers[0]]

@@ -78,7 +78,9 @@ def escalation(report) -> list[str]:
             out.append(f"scale the loss the optimizer unscales: {call} (`mpfix apply --unsafe-fixes` writes it where "
                        "the step is in this file: MP102)")
             after = "after `optimizer.get_unscaled_gradients`" if keras == 2 else \
-                "with the inner optimizer's `clipnorm`/`global_clipnorm` (the LossScaleOptimizer unscales first)"
+                ("with the inner optimizer's `clipnorm`/`global_clipnorm` (the LossScaleOptimizer unscales first); a "
+                 "clipping helper (adaptive clipping) gets the gradients divided by `optimizer.scale_loss(1.0)` and "
+                 "its result multiplied back for `apply`")
             out.append(f"where the loss is scaled, clip or normalise the gradients only once they are unscaled: {after} "
                        "(MP109)")
         elif last is not None and last <= 1.0:

@@ -190,3 +190,37 @@ def test_tf_keras_helper_before_the_unscale_gets_the_guides_unscale_first():
 def test_tf_keras_helper_after_the_unscale_is_right():
     code = K2.format(order="grads = adaptive_clip(opt.get_unscaled_gradients(grads), model.trainable_variables)")
     assert mp109(code, 2) == []
+
+
+def test_keras3_variable_list_bound_in_the_module_and_a_method_helper_spelled_through_tf_keras():
+    # `variables = model.trainable_variables + head.trainable_variables` at module level: tape.gradient gives a list
+    code = K3_LOOP.format(sources="variables").replace(
+        "    optimizer = ", "    variables = model.trainable_variables + head.trainable_variables\n    optimizer = ")
+    assert [f.fix is not None for f in mp109(code, 3)] == [True]
+    # a parameter of the step could be anything (a dict): no fix
+    param = K3_LOOP.format(sources="variables").replace("def train_step(model, x, y)", "def train_step(model, variables, x, y)")
+    assert [f.fix for f in mp109(param, 3)] == [None]
+    method = """
+        import tensorflow as tf
+
+
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+                self.optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam(1e-3))
+
+            def clip_gradients(self, grads):
+                return [tf.clip_by_norm(g, 0.1 * tf.norm(v)) for g, v in zip(grads, self.model.trainable_variables)]
+
+            @tf.function
+            def step(self, x, y):
+                with tf.GradientTape() as tape:
+                    scaled = self.optimizer.scale_loss(tf.reduce_mean(tf.square(self.model(x) - y)))
+                grads = tape.gradient(scaled, self.model.trainable_variables)
+                grads = self.clip_gradients(grads)
+                self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+    """
+    out = fixed(method, ("MP109",), keras=3)
+    assert "        grads = [None if g is None else tf.keras.ops.divide(g, loss_scale) for g in grads]\n" \
+           "        grads = self.clip_gradients(grads)\n" in out
+    assert lint_snippet(out, ("MP1",), keras=3).findings == []

@@ -38,3 +38,25 @@ def test_repair_ends_the_stall_of_a_clip_helper_on_keras3(tmp_path):
     assert "MP109" in data["changes"][0]["evidence"]
     assert "        grads = [None if g is None else keras.ops.divide(g, loss_scale) for g in grads]\n" \
            "        grads = clip_each(grads)\n" in run.after, run.after
+
+
+def test_the_advice_names_the_helpers_round_trip_on_keras3_only():
+    """What a stall that repair could not end says (a helper it cannot fix: it reads the scale, gets zipped pairs)."""
+    from types import SimpleNamespace
+
+    from mpfix.verify.escalate import escalation
+    from mpfix.verify.records import RunResult, Step
+    from mpfix.verify.verdict import judge
+
+    def run(mode, norms, scale):
+        return RunResult(mode, end={"event": "end", "status": "finished",
+                                    "policies": {"global": "mixed_float16" if mode == "mixed" else "float32"}},
+                         returncode=0, steps=[Step(i, 1.0, scale, scale > 1, False, 0.0, 0.0, n)
+                                              for i, n in enumerate(norms)])
+
+    verdict = judge(run("mixed", [2.0 / 32768] * 10, 32768.0), run("float32", [2.0] * 10, 1.0), Path("s.py"),
+                    baseline_expected=True)
+    advice = {keras: escalation(SimpleNamespace(verdict=verdict, keras=keras, location=None,
+                                                options=SimpleNamespace(locate=False)))[1] for keras in (2, 3)}
+    assert "divided by `optimizer.scale_loss(1.0)`" in advice[3] and "multiplied back for `apply`" in advice[3]
+    assert "scale_loss(1.0)" not in advice[2] and "get_unscaled_gradients" in advice[2]
