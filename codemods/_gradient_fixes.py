@@ -279,6 +279,17 @@ def rescale_around_changes(context, analysis: Analysis, flows: list[Flow], flow:
     start, end = statements.index(grad_st), statements.index(st)
     if start >= end or any(assigns_name(s.node, source) for s in statements[start + 1:end]):
         return None
+    # The helper's result is the gradient list the update takes (`apply(out, vars)`, `apply_gradients(zip(out, vars))`),
+    # not pairs or a tuple that the comprehension scaling it back would take apart.
+    given = flow.apply.call.args[0].value if flow.apply.call.args else None
+    pairs = isinstance(flow.apply.call.func, cst.Attribute) and flow.apply.call.func.attr.value == "apply_gradients"
+    if pairs:  # apply_gradients takes (gradient, variable) pairs: `zip(out, vars)`
+        zipped = isinstance(given, cst.Call) and isinstance(given.func, cst.Name) and given.func.value == "zip" \
+            and given.args
+        given = given.args[0].value if zipped else None
+    if given is None or dotted_name(given) != target or flow.apply.statement not in statements \
+            or any(assigns_name(s.node, target) for s in statements[end + 1:statements.index(flow.apply.statement)]):
+        return None
     applies = {id(f.apply.call) for f in flows}
     if any(any(e is event for e in other.path.events) and id(other.apply.call) not in applies
            for other in analysis.flows + analysis.cross_flows):

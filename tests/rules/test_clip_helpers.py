@@ -224,3 +224,14 @@ def test_keras3_variable_list_bound_in_the_module_and_a_method_helper_spelled_th
     assert "        grads = [None if g is None else tf.keras.ops.divide(g, loss_scale) for g in grads]\n" \
            "        grads = self.clip_gradients(grads)\n" in out
     assert lint_snippet(out, ("MP1",), keras=3).findings == []
+
+
+def test_keras3_no_fix_where_the_helper_returns_pairs_or_its_result_is_rebound_before_the_update():
+    pairs = K3_LOOP.format(sources="model.trainable_variables").replace(
+        "        clipped, _ = tf.clip_by_global_norm(grads, max_norm)\n        return clipped\n",
+        "        clipped, _ = tf.clip_by_global_norm(grads, max_norm)\n        return list(zip(clipped, VARIABLES))\n").replace(
+        "optimizer.apply_gradients(zip(clipped, model.trainable_variables))", "optimizer.apply_gradients(clipped)")
+    assert [f.fix for f in mp109(pairs, 3)] == [None]
+    rebound = K3_LOOP.format(sources="model.trainable_variables").replace(
+        "        clipped = clip_grads(grads)\n", "        clipped = clip_grads(grads)\n        clipped = clipped[::-1]\n")
+    assert [f.fix for f in mp109(rebound, 3)] == [None]
