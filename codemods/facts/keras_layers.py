@@ -17,6 +17,12 @@ no fix may add that.
 
 ``autocasts``: the layer casts floating inputs to its compute dtype (preprocessing layers do not).
 ``output_head``: a layer whose output may be a model's prediction (MP205's candidates).
+``raw_statistics``: a preprocessing layer that holds statistics of raw (unscaled) data and casts its input and
+those statistics to its compute dtype itself (float16 under mixed_float16). Checked against the sources: Keras 3
+``Normalization.build`` stores ``ops.cast(mean/variance, self.compute_dtype)`` and ``call`` casts the input to it;
+tf_keras ``Normalization.finalize_state``/``build`` cast ``mean``/``variance`` and ``call`` casts the input to
+``self.compute_dtype``. Run (wave 16's adapt_norm_raw_k3, TF 2.21): adapted on incomes ~70000 and kWh ~9000, the
+float16 variances are inf, the income column inf/inf = NaN in 3200/3200 rows; ``dtype="float32"`` trains (MP210).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ class LayerSpec:
     computes_float32: bool = False
     autocasts: bool = True
     output_head: bool = False
+    raw_statistics: bool = False
 
 
 def _table(*specs: LayerSpec) -> dict[str, LayerSpec]:
@@ -45,8 +52,9 @@ _COMMON = (
     # Rescaling computes `cast(inputs, compute_dtype) * scale + offset` (both generations): the last layer of a
     # model whose float16 head it scales (a box head times the image size, wave 4) is its output layer.
     LayerSpec("Rescaling", autocasts=False, output_head=True),
+    LayerSpec("Normalization", autocasts=False, raw_statistics=True),
     *(LayerSpec(n, autocasts=False) for n in (
-        "Normalization", "Resizing", "Discretization", "Hashing", "StringLookup", "IntegerLookup",
+        "Resizing", "Discretization", "Hashing", "StringLookup", "IntegerLookup",
         "CategoryEncoding", "TextVectorization", "CenterCrop", "RandomCrop", "RandomFlip", "RandomRotation",
         "RandomZoom", "RandomContrast", "RandomTranslation", "HashedCrossing", "MelSpectrogram")),
 )
@@ -56,6 +64,9 @@ LAYERS: dict[int, dict[str, LayerSpec]] = {
     3: _table(*_COMMON, LayerSpec("GroupNormalization", computes_float32=True)),
 }
 
+# Layers holding statistics of raw data that they cast to float16 with their input (MP210's candidates).
+RAW_STATISTICS_LAYERS = frozenset(name for table in LAYERS.values() for name, spec in table.items()
+                                  if spec.raw_statistics)
 # Layers that may be a model's output layer (MP205's candidates, and where model_outputs stops looking).
 OUTPUT_LAYERS = frozenset(name for table in LAYERS.values() for name, spec in table.items() if spec.output_head)
 

@@ -1,0 +1,127 @@
+"""MP210: a Keras Normalization layer (statistics of raw data) computing in float16 under mixed_float16."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpfix.codemods._mp_api_support import find_arg, string_value
+from mpfix.codemods._walk import walk
+from mpfix.codemods.base import Invalid, Rule, Valid
+from mpfix.codemods.facts import keras_layers
+from mpfix.findings import FixSafety
+
+# dtype= spellings that leave the layer in float16 under the mixed policy (any other value is the author's choice).
+_FLOAT16_SPELLINGS = frozenset({"float16", "mixed_float16"})
+
+
+class Float16NormalizationLayer(Rule):
+    code = "MP210"
+    name = "float16-normalization-layer"
+    message = ("A Normalization layer computes in float16 under mixed_float16: raw inputs or variances past 65504 "
+               "become inf; build it with dtype=\"float32\"")
+    messages = {
+        "layer": ("`{layer}` computes in float16 under mixed_float16: Keras casts its input and its mean and variance "
+                  "(statistics of the raw data it standardises) to float16, so a raw value past 65504, or a variance "
+                  "past 65504 (a standard deviation past 256), is inf and the standardised column inf/inf = NaN or 0; "
+                  "build it with dtype=\"float32\" (the layers after it cast its output back to float16)"),
+    }
+    fix_safety = FixSafety.NONE  # report only: a float32 output may meet float16 tensors in a subclassed call
+    uses = frozenset()  # the call, its assignment and `.adapt(` calls: no per-file fact
+    requires_float16 = True
+    triggers = tuple(sorted(keras_layers.RAW_STATISTICS_LAYERS))
+    explanation = """
+        ## What it does
+        Finds a Keras `Normalization` layer built without `dtype="float32"` under a
+        `mixed_float16` policy: the layer that standardises raw feature columns inside the
+        model (`norm.adapt(train_x)`, or `mean=`/`variance=` given).
+
+        ## Why is this bad?
+        Both Keras generations cast the layer's input and its adapted mean and variance to
+        the compute dtype, float16, before `(x - mean) / sqrt(variance)`. Raw columns are what
+        the layer is for: an income of 70000 is inf in float16, and so is the variance of any
+        column whose standard deviation passes 256 (annual kWh, prices, seconds). The
+        standardised column becomes inf/inf = NaN (or x/inf = 0), and the loss is NaN from the
+        first step (a tabular regressor adapted on incomes and kWh: every row's income column
+        NaN; with `dtype="float32"`: loss 0.83 -> 0.08 in 4 epochs).
+
+        ## Example
+        ```python
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        norm = keras.layers.Normalization()
+        norm.adapt(raw_features)
+        ```
+
+        ## Use instead
+        ```python
+        norm = keras.layers.Normalization(dtype="float32")
+        ```
+        The next Keras layer casts the float32 output back to float16.
+
+        ## Fix safety
+        No fix: in a subclassed model the float32 output may meet float16 tensors in TensorFlow
+        ops (a dtype error). Data already in small units (pixels in [0, 1]) is safe in float16.
+    """
+    VALID = [
+        Valid("""
+            import keras
+            keras.mixed_precision.set_global_policy("mixed_float16")
+            norm = keras.layers.Normalization(dtype="float32")
+            norm.adapt(train_x)
+        """),
+        # bfloat16 has float32's range.
+        Valid("""
+            import keras
+            keras.mixed_precision.set_global_policy("mixed_bfloat16")
+            norm = keras.layers.Normalization()
+            norm.adapt(train_x)
+        """),
+        # Never adapted and given no statistics: it standardises nothing (mean 0, variance 1).
+        Valid("""
+            import keras
+            keras.mixed_precision.set_global_policy("mixed_float16")
+            h = keras.layers.Normalization(axis=-1)(features)
+        """),
+        # LayerNormalization computes in float32 (another layer).
+        Valid("""
+            import keras
+            keras.mixed_precision.set_global_policy("mixed_float16")
+            norm = keras.layers.LayerNormalization(epsilon=1e-12)
+        """),
+    ]
+    INVALID = [
+        Invalid("""
+            import keras
+            keras.mixed_precision.set_global_policy("mixed_float16")
+            norm = keras.layers.Normalization(axis=-1)
+            norm.adapt(train_x)
+        """),
+        Invalid("""
+            import os
+            os.environ["TF_USE_LEGACY_KERAS"] = "1"
+            import tf_keras as keras
+            keras.mixed_precision.set_global_policy("mixed_float16")
+            inputs = keras.Input((6,))
+            h = keras.layers.Normalization(mean=mean, variance=variance)(inputs)
+        """, keras=2),
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        # An un-adapted layer without statistics standardises nothing (mean 0, variance 1: wave 5's audio_logmel_k3).
+        adapted = {self.context.code(call.func.value) for call in walk(node) if isinstance(call, cst.Call)
+                   and isinstance(call.func, cst.Attribute) and call.func.attr.value == "adapt"}
+        bound = {id(a.value): {self.context.code(t.target) for t in a.targets} for a in walk(node)
+                 if isinstance(a, cst.Assign)}
+        for call in walk(node):
+            if isinstance(call, cst.Call) and self._float16_layer(call) and (
+                    find_arg(call, keyword="mean", position=1) or bound.get(id(call), set()) & adapted):
+                self.report(call, "layer", layer=self.context.code(call.func))
+
+    def _float16_layer(self, call: cst.Call) -> bool:
+        resolved = self.context.resolve(call.func) or ""
+        if not resolved.startswith("keras.") or resolved.rsplit(".", 1)[-1] not in keras_layers.RAW_STATISTICS_LAYERS:
+            return False
+        spec = keras_layers.layer(resolved, self.context.keras)
+        dtype = find_arg(call, keyword="dtype")
+        # float32, a policy object, a variable: the author chose
+        return spec is not None and spec.raw_statistics and (
+            dtype is None or string_value(dtype[1].value) in _FLOAT16_SPELLINGS)
