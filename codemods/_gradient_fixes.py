@@ -175,13 +175,15 @@ def move_unscale_changes(context, analysis: Analysis, flow: Flow, unscale: PathE
     if unscale.helper is not None or not isinstance(call, cst.Call) or unscale.optimizer is None:
         return None
     assign = single_assign(unscale)
-    if assign is None or assign.value is not call or len(call.args) != 1:
+    arg = call.args[0] if len(call.args) == 1 else None
+    if arg is None or arg.keyword is not None or arg.star or unscale.statement.conditional \
+            or not isinstance(unscale.statement.node, cst.SimpleStatementLine):
         return None
-    source, target = dotted_name(call.args[0].value), dotted_name(assign.targets[0].target)
-    # `grads = opt.get_unscaled_gradients(helper(grads, ...))`: the statement keeps the helper call.
-    nested = isinstance(call.args[0].value, cst.Call) and call.args[0].keyword is None and not call.args[0].star \
-        and unscale.statement is not flow.gradient.statement
-    if (source is None and not nested) or target is None:
+    plain = assign is not None and assign.value is call
+    source, target = dotted_name(arg.value), dotted_name(assign.targets[0].target) if plain else None
+    # Elsewhere (`opt.get_unscaled_gradients(helper(grads))`, `apply_gradients(zip(opt.get_unscaled_gradients(grads),
+    # vars))`) the unscale call gives way to its argument, in a statement other than the gradient call's.
+    if not (plain and source is not None and target is not None) and unscale.statement is flow.gradient.statement:
         return None
     # An all-reduce before the unscale may be meant for scaled values (a float16 all-reduce of unscaled
     # gradients underflows): leave such loops to the user.
@@ -193,8 +195,8 @@ def move_unscale_changes(context, analysis: Analysis, flow: Flow, unscale: PathE
             return None
     gradient = flow.gradient.call
     statement = unscale.statement.node
-    kept = statement.with_deep_changes(assign, value=call.args[0].value) if nested else \
-        pass_through(context, statement, target, source)
+    kept = pass_through(context, statement, target, source) if plain and source is not None and target is not None \
+        else statement.deep_replace(call, arg.value)
     return {gradient: unscale_call(unscale.optimizer, gradient), statement: kept}
 
 

@@ -185,6 +185,17 @@ def test_tf_keras_helper_before_the_unscale_gets_the_guides_unscale_first():
         out = fixed(code, ("MP109",), keras=2)
         assert K2_FIXED in out, (order, out)
         assert lint_snippet(out, ("MP1",), keras=2).findings == []
+    # the unscale inside the update's zip gives way to its argument there
+    code = K2.format(order="grads = adaptive_clip(grads, model.trainable_variables)").replace(
+        "opt.apply_gradients(zip(grads,", "opt.apply_gradients(zip(opt.get_unscaled_gradients(grads),")
+    [finding] = mp109(code, 2)
+    out = fixed(code, ("MP109",), keras=2)
+    assert K2_FIXED + "(zip(grads, model.trainable_variables))" in out, out
+    assert lint_snippet(out, ("MP1",), keras=2).findings == []
+    # a conditional unscale is not moved
+    cond = K2.format(order="grads = adaptive_clip(grads, model.trainable_variables)\n"
+                           "        if UNSCALE:\n            grads = opt.get_unscaled_gradients(grads)")
+    assert [f.fix for f in mp109(cond, 2)] in ([None], [])
 
 
 def test_tf_keras_helper_after_the_unscale_is_right():
