@@ -14,6 +14,37 @@ from mpfix.findings import FixSafety
 _FLOAT16_SPELLINGS = frozenset({"float16", "mixed_float16"})
 
 
+def _numbers(node: cst.BaseExpression) -> list[float] | None:
+    """The numbers a literal (a number, a list/tuple of them, arithmetic of literals) holds; None otherwise."""
+    if isinstance(node, (cst.List, cst.Tuple)):
+        found = [_numbers(e.value) for e in node.elements]
+        return None if any(f is None for f in found) else [n for f in found for n in f]
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return [float(node.evaluated_value)]
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = _numbers(node.expression)
+        return None if inner is None or len(inner) != 1 else [-inner[0]]
+    if isinstance(node, cst.BinaryOperation):
+        left, right = _numbers(node.left), _numbers(node.right)
+        if left is None or right is None or len(left) != 1 or len(right) != 1:
+            return None
+        a, b = left[0], right[0]
+        ops = {cst.Add: lambda: a + b, cst.Subtract: lambda: a - b, cst.Multiply: lambda: a * b,
+               cst.Divide: lambda: a / b if b else None, cst.Power: lambda: a ** b if abs(b) < 8 else None}
+        value = ops.get(type(node.operator), lambda: None)()
+        return None if value is None else [float(value)]
+    return None
+
+
+def _small_statistics(mean: cst.BaseExpression, variance: cst.BaseExpression) -> bool:
+    """Literal statistics that float16 holds (the layer casts the variance itself) of data that stays inside its
+    range: every variance and every |mean| + 4 standard deviations < 65504."""
+    means, variances = _numbers(mean), _numbers(variance)
+    if not means or not variances or min(variances) < 0:
+        return False
+    return max(variances) < 65504 and max(abs(m) for m in means) + 4 * max(variances) ** 0.5 < 65504
+
+
 class Float16NormalizationLayer(Rule):
     code = "MP210"
     name = "float16-normalization-layer"
@@ -75,6 +106,12 @@ class Float16NormalizationLayer(Rule):
             norm = keras.layers.Normalization()
             norm.adapt(train_x)
         """),
+        # ImageNet's statistics of 0-255 pixels, written out: the data fits float16 (convnext's PreStem).
+        Valid("""
+            import keras
+            keras.mixed_precision.set_global_policy("mixed_float16")
+            h = keras.layers.Normalization(mean=[0.485 * 255, 0.456 * 255], variance=[(0.229 * 255) ** 2, 0.05])(x)
+        """),
         # Never adapted and given no statistics: it standardises nothing (mean 0, variance 1).
         Valid("""
             import keras
@@ -112,8 +149,12 @@ class Float16NormalizationLayer(Rule):
         bound = {id(a.value): {self.context.code(t.target) for t in a.targets} for a in walk(node)
                  if isinstance(a, cst.Assign)}
         for call in walk(node):
-            if isinstance(call, cst.Call) and self._float16_layer(call) and (
-                    find_arg(call, keyword="mean", position=1) or bound.get(id(call), set()) & adapted):
+            if not isinstance(call, cst.Call) or not self._float16_layer(call):
+                continue
+            mean, variance = find_arg(call, keyword="mean", position=1), find_arg(call, keyword="variance", position=2)
+            if mean is not None and variance is not None and _small_statistics(mean[1].value, variance[1].value):
+                continue  # literal statistics of small data (ImageNet's of 0-255 pixels: variance <= 3400)
+            if mean is not None or bound.get(id(call), set()) & adapted:
                 self.report(call, "layer", layer=self.context.code(call.func))
 
     def _float16_layer(self, call: cst.Call) -> bool:

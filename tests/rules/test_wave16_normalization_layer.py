@@ -69,3 +69,13 @@ def test_controls_stay_silent():
     assert mp210(K3, "3", policy="float32", args="") == []
     # never adapted and given no statistics: mean 0, variance 1 (wave 5's audio_logmel_k3)
     assert mp210(K2, "2", args="axis=-1") == []
+
+
+def test_literal_statistics_of_small_data_stay_silent():
+    # keras.applications' ConvNeXt PreStem: ImageNet statistics of 0-255 pixels (variance <= 3400), fine in float16
+    imagenet = "mean=[0.485 * 255, 0.456 * 255, 0.406 * 255], variance=[(0.229 * 255) ** 2, (0.224 * 255) ** 2, 0.05]"
+    assert mp210(K2, "2", args=imagenet) == []
+    assert mp210(K2, "2", args="mean=[0.485, 0.456], variance=[0.229**2, 0.224**2]") == []
+    # literal statistics of raw data (incomes: mean 70000) or a variance past 65504 are reported
+    assert mp210(K2, "2", args="mean=[70000.0], variance=[4e8]") == [12]
+    assert mp210(K2, "2", args="mean=[9000.0], variance=[2e7]") == [12]
