@@ -43,6 +43,8 @@ def describe(event: PathEvent) -> str:
     """How a finding names a transform."""
     if event.kind == "callback":
         return f"`{event.helper}(...)` (which runs the callbacks it is given, e.g. gradient clipping)"
+    if event.kind == EventKind.NORMALISE:
+        return f"`{event.helper}(...)` (which divides the gradients by their own size)"
     if event.helper is not None:
         return f"`{event.helper}(...)` (which clips or adds noise)"
     if event.kind in ("threshold", "clip_factor"):
@@ -256,7 +258,7 @@ def rescale_around_changes(context, analysis: Analysis, flows: list[Flow], flow:
     ``LossScaleOptimizer.apply`` divides by: ``scale_loss(1.0)`` is that factor, before and after the optimizer is
     built) and its result is multiplied back, so ``apply`` still checks them for overflow, unscales them and moves
     the dynamic scale. The scale is a power of two: the round trip is exact. None where that is not plainly right."""
-    if len(events) != 1 or events[0].kind != HELPER or not flow.path.events or flow.path.events[0] is not events[0]:
+    if len(events) != 1 or events[0].kind not in (HELPER, EventKind.NORMALISE) or not flow.path.events or flow.path.events[0] is not events[0]:
         return None
     event, gradient = events[0], flow.gradient
     helper = analysis.helpers.lookup(event.node.func, flow.scope) if isinstance(event.node, cst.Call) else None

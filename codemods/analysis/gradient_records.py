@@ -127,6 +127,7 @@ class EventKind(str, enum.Enum):
     CLIP_FACTOR = "clip_factor"  # `g * minimum(1, C / norm(g))`: a clip by hand
     HELPER = "helper"  # a same-file function that clips or adds noise
     CALLBACK = "callback"  # a same-file helper that runs functions its caller passed in (gradient callbacks)
+    NORMALISE = "normalise"  # a same-file helper dividing gradients by their own size (scale-invariant: the scale is lost)
     # An update under `if <gradient size> < <fixed threshold>:` (a loss-spike guard): on scaled gradients
     # the threshold is effectively divided by the loss scale.
     THRESHOLD = "threshold"
@@ -162,7 +163,7 @@ CLIP_GLOBAL_NORM, CLIP_NORM, CLIP_VALUE = EventKind.CLIP_GLOBAL_NORM, EventKind.
 NOISE, CALLBACK, THRESHOLD = EventKind.NOISE, EventKind.CALLBACK, EventKind.THRESHOLD
 CLIP_FACTOR = EventKind.CLIP_FACTOR
 SENSITIVE = frozenset({CLIP_GLOBAL_NORM, CLIP_NORM, CLIP_VALUE, EventKind.CLIP_AVERAGE_NORM, NOISE, CLIP_FACTOR,
-                       EventKind.HELPER, CALLBACK, THRESHOLD})
+                       EventKind.HELPER, CALLBACK, THRESHOLD, EventKind.NORMALISE})
 ACCUMULATE, ALL_REDUCE = EventKind.ACCUMULATE, EventKind.ALL_REDUCE
 UNSCALE, MANUAL_UNSCALE, RESCALE = EventKind.UNSCALE, EventKind.MANUAL_UNSCALE, EventKind.RESCALE
 

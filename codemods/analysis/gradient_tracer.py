@@ -325,8 +325,7 @@ class _PathTracer:
             value = _merge(*values)
             if not value:  # gradients the helper takes itself and returns (`loss, grads = compute(x, y)`)
                 return dict(self.registry.returns.get(id(helper.node), {}))
-            self._passed(helper, func, call, values)
-            sensitive, unscales, reduces = self.helpers.summary(helper)
+            sensitive, unscales, reduces = self.helpers.summary(helper, self._passed(helper, func, call, values))
             if reduces:
                 value = self._event(ALL_REDUCE, call, value, helper=helper.name)
             if sensitive:
@@ -367,8 +366,8 @@ class _PathTracer:
         if value and key is not None:
             self._accumulate(key, self._event(ACCUMULATE, call, value))
 
-    def _passed(self, helper: Scope, func: cst.BaseExpression, call: cst.Call, values: list[dict]) -> None:
-        """Remember which parameters of ``helper`` get gradients, for following them inside it."""
+    def _passed(self, helper: Scope, func: cst.BaseExpression, call: cst.Call, values: list[dict]) -> frozenset:
+        """Remember which parameters of ``helper`` get gradients, for following them inside it; their names."""
         params = list(helper.params)
         if isinstance(func, cst.Attribute) and params[:1] == ["self"]:
             params = params[1:]
@@ -389,6 +388,7 @@ class _PathTracer:
                 bound[name] = value
         if bound:
             self.registry.calls_into.setdefault(id(helper.node), []).append(bound)
+        return frozenset(bound)
 
     def _accumulate(self, key: str | None, value: dict) -> None:
         if key is not None:

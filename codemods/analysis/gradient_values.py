@@ -153,11 +153,13 @@ class _Helpers:
         cls = self.instances.get((caller.class_name if (owner or "").startswith("self.") else None, owner or ""))
         return self.functions.get((cls, func.attr.value)) if cls is not None else None
 
-    def summary(self, scope: Scope) -> tuple[EventKind | None, bool, bool]:
+    def summary(self, scope: Scope, params: frozenset = frozenset()) -> tuple[EventKind | None, bool, bool]:
         """(what size-sensitive thing the helper does: "helper" (clips or adds noise), "callback"
-        (calls a function it was given, e.g. a list of gradient callbacks), or None; whether it unscales;
-        whether it all-reduces)."""
+        (calls a function it was given, e.g. a list of gradient callbacks), "normalise" (divides the gradients,
+        its parameters ``params``, by their own size), or None; whether it unscales; whether it all-reduces)."""
         found = self._summaries.get(id(scope.node))
+        if found is not None and found[0] is None and params and normalises(self.context, scope, params):
+            return (EventKind.NORMALISE,) + found[1:]
         if found is None:
             sensitive: EventKind | None = None
             unscales = reduces = False
@@ -186,7 +188,44 @@ class _Helpers:
                 if kind is cst.Call and sensitive is None and _threshold_select(self.context, node):
                     sensitive = EventKind.HELPER
             found = self._summaries[id(scope.node)] = (sensitive, unscales, reduces)
+            return self.summary(scope, params)
         return found
+
+
+_OWN_SIZE = (ops.Kind.NORM, ops.Kind.DEVIATION)
+
+
+def normalises(context: FileView, scope: Scope, params: frozenset) -> bool:
+    """``g / norm(g)``, ``g / (g_norm + eps)`` with ``g_norm = norm(g)``, ``l2_normalize(g)`` on what ``params`` get (and
+    loop targets over them: ``for g, p in zip(grads, params)`` follows ``g`` only): the result does not depend on the
+    gradients' scale, so scaled gradients lose the loss scale before the optimizer divides by it (updates 1/scale)."""
+    given, sized = set(params), set()
+    for node in walk(scope.node.body):
+        if isinstance(node, (cst.For, cst.CompFor)):
+            pairs = [(e.value, a.value) for e, a in zip(node.target.elements, node.iter.args)] \
+                if isinstance(node.target, (cst.Tuple, cst.List)) and isinstance(node.iter, cst.Call) \
+                and isinstance(node.iter.func, cst.Name) and node.iter.func.value == "zip" else [(node.target, node.iter)]
+            for target, source in pairs:
+                if names_in(source) & given:
+                    given |= target_names(target)
+
+    def size_of(node: cst.CSTNode) -> bool:
+        return bool(names_in(node) & sized) or any(
+            (spec := ops.known(context.resolve(call.func))) is not None and any(spec.has(k) for k in _OWN_SIZE)
+            and call.args and names_in(call.args[0].value) & given for call, _ in calls_in(node))
+
+    for node in walk(scope.node.body):
+        if isinstance(node, cst.Assign) and size_of(node.value):
+            for target in node.targets:
+                sized |= target_names(target.target)
+    for node in walk(scope.node.body):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide) \
+                and names_in(node.left) & given and size_of(node.right):
+            return True
+        if isinstance(node, cst.Call) and node.args and names_in(node.args[0].value) & given \
+                and (spec := ops.known(context.resolve(node.func))) is not None and spec.has(ops.Kind.L2_NORMALIZE):
+            return True
+    return False
 
 
 def _instances(bindings, classes: set[str]) -> dict[tuple[str | None, str], str]:

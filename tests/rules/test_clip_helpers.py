@@ -246,3 +246,35 @@ def test_keras3_no_fix_where_the_helper_returns_pairs_or_its_result_is_rebound_b
     rebound = K3_LOOP.format(sources="model.trainable_variables").replace(
         "        clipped = clip_grads(grads)\n", "        clipped = clip_grads(grads)\n        clipped = clipped[::-1]\n")
     assert [f.fix for f in mp109(rebound, 3)] == [None]
+
+
+NORMALISE = """
+    def normalise(grads, eps=1e-6):
+        out = []
+        for g in grads:
+            g_norm = ops.norm(g)
+            out.append(g / (g_norm + eps))
+        return out
+"""
+
+
+def test_a_helper_dividing_gradients_by_their_own_norm_is_reported_and_fixed():
+    # g / norm(g) does not depend on the scale: apply's division by 32768 then shrinks every update by it
+    code = k3_step("grads = normalise(grads)", NORMALISE)
+    [finding] = mp109(code, 3)
+    assert "divides the gradients by their own size" in finding.message and finding.fix is not None
+    assert lint_snippet(fixed(code, ("MP109",), keras=3), ("MP1",), keras=3).findings == []
+    l2 = "\ndef normalise(grads):\n    return [tf.math.l2_normalize(g) for g in grads]\n"
+    assert len(mp109(k3_step("grads = normalise(grads)", l2), 3)) == 1
+    # controls: gradients divided by the weights' norm (linear in the gradients), or by a constant
+    by_weights = """
+        def scale_by_weights(grads, params):
+            return [g / (ops.norm(p) + 1e-3) for g, p in zip(grads, params)]
+    """
+    assert mp109(k3_step("grads = scale_by_weights(grads, self.trainable_variables)", by_weights), 3) == []
+    halve = "\ndef halve(grads):\n    return [g / 2.0 for g in grads]\n"
+    assert mp109(k3_step("grads = halve(grads)", halve), 3) == []
+    # tf_keras: normalised before the unscale
+    k2 = K2.format(order="grads = normalise(grads)\n        grads = opt.get_unscaled_gradients(grads)").replace(
+        "    def adaptive_clip(", NORMALISE.replace("ops.norm", "tf.norm").lstrip("\n") + "\n\n    def adaptive_clip(")
+    assert [f.code for f in mp109(k2, 2)] == ["MP109"]
