@@ -137,7 +137,7 @@ def install_keras3(rec: Recorder, mode: str, policy: str) -> None:
         _wrap(base, "__init__", make_base_init)
 
     _wrap_model(rec, keras.Model)
-    _metric_hooks.install(rec, keras.Model, keras.callbacks.Callback)
+    _metric_hooks.install(rec, keras.Model, keras.callbacks.Callback, keras.metrics.Metric)
     from keras.src.layers import layer as layer_module
     from keras.src.losses import loss as loss_module
 
@@ -228,7 +228,7 @@ def install_keras2(rec: Recorder, mode: str, policy: str) -> None:
         _wrap(cls, "__init__", make_lso_init)
 
     _wrap_model(rec, tf_keras.Model)
-    _metric_hooks.install(rec, tf_keras.Model, tf_keras.callbacks.Callback)
+    _metric_hooks.install(rec, tf_keras.Model, tf_keras.callbacks.Callback, tf_keras.metrics.Metric)
     from tf_keras.src.engine import base_layer
     from tf_keras.src.losses import Loss
 

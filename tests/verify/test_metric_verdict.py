@@ -139,3 +139,23 @@ def test_keras3_warm_up_skips_leave_a_correct_script_healthy():
     # The fixture does what it is for: inf at the skipped warm-up steps, finite once the scaler applies updates.
     assert skipped and all(not math.isfinite(norms[s]) for s in skipped if s in norms)
     assert all(math.isfinite(v) for s, v in norms.items() if s not in skipped)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", [{}, {"TF_USE_LEGACY_KERAS": "1"}], ids=["keras3", "tf_keras"])
+def test_custom_loop_reads_its_metric_subclass_result(env):
+    report = _verify("metric_custom_loop.py", env=env)
+    v = report.verdict
+    assert v.name == "non-finite-metric", v.summary
+    assert report.mixed.keras == [2 if env else 3]
+    assert v.evidence["metric"] == "energy" and v.evidence["line"] == 17 and v.evidence["value"] == INF
+    # One value per step, read by the script's own print after each step, in both runs.
+    assert [m["step"] for m in report.baseline.metrics] == list(range(7))
+
+
+@pytest.mark.slow
+@pytest.mark.keras2
+def test_wrapped_result_still_converts_with_autograph_in_fit():
+    report = _verify("metric_result_branch.py", env={"TF_USE_LEGACY_KERAS": "1"}, steps=6)
+    assert report.verdict.name == "healthy", report.verdict.summary
+    assert {"frac"} == {name for m in report.mixed.metrics for name in m["values"]}
