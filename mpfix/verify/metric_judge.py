@@ -34,17 +34,20 @@ def series(run: RunResult) -> dict[str, list[dict]]:
 
 
 def first_unexcused(records: list[dict], skipped: set[int]) -> dict | None:
-    """The first non-finite record that no skipped update explains (see the module doc)."""
-    excused = False
+    """The first non-finite record that no skipped update explains (see the module doc): one taken after a skipped
+    update since the metric's previous record (a custom loop may read its metric once per epoch), or carried on from
+    such a record by a running mean that Keras did not reset (batch 0) and that was not finite again in between."""
+    excused, previous = False, -1
     for record in records:
         if record.get("batch") == 0:
             excused = False  # Keras reset the metric: a NaN from before is gone
         if math.isfinite(record["value"]):
             excused = False
-        elif record["step"] in skipped:
+        elif any(previous < step <= record["step"] for step in skipped):
             excused = True
         elif not excused:
             return record
+        previous = record["step"]
     return None
 
 

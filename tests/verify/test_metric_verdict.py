@@ -67,6 +67,19 @@ def test_warm_up_skips_excuse_the_value_and_its_running_mean_until_the_reset():
     assert v.name == "non-finite-metric" and v.evidence["step"] == 4
 
 
+def test_a_metric_read_once_per_epoch_is_excused_by_any_skip_since_its_last_read():
+    # A custom loop reading result() at the end of each 4-step epoch (batch unknown): warm-up skips at steps 0-1.
+    mixed, base = _run("mixed", [0.0] * 8, skipped={0, 1}), _run("float32", [0.0] * 8)
+    for run, values in ((mixed, [INF, INF]), (base, [5.0, 5.0])):
+        run.metrics = [{"step": step, "epoch": None, "batch": None, "values": {"psnr": v}}
+                       for step, v in zip((3, 7), values)]
+    assert judge(mixed, base, SCRIPT).name == "healthy"
+    for step in mixed.steps[:2]:
+        step.skipped, step.nonfinite_fraction = False, 0.0
+    v = judge(mixed, base, SCRIPT)
+    assert v.name == "non-finite-metric" and v.evidence["step"] == 3
+
+
 def test_without_a_baseline_or_beside_another_verdict_it_is_a_note():
     mixed = _run("mixed", [INF] * 6)
     v = judge(mixed, None, SCRIPT, baseline_expected=False)
