@@ -79,3 +79,9 @@ def test_literal_statistics_of_small_data_stay_silent():
     # literal statistics of raw data (incomes: mean 70000) or a variance past 65504 are reported
     assert mp210(K2, "2", args="mean=[70000.0], variance=[4e8]") == [12]
     assert mp210(K2, "2", args="mean=[9000.0], variance=[2e7]") == [12]
+
+
+def test_test_code_is_left_alone():
+    # Keras' own normalization_test.py adapts the layer on toy data (31 findings in the stress guard at 0c6cb02)
+    code = K3.format(policy="mixed_float16", args="")
+    assert [f.line for f in lint_snippet(code, ("MP210",), keras="3", filename="normalization_test.py").findings] == []
