@@ -228,7 +228,8 @@ def _variable_list(node: cst.BaseExpression, scope, module=None) -> bool:
 
 
 def _reads_scale(helpers, helper, seen: set[int]) -> bool:
-    """The helper (or a same-file function it calls) reads an optimizer's scale or unscales: it may mean scaled units."""
+    """The helper (or a same-file function it calls) reads an optimizer's scale or unscales: it may mean scaled
+    units."""
     seen.add(id(helper.node))
     for node in walk(helper.node):
         if isinstance(node, cst.Attribute) and node.attr.value in _SCALE_READS:
@@ -258,7 +259,8 @@ def rescale_around_changes(context, analysis: Analysis, flows: list[Flow], flow:
     ``LossScaleOptimizer.apply`` divides by: ``scale_loss(1.0)`` is that factor, before and after the optimizer is
     built) and its result is multiplied back, so ``apply`` still checks them for overflow, unscales them and moves
     the dynamic scale. The scale is a power of two: the round trip is exact. None where that is not plainly right."""
-    if len(events) != 1 or events[0].kind not in (HELPER, EventKind.NORMALISE) or not flow.path.events or flow.path.events[0] is not events[0]:
+    if len(events) != 1 or events[0].kind not in (HELPER, EventKind.NORMALISE) or not flow.path.events \
+            or flow.path.events[0] is not events[0]:
         return None
     event, gradient = events[0], flow.gradient
     helper = analysis.helpers.lookup(event.node.func, flow.scope) if isinstance(event.node, cst.Call) else None
@@ -268,8 +270,9 @@ def rescale_around_changes(context, analysis: Analysis, flows: list[Flow], flow:
     # `grads = tape.gradient(scaled_loss, model.trainable_variables)` ... `out = helper(grads, ...)`, same scope.
     grad_st, st = gradient.statement, event.statement
     grad_assign, assign = _assign(grad_st.node), _assign(st.node)
-    if grad_assign is None or assign is None or grad_assign.value is not gradient.call or assign.value is not event.node \
-            or not isinstance(grad_assign.targets[0].target, cst.Name) or len(gradient.call.args) < 2 \
+    if grad_assign is None or assign is None or grad_assign.value is not gradient.call \
+            or assign.value is not event.node or not isinstance(grad_assign.targets[0].target, cst.Name) \
+            or len(gradient.call.args) < 2 \
             or not _variable_list(gradient.call.args[1].value, flow.scope,
                                   next((s for s in analysis.scopes if isinstance(s.node, cst.Module)), None)):
         return None

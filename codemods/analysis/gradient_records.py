@@ -127,7 +127,7 @@ class EventKind(str, enum.Enum):
     CLIP_FACTOR = "clip_factor"  # `g * minimum(1, C / norm(g))`: a clip by hand
     HELPER = "helper"  # a same-file function that clips or adds noise
     CALLBACK = "callback"  # a same-file helper that runs functions its caller passed in (gradient callbacks)
-    NORMALISE = "normalise"  # a same-file helper dividing gradients by their own size (scale-invariant: the scale is lost)
+    NORMALISE = "normalise"  # a same-file helper dividing gradients by their own size (scale-invariant)
     # An update under `if <gradient size> < <fixed threshold>:` (a loss-spike guard): on scaled gradients
     # the threshold is effectively divided by the loss scale.
     THRESHOLD = "threshold"
@@ -348,7 +348,7 @@ class Analysis:
 
     keras: int = 3  # the generation the file runs under (RuleContext.keras)
     bindings: object = field(default=None, repr=False)  # the binding model (analysis.bindings.Bindings)
-    helpers: object = field(default=None, repr=False)  # the same-file functions gradients go to (gradient_values._Helpers)
+    helpers: object = field(default=None, repr=False)  # same-file functions gradients go to (gradient_values._Helpers)
 
     def applied(self, flow: Flow) -> frozenset:
         """What the updating optimizer really applies, by Keras generation: Keras 3's LSO (and a

@@ -196,15 +196,17 @@ _OWN_SIZE = (ops.Kind.NORM, ops.Kind.DEVIATION)
 
 
 def normalises(context: FileView, scope: Scope, params: frozenset) -> bool:
-    """``g / norm(g)``, ``g / (g_norm + eps)`` with ``g_norm = norm(g)``, ``l2_normalize(g)`` on what ``params`` get (and
-    loop targets over them: ``for g, p in zip(grads, params)`` follows ``g`` only): the result does not depend on the
-    gradients' scale, so scaled gradients lose the loss scale before the optimizer divides by it (updates 1/scale)."""
+    """``g / norm(g)``, ``g / (g_norm + eps)`` with ``g_norm = norm(g)``, ``l2_normalize(g)`` on what ``params``
+    get (and loop targets over them: ``for g, p in zip(grads, params)`` follows ``g`` only): the result does not
+    depend on the gradients' scale, so scaled gradients lose the loss scale before the optimizer divides by it
+    (updates 1/scale)."""
     given, sized = set(params), set()
     for node in walk(scope.node.body):
         if isinstance(node, (cst.For, cst.CompFor)):
-            pairs = [(e.value, a.value) for e, a in zip(node.target.elements, node.iter.args)] \
-                if isinstance(node.target, (cst.Tuple, cst.List)) and isinstance(node.iter, cst.Call) \
-                and isinstance(node.iter.func, cst.Name) and node.iter.func.value == "zip" else [(node.target, node.iter)]
+            zipped = isinstance(node.target, (cst.Tuple, cst.List)) and isinstance(node.iter, cst.Call) \
+                and isinstance(node.iter.func, cst.Name) and node.iter.func.value == "zip"
+            pairs = [(e.value, a.value) for e, a in zip(node.target.elements, node.iter.args)] if zipped \
+                else [(node.target, node.iter)]
             for target, source in pairs:
                 if names_in(source) & given:
                     given |= target_names(target)
@@ -283,7 +285,8 @@ def _scale_read(expr: cst.BaseExpression) -> str | None:
     return None
 
 
-def divided_by_scale(context, call: cst.Call, names: dict[str, str] | None = None) -> tuple[cst.BaseExpression, str] | None:
+def divided_by_scale(context, call: cst.Call,
+                     names: dict[str, str] | None = None) -> tuple[cst.BaseExpression, str] | None:
     """``tf.math.divide(g, opt.dynamic_scale)`` / ``keras.ops.divide(...)`` (any op the table calls a
     division): (the dividend, the optimizer whose scale divides it), else None. ``names``: local names bound to a
     read of the scale (``loss_scale = opt.scale_loss(1.0)``) -> their optimizer."""
@@ -323,7 +326,8 @@ def not_none_branch(node: cst.IfExp) -> cst.BaseExpression | None:
     ``f(g)``, the branch that gets a gradient (a None carries none), else None."""
     test = node.test
     if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Name)
-            and isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None"):
+            and isinstance(test.comparisons[0].comparator, cst.Name)
+            and test.comparisons[0].comparator.value == "None"):
         return None
     operator = type(test.comparisons[0].operator)
     if operator not in (cst.Is, cst.IsNot):
