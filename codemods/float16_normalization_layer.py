@@ -151,13 +151,22 @@ class Float16NormalizationLayer(Rule):
         # An un-adapted layer without statistics standardises nothing (mean 0, variance 1: wave 5's audio_logmel_k3).
         adapted = {self.context.code(call.func.value) for call in walk(node) if isinstance(call, cst.Call)
                    and isinstance(call.func, cst.Attribute) and call.func.attr.value == "adapt"}
-        bound = {id(a.value): {self.context.code(t.target) for t in a.targets} for a in walk(node)
-                 if isinstance(a, cst.Assign)}
+        assigns = [a for a in walk(node) if isinstance(a, cst.Assign)]
+        bound = {id(a.value): {self.context.code(t.target) for t in a.targets} for a in assigns}
+        # A name bound once in the module stands for its value (`mean = [0.485, ...]` just above the layer).
+        values: dict[str, list[cst.BaseExpression]] = {}
+        for a in assigns:
+            for t in a.targets:
+                if isinstance(t.target, cst.Name):
+                    values.setdefault(t.target.value, []).append(a.value)
+        once = {name: found[0] for name, found in values.items() if len(found) == 1}
         for call in walk(node):
             if not isinstance(call, cst.Call) or not self._float16_layer(call):
                 continue
             mean, variance = find_arg(call, keyword="mean", position=1), find_arg(call, keyword="variance", position=2)
-            if mean is not None and variance is not None and _small_statistics(mean[1].value, variance[1].value):
+            if mean is not None and variance is not None and _small_statistics(
+                    *(once.get(a.value.value, a.value) if isinstance(a.value, cst.Name) else a.value
+                      for a in (mean[1], variance[1]))):
                 continue  # literal statistics of small data (ImageNet's of 0-255 pixels: variance <= 3400)
             if mean is not None or bound.get(id(call), set()) & adapted:
                 self.report(call, "layer", layer=self.context.code(call.func))

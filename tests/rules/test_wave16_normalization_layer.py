@@ -76,6 +76,10 @@ def test_literal_statistics_of_small_data_stay_silent():
     imagenet = "mean=[0.485 * 255, 0.456 * 255, 0.406 * 255], variance=[(0.229 * 255) ** 2, (0.224 * 255) ** 2, 0.05]"
     assert mp210(K2, "2", args=imagenet) == []
     assert mp210(K2, "2", args="mean=[0.485, 0.456], variance=[0.229**2, 0.224**2]") == []
+    # bound to names once in the module (keras.applications.EfficientNetV2)
+    named = K2.replace("import tf_keras as keras\n", "import tf_keras as keras\n    mean = [0.485, 0.456]\n"
+                                                    "    variance = [0.229**2, 0.224**2]\n")
+    assert mp210(named, "2", args="mean=mean, variance=variance") == []
     # literal statistics of raw data (incomes: mean 70000) or a variance past 65504 are reported
     assert mp210(K2, "2", args="mean=[70000.0], variance=[4e8]") == [12]
     assert mp210(K2, "2", args="mean=[9000.0], variance=[2e7]") == [12]
