@@ -60,3 +60,22 @@ def test_the_advice_names_the_helpers_round_trip_on_keras3_only():
                                                 options=SimpleNamespace(locate=False)))[1] for keras in (2, 3)}
     assert "divided by `optimizer.scale_loss(1.0)`" in advice[3] and "multiplied back for `apply`" in advice[3]
     assert "scale_loss(1.0)" not in advice[2] and "get_unscaled_gradients" in advice[2]
+
+
+K2_SCRIPT = SCRIPT.with_name("clip_helper_k2.py")
+
+
+def test_tf_keras_the_static_stage_moves_the_unscale_out_from_around_the_helper():
+    text = K2_SCRIPT.read_text()
+    after = static_fixed(text, K2_SCRIPT, ("MP",), None, "mixed_float16", None, "2")
+    assert after is not None and "grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, " \
+                                 "model.trainable_variables))\n        grads = clip_each(grads)\n" in after, after
+
+
+@pytest.mark.slow
+def test_repair_ends_the_stall_of_a_clip_helper_inside_the_unscale_on_tf_keras(tmp_path):
+    run = repair_copy(tmp_path, K2_SCRIPT, legacy=True)
+    result, data = run.result, run.report
+    assert result.returncode == 0 and "clip_helper_k2.py: stalled -> healthy" in result.stdout, result.stdout
+    assert [(c["kind"], c["verdict"]) for c in data["changes"]] == [("static fix", "healthy")], data["changes"]
+    assert "        grads = clip_each(grads)\n" in run.after and "get_unscaled_gradients(clip_each" not in run.after
