@@ -255,36 +255,51 @@ def _fresh(scope, base: str) -> str:
 
 def rescale_around_changes(context, analysis: Analysis, flows: list[Flow], flow: Flow,
                            events: list[PathEvent]) -> dict | None:
-    """Keras 3: a same-file helper transforming scaled gradients gets them divided by the optimizer's scale (what
-    ``LossScaleOptimizer.apply`` divides by: ``scale_loss(1.0)`` is that factor, before and after the optimizer is
-    built) and its result is multiplied back, so ``apply`` still checks them for overflow, unscales them and moves
-    the dynamic scale. The scale is a power of two: the round trip is exact. None where that is not plainly right."""
-    if len(events) != 1 or events[0].kind not in (HELPER, EventKind.NORMALISE) or not flow.path.events \
-            or flow.path.events[0] is not events[0]:
+    """Keras 3: a transform of scaled gradients (a same-file helper, or a clip or noise written in the step) gets them
+    divided by the optimizer's scale (what ``LossScaleOptimizer.apply`` divides by: ``scale_loss(1.0)`` is that
+    factor, before and after the optimizer is built) and its result is multiplied back, so ``apply`` still checks them
+    for overflow, unscales them and moves the dynamic scale. The scale is a power of two: the round trip is exact.
+    None where that is not plainly right."""
+    if len(events) != 1 or not flow.path.events or flow.path.events[0] is not events[0]:
         return None
     event, gradient = events[0], flow.gradient
-    helper = analysis.helpers.lookup(event.node.func, flow.scope) if isinstance(event.node, cst.Call) else None
-    if helper is None or len(event.carriers) != 1 or analysis.helpers.summary(helper)[1:] != (False, False) \
-            or _reads_scale(analysis.helpers, helper, set()):
-        return None
-    # `grads = tape.gradient(scaled_loss, model.trainable_variables)` ... `out = helper(grads, ...)`, same scope.
+    # `grads = tape.gradient(scaled_loss, model.trainable_variables)` ... `out = transform(grads, ...)`, same scope.
     grad_st, st = gradient.statement, event.statement
     grad_assign, assign = _assign(grad_st.node), _assign(st.node)
     if grad_assign is None or assign is None or grad_assign.value is not gradient.call \
-            or assign.value is not event.node or not isinstance(grad_assign.targets[0].target, cst.Name) \
-            or len(gradient.call.args) < 2 \
+            or not isinstance(grad_assign.targets[0].target, cst.Name) or len(gradient.call.args) < 2 \
             or not _variable_list(gradient.call.args[1].value, flow.scope,
                                   next((s for s in analysis.scopes if isinstance(s.node, cst.Module)), None)):
         return None
     source = grad_assign.targets[0].target.value
-    carrier = event.node.args[event.carriers[0]]
-    target = dotted_name(assign.targets[0].target)
-    if carrier.star or not isinstance(carrier.value, cst.Name) or carrier.value.value != source or target is None \
-            or st.parents[:len(grad_st.parents)] != grad_st.parents or flow.optimizer in context.code(event.node):
-        return None
     statements = flow.scope.statements
     start, end = statements.index(grad_st), statements.index(st)
-    if start >= end or any(assigns_name(s.node, source) for s in statements[start + 1:end]):
+    if start >= end or any(assigns_name(s.node, source) for s in statements[start + 1:end]) \
+            or st.parents[:len(grad_st.parents)] != grad_st.parents or flow.optimizer in context.code(assign.value):
+        return None
+    target = dotted_name(assign.targets[0].target)
+    if event.kind in (HELPER, EventKind.NORMALISE):
+        helper = analysis.helpers.lookup(event.node.func, flow.scope) if isinstance(event.node, cst.Call) else None
+        if assign.value is not event.node or helper is None or len(event.carriers) != 1 \
+                or analysis.helpers.summary(helper)[1:] != (False, False) or _reads_scale(analysis.helpers, helper, set()):
+            return None
+        carrier = event.node.args[event.carriers[0]]
+        if carrier.star or not isinstance(carrier.value, cst.Name) or carrier.value.value != source:
+            return None
+    elif event.kind in _INLINE and any(n is event.node for n in walk(assign.value)):
+        # `grads, norm = tf.clip_by_global_norm(grads, self.clip_norm)`: the first element is the list.
+        out = assign.targets[0].target
+        if isinstance(out, cst.Tuple) and event.kind == CLIP_GLOBAL_NORM and assign.value is event.node \
+                and len(out.elements) == 2:
+            target = dotted_name(out.elements[0].value)
+        # The statement reads gradients only through `source` (nothing between derives a value from them), and
+        # no comprehension in it rebinds that name.
+        if names_in(assign.value) & _derived(statements[start + 1:end], source) != {source} or any(
+                isinstance(n, cst.CompFor) and source in target_names(n.target) for n in walk(assign.value)):
+            return None
+    else:
+        return None
+    if target is None:
         return None
     # The helper's result is the gradient list the update takes (`apply(out, vars)`, `apply_gradients(zip(out, vars))`),
     # not pairs or a tuple that the comprehension scaling it back would take apart.
@@ -308,12 +323,12 @@ def rescale_around_changes(context, analysis: Analysis, flows: list[Flow], flow:
     multiply = divide[:-len("divide")] + "multiply"
     scale = _fresh(flow.scope, "loss_scale")
     unscaled = source if target == source else _fresh(flow.scope, "unscaled_grads")
-    new_call = event.node.with_deep_changes(carrier, value=cst.Name(unscaled))
+    new_value = assign.value if unscaled == source else _renamed(assign.value, source, unscaled)
     lines = [f"{scale} = {flow.optimizer}.scale_loss(1.0)",
              f"{unscaled} = [None if g is None else {divide}(g, {scale}) for g in {source}]",
              None,
              f"{target} = [None if g is None else {multiply}(g, {scale}) for g in {target}]"]
-    new = [new_statement(context, line) if line else st.node.with_deep_changes(assign, value=new_call)
+    new = [new_statement(context, line) if line else st.node.with_deep_changes(assign, value=new_value)
            for line in lines]
     new[0] = new[0].with_changes(leading_lines=st.node.leading_lines)
     new[2] = new[2].with_changes(leading_lines=())
@@ -325,3 +340,42 @@ def _assign(node: cst.BaseStatement) -> cst.Assign | None:
         return None
     small = node.body[0]
     return small if isinstance(small, cst.Assign) and len(small.targets) == 1 else None
+
+
+_INLINE = frozenset({CLIP_GLOBAL_NORM, CLIP_NORM, CLIP_VALUE, EventKind.CLIP_AVERAGE_NORM, EventKind.NOISE,
+                     EventKind.CLIP_FACTOR})
+
+
+def _derived(statements, source: str) -> set[str]:
+    """``source`` and every name a statement reading it touches (assigned, appended to, or only read there):
+    what may carry values derived from the gradients (conservative)."""
+    tainted = {source}
+    changed = True
+    while changed:
+        changed = False
+        for st in statements:
+            names = names_in(st.node)
+            if names & tainted and not names <= tainted:
+                tainted |= names
+                changed = True
+    return tainted
+
+
+class _Rename(cst.CSTTransformer):
+    def __init__(self, old: str, new: str) -> None:
+        super().__init__()
+        self.old, self.new = old, new
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
+        return updated.with_changes(value=self.new) if updated.value == self.old else updated
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.Attribute:
+        return updated.with_changes(attr=original.attr)  # `x.grads` is a field, not a read of `grads`
+
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+        return updated.with_changes(keyword=original.keyword)  # `f(grads=...)` names a parameter
+
+
+def _renamed(node: cst.BaseExpression, old: str, new: str) -> cst.BaseExpression:
+    """``node`` reading ``new`` wherever it read ``old``."""
+    return node.visit(_Rename(old, new))

@@ -84,12 +84,14 @@ class TransformOfScaledGradients(Rule):
         ## Fix safety
         Unsafe (it changes the update, to what was meant). Keras 2: the unscale moves to the
         gradient call. Keras 3: a constant clip moves into the inner optimizer's
-        `global_clipnorm` / `clipnorm` / `clipvalue` where its construction is in the file. A same-file helper called with
-        the gradient list (adaptive clipping, a clip on a computed threshold) gets them divided by
-        `optimizer.scale_loss(1.0)` (Keras 3 has no public unscale; that is the factor `apply`
-        divides by) and its result multiplied back, so `apply` still skips overflowed steps and
-        moves the dynamic scale. Other transforms (inline noise, a helper that reads the scale or
-        gets the optimizer) are reported without a fix.
+        `global_clipnorm` / `clipnorm` / `clipvalue` where its construction is in the file. A transform
+        that cannot move there (a same-file helper called with the gradient list, adaptive clipping,
+        a clip on a computed threshold or beside an optimizer that clips already, added noise) gets
+        the gradients divided by `optimizer.scale_loss(1.0)` (Keras 3 has no public unscale; that is
+        the factor `apply` divides by) and its result multiplied back, so `apply` still skips
+        overflowed steps and moves the dynamic scale. A helper that reads the scale or gets the
+        optimizer, and a statement that reads values derived from the gradients elsewhere, are
+        reported without a fix.
     """
     VALID = [
         # Keras 2: clip after the unscale.
@@ -246,7 +248,7 @@ class TransformOfScaledGradients(Rule):
             """,
             keras=3,
         ),
-        # Noise on scaled gradients, optimizer built elsewhere: reported without a fix on Keras 3.
+        # Noise on scaled gradients, optimizer built elsewhere: the round trip through scale_loss(1.0) on Keras 3.
         Invalid(
             """
             import tensorflow as tf

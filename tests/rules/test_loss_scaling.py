@@ -445,7 +445,7 @@ def test_mp303_keeps_the_unscale_a_second_optimizer_depends_on():
     assert finding.fix is None and "`head`" in finding.message
 
 
-def test_mp109_keras3_clip_that_cannot_move_is_reported_without_a_fix():
+def test_mp109_keras3_clip_that_cannot_move_into_the_optimizer_gets_the_round_trip():
     base = """
         import keras
         import tensorflow as tf
@@ -458,11 +458,20 @@ def test_mp109_keras3_clip_that_cannot_move_is_reported_without_a_fix():
     """
     result = lint(base, 3, fix=False)
     assert codes(result) == ["MP109"]
-    assert result.findings[0].fix is None  # the optimizer already clips: mpfix does not pick one
-    # A clip on a threshold computed at run time stays where it is too.
+    # The optimizer already clips (mpfix does not pick one clip), and a threshold computed at run time cannot go into
+    # its constructor: the clip stays where it is and acts on unscaled gradients (divided by scale_loss(1.0), the
+    # factor apply divides by, and multiplied back so that apply still skips overflowed steps; turn 20).
     computed = base.replace("clipnorm=2.0", "momentum=0.9").replace("(grads, 1.0)", "(grads, args.clip)")
-    assert [f.fix for f in lint(computed, 3, fix=False).findings] == [None]
-    # The same loop with the clip after the LSO's apply would be fine; with the clip inside the optimizer it is.
+    for code in (base, computed):
+        fixed = lint(code, 3).fixed_text
+        assert "loss_scale = opt.scale_loss(1.0)" in fixed
+        assert "grads = [None if g is None else keras.ops.divide(g, loss_scale) for g in grads]" in fixed
+        assert "grads = [None if g is None else keras.ops.multiply(g, loss_scale) for g in grads]" in fixed
+        lines = fixed.splitlines()
+        clip = next(i for i, line in enumerate(lines) if "clip_by_global_norm" in line)
+        assert "divide" in lines[clip - 1] and "multiply" in lines[clip + 1]
+        assert codes(lint(fixed, 3, fix=False)) == []  # the fixed step checks clean (no MP110 either)
+    # A literal clip with an optimizer that does not clip moves into the optimizer, as the guide writes it.
     moved = lint(base.replace("clipnorm=2.0", "momentum=0.9"), 3).fixed_text
     assert "SGD(0.1, momentum=0.9, global_clipnorm=1.0)" in moved and "clip_by_global_norm" not in moved
 
