@@ -14,8 +14,10 @@ from mpfix.verify.verdict import Verdict
 # Better verdicts rank higher. A change is kept only if it raises the rank.
 RANK = {
     "crashed": 0, "timeout": 0, "no-steps": 0, "non-finite": 1, "stalled": 2, "underflow": 2, "unstable": 2,
-    "diverged": 3, "at-risk": 4, "healthy": 5,
+    "diverged": 3, "at-risk": 4, "non-finite-metric": 4, "healthy": 5,
 }
+# non-finite-metric: the training itself is healthy and only a metric overflows (metric_judge.py), so a trial that
+# stalls or diverges is no progress from it (unranked it was 0, below every such trial).
 
 
 @dataclass
