@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpfix.codemods._loss_scaling_support import new_statement, unscale_call
+from mpfix.codemods._loss_scaling_support import new_statement, unscale_call, unused_name
 from mpfix.codemods._mp_api_support import keyword_arg
 from mpfix.codemods._walk import walk
 from mpfix.codemods.analysis.gradient_path import (
@@ -243,16 +243,6 @@ def _reads_scale(helpers, helper, seen: set[int]) -> bool:
     return False
 
 
-def _fresh(scope, base: str) -> str:
-    """A name the scope neither binds nor reads (a global it reads must not become local)."""
-    used = names_in(scope.node)
-    name, n = base, 1
-    while name in used:
-        n += 1
-        name = f"{base}_{n}"
-    return name
-
-
 def rescale_around_changes(context, analysis: Analysis, flows: list[Flow], flow: Flow,
                            events: list[PathEvent]) -> dict | None:
     """Keras 3: a transform of scaled gradients (a same-file helper, or a clip or noise written in the step) gets them
@@ -321,8 +311,8 @@ def rescale_around_changes(context, analysis: Analysis, flows: list[Flow], flow:
     if divide is None:
         return None
     multiply = divide[:-len("divide")] + "multiply"
-    scale = _fresh(flow.scope, "loss_scale")
-    unscaled = source if target == source else _fresh(flow.scope, "unscaled_grads")
+    scale = unused_name(flow.scope, "loss_scale")
+    unscaled = source if target == source else unused_name(flow.scope, "unscaled_grads")
     new_value = assign.value if unscaled == source else _renamed(assign.value, source, unscaled)
     lines = [f"{scale} = {flow.optimizer}.scale_loss(1.0)",
              f"{unscaled} = [None if g is None else {divide}(g, {scale}) for g in {source}]",

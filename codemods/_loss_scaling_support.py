@@ -36,7 +36,7 @@ from mpfix.codemods.analysis.gradient_path import (
     assigns_name,
     contains,
     in_tape,
-    target_names,
+    names_in,
     training_steps,
 )
 from mpfix.codemods.names import dotted_name
@@ -125,10 +125,14 @@ def computed_scaled_loss(analysis: Analysis, flow: Flow) -> str | None:
 
 
 def fresh_name(flow: Flow, base: str) -> str:
-    used: set[str] = set()
-    for st in flow.scope.statements:
-        for target, _ in assigned_targets(st.node):
-            used |= target_names(target)
+    """``unused_name`` in the step's own function."""
+    return unused_name(flow.scope, base)
+
+
+def unused_name(scope, base: str) -> str:
+    """``base`` (else ``base_2``, ...): a name the scope neither binds nor reads, so a global it reads never becomes a
+    local of the fix."""
+    used = names_in(scope.node)
     name, n = base, 1
     while name in used:
         n += 1
