@@ -176,6 +176,7 @@ def _wrap_subclass_results(log: _MetricLog, metric_cls) -> None:
         return result
 
     def __init_subclass__(cls, **kwargs):
+        super(metric_cls, cls).__init_subclass__(**kwargs)  # whatever the bases do (object's today, both generations)
         original = cls.__dict__.get("result")
         if callable(original) and getattr(original, "__mpfix_original__", None) is None:
             cls.result = wrap(original)
